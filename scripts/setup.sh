@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages nmt-serve builds and tests with. Idempotent: apt-get
+# skips what is already installed. The Dockerfile calls this same script, so there is one
+# package list only.
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libspdlog-dev libfmt-dev prometheus-cpp-dev libsentencepiece-dev libyaml-cpp-dev
+  nlohmann-json3-dev libopenblas-dev libgtest-dev libgmock-dev
+  python3 python3-grpcio python3-grpc-tools python3-yaml
+)
+# Test-only tools (real Prometheus for the metrics tests); skipped for runtime images.
+if [ "${NMT_SETUP_TEST_TOOLS:-1}" = "1" ]; then
+  PACKAGES+=(prometheus)
+fi
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "setup: all ${#PACKAGES[@]} packages present"
