@@ -1,0 +1,26 @@
+#pragma once
+// Row-wise softmax / log-softmax with the attention scale and key-padding mask fused into the
+// load: row r reads x[r, c] * scale for c < valid_cols(r) and treats the rest as -inf.
+#include <cstdint>
+
+#include "kernels/stream.h"
+
+namespace nmt::kernels {
+
+struct SoftmaxOptions {
+  float scale = 1.0f;
+  bool log = false;              // log-softmax (beam search) instead of softmax
+  const int* key_lengths = nullptr;  // valid columns per group of rows; null = all valid
+  int64_t rows_per_length = 1;   // row r uses key_lengths[r / rows_per_length]
+};
+
+void softmax_cpu(const float* x, float* y, int64_t rows, int64_t cols, const SoftmaxOptions& opt);
+
+#if NMT_WITH_CUDA
+// T = float, __half or __nv_bfloat16; key_lengths, when set, is a device pointer.
+template <typename T>
+void softmax_cuda(const T* x, T* y, int64_t rows, int64_t cols, const SoftmaxOptions& opt,
+                  cudaStream_t stream);
+#endif
+
+}  // namespace nmt::kernels
