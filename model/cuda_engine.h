@@ -1,0 +1,16 @@
+#pragma once
+// Factory of the CUDA engine (model/cuda/). In a CPU-only build it throws nmt::Error saying so.
+#include <memory>
+
+#include "model/engine.h"
+#include "model/model_config.h"
+#include "model/translator.h"
+#include "model/weights.h"
+
+namespace nmt {
+
+std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& config, const Weights& weights,
+                                         const TranslatorOptions& options);
+int cuda_device_count();  // 0 in a CPU-only build or without a visible device
+
+}  // namespace nmt

@@ -1,0 +1,23 @@
+#pragma once
+// Per-request decoding options and their validation.
+#include <string>
+
+namespace nmt {
+
+struct DecodeOptions {
+  int beam_size = 4;           // 1 = greedy
+  int num_hypotheses = 1;      // n-best, <= beam_size
+  float length_penalty = 1.0f;  // score = sum(log p) / generated_length ** length_penalty
+  // Most target tokens generated, EOS included; EOS is forced at this length. 255 matches
+  // transformers' max_length 256, which also counts the decoder start token.
+  int max_decoding_length = 255;
+  int min_decoding_length = 0;  // EOS is masked until this many tokens precede it
+  bool return_scores = true;
+
+  // Throws nmt::Error(kInvalidArgument) naming the option when a value is out of range.
+  // max_beam and max_length are the serving limits (the model's position table bounds
+  // max_length too).
+  void validate(int max_beam, int max_length) const;
+};
+
+}  // namespace nmt

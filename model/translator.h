@@ -1,0 +1,84 @@
+#pragma once
+// The facade the CLI and the server use: load a model on a device, translate batches.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/decode_options.h"
+#include "model/model_config.h"
+#include "model/tokenizer.h"
+
+namespace nmt {
+
+enum class Device { kAuto, kCpu, kCuda };
+enum class Precision { kFloat32, kFloat16 };
+
+bool parse_device(const std::string& s, Device* out);        // "auto" | "cpu" | "cuda"
+bool parse_precision(const std::string& s, Precision* out);  // "float32" | "float16"
+const char* device_name(Device d);
+bool cuda_available();  // a CUDA build that sees at least one device
+
+struct TranslatorOptions {
+  Device device = Device::kAuto;  // auto = cuda when available, else cpu
+  Precision precision = Precision::kFloat16;  // the CPU always computes in float32
+  int device_index = 0;
+  size_t device_memory_limit = 0;  // bytes the CUDA engine may hold; 0 = no cap
+};
+
+struct Hypothesis {
+  std::vector<int> ids;  // generated target ids, EOS included
+  std::string text;
+  float score = 0.f;     // sum of log-probs / length ** length_penalty
+};
+
+struct Translation {
+  std::vector<Hypothesis> hypotheses;  // best first; num_hypotheses of them
+  bool cancelled = false;              // dropped by the cancel callback: no hypotheses
+};
+
+struct BatchStats {
+  double encode_seconds = 0;
+  double decode_seconds = 0;
+  int64_t input_tokens = 0;
+  int64_t output_tokens = 0;
+  int decode_steps = 0;
+};
+
+// Polled once per decode step for each sentence still decoding: return true to drop it.
+using CancelFn = std::function<bool(size_t sentence_index)>;
+
+class Engine;
+
+class Translator {
+ public:
+  // Loads config, weights and tokenizer from model_dir and builds the engine; throws
+  // nmt::Error with a message naming the file/field/tensor at fault.
+  static std::unique_ptr<Translator> load(const std::string& model_dir,
+                                          const TranslatorOptions& options);
+  ~Translator();
+
+  const ModelConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  Device device() const { return device_; }  // resolved: kCpu or kCuda
+
+  // Translates one batch (the caller chooses its size; sentences are sorted by length
+  // inside). Not thread-safe: one thread drives a Translator. Throws nmt::Error.
+  std::vector<Translation> translate(const std::vector<std::string>& sources,
+                                     const DecodeOptions& options, BatchStats* stats = nullptr,
+                                     const CancelFn& cancelled = {});
+  std::vector<Translation> translate_ids(const std::vector<std::vector<int>>& source_ids,
+                                         const DecodeOptions& options, BatchStats* stats = nullptr,
+                                         const CancelFn& cancelled = {});
+  size_t device_memory_used() const;
+
+ private:
+  Translator() = default;
+  ModelConfig config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Engine> engine_;
+  Device device_ = Device::kCpu;
+};
+
+}  // namespace nmt

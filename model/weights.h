@@ -1,0 +1,58 @@
+#pragma once
+// Model weights held on the host in float32, whatever their stored dtype, under their
+// Hugging Face names. Engines read them from here and upload or use them as they need.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace nmt {
+
+struct HostTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+  int64_t numel() const;
+};
+
+class Weights {
+ public:
+  // Loads model.safetensors from model_dir and checks every tensor the config implies
+  // (names, shapes). Tied embeddings and absent sinusoidal positions are resolved here.
+  static Weights load(const std::string& model_dir, const ModelConfig& config);
+
+  // Throws nmt::Error(kNotFound) naming the tensor and file when absent.
+  const HostTensor& get(const std::string& name) const;
+  bool has(const std::string& name) const { return tensors_.count(name) > 0; }
+
+  // Resolved shared tensors (always present after load):
+  const HostTensor& encoder_embeddings() const { return get(kEncoderEmbeddings); }
+  const HostTensor& decoder_embeddings() const { return get(kDecoderEmbeddings); }
+  const HostTensor& output_projection() const { return get(kOutputProjection); }  // [vocab, d]
+  const HostTensor& output_bias() const { return get(kOutputBias); }              // [vocab]
+  const HostTensor& encoder_positions() const { return get(kEncoderPositions); }  // [max_pos, d]
+  const HostTensor& decoder_positions() const { return get(kDecoderPositions); }
+
+  static constexpr const char* kEncoderEmbeddings = "nmt.encoder_embeddings";
+  static constexpr const char* kDecoderEmbeddings = "nmt.decoder_embeddings";
+  static constexpr const char* kOutputProjection = "nmt.output_projection";
+  static constexpr const char* kOutputBias = "nmt.output_bias";
+  static constexpr const char* kEncoderPositions = "nmt.encoder_positions";
+  static constexpr const char* kDecoderPositions = "nmt.decoder_positions";
+
+  // Marian's sinusoidal table: sines of the even-index frequencies in the first half of each
+  // vector, cosines of the odd-index ones in the second half; positions start at 0.
+  static HostTensor sinusoidal_positions(int positions, int dim);
+
+  std::map<std::string, HostTensor>& tensors() { return tensors_; }
+
+ private:
+  std::map<std::string, HostTensor> tensors_;
+  std::string file_;
+};
+
+// Per-layer tensor names, so engines do not spell them out.
+std::string layer_prefix(bool decoder, int layer);  // "model.decoder.layers.N."
+
+}  // namespace nmt
