@@ -1,5 +1,6 @@
 #pragma once
 // Factory of the CUDA engine (model/cuda/). In a CPU-only build it throws nmt::Error saying so.
+// The engine uploads what it needs: `weights` may be freed once the factory returns.
 #include <memory>
 
 #include "model/engine.h"

@@ -12,7 +12,7 @@ struct DecodeOptions {
   // transformers' max_length 256, which also counts the decoder start token.
   int max_decoding_length = 255;
   int min_decoding_length = 0;  // EOS is masked until this many tokens precede it
-  bool return_scores = true;
+  bool return_scores = false;
 
   // Throws nmt::Error(kInvalidArgument) naming the option when a value is out of range.
   // max_beam and max_length are the serving limits (the model's position table bounds

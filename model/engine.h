@@ -41,6 +41,9 @@ class Engine {
   // rows parent_rows[g * beam ...] came from.
   virtual void step(const StepInput& in, StepOutput* out) = 0;
   virtual int vocab_size() const = 0;
+  // The encoder's float32 output of sentence i of the last encode(), [length, d_model]: for
+  // tests and layer-by-layer debugging against the reference implementation.
+  virtual std::vector<float> encoder_output(size_t sentence) const = 0;
   // Bytes of device memory held (0 on the CPU).
   virtual size_t memory_used() const { return 0; }
 };

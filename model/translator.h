@@ -50,6 +50,7 @@ struct BatchStats {
 using CancelFn = std::function<bool(size_t sentence_index)>;
 
 class Engine;
+class Weights;
 
 class Translator {
  public:
@@ -77,6 +78,7 @@ class Translator {
   Translator() = default;
   ModelConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Weights> weights_;  // kept while the engine computes from host memory
   std::unique_ptr<Engine> engine_;
   Device device_ = Device::kCpu;
 };

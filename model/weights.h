@@ -24,7 +24,7 @@ class Weights {
 
   // Throws nmt::Error(kNotFound) naming the tensor and file when absent.
   const HostTensor& get(const std::string& name) const;
-  bool has(const std::string& name) const { return tensors_.count(name) > 0; }
+  bool has(const std::string& name) const { return tensors_.count(resolve(name)) > 0; }
 
   // Resolved shared tensors (always present after load):
   const HostTensor& encoder_embeddings() const { return get(kEncoderEmbeddings); }
@@ -48,7 +48,10 @@ class Weights {
   std::map<std::string, HostTensor>& tensors() { return tensors_; }
 
  private:
+  const std::string& resolve(const std::string& name) const;
   std::map<std::string, HostTensor> tensors_;
+  // Tied tensors are stored once: the resolved names above may point at another entry.
+  std::map<std::string, std::string> aliases_;
   std::string file_;
 };
 

@@ -1,0 +1,140 @@
+// nmt-translate: sentences from stdin (or --input FILE), one translation per line on stdout,
+// in input order. Progress and timing go to stderr; errors exit non-zero with one line.
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "model/error.h"
+#include "model/translator.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: nmt-translate [--model DIR] [--device auto|cpu|cuda] [--precision float16|float32]\n"
+    "                     [--beam N] [--batch-size N] [--num-hypotheses N] [--length-penalty X]\n"
+    "                     [--max-length N] [--min-length N] [--scores] [--input FILE] [--quiet]\n"
+    "Reads one sentence per line; prints one translation per line in input order.\n"
+    "With --num-hypotheses > 1 each input gives N lines 'INDEX ||| TEXT ||| SCORE';\n"
+    "with --scores a single-best line is 'SCORE ||| TEXT'.\n";
+
+struct Args {
+  std::string model = NMT_DEFAULT_MODEL_DIR;
+  std::string input;
+  nmt::TranslatorOptions translator;
+  nmt::DecodeOptions decode;
+  int batch_size = 32;
+  bool quiet = false;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "nmt-translate: " << msg << "\n" << kUsage;
+  std::exit(2);
+}
+
+int to_int(const std::string& flag, const std::string& v) {
+  try {
+    size_t pos = 0;
+    const int n = std::stoi(v, &pos);
+    if (pos == v.size()) return n;
+  } catch (const std::exception&) {
+  }
+  usage_error(flag + " expects an integer, got '" + v + "'");
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  a.decode.num_hypotheses = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f == "--help" || f == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    if (f == "--scores") { a.decode.return_scores = true; continue; }
+    if (f == "--quiet") { a.quiet = true; continue; }
+    if (i + 1 >= argc) usage_error("missing value for " + f);
+    const std::string v = argv[++i];
+    if (f == "--model") a.model = v;
+    else if (f == "--input") a.input = v;
+    else if (f == "--device") { if (!nmt::parse_device(v, &a.translator.device)) usage_error("--device must be auto, cpu or cuda"); }
+    else if (f == "--precision") { if (!nmt::parse_precision(v, &a.translator.precision)) usage_error("--precision must be float16 or float32"); }
+    else if (f == "--beam") a.decode.beam_size = to_int(f, v);
+    else if (f == "--batch-size") a.batch_size = to_int(f, v);
+    else if (f == "--num-hypotheses") a.decode.num_hypotheses = to_int(f, v);
+    else if (f == "--max-length") a.decode.max_decoding_length = to_int(f, v);
+    else if (f == "--min-length") a.decode.min_decoding_length = to_int(f, v);
+    else if (f == "--length-penalty") {
+      try { a.decode.length_penalty = std::stof(v); } catch (const std::exception&) { usage_error("--length-penalty expects a number"); }
+    } else usage_error("unknown option " + f);
+  }
+  if (a.batch_size < 1) usage_error("--batch-size must be at least 1");
+  return a;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream file;
+  if (!path.empty()) {
+    file.open(path);
+    if (!file) throw nmt::Error(nmt::ErrorCode::kNotFound, path + ": cannot open input file");
+  }
+  std::istream& in = path.empty() ? std::cin : file;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parse(argc, argv);
+  const bool scores_flag = args.decode.return_scores;
+  try {
+    args.decode.validate(1 << 10, 1 << 20);
+    auto translator = nmt::Translator::load(args.model, args.translator);
+    const std::vector<std::string> lines = read_lines(args.input);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].empty()) {
+        throw nmt::Error(nmt::ErrorCode::kInvalidArgument, "input line " + std::to_string(i + 1) + " is empty");
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    nmt::BatchStats stats;
+    const bool progress = !args.quiet && lines.size() >= size_t(args.batch_size) * 4;
+    for (size_t b = 0; b < lines.size(); b += size_t(args.batch_size)) {
+      const size_t end = std::min(lines.size(), b + size_t(args.batch_size));
+      const std::vector<std::string> batch(lines.begin() + long(b), lines.begin() + long(end));
+      const auto results = translator->translate(batch, args.decode, &stats);
+      for (size_t i = 0; i < results.size(); ++i) {
+        for (const auto& h : results[i].hypotheses) {
+          if (args.decode.num_hypotheses > 1) {
+            std::cout << (b + i) << " ||| " << h.text << " ||| " << h.score << "\n";
+          } else if (scores_flag) {
+            std::cout << h.score << " ||| " << h.text << "\n";
+          } else {
+            std::cout << h.text << "\n";
+          }
+        }
+      }
+      if (progress) std::cerr << "\rtranslated " << end << "/" << lines.size() << std::flush;
+    }
+    std::cout.flush();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!args.quiet) {
+      std::cerr << (progress ? "\n" : "") << "nmt-translate: " << lines.size() << " sentences, "
+                << stats.output_tokens << " target tokens in " << secs << " s on "
+                << nmt::device_name(translator->device()) << " ("
+                << (secs > 0 ? lines.size() / secs : 0) << " sentences/s, "
+                << (secs > 0 ? stats.output_tokens / secs : 0) << " target tokens/s)\n";
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "nmt-translate: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

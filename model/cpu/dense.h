@@ -1,0 +1,32 @@
+#pragma once
+// Float32 building blocks of the CPU engine on top of OpenBLAS.
+#include <cstdint>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace nmt::cpu {
+
+// A linear layer y = x W^T + b with W [out, in] (Hugging Face layout), read from Weights.
+struct Linear {
+  const float* w = nullptr;
+  const float* b = nullptr;
+  int64_t in = 0, out = 0;
+  static Linear from(const Weights& weights, const std::string& prefix);  // prefix + ".weight"/".bias"
+  // y [rows, out] = x [rows, in] W^T + b
+  void operator()(const float* x, int64_t rows, float* y) const;
+};
+
+// Multi-head attention of `queries` rows against `keys` rows of one sequence:
+// out[i, h*hd:(h+1)*hd] = softmax(scale * q_i,h . k_j,h for j < valid_keys) . v_j,h.
+// Rows of q/k/v/out are `q_stride`/`kv_stride`/`kv_stride`/`out_stride` floats apart. `causal`
+// limits query i to keys j <= i.
+struct AttentionShape {
+  int64_t queries, keys, valid_keys, heads, head_dim;
+  int64_t q_stride, kv_stride, out_stride;
+  bool causal = false;
+};
+void attention(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
+               std::vector<float>* scratch);
+
+}  // namespace nmt::cpu

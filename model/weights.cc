@@ -1,0 +1,159 @@
+#include "model/weights.h"
+
+#include <cmath>
+
+#include "model/error.h"
+#include "model/safetensors.h"
+
+namespace nmt {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Every tensor name the config implies, with its expected shape.
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_layer_tensors(
+    const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  const int64_t d = c.d_model;
+  auto add_attention = [&](const std::string& p) {
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+      out.push_back({p + proj + ".weight", {d, d}});
+      out.push_back({p + proj + ".bias", {d}});
+    }
+  };
+  auto add_norm = [&](const std::string& p) {
+    out.push_back({p + ".weight", {d}});
+    out.push_back({p + ".bias", {d}});
+  };
+  auto add_ffn = [&](const std::string& p, int64_t ffn) {
+    out.push_back({p + "fc1.weight", {ffn, d}});
+    out.push_back({p + "fc1.bias", {ffn}});
+    out.push_back({p + "fc2.weight", {d, ffn}});
+    out.push_back({p + "fc2.bias", {d}});
+    add_norm(p + "final_layer_norm");
+  };
+  for (int l = 0; l < c.encoder_layers; ++l) {
+    const std::string p = layer_prefix(false, l);
+    add_attention(p + "self_attn.");
+    add_norm(p + "self_attn_layer_norm");
+    add_ffn(p, c.encoder_ffn_dim);
+  }
+  for (int l = 0; l < c.decoder_layers; ++l) {
+    const std::string p = layer_prefix(true, l);
+    add_attention(p + "self_attn.");
+    add_norm(p + "self_attn_layer_norm");
+    add_attention(p + "encoder_attn.");
+    add_norm(p + "encoder_attn_layer_norm");
+    add_ffn(p, c.decoder_ffn_dim);
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::string layer_prefix(bool decoder, int layer) {
+  return std::string(decoder ? "model.decoder" : "model.encoder") + ".layers." +
+         std::to_string(layer) + ".";
+}
+
+HostTensor Weights::sinusoidal_positions(int positions, int dim) {
+  HostTensor t;
+  t.shape = {positions, dim};
+  t.data.resize(size_t(positions) * dim);
+  const int half = dim / 2;
+  for (int p = 0; p < positions; ++p) {
+    for (int j = 0; j < half; ++j) {
+      // Frequencies of the pairs (2j, 2j+1) share the exponent 2j / dim.
+      const double angle = p / std::pow(10000.0, 2.0 * j / dim);
+      t.data[size_t(p) * dim + j] = float(std::sin(angle));
+      t.data[size_t(p) * dim + half + j] = float(std::cos(angle));
+    }
+  }
+  return t;
+}
+
+const std::string& Weights::resolve(const std::string& name) const {
+  auto a = aliases_.find(name);
+  return a == aliases_.end() ? name : a->second;
+}
+
+const HostTensor& Weights::get(const std::string& name) const {
+  auto it = tensors_.find(resolve(name));
+  if (it == tensors_.end()) {
+    throw Error(ErrorCode::kNotFound, file_ + ": missing tensor '" + name + "'");
+  }
+  return it->second;
+}
+
+Weights Weights::load(const std::string& model_dir, const ModelConfig& c) {
+  Weights w;
+  w.file_ = model_dir + "/model.safetensors";
+  SafetensorsFile file(w.file_);
+  auto read = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    auto it = file.entries().find(name);
+    if (it == file.entries().end()) {
+      throw Error(ErrorCode::kNotFound, w.file_ + ": missing tensor '" + name + "'");
+    }
+    if (it->second.shape != shape) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  w.file_ + ": tensor '" + name + "' has shape " + shape_str(it->second.shape) +
+                      ", expected " + shape_str(shape) + " from config.json");
+    }
+    return HostTensor{shape, file.read_float(name)};
+  };
+  auto first_present = [&](std::initializer_list<const char*> names) -> std::string {
+    for (const char* n : names) {
+      if (file.entries().count(n)) return n;
+    }
+    return "";
+  };
+  for (const auto& [name, shape] : expected_layer_tensors(c)) w.tensors_[name] = read(name, shape);
+
+  const int64_t v = c.vocab_size, d = c.d_model;
+  // Embeddings are tied through model.shared.weight unless per-module copies exist.
+  const std::string enc = first_present({"model.encoder.embed_tokens.weight", "model.shared.weight"});
+  const std::string dec = first_present({"model.decoder.embed_tokens.weight", "model.shared.weight"});
+  if (enc.empty() || dec.empty()) {
+    throw Error(ErrorCode::kNotFound, w.file_ + ": missing tensor 'model.shared.weight' (no embeddings)");
+  }
+  w.tensors_[kEncoderEmbeddings] = read(enc, {v, d});
+  if (enc == dec) {
+    w.aliases_[kDecoderEmbeddings] = kEncoderEmbeddings;
+  } else {
+    w.tensors_[kDecoderEmbeddings] = read(dec, {v, d});
+  }
+  if (file.entries().count("lm_head.weight")) {
+    w.tensors_[kOutputProjection] = read("lm_head.weight", {v, d});
+  } else {
+    w.aliases_[kOutputProjection] = w.resolve(kDecoderEmbeddings);
+  }
+  if (file.entries().count("final_logits_bias")) {
+    HostTensor b = read("final_logits_bias", {1, v});
+    b.shape = {v};
+    w.tensors_[kOutputBias] = std::move(b);
+  } else {
+    w.tensors_[kOutputBias] = HostTensor{{v}, std::vector<float>(size_t(v), 0.f)};
+  }
+  const int64_t p = c.max_positions;
+  w.tensors_[kEncoderPositions] = file.entries().count("model.encoder.embed_positions.weight")
+                                      ? read("model.encoder.embed_positions.weight", {p, d})
+                                      : sinusoidal_positions(int(p), int(d));
+  if (file.entries().count("model.decoder.embed_positions.weight")) {
+    w.tensors_[kDecoderPositions] = read("model.decoder.embed_positions.weight", {p, d});
+  } else {
+    w.aliases_[kDecoderPositions] = kEncoderPositions;
+  }
+  return w;
+}
+
+}  // namespace nmt
