@@ -189,3 +189,50 @@ def substitute_grafana_vars(expr, rate_interval="1m"):
 def load_config(path):
     with open(path) as f:
         return yaml.safe_load(f)
+
+
+# ---- processes on loopback ----
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=5):
+    import urllib.request
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def wait_until(what, probe, timeout, proc=None, interval=0.5):
+    """Polls probe() until it returns a true value; fails after timeout or when proc dies."""
+    import time
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what}: process exited with {proc.returncode} while waiting")
+        try:
+            v = probe()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - not up yet
+            last = e
+        time.sleep(interval)
+    raise RuntimeError(f"{what}: not reached within {timeout} s (last error: {last})")
+
+
+def stop(proc, timeout=30):
+    """SIGTERM, then SIGKILL after timeout; returns the exit status."""
+    import signal
+    import subprocess
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
