@@ -78,16 +78,19 @@ def check_collect_libs(repo, exes):
         # A library nobody installed must stop the image build; a missing driver must not.
         stub = os.path.join(d, "bin")
         os.makedirs(stub)
-        for missing, want_rc in (("libcuda.so.1", 0), ("libsentencepiece.so.0", 1)):
+        for missing, want_rc, want_msg in (("libcuda.so.1", 0, ""), ("libsentencepiece.so.0", 1, "needs libsentencepiece.so.0")):
             write_stub(stub, "ldd", f'echo "\t{missing} => not found"')
             r = subprocess.run(["bash", script, os.path.join(d, "lib2"), exes[0]], capture_output=True, text=True,
                                env=dict(os.environ, PATH=stub + ":" + os.environ["PATH"]), timeout=60)
-            check(r.returncode == want_rc, f"collect-runtime-libs.sh with {missing} not found exits {want_rc} (got {r.returncode}: {r.stderr.strip()})")
+            check(r.returncode == want_rc and want_msg in r.stderr,
+                  f"collect-runtime-libs.sh with {missing} not found exits {want_rc} {want_msg} (got {r.returncode}: {r.stderr.strip()})")
 
 
 def main():
     repo = os.path.abspath(sys.argv[1])
     exes = sys.argv[2:] or [os.path.realpath(sys.executable)]
+    for e in exes:
+        check(os.access(e, os.X_OK), f"executable {e} exists (build it first)")
     dockerfile = os.path.join(repo, "Dockerfile")
     stages = df.dockerfile_stages(dockerfile)
     check(len(stages) == 2, f"Dockerfile has a build and a runtime stage ({len(stages)} stages)")
