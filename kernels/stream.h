@@ -7,3 +7,10 @@
 #if NMT_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
+
+// Marks small inline helpers shared by the CPU references and the CUDA kernels.
+#if defined(__CUDACC__)
+#define NMT_HOST_DEVICE __host__ __device__
+#else
+#define NMT_HOST_DEVICE
+#endif

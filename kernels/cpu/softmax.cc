@@ -11,8 +11,7 @@ void softmax_cpu(const float* x, float* y, int64_t rows, int64_t cols, const Sof
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
-    const int64_t valid =
-        opt.key_lengths ? std::min<int64_t>(cols, opt.key_lengths[r / opt.rows_per_length]) : cols;
+    const int64_t valid = softmax_valid_cols(r, cols, opt.key_lengths, opt);
     float max_v = neg_inf;
     for (int64_t c = 0; c < valid; ++c) max_v = std::max(max_v, xr[c] * opt.scale);
     double sum = 0.0;

@@ -1,0 +1,76 @@
+#pragma once
+// Multi-head attention for the small, many-batch products of translation:
+//   out = softmax(scale * Q K^T + mask) V     for every (batch b, head h)
+// with the head split (reading Q/K/V from [batch, len, heads, head_dim] rows) and the head
+// merge (writing [batch, len, heads, head_dim]) fused into the kernels.
+//
+// Layout (element strides, all in units of T):
+//   Q  (b, i, h, d)  at q  [b * q_batch_stride   + i * q_row_stride   + h * head_dim + d]
+//   K  (kv, j, h, d) at k  [kv * kv_batch_stride + j * kv_row_stride  + h * head_dim + d]
+//   V  (kv, j, h, d) at v  [kv * kv_batch_stride + j * kv_row_stride  + h * head_dim + d]
+//   O  (b, i, h, d)  at out[b * out_batch_stride + i * out_row_stride + h * head_dim + d]
+// where kv = b / queries_per_kv (beams of one sentence share its cross-attention K/V).
+// Key j is visible to query i iff j < key_lengths[kv] (when key_lengths is set) and, when
+// causal, j <= i + causal_offset. A query that sees no key gets a zero output row.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/stream.h"
+
+namespace nmt::kernels {
+
+// Which implementation attention_cuda uses. kAuto: the fused decoder-step kernel for M = 1,
+// the shape-specialized tiled kernels when K/V of one head fit in shared memory, else cuBLAS.
+// The others force one path (tests, benchmarks); a forced path that cannot handle the shape
+// falls back to kCublas.
+enum class AttentionPath { kAuto, kDecoderStep, kTiled, kCublas };
+
+template <typename T>
+struct AttentionArgs {
+  const T* q = nullptr;
+  const T* k = nullptr;
+  const T* v = nullptr;
+  T* out = nullptr;
+  int64_t batch = 0;       // b: query batches (sentences x beams)
+  int heads = 0;
+  int head_dim = 0;
+  int64_t q_len = 0;       // M
+  int64_t kv_len = 0;      // N
+  int64_t queries_per_kv = 1;
+  int64_t q_batch_stride = 0, q_row_stride = 0;
+  int64_t kv_batch_stride = 0, kv_row_stride = 0;
+  int64_t out_batch_stride = 0, out_row_stride = 0;
+  float scale = 1.0f;
+  const int* key_lengths = nullptr;  // device, one per kv batch; null = all N keys valid
+  bool causal = false;
+  int64_t causal_offset = 0;
+  AttentionPath path = AttentionPath::kAuto;
+  // Scratch for the cuBLAS path (batch * heads * M * N elements of T); when null or too small
+  // that path allocates stream-ordered memory (cudaMallocAsync) itself.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Bytes of scratch the cuBLAS path needs for this shape (the others need none).
+size_t attention_workspace_bytes(int64_t batch, int heads, int64_t q_len, int64_t kv_len,
+                                 size_t elem_size);
+
+// float32 reference with the same layout and semantics.
+void attention_cpu(const AttentionArgs<float>& a);
+
+// Scores only: s[((b * heads + h) * M + i) * N + j] = scale * Q_bih . K_kv,j,h, or -inf where
+// masked, read from the same strided layout as above (head split fused). The batched-matmul
+// building block of attention, exposed for benchmarks and for callers that need the scores.
+void attention_scores_cpu(const AttentionArgs<float>& a, float* scores);
+
+#if NMT_WITH_CUDA
+// T = float, __half or __nv_bfloat16.
+template <typename T>
+void attention_cuda(const AttentionArgs<T>& a, cudaStream_t stream);
+
+// Scores only (see attention_scores_cpu); scores has batch * heads * M * N elements of T.
+template <typename T>
+void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t stream);
+#endif
+
+}  // namespace nmt::kernels

@@ -1,0 +1,70 @@
+#include "kernels/topk.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+namespace nmt::kernels {
+
+void beam_topk_cpu(const float* logits, const float* bias, const float* running_scores,
+                   int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
+                   float* out_scores, int* out_index) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  std::vector<float> cand(size_t(beam) * vocab);
+  std::vector<int> order(cand.size());
+  for (int64_t s = 0; s < sentences; ++s) {
+    for (int b = 0; b < beam; ++b) {
+      const int64_t row = s * beam + b;
+      const float* x = logits + row * vocab;
+      float* c = cand.data() + size_t(b) * vocab;
+      float max_v = neg_inf;
+      for (int t = 0; t < vocab; ++t) {
+        c[t] = x[t] + (bias ? bias[t] : 0.f);
+        max_v = std::max(max_v, c[t]);
+      }
+      double sum = 0.0;
+      for (int t = 0; t < vocab; ++t) sum += std::exp(double(c[t] - max_v));
+      const float lse = max_v + float(std::log(sum));
+      for (int t = 0; t < vocab; ++t) {
+        float logp = c[t] - lse;
+        if (t == masks.pad_id) logp = neg_inf;
+        if (masks.mask_eos && t == masks.eos_id) logp = neg_inf;
+        if (masks.force_eos) logp = t == masks.eos_id ? 0.f : neg_inf;
+        c[t] = logp + running_scores[row];
+      }
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+      return cand[a] > cand[b] || (cand[a] == cand[b] && a < b);
+    });
+    for (int i = 0; i < k; ++i) {
+      out_scores[s * k + i] = cand[order[i]];
+      out_index[s * k + i] = order[i];
+    }
+  }
+}
+
+int beam_topk_splits(int64_t rows, int vocab) {
+  // Enough blocks to fill a large GPU (~4 per SM on 132 SMs), chunks of at least 2048 tokens.
+  const int64_t want = (528 + rows - 1) / std::max<int64_t>(rows, 1);
+  const int64_t most = std::max<int64_t>(1, vocab / 2048);
+  return int(std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 64)));
+}
+
+int beam_topk_padded_k(int k) {
+  int p = 1;
+  while (p < k) p *= 2;
+  return p;
+}
+
+size_t beam_topk_workspace_bytes(int64_t sentences, int beam, int vocab, int k) {
+  const int64_t rows = sentences * beam;
+  const int64_t chunks = rows * beam_topk_splits(rows, vocab);
+  // per chunk: (max, sum) of its logits, then its padded-k best (key, token) pairs
+  return size_t(chunks) * (2 * sizeof(float) +
+                           size_t(beam_topk_padded_k(k)) * (sizeof(float) + sizeof(int)));
+}
+
+}  // namespace nmt::kernels

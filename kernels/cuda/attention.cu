@@ -1,0 +1,463 @@
+// Multi-head attention (kernels/attention.h): three implementations behind one call.
+//   decoder step (M = 1): one warp per (batch, query, head), q.K^T -> mask -> softmax -> .V
+//                         in one launch; the head dimension is a template (32, 64, 128).
+//   tiled (small N):      one block per (query tile, head, batch) holding K^T, V, the query
+//                         tile and its scores in shared memory; the tile height is a template
+//                         chosen per shape class (8, 16, 32 query rows).
+//   cuBLAS:               strided-batched Q.K^T (scale as alpha), our masked softmax, P.V.
+// Head split/merge is fused everywhere through the strided layout of AttentionArgs.
+#include <cublas_v2.h>
+
+#include <array>
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/softmax.h"
+
+namespace nmt::kernels {
+namespace cuda {
+namespace {
+
+template <typename T>
+__device__ __forceinline__ int64_t visible_keys(const AttentionArgs<T>& a, int64_t b,
+                                                int64_t i) {
+  int64_t n = a.kv_len;
+  if (a.key_lengths) {
+    const int64_t len = a.key_lengths[b / a.queries_per_kv];
+    n = len < n ? len : n;
+  }
+  if (a.causal) {
+    const int64_t len = i + a.causal_offset + 1;
+    n = len < n ? len : n;
+  }
+  return n > 0 ? n : 0;
+}
+
+// ---- decoder step ---------------------------------------------------------------------------
+
+constexpr int kStepWarps = 4;  // (batch, query, head) tasks per block
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(AttentionArgs<T> a) {
+  constexpr int kVec = 16 / int(sizeof(T));     // elements per 16-byte pack
+  constexpr int kLanesPerRow = kD / kVec;       // lanes that hold one K/V row
+  constexpr int kRowsPerIter = 32 / kLanesPerRow;
+  static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "unsupported head_dim");
+  extern __shared__ float step_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t task = int64_t(blockIdx.x) * kStepWarps + warp;
+  if (task >= a.batch * a.q_len * a.heads) return;  // whole warp leaves together
+  const int h = int(task % a.heads);
+  const int64_t i = task / a.heads % a.q_len, b = task / a.heads / a.q_len;
+  const int64_t kv = b / a.queries_per_kv;
+  float* p = step_smem + int64_t(warp) * a.kv_len;
+  const int row_lane = lane / kLanesPerRow, d0 = lane % kLanesPerRow * kVec;
+
+  float q[kVec];
+  load_pack<T, kVec>(a.q + b * a.q_batch_stride + i * a.q_row_stride + h * kD + d0, q);
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) q[e] *= a.scale;
+  const T* k_head = a.k + kv * a.kv_batch_stride + h * kD + d0;
+  const T* v_head = a.v + kv * a.kv_batch_stride + h * kD + d0;
+  const int64_t n = visible_keys(a, b, i);
+
+  // scores: kRowsPerIter keys per step, kLanesPerRow lanes per key, two steps in flight
+  constexpr int kUnroll = 2;
+  for (int64_t j0 = 0; j0 < n; j0 += kRowsPerIter * kUnroll) {
+    float dot[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = j0 + u * kRowsPerIter + row_lane;
+      float kr[kVec];
+      if (j < n) {
+        load_pack<T, kVec>(k_head + j * a.kv_row_stride, kr);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) kr[e] = 0.f;
+      }
+      dot[u] = 0.f;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) dot[u] += q[e] * kr[e];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      dot[u] = group_allreduce<kLanesPerRow>(dot[u], SumOp());
+      const int64_t j = j0 + u * kRowsPerIter + row_lane;
+      if (d0 == 0 && j < n) p[j] = dot[u];
+    }
+  }
+  __syncwarp();
+  float max_v = -INFINITY;
+  for (int64_t j = lane; j < n; j += 32) max_v = fmaxf(max_v, p[j]);
+  max_v = group_allreduce<32>(max_v, MaxOp());
+  float sum = 0.f;
+  for (int64_t j = lane; j < n; j += 32) {
+    const float e = expf(p[j] - max_v);
+    p[j] = e;
+    sum += e;
+  }
+  sum = group_allreduce<32>(sum, SumOp());
+  __syncwarp();
+
+  float acc[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) acc[e] = 0.f;
+  for (int64_t j = row_lane; j < n; j += kRowsPerIter) {
+    float vr[kVec];
+    load_pack<T, kVec>(v_head + j * a.kv_row_stride, vr);
+    const float w = p[j];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] += w * vr[e];
+  }
+#pragma unroll
+  for (int mask = kLanesPerRow; mask < 32; mask *= 2) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], mask);
+  }
+  if (row_lane == 0) {
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] *= inv;
+    store_pack<T, kVec>(a.out + b * a.out_batch_stride + i * a.out_row_stride + h * kD + d0, acc);
+  }
+}
+
+template <typename T>
+bool aligned_for_step(const AttentionArgs<T>& a) {
+  constexpr int kVec = 16 / int(sizeof(T));
+  const void* ptrs[] = {a.q, a.k, a.v, a.out};
+  for (const void* ptr : ptrs)
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  const int64_t strides[] = {a.q_batch_stride,  a.q_row_stride,     a.kv_batch_stride,
+                             a.kv_row_stride,   a.out_batch_stride, a.out_row_stride};
+  for (int64_t s : strides)
+    if (s % kVec != 0) return false;
+  return true;
+}
+
+template <typename T, int kD>
+void launch_step(const AttentionArgs<T>& a, size_t smem, cudaStream_t stream) {
+  const auto kernel = &attention_step_kernel<T, kD>;
+  if (smem > 48 * 1024)
+    NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(smem)));
+  const int64_t tasks = a.batch * a.q_len * a.heads;
+  kernel<<<unsigned((tasks + kStepWarps - 1) / kStepWarps), kStepWarps * 32, smem, stream>>>(a);
+  NMT_CUDA_CHECK_LAUNCH();
+}
+
+constexpr size_t kMaxSmem = 96 * 1024;  // keeps at least two blocks per SM on sm_80/sm_90
+
+template <typename T>
+bool try_step(const AttentionArgs<T>& a, cudaStream_t stream) {
+  const size_t smem = size_t(kStepWarps) * size_t(a.kv_len) * sizeof(float);
+  if (smem > kMaxSmem || !aligned_for_step(a)) return false;
+  switch (a.head_dim) {
+    case 32: launch_step<T, 32>(a, smem, stream); return true;
+    case 64: launch_step<T, 64>(a, smem, stream); return true;
+    case 128: launch_step<T, 128>(a, smem, stream); return true;
+    default: return false;
+  }
+}
+
+// ---- tiled ----------------------------------------------------------------------------------
+
+constexpr int kTiledThreads = 128;
+
+// Shared-memory plan of one tile: floats, padded by one column against bank conflicts.
+struct TilePlan {
+  int64_t q, kt, s, v;  // offsets of Q [TM][D+1], K^T [D][N+1], S [TM][N+1], V [N][D]
+  size_t bytes;
+  __host__ __device__ TilePlan(int tile_m, int64_t d, int64_t n, bool with_v) {
+    q = 0;
+    kt = q + tile_m * (d + 1);
+    s = kt + d * (n + 1);
+    v = s + tile_m * (n + 1);
+    bytes = size_t(v + (with_v ? n * d : 0)) * sizeof(float);
+  }
+};
+
+// Block (query tile, head, batch): S = scale * Q K^T (masked) into shared memory; then either
+// S to global (kScoresOnly, layout [b][h][i][j]) or softmax(S) V to out.
+template <typename T, int kTileM, bool kScoresOnly>
+__global__ void __launch_bounds__(kTiledThreads) attention_tiled_kernel(AttentionArgs<T> a,
+                                                                        T* scores) {
+  extern __shared__ float tile_smem[];
+  const int D = a.head_dim;
+  const int64_t N = a.kv_len;
+  const TilePlan plan(kTileM, D, N, !kScoresOnly);
+  float* qs = tile_smem + plan.q;
+  float* kt = tile_smem + plan.kt;
+  float* s = tile_smem + plan.s;
+  float* vs = tile_smem + plan.v;
+  const int h = blockIdx.y;
+  const int64_t b = blockIdx.z, kv = b / a.queries_per_kv, i0 = int64_t(blockIdx.x) * kTileM;
+  const int rows = int(a.q_len - i0 < kTileM ? a.q_len - i0 : kTileM);
+  const T* q_tile = a.q + b * a.q_batch_stride + i0 * a.q_row_stride + int64_t(h) * D;
+  const T* k_head = a.k + kv * a.kv_batch_stride + int64_t(h) * D;
+  const T* v_head = a.v + kv * a.kv_batch_stride + int64_t(h) * D;
+
+  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+    const int r = e / D, d = e - r * D;
+    qs[r * (D + 1) + d] = to_float(q_tile[r * a.q_row_stride + d]) * a.scale;
+  }
+  for (int64_t e = threadIdx.x; e < N * D; e += blockDim.x) {
+    const int64_t j = e / D;
+    const int d = int(e - j * D);
+    kt[d * (N + 1) + j] = to_float(k_head[j * a.kv_row_stride + d]);
+    if (!kScoresOnly) vs[j * D + d] = to_float(v_head[j * a.kv_row_stride + d]);
+  }
+  __syncthreads();
+
+  for (int64_t e = threadIdx.x; e < rows * N; e += blockDim.x) {
+    const int r = int(e / N);
+    const int64_t j = e - int64_t(r) * N;
+    float dot = -INFINITY;
+    if (j < visible_keys(a, b, i0 + r)) {
+      const float* qr = qs + r * (D + 1);
+      const float* kc = kt + j;
+      dot = 0.f;
+#pragma unroll 8
+      for (int d = 0; d < D; ++d) dot += qr[d] * kc[d * (N + 1)];
+    }
+    if (kScoresOnly)
+      scores[((b * a.heads + h) * a.q_len + i0 + r) * N + j] = from_float<T>(dot);
+    else
+      s[r * (N + 1) + j] = dot;
+  }
+  if (kScoresOnly) return;
+  __syncthreads();
+
+  // softmax per row, one warp per row; the row's 1/sum is kept in its first padding slot
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < rows; r += kTiledThreads / 32) {
+    float* sr = s + r * (N + 1);
+    const int64_t n = visible_keys(a, b, i0 + r);
+    float max_v = -INFINITY;
+    for (int64_t j = lane; j < n; j += 32) max_v = fmaxf(max_v, sr[j]);
+    max_v = group_allreduce<32>(max_v, MaxOp());
+    float sum = 0.f;
+    for (int64_t j = lane; j < n; j += 32) {
+      const float e = expf(sr[j] - max_v);
+      sr[j] = e;
+      sum += e;
+    }
+    sum = group_allreduce<32>(sum, SumOp());
+    if (lane == 0) sr[N] = sum > 0.f ? 1.f / sum : 0.f;
+  }
+  __syncthreads();
+
+  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+    const int r = e / D, d = e - r * D;
+    const float* sr = s + r * (N + 1);
+    const int64_t n = visible_keys(a, b, i0 + r);
+    float acc = 0.f;
+#pragma unroll 4
+    for (int64_t j = 0; j < n; ++j) acc += sr[j] * vs[j * D + d];
+    a.out[b * a.out_batch_stride + (i0 + r) * a.out_row_stride + int64_t(h) * D + d] =
+        from_float<T>(acc * sr[N]);
+  }
+}
+
+template <typename T, int kTileM, bool kScoresOnly>
+void launch_tiled(const AttentionArgs<T>& a, T* scores, size_t smem, cudaStream_t stream) {
+  const auto kernel = &attention_tiled_kernel<T, kTileM, kScoresOnly>;
+  if (smem > 48 * 1024)
+    NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(smem)));
+  const dim3 grid(unsigned((a.q_len + kTileM - 1) / kTileM), unsigned(a.heads),
+                  unsigned(a.batch));
+  kernel<<<grid, kTiledThreads, smem, stream>>>(a, scores);
+  NMT_CUDA_CHECK_LAUNCH();
+}
+
+// Shape classes: the tile height follows M (8, 16 or 32 query rows per block).
+template <typename T, bool kScoresOnly>
+bool try_tiled(const AttentionArgs<T>& a, T* scores, cudaStream_t stream) {
+  const int tile_m = a.q_len <= 8 ? 8 : a.q_len <= 16 ? 16 : 32;
+  const size_t smem = TilePlan(tile_m, a.head_dim, a.kv_len, !kScoresOnly).bytes;
+  if (smem > kMaxSmem || a.batch > 65535 || a.heads > 65535) return false;
+  switch (tile_m) {
+    case 8: launch_tiled<T, 8, kScoresOnly>(a, scores, smem, stream); break;
+    case 16: launch_tiled<T, 16, kScoresOnly>(a, scores, smem, stream); break;
+    default: launch_tiled<T, 32, kScoresOnly>(a, scores, smem, stream); break;
+  }
+  return true;
+}
+
+// ---- cuBLAS ---------------------------------------------------------------------------------
+
+cublasHandle_t cublas_handle(cudaStream_t stream) {
+  struct Handles {
+    std::array<cublasHandle_t, 64> h{};
+    ~Handles() {
+      for (auto x : h)
+        if (x) cublasDestroy(x);
+    }
+  };
+  thread_local Handles handles;
+  int dev = 0;
+  NMT_CUDA_CHECK(cudaGetDevice(&dev));
+  cublasHandle_t& h = handles.h.at(size_t(dev));
+  if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate");
+  if (cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("cublasSetStream");
+  return h;
+}
+
+template <typename T>
+cudaDataType_t cuda_type();
+template <>
+cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
+template <>
+cudaDataType_t cuda_type<__half>() { return CUDA_R_16F; }
+template <>
+cudaDataType_t cuda_type<__nv_bfloat16>() { return CUDA_R_16BF; }
+
+void check_cublas(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(int(st)));
+}
+
+// Scratch of at least `bytes`: the caller's workspace, or stream-ordered memory freed by the
+// destructor (after the work queued on the stream).
+struct Scratch {
+  void* ptr = nullptr;
+  bool owned = false;
+  cudaStream_t stream;
+  Scratch(void* ws, size_t ws_bytes, size_t bytes, cudaStream_t s) : stream(s) {
+    if (ws && ws_bytes >= bytes) {
+      ptr = ws;
+    } else {
+      NMT_CUDA_CHECK(cudaMallocAsync(&ptr, bytes, s));
+      owned = true;
+    }
+  }
+  ~Scratch() {
+    if (owned) cudaFreeAsync(ptr, stream);
+  }
+};
+
+// S[b][h] (M x N, row-major) = alpha * Q_bh K_kv,h^T for every (b, h), in heads x
+// queries_per_kv calls of strided-batched GEMM over the kv batches (column-major view:
+// S^T = K Q^T with K^T and Q^T seen as D x N and D x M matrices of leading dim row_stride).
+template <typename T>
+void cublas_scores(const AttentionArgs<T>& a, T* s, float alpha, cudaStream_t stream) {
+  cublasHandle_t handle = cublas_handle(stream);
+  const float zero = 0.f;
+  const int64_t mn = a.q_len * a.kv_len;
+  for (int h = 0; h < a.heads; ++h) {
+    for (int64_t r = 0; r < a.queries_per_kv && r < a.batch; ++r) {
+      const int64_t count = (a.batch - r + a.queries_per_kv - 1) / a.queries_per_kv;
+      check_cublas(
+          cublasGemmStridedBatchedEx(
+              handle, CUBLAS_OP_T, CUBLAS_OP_N, int(a.kv_len), int(a.q_len), a.head_dim, &alpha,
+              a.k + int64_t(h) * a.head_dim, cuda_type<T>(), int(a.kv_row_stride),
+              a.kv_batch_stride, a.q + r * a.q_batch_stride + int64_t(h) * a.head_dim,
+              cuda_type<T>(), int(a.q_row_stride), a.q_batch_stride * a.queries_per_kv, &zero,
+              s + (r * a.heads + h) * mn, cuda_type<T>(), int(a.kv_len),
+              mn * a.heads * a.queries_per_kv, int(count), CUBLAS_COMPUTE_32F,
+              CUBLAS_GEMM_DEFAULT),
+          "cublasGemmStridedBatchedEx(QK^T)");
+    }
+  }
+}
+
+// out_bh (M x D) = P_bh V_kv,h (column-major: O^T = V^T P^T).
+template <typename T>
+void cublas_pv(const AttentionArgs<T>& a, const T* p, cudaStream_t stream) {
+  cublasHandle_t handle = cublas_handle(stream);
+  const float one = 1.f, zero = 0.f;
+  const int64_t mn = a.q_len * a.kv_len;
+  for (int h = 0; h < a.heads; ++h) {
+    for (int64_t r = 0; r < a.queries_per_kv && r < a.batch; ++r) {
+      const int64_t count = (a.batch - r + a.queries_per_kv - 1) / a.queries_per_kv;
+      check_cublas(
+          cublasGemmStridedBatchedEx(
+              handle, CUBLAS_OP_N, CUBLAS_OP_N, a.head_dim, int(a.q_len), int(a.kv_len), &one,
+              a.v + int64_t(h) * a.head_dim, cuda_type<T>(), int(a.kv_row_stride),
+              a.kv_batch_stride, p + (r * a.heads + h) * mn, cuda_type<T>(), int(a.kv_len),
+              mn * a.heads * a.queries_per_kv, &zero,
+              a.out + r * a.out_batch_stride + int64_t(h) * a.head_dim, cuda_type<T>(),
+              int(a.out_row_stride), a.out_batch_stride * a.queries_per_kv, int(count),
+              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmStridedBatchedEx(PV)");
+    }
+  }
+}
+
+template <typename T>
+SoftmaxOptions attention_softmax_options(const AttentionArgs<T>& a) {
+  SoftmaxOptions opt;
+  opt.key_lengths = a.key_lengths;
+  opt.rows_per_length = a.queries_per_kv * a.heads * a.q_len;
+  if (a.causal) {
+    opt.causal_rows = a.q_len;
+    opt.causal_offset = a.causal_offset;
+  }
+  return opt;
+}
+
+template <typename T>
+void run_cublas(const AttentionArgs<T>& a, cudaStream_t stream) {
+  const size_t bytes =
+      attention_workspace_bytes(a.batch, a.heads, a.q_len, a.kv_len, sizeof(T));
+  Scratch scratch(a.workspace, a.workspace_bytes, bytes, stream);
+  T* s = static_cast<T*>(scratch.ptr);
+  cublas_scores(a, s, a.scale, stream);
+  softmax_cuda(s, s, a.batch * a.heads * a.q_len, a.kv_len, attention_softmax_options(a),
+               stream);
+  cublas_pv(a, s, stream);
+}
+
+// Masks cuBLAS scores in place ([b][h][i][j], -inf where key j is hidden from query i).
+template <typename T>
+__global__ void mask_scores_kernel(AttentionArgs<T> a, T* s) {
+  const int64_t total = a.batch * a.heads * a.q_len * a.kv_len;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = e % a.kv_len, row = e / a.kv_len;
+    const int64_t i = row % a.q_len, b = row / a.q_len / a.heads;
+    if (j >= visible_keys(a, b, i)) s[e] = from_float<T>(-INFINITY);
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+template <typename T>
+void attention_cuda(const AttentionArgs<T>& a, cudaStream_t stream) {
+  using namespace cuda;
+  if (a.batch <= 0 || a.heads <= 0 || a.q_len <= 0) return;
+  const bool step = a.path == AttentionPath::kDecoderStep ||
+                    (a.path == AttentionPath::kAuto && a.q_len == 1);
+  if (step && try_step(a, stream)) return;
+  if ((a.path == AttentionPath::kAuto || a.path == AttentionPath::kTiled) &&
+      try_tiled<T, false>(a, nullptr, stream))
+    return;
+  run_cublas(a, stream);
+}
+
+template <typename T>
+void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t stream) {
+  using namespace cuda;
+  if (a.batch <= 0 || a.heads <= 0 || a.q_len <= 0 || a.kv_len <= 0) return;
+  if (a.path != AttentionPath::kCublas && try_tiled<T, true>(a, scores, stream)) return;
+  cublas_scores(a, scores, a.scale, stream);
+  if (a.key_lengths || a.causal) {
+    const int64_t total = a.batch * a.heads * a.q_len * a.kv_len;
+    mask_scores_kernel<<<grid_for(total, 256, 8), 256, 0, stream>>>(a, scores);
+    NMT_CUDA_CHECK_LAUNCH();
+  }
+}
+
+#define NMT_INSTANTIATE(T)                                                                     \
+  template void attention_cuda<T>(const AttentionArgs<T>&, cudaStream_t);                     \
+  template void attention_scores_cuda<T>(const AttentionArgs<T>&, T*, cudaStream_t);
+NMT_INSTANTIATE(float)
+NMT_INSTANTIATE(__half)
+NMT_INSTANTIATE(__nv_bfloat16)
+#undef NMT_INSTANTIATE
+
+}  // namespace nmt::kernels

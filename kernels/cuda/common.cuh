@@ -1,0 +1,115 @@
+#pragma once
+// Shared device helpers of the kernels: element conversion, 16-byte packs, warp/group
+// reductions, error checks. Only included by kernels/cuda/*.cu.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace nmt::kernels::cuda {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+#define NMT_CUDA_CHECK(expr) ::nmt::kernels::cuda::check((expr), #expr)
+// Launch errors (bad configuration) surface here; execution errors on a later sync.
+#define NMT_CUDA_CHECK_LAUNCH() ::nmt::kernels::cuda::check(cudaGetLastError(), __func__)
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v) { return float(v); }
+template <>
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v) { return T(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// N elements of T moved as one load/store (16 bytes when N = 16 / sizeof(T)).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ void load_pack(const T* p, float* dst) {
+  const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N>*>(p);
+#pragma unroll
+  for (int i = 0; i < N; ++i) dst[i] = to_float(pk.v[i]);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T* p, const float* src) {
+  Pack<T, N> pk;
+#pragma unroll
+  for (int i = 0; i < N; ++i) pk.v[i] = from_float<T>(src[i]);
+  *reinterpret_cast<Pack<T, N>*>(p) = pk;
+}
+
+// Largest pack (16 bytes at most) that divides cols and keeps every pointer aligned.
+template <typename T>
+inline int pick_pack(int64_t cols, std::initializer_list<const void*> ptrs) {
+  constexpr int kFull = 16 / int(sizeof(T));
+  if (cols % kFull != 0) return 1;
+  for (const void* p : ptrs)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return 1;
+  return kFull;
+}
+
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// All-reduce within groups of kWidth consecutive lanes (kWidth a power of two <= 32).
+template <int kWidth, class Op>
+__device__ __forceinline__ float group_allreduce(float v, Op op) {
+#pragma unroll
+  for (int mask = kWidth / 2; mask > 0; mask /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, mask));
+  return v;
+}
+
+// All-reduce over the whole block (blockDim.x a multiple of 32, at most 1024).
+template <class Op>
+__device__ float block_allreduce(float v, Op op, float identity) {
+  __shared__ float partial[32];
+  __shared__ float result;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = group_allreduce<32>(v, op);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < int(blockDim.x / 32) ? partial[lane] : identity;
+    v = group_allreduce<32>(v, op);
+    if (lane == 0) result = v;
+  }
+  __syncthreads();
+  return result;
+}
+
+inline int num_sms() {  // of the current device (a cheap attribute query)
+  int dev = 0, sms = 0;
+  NMT_CUDA_CHECK(cudaGetDevice(&dev));
+  NMT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+// Grid size for grid-stride kernels: enough waves to hide latency, never more blocks than work.
+inline int grid_for(int64_t work_items, int items_per_block, int blocks_per_sm = 32) {
+  const int64_t need = (work_items + items_per_block - 1) / items_per_block;
+  const int64_t cap = int64_t(num_sms()) * blocks_per_sm;
+  return int(need < cap ? (need > 0 ? need : 1) : cap);
+}
+
+}  // namespace nmt::kernels::cuda

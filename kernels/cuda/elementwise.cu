@@ -1,0 +1,238 @@
+// Elementwise fusions (kernels/elementwise.h, kernels/activation.h). All are memory-bound:
+// 16-byte packs where the row width and the pointers allow it, one element otherwise.
+#include "kernels/activation.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/elementwise.h"
+
+namespace nmt::kernels {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Calls f(row, col) for every pack of N columns of a rows x cols grid (cols % N == 0).
+template <int N, class F>
+__global__ void __launch_bounds__(kThreads) for_each_pack(int64_t rows, int64_t cols, F f) {
+  const int64_t packs_per_row = cols / N;
+  const int64_t total = rows * packs_per_row;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / packs_per_row;
+    f(row, (i - row * packs_per_row) * N);
+  }
+}
+
+template <int N, class F>
+void launch_packs(int64_t rows, int64_t cols, cudaStream_t stream, F f) {
+  if (rows <= 0 || cols <= 0) return;
+  for_each_pack<N><<<grid_for(rows * (cols / N), kThreads, 8), kThreads, 0, stream>>>(rows, cols,
+                                                                                      f);
+  NMT_CUDA_CHECK_LAUNCH();
+}
+
+// True when the 16-byte pack fits cols, every pointer and every row stride.
+template <typename T>
+bool full_pack(int64_t cols, std::initializer_list<const void*> ptrs,
+               std::initializer_list<int64_t> strides = {}) {
+  constexpr int kFull = 16 / int(sizeof(T));
+  bool full = pick_pack<T>(cols, ptrs) == kFull;
+  for (int64_t s : strides) full = full && s % kFull == 0;
+  return full;
+}
+
+// Launches Op<T, N> over rows x cols with the full pack when allowed, else one element.
+template <typename T, template <typename, int> class Op, class... Args>
+void launch_op(bool full, int64_t rows, int64_t cols, cudaStream_t stream, Args... args) {
+  constexpr int kFull = 16 / int(sizeof(T));
+  if (full)
+    launch_packs<kFull>(rows, cols, stream, Op<T, kFull>{args...});
+  else
+    launch_packs<1>(rows, cols, stream, Op<T, 1>{args...});
+}
+
+__device__ __forceinline__ float activate(float v, Activation act) {
+  switch (act) {
+    case Activation::kRelu:
+      return v > 0.f ? v : 0.f;
+    case Activation::kGelu:
+      return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+    case Activation::kSwish:
+      return v / (1.f + expf(-v));
+  }
+  return v;
+}
+
+template <typename T, int N>
+struct BiasActivation {
+  T* x;
+  const T* bias;
+  int64_t cols;
+  Activation act;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    float v[N], b[N];
+    load_pack<T, N>(x + r * cols + c, v);
+    if (bias) load_pack<T, N>(bias + c, b);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = activate(v[i] + (bias ? b[i] : 0.f), act);
+    store_pack<T, N>(x + r * cols + c, v);
+  }
+};
+
+template <typename T, int N>
+struct AddBias {
+  T* x;
+  const T* bias;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    float v[N], b[N];
+    load_pack<T, N>(x + r * cols + c, v);
+    load_pack<T, N>(bias + c, b);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] += b[i];
+    store_pack<T, N>(x + r * cols + c, v);
+  }
+};
+
+template <typename T, int N>
+struct EmbedPositions {
+  const int* ids;
+  const T* embeddings;
+  const T* positions_table;
+  const int* positions;
+  T* out;
+  int64_t d_model;
+  float scale;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    float e[N], p[N];
+    load_pack<T, N>(embeddings + int64_t(ids[r]) * d_model + c, e);
+    if (positions_table) load_pack<T, N>(positions_table + int64_t(positions[r]) * d_model + c, p);
+#pragma unroll
+    for (int i = 0; i < N; ++i) e[i] = e[i] * scale + (positions_table ? p[i] : 0.f);
+    store_pack<T, N>(out + r * d_model + c, e);
+  }
+};
+
+template <typename T, int N>
+struct GatherRows {
+  const T* src;
+  T* dst;
+  const int* index;
+  int64_t src_row_stride, dst_row_stride;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    *reinterpret_cast<Pack<T, N>*>(dst + r * dst_row_stride + c) =
+        *reinterpret_cast<const Pack<T, N>*>(src + int64_t(index[r]) * src_row_stride + c);
+  }
+};
+
+template <typename T, int N>
+struct KvAppend {
+  const T* k_new;
+  const T* v_new;
+  int64_t new_row_stride;
+  T* k_cache;
+  T* v_cache;
+  int64_t step, max_len, d_model;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    const int64_t dst = (r * max_len + step) * d_model + c;
+    *reinterpret_cast<Pack<T, N>*>(k_cache + dst) =
+        *reinterpret_cast<const Pack<T, N>*>(k_new + r * new_row_stride + c);
+    *reinterpret_cast<Pack<T, N>*>(v_cache + dst) =
+        *reinterpret_cast<const Pack<T, N>*>(v_new + r * new_row_stride + c);
+  }
+};
+
+template <typename From, typename To, int N>
+struct Convert {
+  const From* src;
+  To* dst;
+  __device__ void operator()(int64_t, int64_t c) const {
+    float v[N];
+    load_pack<From, N>(src + c, v);
+    store_pack<To, N>(dst + c, v);
+  }
+};
+
+}  // namespace
+}  // namespace cuda
+
+template <typename T>
+void bias_activation_cuda(T* x, const T* bias, int64_t rows, int64_t cols, Activation act,
+                          cudaStream_t stream) {
+  using namespace cuda;
+  launch_op<T, BiasActivation>(full_pack<T>(cols, {x, bias}), rows, cols, stream, x, bias, cols,
+                               act);
+}
+
+template <typename T>
+void add_bias_cuda(T* x, const T* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
+  using namespace cuda;
+  launch_op<T, AddBias>(full_pack<T>(cols, {x, bias}), rows, cols, stream, x, bias, cols);
+}
+
+template <typename T>
+void embed_positions_cuda(const int* ids, const T* embeddings, const T* positions_table,
+                          const int* positions, T* out, int64_t rows, int d_model, float scale,
+                          cudaStream_t stream) {
+  using namespace cuda;
+  launch_op<T, EmbedPositions>(full_pack<T>(d_model, {embeddings, positions_table, out}), rows,
+                               d_model, stream, ids, embeddings, positions_table, positions, out,
+                               int64_t(d_model), scale);
+}
+
+template <typename T>
+void gather_rows_cuda(const T* src, T* dst, const int* index, int64_t rows,
+                      int64_t src_row_stride, int64_t dst_row_stride, int64_t row_elems,
+                      cudaStream_t stream) {
+  using namespace cuda;
+  launch_op<T, GatherRows>(full_pack<T>(row_elems, {src, dst}, {src_row_stride, dst_row_stride}),
+                           rows, row_elems, stream, src, dst, index, src_row_stride,
+                           dst_row_stride);
+}
+
+template <typename T>
+void kv_append_cuda(const T* k_new, const T* v_new, int64_t new_row_stride, T* k_cache,
+                    T* v_cache, int64_t rows, int64_t step, int64_t max_len, int64_t d_model,
+                    cudaStream_t stream) {
+  using namespace cuda;
+  launch_op<T, KvAppend>(
+      full_pack<T>(d_model, {k_new, v_new, k_cache, v_cache}, {new_row_stride}), rows, d_model,
+      stream, k_new, v_new, new_row_stride, k_cache, v_cache, step, max_len, d_model);
+}
+
+template <typename From, typename To>
+void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream) {
+  using namespace cuda;
+  constexpr int kPack = 8;  // 16 bytes of the 16-bit side, 32 of float
+  const bool full = n % kPack == 0 &&
+                    reinterpret_cast<uintptr_t>(src) % (kPack * sizeof(From)) == 0 &&
+                    reinterpret_cast<uintptr_t>(dst) % (kPack * sizeof(To)) == 0;
+  if (full)
+    launch_packs<kPack>(1, n, stream, Convert<From, To, kPack>{src, dst});
+  else
+    launch_packs<1>(1, n, stream, Convert<From, To, 1>{src, dst});
+}
+
+#define NMT_INSTANTIATE(T)                                                                     \
+  template void bias_activation_cuda<T>(T*, const T*, int64_t, int64_t, Activation,           \
+                                        cudaStream_t);                                         \
+  template void add_bias_cuda<T>(T*, const T*, int64_t, int64_t, cudaStream_t);               \
+  template void embed_positions_cuda<T>(const int*, const T*, const T*, const int*, T*,       \
+                                        int64_t, int, float, cudaStream_t);                    \
+  template void gather_rows_cuda<T>(const T*, T*, const int*, int64_t, int64_t, int64_t,      \
+                                    int64_t, cudaStream_t);                                    \
+  template void kv_append_cuda<T>(const T*, const T*, int64_t, T*, T*, int64_t, int64_t,      \
+                                  int64_t, int64_t, cudaStream_t);
+NMT_INSTANTIATE(float)
+NMT_INSTANTIATE(__half)
+NMT_INSTANTIATE(__nv_bfloat16)
+#undef NMT_INSTANTIATE
+
+#define NMT_INSTANTIATE_CONVERT(A, B)                                                          \
+  template void convert_cuda<A, B>(const A*, B*, int64_t, cudaStream_t);                      \
+  template void convert_cuda<B, A>(const B*, A*, int64_t, cudaStream_t);
+NMT_INSTANTIATE_CONVERT(float, __half)
+NMT_INSTANTIATE_CONVERT(float, __nv_bfloat16)
+NMT_INSTANTIATE_CONVERT(__half, __nv_bfloat16)
+#undef NMT_INSTANTIATE_CONVERT
+
+}  // namespace nmt::kernels

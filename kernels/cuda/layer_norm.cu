@@ -1,0 +1,271 @@
+// LayerNorm with the residual add and bias fused into the load (see kernels/layer_norm.h).
+// Statistics: Welford in float32, merged across lanes and warps with Chan's formula.
+#include "kernels/cuda/rowwise.cuh"
+#include "kernels/layer_norm.h"
+
+namespace nmt::kernels {
+namespace cuda {
+namespace {
+
+// z = x + residual + bias for N consecutive columns of one row.
+template <typename T, int N>
+struct LnLoad {
+  const T* x;
+  const T* residual;
+  const T* bias;
+  int64_t cols;
+  __device__ __forceinline__ void operator()(float* dst, int64_t row, int64_t col) const {
+    const int64_t off = row * cols + col;
+    load_pack<T, N>(x + off, dst);
+    float t[N];
+    if (residual) {
+      load_pack<T, N>(residual + off, t);
+#pragma unroll
+      for (int i = 0; i < N; ++i) dst[i] += t[i];
+    }
+    if (bias) {
+      load_pack<T, N>(bias + col, t);
+#pragma unroll
+      for (int i = 0; i < N; ++i) dst[i] += t[i];
+    }
+  }
+};
+
+// y = (z - mean) * inv_std * gamma + beta for N consecutive columns of one row.
+template <typename T, int N>
+struct LnStore {
+  T* y;
+  const T* gamma;
+  const T* beta;
+  int64_t cols;
+  __device__ __forceinline__ void operator()(const float* z, int64_t row, int64_t col,
+                                             float mean, float inv_std) const {
+    float out[N], g[N], b[N];
+    if (gamma) load_pack<T, N>(gamma + col, g);
+    if (beta) load_pack<T, N>(beta + col, b);
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      out[i] = (z[i] - mean) * inv_std * (gamma ? g[i] : 1.f) + (beta ? b[i] : 0.f);
+    store_pack<T, N>(y + row * cols + col, out);
+  }
+};
+
+struct Welford {
+  float mean = 0.f, m2 = 0.f, count = 0.f;
+  __device__ __forceinline__ void add(float v) {
+    count += 1.f;
+    const float d = v - mean;
+    mean += __fdividef(d, count);
+    m2 += d * (v - mean);
+  }
+  __device__ __forceinline__ void merge(float b_mean, float b_m2, float b_count) {
+    const float n = count + b_count;
+    if (n == 0.f) return;
+    const float d = b_mean - mean;
+    const float wb = __fdividef(b_count, n);
+    mean += d * wb;
+    m2 += b_m2 + d * d * count * wb;
+    count = n;
+  }
+};
+
+template <int kWidth>
+__device__ __forceinline__ void group_allreduce(Welford& w) {
+#pragma unroll
+  for (int mask = kWidth / 2; mask > 0; mask /= 2) {
+    const float m = __shfl_xor_sync(0xffffffffu, w.mean, mask);
+    const float m2 = __shfl_xor_sync(0xffffffffu, w.m2, mask);
+    const float c = __shfl_xor_sync(0xffffffffu, w.count, mask);
+    w.merge(m, m2, c);
+  }
+}
+
+__device__ void block_allreduce(Welford& w) {
+  __shared__ float s_mean[32], s_m2[32], s_count[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  group_allreduce<32>(w);
+  if (lane == 0) {
+    s_mean[warp] = w.mean;
+    s_m2[warp] = w.m2;
+    s_count[warp] = w.count;
+  }
+  __syncthreads();
+  Welford t;
+  if (lane < int(blockDim.x / 32)) {
+    t.mean = s_mean[lane];
+    t.m2 = s_m2[lane];
+    t.count = s_count[lane];
+  }
+  group_allreduce<32>(t);  // every warp reduces the same values: no second barrier needed
+  w = t;
+  __syncthreads();  // s_* may be reused by the caller's next row
+}
+
+__device__ __forceinline__ void write_stats(float* mean, float* inv_std, int64_t row,
+                                            float m, float r) {
+  if (mean) mean[row] = m;
+  if (inv_std) inv_std[row] = r;
+}
+
+// A group of kGroup lanes handles kRows rows at a time, kCols columns per lane in registers.
+template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
+__global__ void __launch_bounds__(kWarpThreads) ln_warp_kernel(Load load, Store store,
+                                                               int64_t rows, int64_t cols,
+                                                               float eps, float* mean,
+                                                               float* inv_std) {
+  constexpr int kPacks = kCols / N;
+  float buf[kRows][kCols];
+  const int lane = threadIdx.x;
+  const int64_t step = int64_t(gridDim.x) * blockDim.y * kRows;
+  // The loop bound is the first row of the warp, so that all groups of a warp iterate together
+  // (their shuffles use the full mask); rows past the end are masked inside.
+  constexpr int kGroupsPerWarp = 32 / kGroup;
+  const int64_t group = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t warp_group0 = group / kGroupsPerWarp * kGroupsPerWarp;
+  for (int64_t row0 = group * kRows, warp_row0 = warp_group0 * kRows; warp_row0 < rows;
+       row0 += step, warp_row0 += step) {
+    Welford w[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = (int64_t(p) * kGroup + lane) * N;
+        if (row0 + r < rows && col < cols) {
+          load(buf[r] + p * N, row0 + r, col);
+#pragma unroll
+          for (int i = 0; i < N; ++i) w[r].add(buf[r][p * N + i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      group_allreduce<kGroup>(w[r]);
+      const float inv = rsqrtf(w[r].m2 / w[r].count + eps);
+      if (row0 + r >= rows) continue;
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = (int64_t(p) * kGroup + lane) * N;
+        if (col < cols) store(buf[r] + p * N, row0 + r, col, w[r].mean, inv);
+      }
+      if (lane == 0) write_stats(mean, inv_std, row0 + r, w[r].mean, inv);
+    }
+  }
+}
+
+// One block per row, the row cached in shared memory, column-interleaved: element i of pack p
+// sits at i * num_packs + p so that consecutive lanes touch consecutive banks.
+template <class Load, class Store, int N>
+__global__ void ln_smem_kernel(Load load, Store store, int64_t rows, int64_t cols, float eps,
+                               float* mean, float* inv_std) {
+  extern __shared__ float smem[];
+  const int num_packs = int(cols / N);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    Welford w;
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
+      load(v, row, int64_t(p) * N);
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        smem[i * num_packs + p] = v[i];
+        w.add(v[i]);
+      }
+    }
+    block_allreduce(w);
+    const float inv = rsqrtf(w.m2 / w.count + eps);
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = smem[i * num_packs + p];
+      store(v, row, int64_t(p) * N, w.mean, inv);
+    }
+    if (threadIdx.x == 0) write_stats(mean, inv_std, row, w.mean, inv);
+    __syncthreads();  // smem is overwritten by the next row
+  }
+}
+
+// One block per row, re-reading the row from global memory (L2) for the second pass.
+template <class Load, class Store, int N>
+__global__ void __launch_bounds__(1024) ln_uncached_kernel(Load load, Store store, int64_t rows,
+                                                           int64_t cols, float eps, float* mean,
+                                                           float* inv_std) {
+  const int num_packs = int(cols / N);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    Welford w;
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
+      load(v, row, int64_t(p) * N);
+#pragma unroll
+      for (int i = 0; i < N; ++i) w.add(v[i]);
+    }
+    block_allreduce(w);
+    const float inv = rsqrtf(w.m2 / w.count + eps);
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
+      load(v, row, int64_t(p) * N);
+      store(v, row, int64_t(p) * N, w.mean, inv);
+    }
+    if (threadIdx.x == 0) write_stats(mean, inv_std, row, w.mean, inv);
+  }
+}
+
+template <typename T, int N>
+struct LnKernels {
+  using Load = LnLoad<T, N>;
+  using Store = LnStore<T, N>;
+  Load load;
+  Store store;
+  int64_t rows, cols;
+  float eps;
+  float *mean, *inv_std;
+
+  template <int kCols, int kGroup, int kRows>
+  void launch_warp(dim3 grid, dim3 block, cudaStream_t s) const {
+    ln_warp_kernel<Load, Store, N, kCols, kGroup, kRows><<<grid, block, 0, s>>>(
+        load, store, rows, cols, eps, mean, inv_std);
+  }
+  const void* smem_kernel() const {
+    return reinterpret_cast<const void*>(&ln_smem_kernel<Load, Store, N>);
+  }
+  void launch_smem(dim3 grid, dim3 block, size_t smem, cudaStream_t s) const {
+    ln_smem_kernel<Load, Store, N><<<grid, block, smem, s>>>(
+        load, store, rows, cols, eps, mean, inv_std);
+  }
+  void launch_uncached(dim3 grid, dim3 block, cudaStream_t s) const {
+    ln_uncached_kernel<Load, Store, N><<<grid, block, 0, s>>>(
+        load, store, rows, cols, eps, mean, inv_std);
+  }
+};
+
+template <typename T, int N>
+void run(const T* x, const T* residual, const T* bias, const T* gamma, const T* beta, T* y,
+         int64_t rows, int64_t cols, float eps, cudaStream_t stream, float* mean,
+         float* inv_std) {
+  using K = LnKernels<T, N>;
+  const K k{{x, residual, bias, cols}, {y, gamma, beta, cols}, rows, cols, eps, mean, inv_std};
+  dispatch_rowwise<K, N>(k, rows, cols, stream);
+  NMT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace cuda
+
+template <typename T>
+void layer_norm_cuda(const T* x, const T* residual, const T* bias, const T* gamma, const T* beta,
+                     T* y, int64_t rows, int64_t cols, float eps, cudaStream_t stream,
+                     float* mean, float* inv_std) {
+  constexpr int kFull = 16 / int(sizeof(T));
+  if (cuda::pick_pack<T>(cols, {x, residual, bias, gamma, beta, y}) == kFull)
+    cuda::run<T, kFull>(x, residual, bias, gamma, beta, y, rows, cols, eps, stream, mean, inv_std);
+  else
+    cuda::run<T, 1>(x, residual, bias, gamma, beta, y, rows, cols, eps, stream, mean, inv_std);
+}
+
+#define NMT_INSTANTIATE(T)                                                                     \
+  template void layer_norm_cuda<T>(const T*, const T*, const T*, const T*, const T*, T*,       \
+                                   int64_t, int64_t, float, cudaStream_t, float*, float*);
+NMT_INSTANTIATE(float)
+NMT_INSTANTIATE(__half)
+NMT_INSTANTIATE(__nv_bfloat16)
+#undef NMT_INSTANTIATE
+
+}  // namespace nmt::kernels

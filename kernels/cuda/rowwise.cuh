@@ -1,0 +1,96 @@
+#pragma once
+// The three-way row-wise dispatch shared by LayerNorm and Softmax (OneFlow's design):
+//   cols <= 1024        : a group of 1..32 lanes per row, the row in registers
+//   row fits in smem    : one block per row, the row cached in shared memory (float)
+//   otherwise           : one block per row, re-reading global memory
+// A Kernels object holds one call's arguments and launches, for one operation and pack N:
+//   template <int kCols, int kGroup, int kRows> void launch_warp(grid, block, stream) const
+//   const void* smem_kernel() const; void launch_smem(grid, block, smem, stream) const
+//   void launch_uncached(grid, block, stream) const
+#include "kernels/cuda/common.cuh"
+
+namespace nmt::kernels::cuda {
+
+constexpr int kWarpThreads = 128;  // threads per block of the warp-per-row kernels
+
+// Columns per thread of the register kernels: multiples of the pack N up to 32, coarser
+// steps above 8 when N < 4 to bound the number of instantiations (padding covers the rest).
+template <int N, int C>
+constexpr int next_cols_per_thread() {
+  return (N >= 4 || C < 8) ? C + N : C + 4;
+}
+
+template <class Kernels, int N, int kCols>
+void dispatch_warp_cols(const Kernels& k, int64_t cols, int64_t rows, cudaStream_t stream) {
+  if constexpr (kCols <= 32) {
+    if (cols <= int64_t(kCols) * 32) {
+      const dim3 block(32, kWarpThreads / 32);
+      k.template launch_warp<kCols, 32, 1>(dim3(grid_for(rows, block.y)), block, stream);
+      return;
+    }
+    dispatch_warp_cols<Kernels, N, next_cols_per_thread<N, kCols>()>(k, cols, rows, stream);
+  }
+}
+
+template <class Kernels, int N, int kGroup>
+void dispatch_warp_group(const Kernels& k, int64_t cols, int64_t rows, cudaStream_t stream) {
+  if constexpr (kGroup < 32) {
+    if (cols <= int64_t(N) * kGroup) {  // one pack per lane, two rows per group
+      const dim3 block(kGroup, kWarpThreads / kGroup);
+      k.template launch_warp<N, kGroup, 2>(dim3(grid_for((rows + 1) / 2, block.y)), block,
+                                                 stream);
+      return;
+    }
+    dispatch_warp_group<Kernels, N, kGroup * 2>(k, cols, rows, stream);
+  } else {
+    dispatch_warp_cols<Kernels, N, N>(k, cols, rows, stream);
+  }
+}
+
+// Largest block size with the same occupancy as the smallest; 0 when the row does not fit.
+inline int pick_smem_block(const void* kernel, size_t smem) {
+  int best = 0, base = 0;
+  for (int threads : {128, 256, 512, 1024}) {
+    int active = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&active, kernel, threads, smem) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      break;
+    }
+    if (threads == 128) base = active;
+    if (active <= 0 || active < base) break;
+    best = threads;
+  }
+  return base > 0 ? best : 0;
+}
+
+inline bool allow_smem(const void* kernel, size_t smem) {
+  int dev = 0, optin = 0;
+  NMT_CUDA_CHECK(cudaGetDevice(&dev));
+  NMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (smem > size_t(optin)) return false;
+  NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(smem)));
+  return true;
+}
+
+template <class Kernels, int N>
+void dispatch_rowwise(const Kernels& k, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  if (cols <= 1024) {
+    dispatch_warp_group<Kernels, N, 1>(k, cols, rows, stream);
+    return;
+  }
+  const size_t smem = size_t(cols) * sizeof(float);
+  const void* smem_kernel = k.smem_kernel();
+  if (allow_smem(smem_kernel, smem)) {
+    const int threads = pick_smem_block(smem_kernel, smem);
+    if (threads > 0) {
+      k.launch_smem(dim3(grid_for(rows, 1, 64)), dim3(threads), smem, stream);
+      return;
+    }
+  }
+  k.launch_uncached(dim3(grid_for(rows, 1, 64)), dim3(1024), stream);
+}
+
+}  // namespace nmt::kernels::cuda

@@ -1,0 +1,229 @@
+// Softmax / log-softmax over rows with the scale and the key-length / causal mask fused into
+// the load (see kernels/softmax.h). Same three-way dispatch as LayerNorm.
+#include <cmath>
+
+#include "kernels/cuda/rowwise.cuh"
+#include "kernels/softmax.h"
+
+namespace nmt::kernels {
+namespace cuda {
+namespace {
+
+// Visible columns of a row; scaled values, -inf past them.
+template <typename T, int N>
+struct SmLoad {
+  const T* x;
+  int64_t cols;
+  float scale;
+  const int* key_lengths;
+  SoftmaxOptions opt;
+  __device__ __forceinline__ int64_t valid(int64_t row) const {
+    return softmax_valid_cols(row, cols, key_lengths, opt);
+  }
+  __device__ __forceinline__ void operator()(float* dst, int64_t row, int64_t col,
+                                             int64_t valid) const {
+    load_pack<T, N>(x + row * cols + col, dst);
+#pragma unroll
+    for (int i = 0; i < N; ++i) dst[i] = col + i < valid ? dst[i] * scale : -INFINITY;
+  }
+};
+
+// y = exp(v - max) / sum, or v - max - log(sum) for log-softmax; a row with no visible column
+// gives zeros (softmax) or -inf (log-softmax).
+template <typename T, int N>
+struct SmStore {
+  T* y;
+  int64_t cols;
+  bool log;
+  __device__ __forceinline__ void operator()(const float* v, int64_t row, int64_t col,
+                                             float max_v, float sum) const {
+    float out[N];
+    if (log) {
+      const float shift = max_v + logf(sum);
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = v[i] == -INFINITY ? -INFINITY : v[i] - shift;
+    } else {
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = expf(v[i] - max_v) * inv;
+    }
+    store_pack<T, N>(y + row * cols + col, out);
+  }
+};
+
+// A max that keeps exp(v - max) finite for fully masked rows.
+__device__ __forceinline__ float safe_max(float m) { return m == -INFINITY ? 0.f : m; }
+
+template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
+__global__ void __launch_bounds__(kWarpThreads) softmax_warp_kernel(Load load, Store store,
+                                                                    int64_t rows, int64_t cols) {
+  constexpr int kPacks = kCols / N;
+  float buf[kRows][kCols];
+  const int lane = threadIdx.x;
+  const int64_t step = int64_t(gridDim.x) * blockDim.y * kRows;
+  // Loop bound on the warp's first row: all groups of a warp iterate together (full-mask
+  // shuffles); rows past the end are masked inside.
+  constexpr int kGroupsPerWarp = 32 / kGroup;
+  const int64_t group = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t warp_group0 = group / kGroupsPerWarp * kGroupsPerWarp;
+  for (int64_t row0 = group * kRows, warp_row0 = warp_group0 * kRows; warp_row0 < rows;
+       row0 += step, warp_row0 += step) {
+    float max_v[kRows], sum[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      max_v[r] = -INFINITY;
+      const int64_t valid = row0 + r < rows ? load.valid(row0 + r) : 0;
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = (int64_t(p) * kGroup + lane) * N;
+        if (row0 + r < rows && col < cols) {
+          load(buf[r] + p * N, row0 + r, col, valid);
+        } else {
+#pragma unroll
+          for (int i = 0; i < N; ++i) buf[r][p * N + i] = -INFINITY;
+        }
+#pragma unroll
+        for (int i = 0; i < N; ++i) max_v[r] = fmaxf(max_v[r], buf[r][p * N + i]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      max_v[r] = safe_max(group_allreduce<kGroup>(max_v[r], MaxOp()));
+      sum[r] = 0.f;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) sum[r] += expf(buf[r][c] - max_v[r]);
+      sum[r] = group_allreduce<kGroup>(sum[r], SumOp());
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r >= rows) continue;
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = (int64_t(p) * kGroup + lane) * N;
+        if (col < cols) store(buf[r] + p * N, row0 + r, col, max_v[r], sum[r]);
+      }
+    }
+  }
+}
+
+// One block per row cached in shared memory, column-interleaved (element i of pack p at
+// i * num_packs + p: consecutive lanes hit consecutive banks).
+template <class Load, class Store, int N>
+__global__ void softmax_smem_kernel(Load load, Store store, int64_t rows, int64_t cols) {
+  extern __shared__ float smem[];
+  const int num_packs = int(cols / N);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t valid = load.valid(row);
+    float max_v = -INFINITY;
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
+      load(v, row, int64_t(p) * N, valid);
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        smem[i * num_packs + p] = v[i];
+        max_v = fmaxf(max_v, v[i]);
+      }
+    }
+    max_v = safe_max(block_allreduce(max_v, MaxOp(), -INFINITY));
+    float sum = 0.f;
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) sum += expf(smem[i * num_packs + p] - max_v);
+    }
+    sum = block_allreduce(sum, SumOp(), 0.f);
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = smem[i * num_packs + p];
+      store(v, row, int64_t(p) * N, max_v, sum);
+    }
+    __syncthreads();  // smem is overwritten by the next row
+  }
+}
+
+// One block per row, three passes over global memory (max, sum, write).
+template <class Load, class Store, int N>
+__global__ void __launch_bounds__(1024) softmax_uncached_kernel(Load load, Store store,
+                                                                int64_t rows, int64_t cols) {
+  const int num_packs = int(cols / N);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t valid = load.valid(row);
+    float max_v = -INFINITY;
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
+      load(v, row, int64_t(p) * N, valid);
+#pragma unroll
+      for (int i = 0; i < N; ++i) max_v = fmaxf(max_v, v[i]);
+    }
+    max_v = safe_max(block_allreduce(max_v, MaxOp(), -INFINITY));
+    float sum = 0.f;
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
+      load(v, row, int64_t(p) * N, valid);
+#pragma unroll
+      for (int i = 0; i < N; ++i) sum += expf(v[i] - max_v);
+    }
+    sum = block_allreduce(sum, SumOp(), 0.f);
+    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
+      load(v, row, int64_t(p) * N, valid);
+      store(v, row, int64_t(p) * N, max_v, sum);
+    }
+  }
+}
+
+template <typename T, int N>
+struct SmKernels {
+  using Load = SmLoad<T, N>;
+  using Store = SmStore<T, N>;
+  Load load;
+  Store store;
+  int64_t rows, cols;
+
+  template <int kCols, int kGroup, int kRows>
+  void launch_warp(dim3 grid, dim3 block, cudaStream_t s) const {
+    softmax_warp_kernel<Load, Store, N, kCols, kGroup, kRows>
+        <<<grid, block, 0, s>>>(load, store, rows, cols);
+  }
+  const void* smem_kernel() const {
+    return reinterpret_cast<const void*>(&softmax_smem_kernel<Load, Store, N>);
+  }
+  void launch_smem(dim3 grid, dim3 block, size_t smem, cudaStream_t s) const {
+    softmax_smem_kernel<Load, Store, N><<<grid, block, smem, s>>>(load, store, rows, cols);
+  }
+  void launch_uncached(dim3 grid, dim3 block, cudaStream_t s) const {
+    softmax_uncached_kernel<Load, Store, N><<<grid, block, 0, s>>>(load, store, rows, cols);
+  }
+};
+
+template <typename T, int N>
+void run(const T* x, T* y, int64_t rows, int64_t cols, const SoftmaxOptions& opt,
+         cudaStream_t stream) {
+  using K = SmKernels<T, N>;
+  const K k{{x, cols, opt.scale, opt.key_lengths, opt}, {y, cols, opt.log}, rows, cols};
+  dispatch_rowwise<K, N>(k, rows, cols, stream);
+  NMT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace cuda
+
+template <typename T>
+void softmax_cuda(const T* x, T* y, int64_t rows, int64_t cols, const SoftmaxOptions& opt,
+                  cudaStream_t stream) {
+  constexpr int kFull = 16 / int(sizeof(T));
+  if (cuda::pick_pack<T>(cols, {x, y}) == kFull)
+    cuda::run<T, kFull>(x, y, rows, cols, opt, stream);
+  else
+    cuda::run<T, 1>(x, y, rows, cols, opt, stream);
+}
+
+#define NMT_INSTANTIATE(T)                                                                     \
+  template void softmax_cuda<T>(const T*, T*, int64_t, int64_t, const SoftmaxOptions&,         \
+                                cudaStream_t);
+NMT_INSTANTIATE(float)
+NMT_INSTANTIATE(__half)
+NMT_INSTANTIATE(__nv_bfloat16)
+#undef NMT_INSTANTIATE
+
+}  // namespace nmt::kernels

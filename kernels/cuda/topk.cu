@@ -1,0 +1,270 @@
+// Beam-search top-k (kernels/topk.h) in two launches:
+//   A, block per (vocab chunk, row): one read of the logits gives the chunk's partial
+//      log-sum-exp (online max/sum) and its kp best tokens by masked logit;
+//   B, warp per sentence: the row's log-sum-exp from the partials, the candidates' scores
+//      (logit - lse + running score) and the k best of beam x splits x kp candidates.
+// The final score is a non-decreasing function of the masked logit within a row, so the
+// chunk's best logits contain the row's best scores. kp = k rounded up to a power of two.
+#include <climits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/topk.h"
+
+namespace nmt::kernels {
+namespace cuda {
+namespace {
+
+constexpr int kChunkThreads = 256;
+constexpr int kNoToken = INT_MAX;  // empty slot; loses against every real candidate
+
+// Order of candidates: higher value first, then lower index.
+__device__ __forceinline__ bool better(float v, int i, float w, int j) {
+  return v > w || (v == w && i < j);
+}
+
+// A sorted (best first) list of kK candidates in registers (indices are compile-time after
+// unrolling, so the arrays never leave registers).
+template <int kK>
+struct TopList {
+  float v[kK];
+  int i[kK];
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int s = 0; s < kK; ++s) {
+      v[s] = -INFINITY;
+      i[s] = kNoToken;
+    }
+  }
+  __device__ __forceinline__ void push(float value, int index) {
+    if (!better(value, index, v[kK - 1], i[kK - 1])) return;
+    v[kK - 1] = value;
+    i[kK - 1] = index;
+#pragma unroll
+    for (int s = kK - 1; s > 0; --s) {
+      if (better(v[s], i[s], v[s - 1], i[s - 1])) {
+        const float tv = v[s];
+        v[s] = v[s - 1];
+        v[s - 1] = tv;
+        const int ti = i[s];
+        i[s] = i[s - 1];
+        i[s - 1] = ti;
+      }
+    }
+  }
+  __device__ __forceinline__ void pop() {
+#pragma unroll
+    for (int s = 0; s < kK - 1; ++s) {
+      v[s] = v[s + 1];
+      i[s] = i[s + 1];
+    }
+    v[kK - 1] = -INFINITY;
+    i[kK - 1] = kNoToken;
+  }
+};
+
+// Merges the lists of the 32 lanes: emit(r, value, index) for the warp's r-th best, r < count.
+template <int kK, class Emit>
+__device__ __forceinline__ void warp_merge(TopList<kK>& list, int count, Emit emit) {
+  const int lane = threadIdx.x % 32;
+  for (int r = 0; r < count; ++r) {
+    float v = list.v[0];
+    int i = list.i[0], owner = lane;
+#pragma unroll
+    for (int mask = 16; mask > 0; mask /= 2) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, mask);
+      const int oi = __shfl_xor_sync(0xffffffffu, i, mask);
+      const int oo = __shfl_xor_sync(0xffffffffu, owner, mask);
+      if (better(ov, oi, v, i) || (ov == v && oi == i && oo < owner)) {
+        v = ov;
+        i = oi;
+        owner = oo;
+      }
+    }
+    if (lane == owner) list.pop();
+    if (lane == 0) emit(r, v, i);
+  }
+}
+
+struct OnlineLse {  // running max and sum of exp(x - max)
+  float m = -INFINITY, s = 0.f;
+  __device__ __forceinline__ void add(float x) {
+    if (x > m) {
+      s = s * __expf(m - x) + 1.f;  // m = -inf: s = 0 * 0 + 1
+      m = x;
+    } else if (x != -INFINITY) {
+      s += __expf(x - m);
+    }
+  }
+  __device__ __forceinline__ void merge(float om, float os) {
+    if (om == -INFINITY) return;
+    if (om > m) {
+      s = s * __expf(m - om) + os;
+      m = om;
+    } else {
+      s += os * __expf(om - m);
+    }
+  }
+};
+
+struct Workspace {
+  float2* lse_parts;  // [rows][splits]
+  float* keys;        // [rows][splits][kp]
+  int* tokens;        // [rows][splits][kp]
+  Workspace(void* ws, int64_t chunks, int kp) {
+    lse_parts = static_cast<float2*>(ws);
+    keys = reinterpret_cast<float*>(lse_parts + chunks);
+    tokens = reinterpret_cast<int*>(keys + chunks * kp);
+  }
+};
+
+template <typename T, int kK>
+__global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
+    const T* logits, const float* bias, int vocab, int chunk, TopkMasks masks, Workspace ws) {
+  const int64_t row = blockIdx.y;
+  const int split = blockIdx.x, splits = gridDim.x;
+  const int begin = split * chunk, end = min(vocab, begin + chunk);
+  const T* x = logits + row * vocab;
+  OnlineLse lse;
+  TopList<kK> list;
+  list.clear();
+  for (int t = begin + threadIdx.x; t < end; t += blockDim.x) {
+    const float v = to_float(x[t]) + (bias ? bias[t] : 0.f);
+    lse.add(v);
+    float key = v;
+    if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) key = -INFINITY;
+    if (masks.force_eos) key = t == masks.eos_id ? INFINITY : -INFINITY;
+    list.push(key, t);
+  }
+  // log-sum-exp partial of the chunk
+  __shared__ float s_m[kChunkThreads / 32], s_s[kChunkThreads / 32];
+  __shared__ float s_v[kChunkThreads / 32][kK];
+  __shared__ int s_i[kChunkThreads / 32][kK];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) {
+    const float om = __shfl_xor_sync(0xffffffffu, lse.m, mask);
+    const float os = __shfl_xor_sync(0xffffffffu, lse.s, mask);
+    lse.merge(om, os);
+  }
+  if (lane == 0) {
+    s_m[warp] = lse.m;
+    s_s[warp] = lse.s;
+  }
+  warp_merge<kK>(list, kK, [&](int r, float v, int i) {
+    s_v[warp][r] = v;
+    s_i[warp][r] = i;
+  });
+  __syncthreads();
+  if (warp != 0) return;
+  const int64_t out = row * splits + split;
+  if (lane == 0) {
+    OnlineLse total;
+    for (int w = 0; w < kChunkThreads / 32; ++w) total.merge(s_m[w], s_s[w]);
+    ws.lse_parts[out] = make_float2(total.m, total.s);
+  }
+  list.clear();
+  for (int c = lane; c < (kChunkThreads / 32) * kK; c += 32) list.push(s_v[c / kK][c % kK], s_i[c / kK][c % kK]);
+  warp_merge<kK>(list, kK, [&](int r, float v, int i) {
+    ws.keys[out * kK + r] = v;
+    ws.tokens[out * kK + r] = i;
+  });
+}
+
+template <int kK>
+__global__ void __launch_bounds__(32) topk_sentence_kernel(const float* running_scores, int beam,
+                                                            int vocab, int splits, int k,
+                                                            TopkMasks masks, Workspace ws,
+                                                            float* out_scores, int* out_index) {
+  extern __shared__ float row_lse[];  // [beam]
+  const int64_t sentence = blockIdx.x;
+  const int lane = threadIdx.x;
+  for (int b = 0; b < beam; ++b) {
+    const int64_t row = sentence * beam + b;
+    OnlineLse lse;
+    for (int s = lane; s < splits; s += 32) {
+      const float2 part = ws.lse_parts[row * splits + s];
+      lse.merge(part.x, part.y);
+    }
+#pragma unroll
+    for (int mask = 16; mask > 0; mask /= 2) {
+      const float om = __shfl_xor_sync(0xffffffffu, lse.m, mask);
+      const float os = __shfl_xor_sync(0xffffffffu, lse.s, mask);
+      lse.merge(om, os);
+    }
+    if (lane == 0) row_lse[b] = lse.m + logf(lse.s);
+  }
+  __syncwarp();
+  TopList<kK> list;
+  list.clear();
+  const int per_row = splits * kK;
+  for (int c = lane; c < beam * per_row; c += 32) {
+    const int b = c / per_row;
+    const int64_t slot = (sentence * beam + b) * per_row + c % per_row;
+    const int token = ws.tokens[slot];
+    if (token == kNoToken) continue;
+    const float key = ws.keys[slot];
+    float logp;
+    if (masks.force_eos)
+      logp = token == masks.eos_id ? 0.f : -INFINITY;
+    else
+      logp = key == -INFINITY ? -INFINITY : key - row_lse[b];
+    list.push(logp + running_scores[sentence * beam + b], b * vocab + token);
+  }
+  warp_merge<kK>(list, k, [&](int r, float v, int i) {
+    out_scores[sentence * k + r] = v;
+    out_index[sentence * k + r] = i;
+  });
+}
+
+template <typename T, int kK>
+void run(const T* logits, const float* bias, const float* running_scores, int64_t sentences,
+         int beam, int vocab, int k, const TopkMasks& masks, float* out_scores, int* out_index,
+         void* workspace, cudaStream_t stream) {
+  const int64_t rows = sentences * beam;
+  const int splits = beam_topk_splits(rows, vocab);
+  const int chunk = (vocab + splits - 1) / splits;
+  const Workspace ws(workspace, rows * splits, kK);
+  topk_chunk_kernel<T, kK><<<dim3(splits, unsigned(rows)), kChunkThreads, 0, stream>>>(
+      logits, bias, vocab, chunk, masks, ws);
+  NMT_CUDA_CHECK_LAUNCH();
+  topk_sentence_kernel<kK><<<unsigned(sentences), 32, beam * sizeof(float), stream>>>(
+      running_scores, beam, vocab, splits, k, masks, ws, out_scores, out_index);
+  NMT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace cuda
+
+template <typename T>
+void beam_topk_cuda(const T* logits, const float* bias, const float* running_scores,
+                    int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
+                    float* out_scores, int* out_index, void* workspace, size_t workspace_bytes,
+                    cudaStream_t stream) {
+  if (sentences <= 0) return;
+  if (k < 1 || k > kMaxBeamTopk || int64_t(k) > int64_t(beam) * vocab)
+    throw std::invalid_argument("beam_topk_cuda: k must be in [1, min(32, beam * vocab)]");
+  if (workspace_bytes < beam_topk_workspace_bytes(sentences, beam, vocab, k))
+    throw std::invalid_argument("beam_topk_cuda: workspace too small");
+  auto go = [&](auto kp) {
+    cuda::run<T, decltype(kp)::value>(logits, bias, running_scores, sentences, beam, vocab, k,
+                                      masks, out_scores, out_index, workspace, stream);
+  };
+  switch (beam_topk_padded_k(k)) {
+    case 1: go(std::integral_constant<int, 1>()); break;
+    case 2: go(std::integral_constant<int, 2>()); break;
+    case 4: go(std::integral_constant<int, 4>()); break;
+    case 8: go(std::integral_constant<int, 8>()); break;
+    case 16: go(std::integral_constant<int, 16>()); break;
+    default: go(std::integral_constant<int, 32>()); break;
+  }
+}
+
+#define NMT_INSTANTIATE(T)                                                                     \
+  template void beam_topk_cuda<T>(const T*, const float*, const float*, int64_t, int, int, int, \
+                                  const TopkMasks&, float*, int*, void*, size_t, cudaStream_t);
+NMT_INSTANTIATE(float)
+NMT_INSTANTIATE(__half)
+NMT_INSTANTIATE(__nv_bfloat16)
+#undef NMT_INSTANTIATE
+
+}  // namespace nmt::kernels

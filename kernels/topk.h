@@ -1,0 +1,50 @@
+#pragma once
+// The beam-search step after the output projection, in one call:
+//   logp[row, t]  = log_softmax(logits[row, :] + bias)[t]        (float32 math)
+//   masks on logp: pad -> -inf always; mask_eos -> eos -inf;
+//                  force_eos -> every token but eos -inf and eos = 0 (as transformers'
+//                  ForcedEOSTokenLogitsProcessor: the forced token's log-prob is 0)
+//   cand[row, t]  = logp[row, t] + running_scores[row]
+//   per sentence (beam consecutive rows), the k best of its beam x vocab candidates, sorted
+//   descending, ties broken by the lower index (as torch.topk on CPU);
+//   index = beam_row_in_sentence * vocab + token.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/stream.h"
+
+namespace nmt::kernels {
+
+struct TopkMasks {
+  int pad_id = -1;  // < 0: no pad masking
+  int eos_id = -1;
+  bool mask_eos = false;   // e.g. before min_length
+  bool force_eos = false;  // at max_length
+};
+
+constexpr int kMaxBeamTopk = 32;  // largest k beam_topk supports
+
+// float32 reference (same semantics; logits given as float).
+void beam_topk_cpu(const float* logits, const float* bias, const float* running_scores,
+                   int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
+                   float* out_scores, int* out_index);
+
+// How beam_topk_cuda splits each row's vocabulary over blocks, and k rounded up to the
+// power of two its kernels are compiled for (the workspace size depends on both).
+int beam_topk_splits(int64_t rows, int vocab);
+int beam_topk_padded_k(int k);
+
+// Scratch bytes beam_topk_cuda needs for this shape.
+size_t beam_topk_workspace_bytes(int64_t sentences, int beam, int vocab, int k);
+
+#if NMT_WITH_CUDA
+// T = float, __half or __nv_bfloat16. All pointers are device pointers; bias may be null.
+// workspace must hold beam_topk_workspace_bytes(...) bytes.
+template <typename T>
+void beam_topk_cuda(const T* logits, const float* bias, const float* running_scores,
+                    int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
+                    float* out_scores, int* out_index, void* workspace, size_t workspace_bytes,
+                    cudaStream_t stream);
+#endif
+
+}  // namespace nmt::kernels
