@@ -65,7 +65,7 @@ void bias_activation(T* x, const T* bias, int rows, int cols, kernels::Activatio
 
 // Beam-search top-k over float32 logits [sentences * beam, vocab] (see model/engine.h):
 // log-softmax of (logits + bias) in float32, pad -> -inf, mask_eos -> eos -inf, force_eos ->
-// only eos (log-prob 0), plus running_scores[row]; per sentence the k best of beam x vocab,
+// only eos (its log-prob kept, as the CPU engine does), plus running_scores[row]; per sentence the k best of beam x vocab,
 // best first, ties to the lower index; index = row_in_sentence * vocab + token.
 struct TopkShape {
   int sentences = 0, beam = 1, vocab = 0, k = 1;
@@ -77,7 +77,7 @@ size_t topk_workspace_bytes(const TopkShape& s);
 void beam_topk(const float* logits, const float* bias, const float* running_scores,
                const TopkShape& s, float* out_scores, int* out_index, void* workspace,
                cudaStream_t stream);
-constexpr int kMaxTopk = 32;
+constexpr int kMaxTopk = 16;  // k of the beam search (2 x beam): beams up to 8
 
 // dst[i] = T(src[i]).
 template <typename T>
