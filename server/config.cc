@@ -1,0 +1,287 @@
+#include "server/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+namespace nmt::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& message) { throw ConfigError(message); }
+
+int to_int(const YAML::Node& node, const std::string& key, int lo, int hi) {
+  int value = 0;
+  try {
+    value = node.as<int>();
+  } catch (const YAML::Exception&) {
+    fail(key + ": expected an integer, got '" + node.Scalar() + "'");
+  }
+  if (value < lo || value > hi) {
+    fail(key + ": must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+         ", got " + std::to_string(value));
+  }
+  return value;
+}
+
+double to_seconds(const YAML::Node& node, const std::string& key) {
+  double value = 0;
+  try {
+    value = node.as<double>();
+  } catch (const YAML::Exception&) {
+    fail(key + ": expected a number of seconds, got '" + node.Scalar() + "'");
+  }
+  if (!std::isfinite(value) || value < 0) fail(key + ": must be >= 0, got " + node.Scalar());
+  return value;
+}
+
+std::string to_string(const YAML::Node& node, const std::string& key) {
+  if (!node.IsScalar() || node.Scalar().empty()) fail(key + ": expected a non-empty string");
+  return node.Scalar();
+}
+
+std::string to_choice(const YAML::Node& node, const std::string& key,
+                      const std::vector<std::string>& choices) {
+  const std::string value = to_string(node, key);
+  std::string list;
+  for (const std::string& c : choices) {
+    if (c == value) return value;
+    list += (list.empty() ? "" : " | ") + c;
+  }
+  fail(key + ": must be one of " + list + ", got '" + value + "'");
+}
+
+const std::vector<std::string> kLogFormats = {"text", "json"};
+const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warn",
+                                             "error", "critical", "off"};
+const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
+const std::vector<std::string> kPrecisions = {"float16", "float32"};
+constexpr int kMaxInt = 1 << 30;
+
+// One scalar setting of the server, limits or batching sections, and its flag.
+struct Setting {
+  std::string key;   // "section.name"
+  std::string flag;  // without the leading --
+  std::string help;
+  std::function<void(ServerConfig&, const YAML::Node&, const std::string& key)> set;
+};
+
+const std::vector<Setting>& settings() {
+  using N = const YAML::Node&;
+  using K = const std::string&;
+  static const std::vector<Setting> table = {
+      {"server.host", "host", "gRPC bind address",
+       [](ServerConfig& c, N n, K k) { c.host = to_string(n, k); }},
+      {"server.port", "port", "gRPC port",
+       [](ServerConfig& c, N n, K k) { c.port = to_int(n, k, 1, 65535); }},
+      {"server.metrics_host", "metrics-host", "Prometheus /metrics bind address",
+       [](ServerConfig& c, N n, K k) { c.metrics_host = to_string(n, k); }},
+      {"server.metrics_port", "metrics-port", "Prometheus /metrics port",
+       [](ServerConfig& c, N n, K k) { c.metrics_port = to_int(n, k, 1, 65535); }},
+      {"server.max_message_bytes", "max-message-bytes", "largest gRPC message accepted",
+       [](ServerConfig& c, N n, K k) { c.max_message_bytes = to_int(n, k, 1024, kMaxInt); }},
+      {"server.log_format", "log-format", "text | json",
+       [](ServerConfig& c, N n, K k) { c.log_format = to_choice(n, k, kLogFormats); }},
+      {"server.log_level", "log-level", "trace | debug | info | warn | error | critical | off",
+       [](ServerConfig& c, N n, K k) { c.log_level = to_choice(n, k, kLogLevels); }},
+      {"server.shutdown_grace_seconds", "shutdown-grace-seconds",
+       "on SIGTERM/SIGINT, how long in-flight requests may finish",
+       [](ServerConfig& c, N n, K k) { c.shutdown_grace_seconds = to_seconds(n, k); }},
+      {"limits.max_sentences_per_request", "max-sentences-per-request", "sentences per request",
+       [](ServerConfig& c, N n, K k) {
+         c.limits.max_sentences_per_request = to_int(n, k, 1, kMaxInt);
+       }},
+      {"limits.max_input_tokens", "max-input-tokens", "tokens per sentence, </s> included",
+       [](ServerConfig& c, N n, K k) { c.limits.max_input_tokens = to_int(n, k, 1, kMaxInt); }},
+      {"limits.max_beam_size", "max-beam-size", "largest beam_size a request may ask for",
+       [](ServerConfig& c, N n, K k) { c.limits.max_beam_size = to_int(n, k, 1, 1024); }},
+      {"limits.max_decoding_length", "max-decoding-length", "largest max_decoding_length",
+       [](ServerConfig& c, N n, K k) {
+         c.limits.max_decoding_length = to_int(n, k, 1, kMaxInt);
+       }},
+      {"batching.max_batch_tokens", "max-batch-tokens",
+       "padded source tokens x beam in one batch",
+       [](ServerConfig& c, N n, K k) { c.batching.max_batch_tokens = to_int(n, k, 1, kMaxInt); }},
+      {"batching.max_batch_sentences", "max-batch-sentences", "sentences in one batch",
+       [](ServerConfig& c, N n, K k) {
+         c.batching.max_batch_sentences = to_int(n, k, 1, kMaxInt);
+       }},
+      {"batching.max_wait_ms", "max-wait-ms", "how long a sentence may wait to be batched",
+       [](ServerConfig& c, N n, K k) { c.batching.max_wait_ms = to_int(n, k, 0, 60000); }},
+      {"batching.max_queue_sentences", "max-queue-sentences",
+       "queued sentences per model before RESOURCE_EXHAUSTED",
+       [](ServerConfig& c, N n, K k) {
+         c.batching.max_queue_sentences = to_int(n, k, 1, kMaxInt);
+       }},
+  };
+  return table;
+}
+
+// Flags that set a key of every entry of models[].
+const std::vector<std::pair<std::string, std::string>> kModelFlags = {
+    {"device", "auto | cpu | cuda, for every model"},
+    {"precision", "float16 | float32, for every model (the CPU computes in float32)"},
+};
+
+ModelEntry parse_model(const YAML::Node& node, size_t index, const fs::path& base_dir) {
+  const std::string where = "models[" + std::to_string(index) + "]";
+  if (!node.IsMap()) fail(where + ": expected a mapping with name and path");
+  ModelEntry m;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.Scalar();
+    const std::string full = where + "." + key;
+    if (key == "name") m.name = to_string(kv.second, full);
+    else if (key == "path") m.path = to_string(kv.second, full);
+    else if (key == "device") m.device = to_choice(kv.second, full, kDevices);
+    else if (key == "precision") m.precision = to_choice(kv.second, full, kPrecisions);
+    else fail("unknown key '" + full + "' (known: name, path, device, precision)");
+  }
+  if (m.name.empty()) fail(where + ".name is missing");
+  if (m.path.empty()) fail(where + ".path is missing");
+  if (fs::path(m.path).is_relative()) m.path = (base_dir / m.path).lexically_normal().string();
+  return m;
+}
+
+void check_consistency(const ServerConfig& c) {
+  if (c.models.empty()) fail("models: at least one model is required");
+  std::set<std::string> names;
+  for (const ModelEntry& m : c.models) {
+    if (!names.insert(m.name).second) fail("models: the name '" + m.name + "' appears twice");
+  }
+  if (c.batching.max_queue_sentences < c.limits.max_sentences_per_request) {
+    fail("batching.max_queue_sentences (" + std::to_string(c.batching.max_queue_sentences) +
+         ") must be >= limits.max_sentences_per_request (" +
+         std::to_string(c.limits.max_sentences_per_request) + ")");
+  }
+}
+
+void apply_override(YAML::Node& root, const std::string& flag, const std::string& value) {
+  for (const auto& [model_flag, help] : kModelFlags) {
+    if (flag != model_flag) continue;
+    if (!root["models"] || !root["models"].IsSequence()) {
+      fail("--" + flag + ": the config has no models[] to apply it to");
+    }
+    for (YAML::Node model : root["models"]) model[flag] = value;
+    return;
+  }
+  for (const Setting& s : settings()) {
+    if (s.flag != flag) continue;
+    const size_t dot = s.key.find('.');
+    root[s.key.substr(0, dot)][s.key.substr(dot + 1)] = value;
+    return;
+  }
+  fail("unknown flag --" + flag);
+}
+
+}  // namespace
+
+CommandLine parse_command_line(int argc, const char* const* argv) {
+  std::set<std::string> known = {"config"};
+  for (const Setting& s : settings()) known.insert(s.flag);
+  for (const auto& [flag, help] : kModelFlags) known.insert(flag);
+
+  CommandLine cl;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      cl.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) fail("unexpected argument '" + arg + "' (see --help)");
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else {
+      if (!known.count(name)) fail("unknown flag --" + name + " (see --help)");
+      if (i + 1 >= argc) fail("flag --" + name + " needs a value");
+      value = argv[++i];
+    }
+    if (!known.count(name)) fail("unknown flag --" + name + " (see --help)");
+    if (name == "config") cl.config_path = value;
+    else cl.overrides.emplace_back(name, value);
+  }
+  if (!cl.help && cl.config_path.empty()) fail("--config FILE is required (see --help)");
+  return cl;
+}
+
+std::string usage(const std::string& program) {
+  std::ostringstream out;
+  out << "Usage: " << program << " --config FILE [flags]\n\n"
+      << "gRPC translation server (nmt.v1.TranslationService, grpc.health.v1.Health,\n"
+      << "server reflection) with Prometheus metrics on /metrics.\n"
+      << "Flags override the keys of the YAML config (shown in brackets).\n\n"
+      << "  --config FILE                 YAML config (e.g. configs/default.yaml)\n"
+      << "  --help                        this text\n";
+  auto line = [&](const std::string& flag, const std::string& help, const std::string& key) {
+    std::string left = "  --" + flag + " V";
+    left.resize(std::max<size_t>(left.size() + 1, 32), ' ');
+    out << left << help << " [" << key << "]\n";
+  };
+  for (const Setting& s : settings()) line(s.flag, s.help, s.key);
+  for (const auto& [flag, help] : kModelFlags) line(flag, help, "models[*]." + flag);
+  return out.str();
+}
+
+ServerConfig parse_config(const std::string& yaml_text, const std::string& base_dir,
+                          const std::vector<std::pair<std::string, std::string>>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    fail(std::string("invalid YAML: ") + e.what());
+  }
+  if (!root.IsMap()) fail("the config must be a YAML mapping with server, limits, batching, models");
+  for (const auto& [flag, value] : overrides) apply_override(root, flag, value);
+
+  ServerConfig c;
+  for (const auto& section : root) {
+    const std::string name = section.first.Scalar();
+    if (name == "models") {
+      if (!section.second.IsSequence()) fail("models: expected a list of models");
+      for (size_t i = 0; i < section.second.size(); ++i) {
+        c.models.push_back(parse_model(section.second[i], i, base_dir));
+      }
+      continue;
+    }
+    if (name != "server" && name != "limits" && name != "batching") {
+      fail("unknown key '" + name + "' (known: server, limits, batching, models)");
+    }
+    if (!section.second.IsMap()) fail(name + ": expected a mapping");
+    for (const auto& kv : section.second) {
+      const std::string key = name + "." + kv.first.Scalar();
+      const Setting* setting = nullptr;
+      for (const Setting& s : settings()) {
+        if (s.key == key) setting = &s;
+      }
+      if (!setting) fail("unknown key '" + key + "'");
+      if (!kv.second.IsScalar()) fail(key + ": expected a single value");
+      setting->set(c, kv.second, key);
+    }
+  }
+  check_consistency(c);
+  return c;
+}
+
+ServerConfig load_config(const CommandLine& command_line) {
+  const fs::path path(command_line.config_path);
+  std::ifstream in(path);
+  if (!in) fail("cannot read the config file " + path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return parse_config(text.str(), fs::absolute(path).parent_path().string(),
+                        command_line.overrides);
+  } catch (const ConfigError& e) {
+    throw ConfigError(path.string() + ": " + e.what());
+  }
+}
+
+}  // namespace nmt::server

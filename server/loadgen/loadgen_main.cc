@@ -1,0 +1,220 @@
+// nmt-loadgen: closed-loop load generator for nmt-server (N clients, each sending its next
+// request as soon as the previous one is answered), and a health probe:
+//   nmt-loadgen --target 127.0.0.1:50051 --input sentences.txt[.gz] --clients 32 --duration 30
+//   nmt-loadgen --health-check --target 127.0.0.1:50051   (exit 0 iff SERVING)
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "nmt/v1/translation.grpc.pb.h"
+#include "server/loadgen/latency_stats.h"
+#include "server/loadgen/sentence_source.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string target = "127.0.0.1:50051";
+  std::string input;
+  std::string model;
+  int clients = 8;
+  double duration_s = 0;  // 0 = use count
+  long count = 0;         // total requests; 0 = use duration
+  int beam = 4;
+  int sentences_per_request = 1;
+  int timeout_ms = 10000;
+  bool health_check = false;
+  bool json = false;
+};
+
+const char* kUsage =
+    "Usage: nmt-loadgen --input FILE [--target HOST:PORT] [--clients N]\n"
+    "                   (--duration SECONDS | --count REQUESTS) [--beam K]\n"
+    "                   [--sentences-per-request N] [--model NAME] [--timeout-ms MS] [--json]\n"
+    "       nmt-loadgen --health-check [--target HOST:PORT] [--timeout-ms MS]\n\n"
+    "Closed loop: each of N clients sends its next Translate request as soon as the previous\n"
+    "one is answered, taking sentences from FILE (one per line, gzip or plain) in turn.\n"
+    "Prints latency p50/p90/p99, requests/s, sentences/s and errors; exits 1 when any\n"
+    "request failed. --health-check asks grpc.health.v1.Health and exits 0 iff SERVING.\n"
+    "Defaults: --target 127.0.0.1:50051 --clients 8 --beam 4 --sentences-per-request 1\n"
+    "--timeout-ms 10000 (per request deadline).\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::cerr << "nmt-loadgen: " << message << "\n\n" << kUsage;
+  std::exit(2);
+}
+
+long to_number(const std::string& flag, const std::string& value, long lo) {
+  try {
+    size_t used = 0;
+    const long v = std::stol(value, &used);
+    if (used == value.size() && v >= lo) return v;
+  } catch (const std::exception&) {
+  }
+  usage_error("--" + flag + " needs an integer >= " + std::to_string(lo) + ", got '" + value + "'");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    if (arg == "--health-check") { o.health_check = true; continue; }
+    if (arg == "--json") { o.json = true; continue; }
+    if (arg.rfind("--", 0) != 0) usage_error("unexpected argument '" + arg + "'");
+    const std::string flag = arg.substr(2);
+    if (i + 1 >= argc) usage_error("--" + flag + " needs a value");
+    const std::string value = argv[++i];
+    if (flag == "target") o.target = value;
+    else if (flag == "input") o.input = value;
+    else if (flag == "model") o.model = value;
+    else if (flag == "clients") o.clients = static_cast<int>(to_number(flag, value, 1));
+    else if (flag == "duration") o.duration_s = static_cast<double>(to_number(flag, value, 1));
+    else if (flag == "count") o.count = to_number(flag, value, 1);
+    else if (flag == "beam") o.beam = static_cast<int>(to_number(flag, value, 1));
+    else if (flag == "sentences-per-request") o.sentences_per_request = static_cast<int>(to_number(flag, value, 1));
+    else if (flag == "timeout-ms") o.timeout_ms = static_cast<int>(to_number(flag, value, 1));
+    else usage_error("unknown flag --" + flag);
+  }
+  if (!o.health_check) {
+    if (o.input.empty()) usage_error("--input FILE is required");
+    if ((o.duration_s > 0) == (o.count > 0)) usage_error("give exactly one of --duration and --count");
+  }
+  return o;
+}
+
+std::chrono::system_clock::time_point deadline_in(int ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+int health_check(const Options& o) {
+  auto channel = grpc::CreateChannel(o.target, grpc::InsecureChannelCredentials());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(deadline_in(o.timeout_ms));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) {
+    std::cerr << "nmt-loadgen: health check of " << o.target << " failed: "
+              << status.error_message() << " (code " << status.error_code() << ")\n";
+    return 1;
+  }
+  const bool serving = response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()) << "\n";
+  return serving ? 0 : 1;
+}
+
+// What all clients gathered.
+struct Totals {
+  std::mutex mutex;
+  std::vector<double> latencies_ms;  // successful requests
+  std::map<std::string, long> errors;  // "CODE: message" -> count
+  long sentences = 0;
+};
+
+void client_loop(const Options& o, const std::vector<std::string>& sentences,
+                 std::atomic<long>& next_request, std::atomic<size_t>& next_sentence,
+                 Clock::time_point end, Totals& totals) {
+  grpc::ChannelArguments args;
+  args.SetInt("grpc.use_local_subchannel_pool", 1);  // one connection per client
+  auto stub = nmt::v1::TranslationService::NewStub(
+      grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args));
+  std::vector<double> latencies;
+  std::map<std::string, long> errors;
+  long done_sentences = 0;
+  while (true) {
+    if (o.count > 0 && next_request.fetch_add(1) >= o.count) break;
+    if (o.count == 0 && Clock::now() >= end) break;
+    nmt::v1::TranslateRequest request;
+    request.set_model(o.model);
+    request.mutable_options()->set_beam_size(o.beam);
+    for (int i = 0; i < o.sentences_per_request; ++i) {
+      request.add_texts(sentences[next_sentence.fetch_add(1) % sentences.size()]);
+    }
+    nmt::v1::TranslateResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(deadline_in(o.timeout_ms));
+    const Clock::time_point start = Clock::now();
+    const grpc::Status status = stub->Translate(&context, request, &response);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (status.ok() && response.translations_size() == request.texts_size()) {
+      latencies.push_back(ms);
+      done_sentences += request.texts_size();
+    } else {
+      ++errors[std::to_string(status.error_code()) + ": " +
+               (status.ok() ? "wrong number of translations" : status.error_message())];
+    }
+  }
+  std::lock_guard<std::mutex> lock(totals.mutex);
+  totals.latencies_ms.insert(totals.latencies_ms.end(), latencies.begin(), latencies.end());
+  for (const auto& [e, n] : errors) totals.errors[e] += n;
+  totals.sentences += done_sentences;
+}
+
+int load(const Options& o) {
+  std::vector<std::string> sentences;
+  try {
+    sentences = nmt::loadgen::read_sentences(o.input);
+  } catch (const std::exception& e) {
+    std::cerr << "nmt-loadgen: " << e.what() << "\n";
+    return 2;
+  }
+  Totals totals;
+  std::atomic<long> next_request{0};
+  std::atomic<size_t> next_sentence{0};
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
+  std::vector<std::thread> clients;
+  for (int i = 0; i < o.clients; ++i) {
+    clients.emplace_back(client_loop, std::cref(o), std::cref(sentences), std::ref(next_request),
+                         std::ref(next_sentence), end, std::ref(totals));
+  }
+  for (std::thread& t : clients) t.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+
+  const nmt::loadgen::LatencySummary s = nmt::loadgen::summarize(totals.latencies_ms);
+  long errors = 0;
+  for (const auto& [e, n] : totals.errors) errors += n;
+  nlohmann::ordered_json report = {
+      {"target", o.target}, {"clients", o.clients}, {"beam", o.beam},
+      {"sentences_per_request", o.sentences_per_request}, {"seconds", elapsed},
+      {"requests", s.count}, {"errors", errors}, {"sentences", totals.sentences},
+      {"requests_per_s", s.count / elapsed}, {"sentences_per_s", totals.sentences / elapsed},
+      {"latency_ms", {{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}}},
+      {"error_kinds", totals.errors}};
+  if (o.json) {
+    std::cout << report.dump(2) << "\n";
+  } else {
+    std::printf("target %s, %d clients, beam %d, %d sentence(s)/request, %.1f s\n",
+                o.target.c_str(), o.clients, o.beam, o.sentences_per_request, elapsed);
+    std::printf("requests %zu ok, %ld errors; %.1f requests/s, %.1f sentences/s\n", s.count,
+                errors, s.count / elapsed, totals.sentences / elapsed);
+    std::printf("latency ms: mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n", s.mean, s.p50,
+                s.p90, s.p99, s.max);
+    for (const auto& [e, n] : totals.errors) std::printf("error x%ld: %s\n", n, e.c_str());
+  }
+  return errors == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  return options.health_check ? health_check(options) : load(options);
+}

@@ -1,0 +1,115 @@
+// nmt-server: loads the configured models and serves nmt.v1.TranslationService, the standard
+// health service and reflection over gRPC, and Prometheus metrics on /metrics. SIGTERM or
+// SIGINT: health turns NOT_SERVING, new calls are refused, in-flight calls get up to
+// shutdown_grace_seconds to finish, then the process exits 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <memory>
+
+#include "server/config.h"
+#include "server/logging.h"
+#include "server/metrics.h"
+#include "server/model_registry.h"
+#include "server/translation_service.h"
+
+namespace {
+
+using namespace nmt::server;
+
+// Blocked in every thread (threads inherit the mask), so that only sigwait() in main sees
+// them: no work happens inside a signal handler.
+sigset_t termination_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+int serve(const ServerConfig& config) {
+  Metrics metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  const std::string metrics_address =
+      config.metrics_host + ":" + std::to_string(config.metrics_port);
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(metrics_address);
+  } catch (const std::exception& e) {
+    log_event(spdlog::level::critical, "cannot serve /metrics",
+              {{"address", metrics_address}, {"error", e.what()}});
+    return 1;
+  }
+  exposer->RegisterCollectable(metrics.registry());
+
+  std::unique_ptr<ModelRegistry> models;
+  try {
+    models = std::make_unique<ModelRegistry>(config, metrics);
+  } catch (const std::exception& e) {
+    log_event(spdlog::level::critical, "startup failed", {{"error", e.what()}});
+    return 1;
+  }
+  for (const auto& m : models->models()) {
+    log_event(spdlog::level::info, "model loaded",
+              {{"model", m->name}, {"device", m->device}, {"precision", m->precision}});
+  }
+
+  TranslationService service(*models, config.limits, metrics);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address = config.host + ":" + std::to_string(config.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  builder.SetMaxSendMessageSize(config.max_message_bytes);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    log_event(spdlog::level::critical, "cannot listen", {{"address", address}});
+    return 1;
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  log_event(spdlog::level::info, "serving", {{"address", address}, {"metrics", metrics_address}});
+
+  const sigset_t signals = termination_signals();
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  log_event(spdlog::level::info, "shutting down",
+            {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"},
+             {"grace_seconds", config.shutdown_grace_seconds}});
+  server->GetHealthCheckService()->SetServingStatus(false);
+  const auto grace = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(config.shutdown_grace_seconds));
+  server->Shutdown(std::chrono::system_clock::now() + grace);
+  server->Wait();
+  models->stop();
+  log_event(spdlog::level::info, "stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const sigset_t signals = termination_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  ServerConfig config;
+  try {
+    const CommandLine command_line = parse_command_line(argc, argv);
+    if (command_line.help) {
+      std::cout << usage("nmt-server");
+      return 0;
+    }
+    config = load_config(command_line);
+  } catch (const ConfigError& e) {
+    std::cerr << "nmt-server: " << e.what() << "\n";
+    return 2;
+  }
+  setup_logging(config.log_format, config.log_level);
+  return serve(config);
+}

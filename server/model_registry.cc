@@ -1,0 +1,76 @@
+#include "server/model_registry.h"
+
+#include <stdexcept>
+
+#include "model/error.h"
+
+namespace nmt::server {
+namespace {
+
+TranslatorOptions translator_options(const ModelEntry& entry) {
+  TranslatorOptions options;
+  if (!parse_device(entry.device, &options.device)) {
+    throw Error(ErrorCode::kInvalidArgument, "unknown device '" + entry.device + "'");
+  }
+  if (!parse_precision(entry.precision, &options.precision)) {
+    throw Error(ErrorCode::kInvalidArgument, "unknown precision '" + entry.precision + "'");
+  }
+  return options;
+}
+
+}  // namespace
+
+ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : metrics_(metrics) {
+  for (const ModelEntry& entry : config.models) {
+    auto served = std::make_unique<ServedModel>();
+    served->name = entry.name;
+    served->precision = entry.precision;
+    served->is_default = models_.empty();
+    try {
+      served->translator = Translator::load(entry.path, translator_options(entry));
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot load model '" + entry.name + "' from " + entry.path +
+                               ": " + e.what());
+    }
+    served->device = device_name(served->translator->device());
+
+    Translator* translator = served->translator.get();
+    const std::string name = served->name, device = served->device;
+    TranslateBatchFn translate = [translator, &metrics, name, device](
+                                     const std::vector<std::vector<int>>& ids,
+                                     const DecodeOptions& options, BatchStats* stats,
+                                     const CancelFn& cancelled) {
+      auto result = translator->translate_ids(ids, options, stats, cancelled);
+      metrics.gpu_memory(name, device, static_cast<double>(translator->device_memory_used()));
+      return result;
+    };
+    BatchHook on_batch = [&metrics, name](size_t sentences, const BatchStats& stats) {
+      metrics.batch(name, sentences, stats);
+    };
+    served->batcher = std::make_unique<Batcher>(translate, config.batching, on_batch);
+    metrics.model_loaded(name, device, true);
+    metrics.gpu_memory(name, device, static_cast<double>(translator->device_memory_used()));
+    models_.push_back(std::move(served));
+  }
+}
+
+ModelRegistry::~ModelRegistry() { stop(); }
+
+ServedModel& ModelRegistry::find(const std::string& name) {
+  if (name.empty()) return *models_.front();
+  std::string known;
+  for (auto& m : models_) {
+    if (m->name == name) return *m;
+    known += (known.empty() ? "" : ", ") + m->name;
+  }
+  throw Error(ErrorCode::kNotFound, "model '" + name + "' is not served here (models: " + known + ")");
+}
+
+void ModelRegistry::stop() {
+  for (auto& m : models_) {
+    m->batcher->stop();
+    metrics_.model_loaded(m->name, m->device, false);
+  }
+}
+
+}  // namespace nmt::server

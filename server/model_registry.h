@@ -1,0 +1,43 @@
+#pragma once
+// The models the server serves: for each entry of the config a Translator on its device and
+// the Batcher whose worker thread is the only one driving that Translator.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/translator.h"
+#include "server/batcher.h"
+#include "server/config.h"
+#include "server/metrics.h"
+
+namespace nmt::server {
+
+struct ServedModel {
+  std::string name;
+  std::string device;     // resolved: cpu | cuda
+  std::string precision;  // as configured
+  bool is_default = false;
+  std::unique_ptr<Translator> translator;
+  std::unique_ptr<Batcher> batcher;  // declared last: stops before the translator goes
+};
+
+class ModelRegistry {
+ public:
+  // Loads every model; throws nmt::Error or std::exception with a one-line reason that
+  // names the model.
+  ModelRegistry(const ServerConfig& config, Metrics& metrics);
+  ~ModelRegistry();
+
+  // "" = the default model (the first of the config); throws Error(kNotFound).
+  ServedModel& find(const std::string& name);
+  const std::vector<std::unique_ptr<ServedModel>>& models() const { return models_; }
+
+  // Finishes queued work and stops every batcher (shutdown).
+  void stop();
+
+ private:
+  Metrics& metrics_;
+  std::vector<std::unique_ptr<ServedModel>> models_;
+};
+
+}  // namespace nmt::server

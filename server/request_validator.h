@@ -1,0 +1,36 @@
+#pragma once
+// Checks one request against the serving limits before any work is queued. Every failure
+// throws nmt::Error(kInvalidArgument) with a message that names the sentence or option and
+// the limit; nothing is truncated or silently adjusted.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "model/decode_options.h"
+#include "nmt/v1/translation.pb.h"
+#include "server/limits.h"
+
+namespace nmt::server {
+
+class RequestValidator {
+ public:
+  explicit RequestValidator(Limits limits) : limits_(limits) {}
+
+  // Count, emptiness and UTF-8 of the sentences.
+  void check_texts(const std::vector<std::string>& texts) const;
+  // Tokenized length of texts[index] (</s> included) against limits.max_input_tokens.
+  void check_length(size_t index, size_t tokens) const;
+  // The request's options with the server defaults filled in, range-checked.
+  DecodeOptions decode_options(const v1::TranslateOptions& requested) const;
+
+  const Limits& limits() const { return limits_; }
+
+ private:
+  Limits limits_;
+};
+
+// Byte offset of the first invalid UTF-8 sequence, or npos when `text` is valid UTF-8
+// (overlong forms, surrogates and code points above U+10FFFF are invalid).
+size_t find_invalid_utf8(const std::string& text);
+
+}  // namespace nmt::server

@@ -1,0 +1,125 @@
+// Request validation: each bad input is refused with INVALID_ARGUMENT and a message that
+// names the sentence or option; defaults are filled in for unset options.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "model/error.h"
+#include "server/request_validator.h"
+
+using namespace nmt::server;
+using nmt::Error;
+using nmt::ErrorCode;
+
+namespace {
+
+Limits limits() {
+  Limits l;
+  l.max_sentences_per_request = 3;
+  l.max_input_tokens = 10;
+  l.max_beam_size = 8;
+  l.max_decoding_length = 100;
+  return l;
+}
+
+// The message of the kInvalidArgument error `f` throws, or a marker.
+std::string refusal(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kInvalidArgument) return "(wrong code)";
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+std::string options_refusal(const std::function<void(nmt::v1::TranslateOptions&)>& set) {
+  nmt::v1::TranslateOptions o;
+  set(o);
+  return refusal([&] { RequestValidator(limits()).decode_options(o); });
+}
+
+}  // namespace
+
+TEST(Validation, GoodTextsPass) {
+  RequestValidator v(limits());
+  EXPECT_NO_THROW(v.check_texts({"A man.", "Zwei Hunde — ÿ 😀"}));
+  EXPECT_NO_THROW(v.check_length(0, 10));
+}
+
+TEST(Validation, TextErrors) {
+  RequestValidator v(limits());
+  EXPECT_EQ(refusal([&] { v.check_texts({}); }), "texts is empty: send at least one sentence");
+  EXPECT_EQ(refusal([&] { v.check_texts({"a", "b", "c", "d"}); }),
+            "too many sentences: 4 > limits.max_sentences_per_request (3)");
+  EXPECT_EQ(refusal([&] { v.check_texts({"a", ""}); }), "texts[1] is empty (or only whitespace)");
+  EXPECT_EQ(refusal([&] { v.check_texts({" \t\n"}); }), "texts[0] is empty (or only whitespace)");
+  EXPECT_EQ(refusal([&] { v.check_texts({"ok", "ab\xff"}); }),
+            "texts[1] is not valid UTF-8 (invalid byte sequence at offset 2)");
+  EXPECT_EQ(refusal([&] { v.check_length(2, 11); }),
+            "texts[2] has 11 tokens, more than limits.max_input_tokens (10); split it into "
+            "shorter sentences (input is never truncated)");
+}
+
+TEST(Validation, Utf8Decoder) {
+  EXPECT_EQ(find_invalid_utf8("plain ascii"), std::string::npos);
+  EXPECT_EQ(find_invalid_utf8("Stra\xc3\x9f" "e \xe2\x82\xac \xf0\x9f\x98\x80"), std::string::npos);
+  EXPECT_EQ(find_invalid_utf8("a\xc3"), 1u);              // truncated sequence
+  EXPECT_EQ(find_invalid_utf8("a\x80"), 1u);              // lone continuation byte
+  EXPECT_EQ(find_invalid_utf8("\xc0\xaf"), 0u);           // overlong '/'
+  EXPECT_EQ(find_invalid_utf8("x\xed\xa0\x80"), 1u);      // UTF-16 surrogate
+  EXPECT_EQ(find_invalid_utf8("\xf4\x90\x80\x80"), 0u);   // above U+10FFFF
+  EXPECT_EQ(find_invalid_utf8("ok\xe2\x82"), 2u);
+}
+
+TEST(Validation, DefaultsFillUnsetOptions) {
+  const nmt::DecodeOptions o = RequestValidator(limits()).decode_options({});
+  EXPECT_EQ(o.beam_size, 4);
+  EXPECT_EQ(o.num_hypotheses, 1);
+  EXPECT_FLOAT_EQ(o.length_penalty, 1.0f);
+  EXPECT_EQ(o.max_decoding_length, 100);  // min(255, limits.max_decoding_length)
+  EXPECT_EQ(o.min_decoding_length, 0);
+  Limits wide = limits();
+  wide.max_decoding_length = 512;
+  EXPECT_EQ(RequestValidator(wide).decode_options({}).max_decoding_length, 255);
+}
+
+TEST(Validation, RequestedOptionsAreKept) {
+  nmt::v1::TranslateOptions r;
+  r.set_beam_size(8);
+  r.set_num_hypotheses(8);
+  r.set_length_penalty(0.6f);
+  r.set_max_decoding_length(50);
+  r.set_min_decoding_length(50);
+  r.set_return_scores(true);
+  const nmt::DecodeOptions o = RequestValidator(limits()).decode_options(r);
+  EXPECT_EQ(o.beam_size, 8);
+  EXPECT_EQ(o.num_hypotheses, 8);
+  EXPECT_FLOAT_EQ(o.length_penalty, 0.6f);
+  EXPECT_EQ(o.max_decoding_length, 50);
+  EXPECT_EQ(o.min_decoding_length, 50);
+  EXPECT_TRUE(o.return_scores);
+}
+
+TEST(Validation, OptionErrors) {
+  using O = nmt::v1::TranslateOptions;
+  EXPECT_EQ(options_refusal([](O& o) { o.set_beam_size(0); }),
+            "options.beam_size must be between 1 and 8 (limits.max_beam_size), got 0");
+  EXPECT_EQ(options_refusal([](O& o) { o.set_beam_size(9); }),
+            "options.beam_size must be between 1 and 8 (limits.max_beam_size), got 9");
+  EXPECT_EQ(options_refusal([](O& o) { o.set_beam_size(2); o.set_num_hypotheses(3); }),
+            "options.num_hypotheses must be between 1 and 2 (options.beam_size), got 3");
+  EXPECT_EQ(options_refusal([](O& o) { o.set_num_hypotheses(0); }),
+            "options.num_hypotheses must be between 1 and 4 (options.beam_size), got 0");
+  EXPECT_EQ(options_refusal([](O& o) { o.set_length_penalty(NAN); }),
+            "options.length_penalty must be a finite number, got nan");
+  EXPECT_EQ(options_refusal([](O& o) { o.set_max_decoding_length(0); }),
+            "options.max_decoding_length must be between 1 and 100 (limits.max_decoding_length), got 0");
+  EXPECT_EQ(options_refusal([](O& o) { o.set_max_decoding_length(101); }),
+            "options.max_decoding_length must be between 1 and 100 (limits.max_decoding_length), got 101");
+  EXPECT_EQ(options_refusal([](O& o) { o.set_max_decoding_length(10); o.set_min_decoding_length(11); }),
+            "options.min_decoding_length must be between 0 and 10 (options.max_decoding_length), got 11");
+  EXPECT_EQ(options_refusal([](O& o) { o.set_min_decoding_length(-1); }),
+            "options.min_decoding_length must be between 0 and 100 (options.max_decoding_length), got -1");
+}
