@@ -68,6 +68,10 @@ void attention_scores_cpu(const AttentionArgs<float>& a, float* scores);
 template <typename T>
 void attention_cuda(const AttentionArgs<T>& a, cudaStream_t stream);
 
+// The implementation attention_cuda runs for these arguments (never kAuto).
+template <typename T>
+AttentionPath attention_chosen_path(const AttentionArgs<T>& a);
+
 // Scores only (see attention_scores_cpu); scores has batch * heads * M * N elements of T.
 template <typename T>
 void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t stream);

@@ -150,14 +150,19 @@ void launch_step(const AttentionArgs<T>& a, size_t smem, cudaStream_t stream) {
 constexpr size_t kMaxSmem = 96 * 1024;  // keeps at least two blocks per SM on sm_80/sm_90
 
 template <typename T>
-bool try_step(const AttentionArgs<T>& a, cudaStream_t stream) {
+bool step_fits(const AttentionArgs<T>& a) {
   const size_t smem = size_t(kStepWarps) * size_t(a.kv_len) * sizeof(float);
-  if (smem > kMaxSmem || !aligned_for_step(a)) return false;
+  return smem <= kMaxSmem && aligned_for_step(a) &&
+         (a.head_dim == 32 || a.head_dim == 64 || a.head_dim == 128);
+}
+
+template <typename T>
+void run_step(const AttentionArgs<T>& a, cudaStream_t stream) {
+  const size_t smem = size_t(kStepWarps) * size_t(a.kv_len) * sizeof(float);
   switch (a.head_dim) {
-    case 32: launch_step<T, 32>(a, smem, stream); return true;
-    case 64: launch_step<T, 64>(a, smem, stream); return true;
-    case 128: launch_step<T, 128>(a, smem, stream); return true;
-    default: return false;
+    case 32: launch_step<T, 32>(a, smem, stream); break;
+    case 64: launch_step<T, 64>(a, smem, stream); break;
+    default: launch_step<T, 128>(a, smem, stream); break;
   }
 }
 
@@ -273,17 +278,23 @@ void launch_tiled(const AttentionArgs<T>& a, T* scores, size_t smem, cudaStream_
 }
 
 // Shape classes: the tile height follows M (8, 16 or 32 query rows per block).
+int tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
+
+template <typename T>
+bool tiled_fits(const AttentionArgs<T>& a, bool scores_only) {
+  const size_t smem = TilePlan(tile_rows(a.q_len), a.head_dim, a.kv_len, !scores_only).bytes;
+  return smem <= kMaxSmem && a.batch <= 65535 && a.heads <= 65535;
+}
+
 template <typename T, bool kScoresOnly>
-bool try_tiled(const AttentionArgs<T>& a, T* scores, cudaStream_t stream) {
-  const int tile_m = a.q_len <= 8 ? 8 : a.q_len <= 16 ? 16 : 32;
+void run_tiled(const AttentionArgs<T>& a, T* scores, cudaStream_t stream) {
+  const int tile_m = tile_rows(a.q_len);
   const size_t smem = TilePlan(tile_m, a.head_dim, a.kv_len, !kScoresOnly).bytes;
-  if (smem > kMaxSmem || a.batch > 65535 || a.heads > 65535) return false;
   switch (tile_m) {
     case 8: launch_tiled<T, 8, kScoresOnly>(a, scores, smem, stream); break;
     case 16: launch_tiled<T, 16, kScoresOnly>(a, scores, smem, stream); break;
     default: launch_tiled<T, 32, kScoresOnly>(a, scores, smem, stream); break;
   }
-  return true;
 }
 
 // ---- cuBLAS ---------------------------------------------------------------------------------
@@ -427,23 +438,34 @@ __global__ void mask_scores_kernel(AttentionArgs<T> a, T* s) {
 }  // namespace cuda
 
 template <typename T>
+AttentionPath attention_chosen_path(const AttentionArgs<T>& a) {
+  using namespace cuda;
+  const bool step = a.path == AttentionPath::kDecoderStep ||
+                    (a.path == AttentionPath::kAuto && a.q_len == 1);
+  if (step && step_fits(a)) return AttentionPath::kDecoderStep;
+  if (a.path != AttentionPath::kCublas && tiled_fits(a, false)) return AttentionPath::kTiled;
+  return AttentionPath::kCublas;
+}
+
+template <typename T>
 void attention_cuda(const AttentionArgs<T>& a, cudaStream_t stream) {
   using namespace cuda;
   if (a.batch <= 0 || a.heads <= 0 || a.q_len <= 0) return;
-  const bool step = a.path == AttentionPath::kDecoderStep ||
-                    (a.path == AttentionPath::kAuto && a.q_len == 1);
-  if (step && try_step(a, stream)) return;
-  if ((a.path == AttentionPath::kAuto || a.path == AttentionPath::kTiled) &&
-      try_tiled<T, false>(a, nullptr, stream))
-    return;
-  run_cublas(a, stream);
+  switch (attention_chosen_path(a)) {
+    case AttentionPath::kDecoderStep: run_step(a, stream); break;
+    case AttentionPath::kTiled: run_tiled<T, false>(a, nullptr, stream); break;
+    default: run_cublas(a, stream); break;
+  }
 }
 
 template <typename T>
 void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t stream) {
   using namespace cuda;
   if (a.batch <= 0 || a.heads <= 0 || a.q_len <= 0 || a.kv_len <= 0) return;
-  if (a.path != AttentionPath::kCublas && try_tiled<T, true>(a, scores, stream)) return;
+  if (a.path != AttentionPath::kCublas && tiled_fits(a, true)) {
+    run_tiled<T, true>(a, scores, stream);
+    return;
+  }
   cublas_scores(a, scores, a.scale, stream);
   if (a.key_lengths || a.causal) {
     const int64_t total = a.batch * a.heads * a.q_len * a.kv_len;
@@ -454,6 +476,7 @@ void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t st
 
 #define NMT_INSTANTIATE(T)                                                                     \
   template void attention_cuda<T>(const AttentionArgs<T>&, cudaStream_t);                     \
+  template AttentionPath attention_chosen_path<T>(const AttentionArgs<T>&);                   \
   template void attention_scores_cuda<T>(const AttentionArgs<T>&, T*, cudaStream_t);
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)

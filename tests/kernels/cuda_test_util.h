@@ -1,0 +1,192 @@
+#pragma once
+// Helpers of the CUDA kernel tests: device buffers filled from float vectors (rounded to the
+// kernel's element type, so the CPU reference sees exactly the kernel's inputs), NaN poison
+// before each launch, and the relative-error check.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/stream.h"
+
+#if NMT_WITH_CUDA
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace nmt::kernels::test {
+
+#define NMT_SKIP_WITHOUT_GPU()                                                          \
+  do {                                                                                  \
+    int n_ = 0;                                                                         \
+    const cudaError_t e_ = cudaGetDeviceCount(&n_);                                     \
+    if (e_ != cudaSuccess || n_ == 0) {                                                 \
+      cudaGetLastError();                                                               \
+      GTEST_SKIP() << "no CUDA device: "                                                \
+                   << (e_ != cudaSuccess ? cudaGetErrorString(e_) : "device count is 0"); \
+    }                                                                                   \
+  } while (0)
+
+#define NMT_CHECK_CUDA(expr)                                                      \
+  do {                                                                            \
+    const cudaError_t e_ = (expr);                                                \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);        \
+  } while (0)
+
+template <typename T>
+inline T to_t(float v) { return T(v); }
+template <>
+inline __half to_t<__half>(float v) { return __float2half_rn(v); }
+template <>
+inline __nv_bfloat16 to_t<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+inline float to_f(float v) { return v; }
+inline float to_f(__half v) { return __half2float(v); }
+inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+const char* type_name();
+template <>
+inline const char* type_name<float>() { return "float"; }
+template <>
+inline const char* type_name<__half>() { return "half"; }
+template <>
+inline const char* type_name<__nv_bfloat16>() { return "bfloat16"; }
+
+// Tolerance on the relative error: 1e-5 for float32, 1e-2 for half; 2e-2 for bfloat16, whose
+// 8-bit significand rounds 8x coarser than half's.
+template <typename T>
+constexpr float tolerance() { return sizeof(T) == 4 ? 1e-5f : 1e-2f; }
+template <>
+constexpr float tolerance<__nv_bfloat16>() { return 2e-2f; }
+
+// Rounds every value to T and back, in place: the reference then uses the kernel's inputs.
+template <typename T>
+void round_to(std::vector<float>& v) {
+  for (float& x : v) x = to_f(to_t<T>(x));
+}
+
+inline std::vector<float> random_vector(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Device memory of n elements of T; NaN-poisoned at birth (all-ones bytes are NaN in every
+// floating type used here).
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess)
+      throw std::runtime_error("cudaMalloc failed");
+    poison();
+  }
+  explicit DeviceBuffer(const std::vector<float>& host) : DeviceBuffer(host.size()) {
+    upload(host);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  void upload(const std::vector<float>& host) {
+    std::vector<T> tmp(host.size());
+    for (size_t i = 0; i < host.size(); ++i) tmp[i] = to_t<T>(host[i]);
+    if (cudaMemcpy(ptr_, tmp.data(), tmp.size() * sizeof(T), cudaMemcpyHostToDevice) !=
+        cudaSuccess)
+      throw std::runtime_error("cudaMemcpy H2D failed");
+  }
+  std::vector<float> download() const {
+    std::vector<T> tmp(n_);
+    if (cudaMemcpy(tmp.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
+      throw std::runtime_error("cudaMemcpy D2H failed");
+    std::vector<float> out(n_);
+    for (size_t i = 0; i < n_; ++i) out[i] = to_f(tmp[i]);
+    return out;
+  }
+  void poison() { cudaMemset(ptr_, 0xff, std::max<size_t>(n_, 1) * sizeof(T)); }
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_;
+};
+
+// Device ints (indices, lengths).
+class DeviceInts {
+ public:
+  explicit DeviceInts(const std::vector<int>& host) : n_(host.size()) {
+    cudaMalloc(&ptr_, std::max<size_t>(n_, 1) * sizeof(int));
+    cudaMemcpy(ptr_, host.data(), n_ * sizeof(int), cudaMemcpyHostToDevice);
+  }
+  explicit DeviceInts(size_t n) : n_(n) {
+    cudaMalloc(&ptr_, std::max<size_t>(n_, 1) * sizeof(int));
+    cudaMemset(ptr_, 0xff, std::max<size_t>(n_, 1) * sizeof(int));
+  }
+  DeviceInts(const DeviceInts&) = delete;
+  DeviceInts& operator=(const DeviceInts&) = delete;
+  ~DeviceInts() { cudaFree(ptr_); }
+  std::vector<int> download() const {
+    std::vector<int> out(n_);
+    cudaMemcpy(out.data(), ptr_, n_ * sizeof(int), cudaMemcpyDeviceToHost);
+    return out;
+  }
+  int* get() const { return ptr_; }
+
+ private:
+  int* ptr_ = nullptr;
+  size_t n_;
+};
+
+// Relative error |got - ref| / max(|ref|, floor) with floor = floor_fraction * max|ref| (values
+// near zero are judged against the scale of their tensor); infinities must match exactly and
+// NaN (unwritten poison) always fails. Returns "" when within rtol, else a description of the
+// worst element.
+inline std::string compare(const std::vector<float>& got, const std::vector<float>& ref,
+                           float rtol, float floor_fraction = 1e-3f) {
+  if (got.size() != ref.size()) return "size mismatch";
+  float scale = 0.f;
+  for (float r : ref)
+    if (std::isfinite(r)) scale = std::max(scale, std::fabs(r));
+  const float floor = std::max(scale * floor_fraction, 1e-30f);
+  double worst = 0.0;
+  size_t worst_i = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(got[i])) return "NaN (unwritten?) at " + std::to_string(i);
+    if (std::isinf(ref[i]) || std::isinf(got[i])) {
+      if (got[i] != ref[i])
+        return "at " + std::to_string(i) + ": got " + std::to_string(got[i]) + ", want " +
+               std::to_string(ref[i]);
+      continue;
+    }
+    const double err = std::fabs(double(got[i]) - ref[i]) / std::max(std::fabs(ref[i]), floor);
+    if (err > worst) {
+      worst = err;
+      worst_i = i;
+    }
+  }
+  if (worst <= rtol) return "";
+  return "relative error " + std::to_string(worst) + " at " + std::to_string(worst_i) + ": got " +
+         std::to_string(got[worst_i]) + ", want " + std::to_string(ref[worst_i]);
+}
+
+#define NMT_EXPECT_CLOSE(got, ref, rtol, what, ...)                                        \
+  do {                                                                                     \
+    const std::string msg_ = ::nmt::kernels::test::compare((got), (ref), (rtol), ##__VA_ARGS__); \
+    EXPECT_TRUE(msg_.empty()) << (what) << ": " << msg_;                                   \
+  } while (0)
+
+}  // namespace nmt::kernels::test
+
+#else  // CPU-only build: every CUDA test file registers one test that says why it skips.
+#define NMT_CUDA_TESTS_COMPILED_OUT(suite)                                                  \
+  TEST(suite, CompiledOut) {                                                                \
+    GTEST_SKIP() << "no CUDA device: built without CUDA (NMT_WITH_CUDA=0), CUDA kernels are " \
+                    "compiled out";                                                         \
+  }
+#endif

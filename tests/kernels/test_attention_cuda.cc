@@ -1,0 +1,169 @@
+// attention_cuda / attention_scores_cuda against attention_cpu / attention_scores_cpu on every
+// path (decoder step, tiled, cuBLAS) with strided (fused-projection) layouts, shared K/V per
+// beam group, key lengths and causal masks.
+#include "tests/kernels/cuda_test_util.h"
+
+#if NMT_WITH_CUDA
+#include "kernels/attention.h"
+
+namespace nmt::kernels::test {
+namespace {
+
+template <typename T>
+class AttentionCuda : public ::testing::Test {
+ protected:
+  void SetUp() override { NMT_SKIP_WITHOUT_GPU(); }
+};
+using Types = ::testing::Types<float, __half, __nv_bfloat16>;
+TYPED_TEST_SUITE(AttentionCuda, Types);
+
+struct Shape {
+  int64_t sentences, beam;  // batch = sentences * beam; K/V per sentence when share_kv
+  int heads, head_dim;
+  int64_t m, n;
+  bool share_kv, lengths, causal;
+  int64_t causal_offset;
+};
+
+std::string describe(const Shape& s) {
+  return "b=" + std::to_string(s.sentences * s.beam) + " h=" + std::to_string(s.heads) +
+         " d=" + std::to_string(s.head_dim) + " M=" + std::to_string(s.m) +
+         " N=" + std::to_string(s.n) + (s.share_kv ? " shared-kv" : "") +
+         (s.lengths ? " lengths" : "") + (s.causal ? " causal" : "");
+}
+
+template <typename T>
+void check(const Shape& s, AttentionPath path, uint32_t seed) {
+  const int64_t batch = s.sentences * s.beam;
+  const int64_t kv_batches = s.share_kv ? s.sentences : batch;
+  const int64_t hd = int64_t(s.heads) * s.head_dim;
+  // Q lives in a fused QKV projection output [batch, M, 3 * hd]; K and V in one [kvb, N, 2 * hd]
+  // buffer (V at offset hd); the output rows carry 8 spare elements that must stay untouched.
+  auto qbuf = random_vector(size_t(batch * s.m * 3 * hd), -1.f, 1.f, seed);
+  auto kvbuf = random_vector(size_t(kv_batches * s.n * 2 * hd), -1.f, 1.f, seed + 1);
+  round_to<T>(qbuf);
+  round_to<T>(kvbuf);
+  std::vector<int> lengths;
+  std::mt19937 gen(seed);
+  for (int64_t i = 0; i < kv_batches; ++i)
+    lengths.push_back(i == 0 ? int(s.n) : 1 + int(gen() % s.n));
+  const int64_t out_row = hd + 8;
+  std::vector<float> ref(size_t(batch * s.m * out_row), std::nanf(""));
+
+  AttentionArgs<float> c;
+  c.q = qbuf.data();
+  c.k = kvbuf.data();
+  c.v = kvbuf.data() + hd;
+  c.out = ref.data();
+  c.batch = batch;
+  c.heads = s.heads;
+  c.head_dim = s.head_dim;
+  c.q_len = s.m;
+  c.kv_len = s.n;
+  c.queries_per_kv = s.share_kv ? s.beam : 1;
+  c.q_batch_stride = s.m * 3 * hd;
+  c.q_row_stride = 3 * hd;
+  c.kv_batch_stride = s.n * 2 * hd;
+  c.kv_row_stride = 2 * hd;
+  c.out_batch_stride = s.m * out_row;
+  c.out_row_stride = out_row;
+  c.scale = 1.f / std::sqrt(float(s.head_dim));
+  c.key_lengths = s.lengths ? lengths.data() : nullptr;
+  c.causal = s.causal;
+  c.causal_offset = s.causal_offset;
+  attention_cpu(c);
+  std::vector<float> ref_scores(size_t(batch * s.heads * s.m * s.n));
+  attention_scores_cpu(c, ref_scores.data());
+
+  DeviceBuffer<T> dq(qbuf), dkv(kvbuf), dout(ref.size()), dscores(ref_scores.size());
+  DeviceInts dlen(lengths);
+  AttentionArgs<T> a;
+  a.q = dq.get();
+  a.k = dkv.get();
+  a.v = dkv.get() + hd;
+  a.out = dout.get();
+  a.batch = c.batch;
+  a.heads = c.heads;
+  a.head_dim = c.head_dim;
+  a.q_len = c.q_len;
+  a.kv_len = c.kv_len;
+  a.queries_per_kv = c.queries_per_kv;
+  a.q_batch_stride = c.q_batch_stride;
+  a.q_row_stride = c.q_row_stride;
+  a.kv_batch_stride = c.kv_batch_stride;
+  a.kv_row_stride = c.kv_row_stride;
+  a.out_batch_stride = c.out_batch_stride;
+  a.out_row_stride = c.out_row_stride;
+  a.scale = c.scale;
+  a.key_lengths = s.lengths ? dlen.get() : nullptr;
+  a.causal = c.causal;
+  a.causal_offset = c.causal_offset;
+  a.path = path;
+  attention_cuda<T>(a, nullptr);
+  attention_scores_cuda<T>(a, dscores.get(), nullptr);
+  NMT_CHECK_CUDA(cudaDeviceSynchronize());
+
+  const char* path_name[] = {"auto", "step", "tiled", "cublas"};
+  const std::string what = std::string(type_name<T>()) + " " + path_name[int(path)] + " " +
+                           describe(s);
+  // written elements against the reference; the spare ones must still hold the poison
+  auto got = dout.download();
+  std::vector<float> got_w, ref_w;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (int64_t(i) % out_row < hd) {
+      got_w.push_back(got[i]);
+      ref_w.push_back(ref[i]);
+    } else {
+      EXPECT_TRUE(std::isnan(got[i])) << what << ": wrote past the head merge at " << i;
+    }
+  }
+  // The cuBLAS path rounds the probabilities to T between its two GEMMs: with 16-bit T its
+  // error is absolute at the scale of the outputs, so near-zero outputs use a 10% floor.
+  const bool rounded_p = attention_chosen_path(a) == AttentionPath::kCublas && sizeof(T) == 2;
+  NMT_EXPECT_CLOSE(got_w, ref_w, tolerance<T>(), what, rounded_p ? 0.1f : 1e-3f);
+  NMT_EXPECT_CLOSE(dscores.download(), ref_scores, tolerance<T>(), what + " scores");
+}
+
+const Shape kShapes[] = {
+    // decoder step (M = 1): self-attention over the cache, cross-attention shared per beam
+    {16, 4, 8, 64, 1, 17, false, false, false, 0},
+    {3, 4, 8, 64, 1, 1, false, false, true, 0},
+    {3, 4, 8, 64, 1, 40, true, true, false, 0},
+    {2, 5, 4, 128, 1, 300, true, true, false, 0},
+    {5, 1, 2, 32, 1, 9, false, false, true, 8},
+    {2, 2, 3, 48, 1, 21, false, true, false, 0},  // head_dim without a step kernel
+    // encoder self-attention, decoder prefill (causal), cross-attention with M > 1
+    {7, 1, 8, 64, 17, 17, false, true, false, 0},
+    {4, 1, 4, 64, 37, 37, false, false, true, 0},
+    {3, 2, 8, 64, 5, 40, true, true, false, 0},
+    {2, 1, 2, 128, 70, 70, false, true, false, 0},
+    {3, 1, 3, 40, 9, 13, false, true, true, 2},
+    {2, 1, 2, 64, 20, 700, false, true, false, 0},  // K/V too large for shared memory
+};
+
+TYPED_TEST(AttentionCuda, Auto) {
+  uint32_t seed = 11;
+  for (const Shape& s : kShapes) check<TypeParam>(s, AttentionPath::kAuto, seed += 7);
+}
+
+TYPED_TEST(AttentionCuda, DecoderStep) {
+  uint32_t seed = 211;
+  for (const Shape& s : kShapes)
+    if (s.m == 1) check<TypeParam>(s, AttentionPath::kDecoderStep, seed += 7);
+}
+
+TYPED_TEST(AttentionCuda, Tiled) {
+  uint32_t seed = 411;
+  for (const Shape& s : kShapes) check<TypeParam>(s, AttentionPath::kTiled, seed += 7);
+}
+
+TYPED_TEST(AttentionCuda, Cublas) {
+  uint32_t seed = 611;
+  for (const Shape& s : kShapes) check<TypeParam>(s, AttentionPath::kCublas, seed += 7);
+}
+
+}  // namespace
+}  // namespace nmt::kernels::test
+#else
+NMT_CUDA_TESTS_COMPILED_OUT(AttentionCuda)
+#endif

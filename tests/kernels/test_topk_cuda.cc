@@ -1,0 +1,90 @@
+// beam_topk_cuda against beam_topk_cpu: exact indices, scores to the type's tolerance.
+#include "tests/kernels/cuda_test_util.h"
+
+#if NMT_WITH_CUDA
+#include "kernels/topk.h"
+
+namespace nmt::kernels::test {
+namespace {
+
+template <typename T>
+class BeamTopkCuda : public ::testing::Test {
+ protected:
+  void SetUp() override { NMT_SKIP_WITHOUT_GPU(); }
+};
+using Types = ::testing::Types<float, __half, __nv_bfloat16>;
+TYPED_TEST_SUITE(BeamTopkCuda, Types);
+
+struct Case {
+  int64_t sentences;
+  int beam, vocab, k;
+  bool bias;
+  TopkMasks masks;
+};
+
+TopkMasks masks(int pad, int eos, bool mask_eos, bool force_eos) {
+  TopkMasks m;
+  m.pad_id = pad;
+  m.eos_id = eos;
+  m.mask_eos = mask_eos;
+  m.force_eos = force_eos;
+  return m;
+}
+
+const Case kCases[] = {
+    {16, 4, 58101, 8, true, masks(58100, 0, false, false)},  // Marian-sized vocabulary
+    {3, 4, 1000, 8, false, masks(0, 1, true, false)},
+    {5, 2, 7, 4, true, masks(-1, -1, false, false)},         // tiny vocabulary
+    {2, 16, 3001, 32, true, masks(3, 2, false, false)},      // the largest k
+    {7, 1, 32003, 1, false, masks(5, 6, false, false)},      // greedy
+    {4, 3, 5000, 5, true, masks(0, 4999, false, true)},      // forced EOS
+    {1, 4, 70000, 3, true, masks(1, 0, false, false)},       // many chunks per row
+};
+
+template <typename T>
+void check(const Case& c, uint32_t seed) {
+  const int64_t rows = c.sentences * c.beam;
+  auto logits = random_vector(size_t(rows * c.vocab), -8.f, 8.f, seed);
+  round_to<T>(logits);
+  auto bias = random_vector(size_t(c.vocab), -1.f, 1.f, seed + 1);
+  auto running = random_vector(size_t(rows), -12.f, 0.f, seed + 2);
+  running[1 % rows] = -1e9f;  // a dead beam, as at the first step
+  std::vector<float> ref_s(size_t(c.sentences * c.k));
+  std::vector<int> ref_i(ref_s.size());
+  beam_topk_cpu(logits.data(), c.bias ? bias.data() : nullptr, running.data(), c.sentences,
+                c.beam, c.vocab, c.k, c.masks, ref_s.data(), ref_i.data());
+
+  DeviceBuffer<T> dlogits(logits);
+  DeviceBuffer<float> dbias(bias), drunning(running), dscores(ref_s.size());
+  DeviceInts dindex(ref_i.size());
+  const size_t ws_bytes = beam_topk_workspace_bytes(c.sentences, c.beam, c.vocab, c.k);
+  DeviceBuffer<char> ws(ws_bytes);
+  beam_topk_cuda<T>(dlogits.get(), c.bias ? dbias.get() : nullptr, drunning.get(), c.sentences,
+                    c.beam, c.vocab, c.k, c.masks, dscores.get(), dindex.get(), ws.get(),
+                    ws_bytes, nullptr);
+  NMT_CHECK_CUDA(cudaDeviceSynchronize());
+  const std::string what = std::string(type_name<T>()) + " sentences=" +
+                           std::to_string(c.sentences) + " beam=" + std::to_string(c.beam) +
+                           " vocab=" + std::to_string(c.vocab) + " k=" + std::to_string(c.k);
+  EXPECT_EQ(dindex.download(), ref_i) << what;
+  // scores are float32 sums of the same inputs: float32 tolerance for every T
+  NMT_EXPECT_CLOSE(dscores.download(), ref_s, 1e-5f, what);
+}
+
+TYPED_TEST(BeamTopkCuda, MatchesReference) {
+  uint32_t seed = 5;
+  for (const Case& c : kCases) check<TypeParam>(c, seed += 11);
+}
+
+TEST(BeamTopkCudaArgs, RejectsBadK) {
+  NMT_SKIP_WITHOUT_GPU();
+  EXPECT_THROW(beam_topk_cuda<float>(nullptr, nullptr, nullptr, 1, 4, 100, 33, TopkMasks{},
+                                     nullptr, nullptr, nullptr, 0, nullptr),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace nmt::kernels::test
+#else
+NMT_CUDA_TESTS_COMPILED_OUT(BeamTopkCuda)
+#endif
