@@ -1,0 +1,86 @@
+// nmt-translate as a user runs it: stdin in, translations out, one-line errors.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include "tests/support/golden.h"
+
+namespace {
+
+struct Result {
+  std::string out;
+  int status;
+};
+
+Result sh(const std::string& cmd) {
+  Result r{"", -1};
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), n);
+  r.status = ::pclose(p);
+  return r;
+}
+
+const std::string kBin = NMT_TRANSLATE_BIN;
+
+}  // namespace
+
+TEST(TranslateCli, TranslatesStdinLikeTransformers) {
+  if (!nmt::test::have_golden()) GTEST_SKIP() << "golden references absent";
+  const auto golden = nmt::test::load_golden();
+  const std::string input = "/tmp/nmt-cli-input-" + std::to_string(::getpid());
+  {
+    std::ofstream f(input);
+    for (int i = 0; i < 5; ++i) f << golden[size_t(i)].source << "\n";
+  }
+  const Result r = sh(kBin + " --beam 4 < " + input + " 2>/dev/null");
+  std::remove(input.c_str());
+  ASSERT_EQ(r.status, 0);
+  std::string expected;
+  for (int i = 0; i < 5; ++i) expected += golden[size_t(i)].beam4.text + "\n";
+  EXPECT_EQ(r.out, expected);
+}
+
+TEST(TranslateCli, QuickstartSentenceGivesGermanLine) {
+  const Result r = sh("echo 'A man is riding a bike.' | " + kBin + " 2>/dev/null");
+  ASSERT_EQ(r.status, 0);
+  ASSERT_FALSE(r.out.empty());
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1);
+  EXPECT_NE(r.out.find("Mann"), std::string::npos) << r.out;  // "man" in German
+}
+
+TEST(TranslateCli, NBestAndScoresFormats) {
+  Result r = sh("echo 'Two dogs play.' | " + kBin + " --num-hypotheses 3 2>/dev/null");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3);
+  EXPECT_EQ(r.out.rfind("0 ||| ", 0), 0u) << r.out;
+  r = sh("echo 'Two dogs play.' | " + kBin + " --scores 2>/dev/null");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out[0], '-') << "a log-probability score comes first: " << r.out;
+}
+
+TEST(TranslateCli, ErrorsExitNonZeroWithOneLine) {
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {"--model /nonexistent", "nmt-translate: error: /nonexistent/config.json: cannot open model config (missing file?)\n"},
+      {"--beam 0", "nmt-translate: error: beam_size must be between 1 and 1024, got 0\n"},
+      {"--num-hypotheses 9", "nmt-translate: error: num_hypotheses must be between 1 and beam_size (4), got 9\n"},
+      {"--input /nonexistent.txt", "nmt-translate: error: /nonexistent.txt: cannot open input file\n"},
+  };
+  for (const auto& c : cases) {
+    const Result r = sh("echo hi | " + kBin + " " + c.args + " 2>&1 >/dev/null");
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_EQ(r.out, c.message) << c.args;
+  }
+  const Result bad = sh("echo hi | " + kBin + " --bogus 1 2>&1 >/dev/null");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_EQ(bad.out.rfind("nmt-translate: unknown option --bogus\n", 0), 0u) << bad.out;
+  const Result empty = sh("printf 'a\\n\\nb\\n' | " + kBin + " 2>&1 >/dev/null");
+  EXPECT_NE(empty.status, 0);
+  EXPECT_EQ(empty.out, "nmt-translate: error: input line 2 is empty\n");
+}

@@ -1,0 +1,79 @@
+#include "tests/support/golden.h"
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+namespace nmt::test {
+namespace {
+
+GoldenHypothesis hypothesis(const nlohmann::json& j) {
+  GoldenHypothesis h;
+  h.ids = j.at("ids").get<std::vector<int>>();
+  h.text = j.at("text").get<std::string>();
+  h.score = j.value("score", 0.f);
+  return h;
+}
+
+bool exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+std::string repo_root() { return NMT_REPO_ROOT; }
+std::string demo_model_dir() { return repo_root() + "/models/m30k-en-de-small"; }
+std::string shared_dir() { return repo_root() + "/../shared"; }
+std::string golden_dir() { return shared_dir() + "/golden/m30k-en-de-small"; }
+bool have_golden() { return exists(golden_dir() + "/golden_test2016.jsonl"); }
+
+std::vector<GoldenSentence> load_golden() {
+  const std::string path = golden_dir() + "/golden_test2016.jsonl";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::vector<GoldenSentence> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    GoldenSentence g;
+    g.id = j.at("id").get<int>();
+    g.source = j.at("source").get<std::string>();
+    g.source_ids = j.at("source_ids").get<std::vector<int>>();
+    g.beam4 = hypothesis(j.at("beam4"));
+    g.greedy = hypothesis(j.at("greedy"));
+    if (j.contains("nbest4")) {
+      for (const auto& h : j.at("nbest4")) g.nbest4.push_back(hypothesis(h));
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::vector<std::string> read_gzip_lines(const std::string& path) {
+  if (!exists(path)) throw std::runtime_error("missing " + path);
+  FILE* pipe = ::popen(("gzip -dc '" + path + "'").c_str(), "r");
+  if (!pipe) throw std::runtime_error("cannot run gzip on " + path);
+  std::vector<std::string> lines;
+  std::string cur;
+  for (int ch; (ch = std::fgetc(pipe)) != EOF;) {
+    if (ch == '\n') {
+      lines.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(char(ch));
+    }
+  }
+  if (!cur.empty()) lines.push_back(cur);
+  if (::pclose(pipe) != 0) throw std::runtime_error("gzip failed on " + path);
+  return lines;
+}
+
+std::vector<std::string> test2016_references() {
+  return read_gzip_lines(shared_dir() + "/data/multi30k/test_2016_flickr.de.gz");
+}
+
+}  // namespace nmt::test
