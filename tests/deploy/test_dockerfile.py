@@ -138,6 +138,9 @@ def main():
                 if src != ".":
                     check(os.path.exists(os.path.join(repo, src)) and not dockerignored(repo, src),
                           f"COPY {src} exists in the repository and is in the build context")
+    for script in sorted({m for r in runs for m in re.findall(r"\b(?:scripts|deploy)/[\w./-]+\.sh\b", r)}):
+        check(os.path.isfile(os.path.join(repo, script)) and not dockerignored(repo, script),
+              f"RUN uses {script}, which exists and is in the build context")
     for p in ("build*", ".git", ".devbundle"):
         check(dockerignored(repo, p.replace("*", "-x")), f".dockerignore excludes {p}")
 
