@@ -42,14 +42,15 @@ class Job {
       *message = "request already finished";
       return true;
     }
-    if (cancelled.load()) {
-      *code = ErrorCode::kCancelled;
-      *message = "request cancelled by the client";
-      return true;
-    }
+    // The deadline first: gRPC also cancels a call whose deadline passed.
     if (now >= deadline) {
       *code = ErrorCode::kDeadlineExceeded;
       *message = "deadline exceeded before the translation finished";
+      return true;
+    }
+    if (cancelled.load()) {
+      *code = ErrorCode::kCancelled;
+      *message = "request cancelled by the client";
       return true;
     }
     return false;

@@ -5,7 +5,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <prometheus/exposer.h>
 
 #include <csignal>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "server/config.h"
 #include "server/logging.h"
 #include "server/metrics.h"
+#include "server/metrics_http.h"
 #include "server/model_registry.h"
 #include "server/translation_service.h"
 
@@ -35,17 +35,17 @@ sigset_t termination_signals() {
 
 int serve(const ServerConfig& config) {
   Metrics metrics;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsHttpServer> metrics_http;
   const std::string metrics_address =
       config.metrics_host + ":" + std::to_string(config.metrics_port);
   try {
-    exposer = std::make_unique<prometheus::Exposer>(metrics_address);
+    metrics_http = std::make_unique<MetricsHttpServer>(config.metrics_host, config.metrics_port,
+                                                       [&metrics] { return metrics.scrape(); });
   } catch (const std::exception& e) {
     log_event(spdlog::level::critical, "cannot serve /metrics",
               {{"address", metrics_address}, {"error", e.what()}});
     return 1;
   }
-  exposer->RegisterCollectable(metrics.registry());
 
   std::unique_ptr<ModelRegistry> models;
   try {

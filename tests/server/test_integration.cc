@@ -1,0 +1,419 @@
+// The real nmt-server on a loopback port, driven by the generated C++ stub: translations
+// equal the in-process engine's, n-best, every bad input with its status and message,
+// deadlines, client cancellation, 32 concurrent clients, the stream, health, and /metrics
+// counters that match the requests sent.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "model/translator.h"
+#include "nmt/v1/translation.grpc.pb.h"
+#include "server/loadgen/sentence_source.h"
+#include "server_process.h"
+
+namespace fs = std::filesystem;
+using nmt::test::metric_value;
+using std::chrono::milliseconds;
+
+namespace {
+
+const std::string kModelDir = std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small";
+const std::string kTest2016 = "/work/shared/data/multi30k/test_2016_flickr.en.gz";
+constexpr int kMaxSentences = 16, kMaxInputTokens = 48, kMaxBeam = 8, kMaxLength = 128;
+
+// Distinct English sentences: Multi30k test2016 when present, else built from templates.
+std::vector<std::string> sentences(size_t n) {
+  std::vector<std::string> out;
+  if (fs::exists(kTest2016)) {
+    for (const std::string& s : nmt::loadgen::read_sentences(kTest2016)) {
+      if (out.size() == n) break;
+      if (s.size() < 120) out.push_back(s);
+    }
+  }
+  const char* who[] = {"A man", "Two women", "A little girl", "A black dog", "Three boys", "An old man"};
+  const char* what[] = {"is riding a bike", "are playing soccer", "is eating an apple",
+                        "is running", "are sitting on a bench", "is swimming"};
+  const char* where[] = {"in the park.", "on the street.", "near the water."};
+  for (size_t i = 0; out.size() < n; ++i) {
+    out.push_back(std::string(who[i % 6]) + " " + what[(i / 6) % 6] + " " + where[(i / 36) % 3]);
+  }
+  return out;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("nmt-server-test-" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+    const fs::path config = *dir_ / "config.yaml";
+    std::ofstream(config) << "server:\n  log_format: json\n  shutdown_grace_seconds: 10\n"
+                          << "limits:\n  max_sentences_per_request: " << kMaxSentences
+                          << "\n  max_input_tokens: " << kMaxInputTokens
+                          << "\n  max_beam_size: " << kMaxBeam
+                          << "\n  max_decoding_length: " << kMaxLength << "\n"
+                          << "batching:\n  max_wait_ms: 5\n  max_queue_sentences: 256\n"
+                          << "models:\n  - name: m30k\n    path: " << kModelDir << "\n";
+    port_ = nmt::test::free_port();
+    metrics_port_ = nmt::test::free_port();
+    server_ = new nmt::test::ServerProcess(
+        NMT_SERVER_BIN,
+        {"--config", config.string(), "--device", "cpu", "--host", "127.0.0.1", "--port",
+         std::to_string(port_), "--metrics-host", "127.0.0.1", "--metrics-port",
+         std::to_string(metrics_port_)},
+        (*dir_ / "server.log").string());
+    channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+    nmt::TranslatorOptions options;
+    options.device = nmt::Device::kCpu;
+    engine_ = nmt::Translator::load(kModelDir, options).release();
+  }
+  static void TearDownTestSuite() {
+    const int rc = server_->stop(SIGTERM, 30);
+    EXPECT_EQ(rc, 0) << "nmt-server did not exit 0 on SIGTERM\n" << server_->log();
+    delete server_;
+    delete channel_;
+    delete engine_;
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  void SetUp() override {
+    // Bounded wait for SERVING (model load included).
+    auto health = grpc::health::v1::Health::NewStub(*channel_);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    while (std::chrono::steady_clock::now() < end && server_->running()) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(500));
+      grpc::health::v1::HealthCheckResponse response;
+      if (health->Check(&ctx, {}, &response).ok() &&
+          response.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
+        return;
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    FAIL() << "nmt-server never became SERVING\n" << server_->log();
+  }
+
+  static std::unique_ptr<nmt::v1::TranslationService::Stub> stub() {
+    return nmt::v1::TranslationService::NewStub(*channel_);
+  }
+
+  static grpc::Status call(const nmt::v1::TranslateRequest& request,
+                           nmt::v1::TranslateResponse* response, int deadline_ms = 60000) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(deadline_ms));
+    return stub()->Translate(&ctx, request, response);
+  }
+
+  static nmt::v1::TranslateRequest request(const std::vector<std::string>& texts, int beam,
+                                           int nbest = 1) {
+    nmt::v1::TranslateRequest r;
+    for (const std::string& t : texts) r.add_texts(t);
+    r.mutable_options()->set_beam_size(beam);
+    r.mutable_options()->set_num_hypotheses(nbest);
+    r.mutable_options()->set_max_decoding_length(kMaxLength);
+    r.mutable_options()->set_return_scores(true);
+    r.mutable_options()->set_return_token_ids(true);
+    return r;
+  }
+
+  static std::vector<nmt::Translation> reference(const std::vector<std::string>& texts, int beam,
+                                                 int nbest = 1) {
+    nmt::DecodeOptions o;
+    o.beam_size = beam;
+    o.num_hypotheses = nbest;
+    o.max_decoding_length = kMaxLength;
+    return engine_->translate(texts, o);
+  }
+
+  static std::string scrape() { return nmt::test::http_get(metrics_port_, "/metrics"); }
+
+  static void expect_equal(const nmt::v1::TranslateResponse& got,
+                           const std::vector<nmt::Translation>& want) {
+    ASSERT_EQ(got.translations_size(), static_cast<int>(want.size()));
+    for (size_t i = 0; i < want.size(); ++i) {
+      const auto& g = got.translations(static_cast<int>(i));
+      ASSERT_EQ(g.hypotheses_size(), static_cast<int>(want[i].hypotheses.size())) << i;
+      for (size_t h = 0; h < want[i].hypotheses.size(); ++h) {
+        const auto& gh = g.hypotheses(static_cast<int>(h));
+        const nmt::Hypothesis& wh = want[i].hypotheses[h];
+        EXPECT_EQ(gh.text(), wh.text) << "sentence " << i << " hypothesis " << h;
+        EXPECT_EQ(std::vector<int>(gh.token_ids().begin(), gh.token_ids().end()), wh.ids);
+        EXPECT_NEAR(gh.score(), wh.score, 1e-4);
+      }
+    }
+  }
+
+  static fs::path* dir_;
+  static int port_, metrics_port_;
+  static nmt::test::ServerProcess* server_;
+  static std::shared_ptr<grpc::Channel>* channel_;
+  static nmt::Translator* engine_;
+};
+
+fs::path* ServerTest::dir_ = nullptr;
+int ServerTest::port_ = 0;
+int ServerTest::metrics_port_ = 0;
+nmt::test::ServerProcess* ServerTest::server_ = nullptr;
+std::shared_ptr<grpc::Channel>* ServerTest::channel_ = nullptr;
+nmt::Translator* ServerTest::engine_ = nullptr;
+
+void expect_refused(const grpc::Status& status, grpc::StatusCode code, const std::string& message) {
+  EXPECT_EQ(status.error_code(), code) << status.error_message();
+  EXPECT_EQ(status.error_message(), message);
+}
+
+}  // namespace
+
+TEST_F(ServerTest, TranslationsEqualTheEngine) {
+  const std::vector<std::string> texts = sentences(6);
+  for (int beam : {1, 4}) {
+    nmt::v1::TranslateResponse response;
+    const grpc::Status status = call(request(texts, beam), &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.model(), "m30k");
+    EXPECT_FALSE(response.request_id().empty());
+    EXPECT_GT(response.timings().total_ms(), 0);
+    EXPECT_GT(response.input_tokens(), 0);
+    expect_equal(response, reference(texts, beam));
+  }
+}
+
+TEST_F(ServerTest, NBestListsEqualTheEngine) {
+  const std::vector<std::string> texts = sentences(3);
+  nmt::v1::TranslateResponse response;
+  ASSERT_TRUE(call(request(texts, 4, 4), &response).ok());
+  expect_equal(response, reference(texts, 4, 4));
+  for (const auto& t : response.translations()) {
+    ASSERT_EQ(t.hypotheses_size(), 4);
+    for (int h = 1; h < 4; ++h) EXPECT_GE(t.hypotheses(h - 1).score(), t.hypotheses(h).score());
+  }
+}
+
+TEST_F(ServerTest, BadInputsAreRefusedWithTheirStatusAndMessage) {
+  using grpc::StatusCode;
+  nmt::v1::TranslateResponse response;
+  const std::string ok = "A dog runs.";
+  auto r = request({ok}, 4);
+
+  nmt::v1::TranslateRequest empty = r;
+  empty.clear_texts();
+  expect_refused(call(empty, &response), StatusCode::INVALID_ARGUMENT,
+                 "texts is empty: send at least one sentence");
+
+  expect_refused(call(request(std::vector<std::string>(kMaxSentences + 1, ok), 4), &response),
+                 StatusCode::INVALID_ARGUMENT,
+                 "too many sentences: 17 > limits.max_sentences_per_request (16)");
+  expect_refused(call(request({ok, ""}, 4), &response), StatusCode::INVALID_ARGUMENT,
+                 "texts[1] is empty (or only whitespace)");
+  expect_refused(call(request({"Caf\xc3", ok}, 4), &response), StatusCode::INVALID_ARGUMENT,
+                 "texts[0] is not valid UTF-8 (invalid byte sequence at offset 3)");
+
+  std::string longer;
+  for (int i = 0; i < 60; ++i) longer += "dog ";
+  const size_t tokens = engine_->tokenizer().encode(longer).size();
+  expect_refused(call(request({ok, longer}, 4), &response), StatusCode::INVALID_ARGUMENT,
+                 "texts[1] has " + std::to_string(tokens) +
+                     " tokens, more than limits.max_input_tokens (48); split it into shorter "
+                     "sentences (input is never truncated)");
+
+  expect_refused(call(request({ok}, 0), &response), StatusCode::INVALID_ARGUMENT,
+                 "options.beam_size must be between 1 and 8 (limits.max_beam_size), got 0");
+  expect_refused(call(request({ok}, 9), &response), StatusCode::INVALID_ARGUMENT,
+                 "options.beam_size must be between 1 and 8 (limits.max_beam_size), got 9");
+  expect_refused(call(request({ok}, 2, 3), &response), StatusCode::INVALID_ARGUMENT,
+                 "options.num_hypotheses must be between 1 and 2 (options.beam_size), got 3");
+
+  nmt::v1::TranslateRequest unknown = r;
+  unknown.set_model("en-fr");
+  expect_refused(call(unknown, &response), StatusCode::NOT_FOUND,
+                 "model 'en-fr' is not served here (models: m30k)");
+
+  // Still serving, and the default model answers to its name too.
+  nmt::v1::TranslateRequest named = r;
+  named.set_model("m30k");
+  ASSERT_TRUE(call(named, &response).ok());
+  EXPECT_EQ(response.translations_size(), 1);
+}
+
+TEST_F(ServerTest, DeadlineExceeded) {
+  // 16 sentences at beam 8 take far longer than 30 ms on this CPU.
+  nmt::v1::TranslateResponse response;
+  const grpc::Status status = call(request(sentences(16), 8), &response, 30);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  // The server notices too, and goes on serving.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  double expired = 0;
+  while (std::chrono::steady_clock::now() < end && expired < 1) {
+    expired = metric_value(scrape(), R"(nmt_requests_total{code="DEADLINE_EXCEEDED",model="m30k"})");
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_GE(expired, 1);
+  ASSERT_TRUE(call(request({"A cat."}, 1), &response).ok());
+}
+
+TEST_F(ServerTest, ClientCancellation) {
+  grpc::ClientContext ctx;
+  nmt::v1::TranslateResponse response;
+  grpc::Status status;
+  std::thread caller([&] { status = stub()->Translate(&ctx, request(sentences(16), 8), &response); });
+  std::this_thread::sleep_for(milliseconds(100));
+  ctx.TryCancel();
+  caller.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  double cancelled = 0;
+  while (std::chrono::steady_clock::now() < end && cancelled < 1) {
+    cancelled = metric_value(scrape(), R"(nmt_requests_total{code="CANCELLED",model="m30k"})");
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_GE(cancelled, 1);
+  ASSERT_TRUE(call(request({"A cat."}, 1), &response).ok());
+}
+
+TEST_F(ServerTest, ThirtyTwoConcurrentClients) {
+  constexpr int kClients = 32;
+  const std::vector<std::string> texts = sentences(kClients);
+  const std::vector<nmt::Translation> want = reference(texts, 4);
+  std::vector<nmt::v1::TranslateResponse> got(kClients);
+  std::vector<grpc::Status> status(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      // One connection per client, as separate processes would have.
+      grpc::ChannelArguments args;
+      args.SetInt("grpc.use_local_subchannel_pool", 1);
+      auto s = nmt::v1::TranslationService::NewStub(grpc::CreateCustomChannel(
+          "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials(), args));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      status[i] = s->Translate(&ctx, request({texts[i]}, 4), &got[i]);
+    });
+  }
+  for (auto& t : clients) t.join();
+  int batched = 0;
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(status[i].ok()) << i << ": " << status[i].error_message();
+    ASSERT_EQ(got[i].translations_size(), 1);
+    EXPECT_EQ(got[i].translations(0).hypotheses(0).text(), want[i].hypotheses[0].text) << texts[i];
+    batched += got[i].timings().queue_ms() >= 0;
+  }
+  EXPECT_EQ(batched, kClients);
+}
+
+TEST_F(ServerTest, StreamAnswersEveryMessageInOrder) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto stream = stub()->TranslateStream(&ctx);
+  const std::vector<std::string> texts = sentences(5);
+  for (int i = 0; i < 5; ++i) {
+    nmt::v1::TranslateRequest r = request({texts[i]}, i == 2 ? 0 : 2);  // #2 is invalid
+    r.set_request_id("s-" + std::to_string(i));
+    ASSERT_TRUE(stream->Write(r));
+  }
+  stream->WritesDone();
+  const std::vector<nmt::Translation> want = reference(texts, 2);
+  nmt::v1::TranslateStreamResponse response;
+  int n = 0;
+  while (stream->Read(&response)) {
+    EXPECT_EQ(response.request_id(), "s-" + std::to_string(n));
+    if (n == 2) {
+      EXPECT_EQ(response.status_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_EQ(response.status_message(),
+                "options.beam_size must be between 1 and 8 (limits.max_beam_size), got 0");
+    } else {
+      EXPECT_EQ(response.status_code(), 0) << response.status_message();
+      ASSERT_EQ(response.response().translations_size(), 1);
+      EXPECT_EQ(response.response().translations(0).hypotheses(0).text(), want[n].hypotheses[0].text);
+    }
+    ++n;
+  }
+  EXPECT_EQ(n, 5);
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(ServerTest, ListModels) {
+  grpc::ClientContext ctx;
+  nmt::v1::ListModelsResponse response;
+  ASSERT_TRUE(stub()->ListModels(&ctx, {}, &response).ok());
+  ASSERT_EQ(response.models_size(), 1);
+  EXPECT_EQ(response.models(0).name(), "m30k");
+  EXPECT_EQ(response.models(0).device(), "cpu");
+  EXPECT_TRUE(response.models(0).is_default());
+  EXPECT_EQ(response.models(0).vocab_size(), engine_->tokenizer().vocab_size());
+}
+
+TEST_F(ServerTest, MetricsCountTheRequestsSent) {
+  const std::string before = scrape();
+  for (const char* family :
+       {"nmt_requests_total", "nmt_request_duration_seconds", "nmt_queue_wait_seconds",
+        "nmt_encode_seconds", "nmt_decode_seconds", "nmt_batch_size", "nmt_input_tokens_total",
+        "nmt_output_tokens_total", "nmt_inflight_requests", "nmt_gpu_memory_bytes",
+        "nmt_model_loaded"}) {
+    EXPECT_NE(before.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
+  }
+  EXPECT_EQ(metric_value(before, R"(nmt_model_loaded{device="cpu",model="m30k"})"), 1);
+
+  const std::string ok_series = R"(nmt_requests_total{code="OK",model="m30k"})";
+  const std::string bad_series = R"(nmt_requests_total{code="INVALID_ARGUMENT",model="m30k"})";
+  const std::string in_series = R"(nmt_input_tokens_total{model="m30k"})";
+  const std::string out_series = R"(nmt_output_tokens_total{model="m30k"})";
+  const std::string count_series = R"(nmt_request_duration_seconds_count{model="m30k"})";
+  auto value0 = [&](const std::string& series) { return std::max(0.0, metric_value(before, series)); };
+
+  const std::vector<std::string> texts = sentences(7);
+  int64_t input_tokens = 0, output_tokens = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    nmt::v1::TranslateResponse response;
+    ASSERT_TRUE(call(request({texts[i]}, 2), &response).ok());
+    input_tokens += static_cast<int64_t>(engine_->tokenizer().encode(texts[i]).size());
+    output_tokens += response.translations(0).hypotheses(0).token_ids_size();
+  }
+  nmt::v1::TranslateResponse response;
+  for (int i = 0; i < 3; ++i) ASSERT_FALSE(call(request({""}, 2), &response).ok());
+
+  const std::string after = scrape();
+  EXPECT_EQ(metric_value(after, ok_series) - value0(ok_series), 7);
+  EXPECT_EQ(metric_value(after, bad_series) - value0(bad_series), 3);
+  EXPECT_EQ(metric_value(after, count_series) - value0(count_series), 10);
+  EXPECT_EQ(metric_value(after, in_series) - value0(in_series), input_tokens);
+  EXPECT_EQ(metric_value(after, out_series) - value0(out_series), output_tokens);
+  EXPECT_GE(metric_value(after, R"(nmt_batch_size_count{model="m30k"})"), 7);
+  EXPECT_EQ(metric_value(after, "nmt_inflight_requests"), 0);
+}
+
+TEST_F(ServerTest, OneJsonLogLinePerRequestWithItsId) {
+  nmt::v1::TranslateRequest r = request({"A boy."}, 1);
+  r.set_request_id("log-check-1");
+  nmt::v1::TranslateResponse response;
+  ASSERT_TRUE(call(r, &response).ok());
+  EXPECT_EQ(response.request_id(), "log-check-1");
+  r.set_request_id("log-check-2");
+  r.mutable_options()->set_beam_size(0);
+  ASSERT_FALSE(call(r, &response).ok());
+  const std::string log = server_->log();
+  std::istringstream lines(log);
+  std::string line;
+  int ok_lines = 0, error_lines = 0;
+  while (std::getline(lines, line)) {
+    if (line.find("\"request_id\":\"log-check-1\"") != std::string::npos) {
+      ++ok_lines;
+      EXPECT_NE(line.find("\"level\":\"info\""), std::string::npos) << line;
+      EXPECT_NE(line.find("\"code\":\"OK\""), std::string::npos) << line;
+      EXPECT_NE(line.find("\"sentences\":1"), std::string::npos) << line;
+    }
+    if (line.find("\"request_id\":\"log-check-2\"") != std::string::npos) {
+      ++error_lines;
+      EXPECT_NE(line.find("\"code\":\"INVALID_ARGUMENT\""), std::string::npos) << line;
+      EXPECT_NE(line.find("options.beam_size"), std::string::npos) << line;
+    }
+  }
+  EXPECT_EQ(ok_lines, 1) << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+  EXPECT_EQ(error_lines, 1);
+}
