@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -257,23 +258,29 @@ class CudaEngine final : public Engine {
   void ensure_rows(int rows) {
     if (rows <= rows_cap_) return;
     drop_graphs();
-    rows_cap_ = rows;
-    cache_cap_ = std::min(std::max(cache_cap_, 32), c_.max_positions);
-    const int ffn = std::max(c_.decoder_ffn_dim, 1);
-    for (auto& cbuf : caches_) {
-      cbuf.reset();
-      cbuf = DeviceBuffer<T>(&alloc_, size_t(2) * c_.decoder_layers * cache_plane());
-    }
+    // Release first (lower peak); rows_cap_ stays 0 until everything is allocated, so a
+    // failed allocation (kResourceExhausted) leaves a consistent engine that retries later.
+    rows_cap_ = 0;
+    for (auto& cbuf : caches_) cbuf.reset();
+    for (auto* b : {&y_, &qkv_, &ctx_, &tmp_, &hidden_}) b->reset();
+    logits_.reset();
+    step_in_dev_.reset();
+    step_out_dev_.reset();
+    const int cap = std::min(std::max(cache_cap_, 32), c_.max_positions);
+    const size_t cache_elems = size_t(2) * c_.decoder_layers * rows * cap * d_;
+    for (auto& cbuf : caches_) cbuf = DeviceBuffer<T>(&alloc_, cache_elems);
     y_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
     qkv_ = DeviceBuffer<T>(&alloc_, size_t(rows) * 3 * d_);
     ctx_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
     tmp_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
-    hidden_ = DeviceBuffer<T>(&alloc_, size_t(rows) * ffn);
+    hidden_ = DeviceBuffer<T>(&alloc_, size_t(rows) * std::max(c_.decoder_ffn_dim, 1));
     logits_ = DeviceBuffer<float>(&alloc_, size_t(rows) * c_.vocab_size);
     step_in_dev_ = DeviceBuffer<int>(&alloc_, step_in_ints(rows));
     step_out_dev_ = DeviceBuffer<int>(&alloc_, size_t(rows) * 2 * kMaxTopk);
     step_in_.reserve(step_in_ints(rows) * sizeof(int));
     step_out_.reserve(size_t(rows) * 2 * kMaxTopk * sizeof(int));
+    cache_cap_ = cap;
+    rows_cap_ = rows;
   }
   static size_t step_in_ints(int rows) { return 4 + 4 * size_t(rows); }
 
@@ -283,18 +290,16 @@ class CudaEngine final : public Engine {
     int cap = cache_cap_;
     while (cap < positions) cap *= 2;
     cap = std::min(cap, c_.max_positions);
-    drop_graphs();
     const int64_t rows = int64_t(2) * c_.decoder_layers * rows_cap_;
-    for (int parity = 0; parity < 2; ++parity) {
-      DeviceBuffer<T> next(&alloc_, size_t(rows) * cap * d_);
-      if (parity == parity_) {
-        check_cuda(cudaMemcpy2DAsync(next.get(), size_t(cap) * d_ * sizeof(T), caches_[parity].get(),
-                                     size_t(cache_cap_) * d_ * sizeof(T),
-                                     size_t(cache_cap_) * d_ * sizeof(T), rows,
-                                     cudaMemcpyDeviceToDevice, stream_), "cache growth");
-      }
-      caches_[parity] = std::move(next);
-    }
+    DeviceBuffer<T> next[2] = {DeviceBuffer<T>(&alloc_, size_t(rows) * cap * d_),
+                               DeviceBuffer<T>(&alloc_, size_t(rows) * cap * d_)};
+    drop_graphs();
+    check_cuda(cudaMemcpy2DAsync(next[parity_].get(), size_t(cap) * d_ * sizeof(T),
+                                 caches_[parity_].get(), size_t(cache_cap_) * d_ * sizeof(T),
+                                 size_t(cache_cap_) * d_ * sizeof(T), rows,
+                                 cudaMemcpyDeviceToDevice, stream_), "cache growth");
+    caches_[0] = std::move(next[0]);
+    caches_[1] = std::move(next[1]);
     cache_cap_ = cap;
   }
 
@@ -417,6 +422,7 @@ class CudaEngine final : public Engine {
   PinnedBuffer step_in_, step_out_;
   std::vector<int> row_sentence_;  // batch index of each alive row
   std::map<GraphKey, cudaGraphExec_t> graphs_;
+  std::set<GraphKey> seen_;  // keys run once without a graph
 };
 
 template <typename T>
@@ -446,15 +452,17 @@ void CudaEngine<T>::encode(const std::vector<std::vector<int>>& source_ids, int 
 
   // Persistent capacities (rounded up so that later batches rarely regrow them).
   const int rows_needed = bucket(n) * beam;
-  if (S > src_cap_ || n > sentences_cap_) {
-    src_cap_ = std::min(std::max(src_cap_, (S + 31) / 32 * 32), c_.max_positions);
-    src_cap_ = std::max(src_cap_, S);
-    sentences_cap_ = std::max(sentences_cap_, bucket(n));
-    ensure(cross_kv_, size_t(sentences_cap_) * src_cap_ * 2 * c_.decoder_layers * d_);
-    ensure(src_len_dev_, size_t(sentences_cap_));
-    // a cross K/V layout change (src_cap_) moves what the graphs read
+  int src_cap = src_cap_;
+  if (S > src_cap) src_cap = std::max(std::min(std::max(src_cap, (S + 31) / 32 * 32), c_.max_positions), S);
+  const int sentences_cap = std::max(sentences_cap_, bucket(n));
+  if (src_cap != src_cap_) {  // the cross K/V layout moves: graphs read it
     drop_graphs();
+    cross_kv_.reset();
   }
+  ensure(cross_kv_, size_t(sentences_cap) * src_cap * 2 * c_.decoder_layers * d_);
+  ensure(src_len_dev_, size_t(sentences_cap));
+  src_cap_ = src_cap;
+  sentences_cap_ = sentences_cap;
   ensure_rows(rows_needed);
   TopkShape worst;
   worst.beam = beam; worst.vocab = c_.vocab_size;
@@ -567,7 +575,11 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
   if (use_graphs_) {
     const GraphKey key{padded, beam, in.k, in.mask_eos, in.force_eos, reorder, parity_};
     auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
+    if (it == graphs_.end() && seen_.insert(key).second) {
+      // First use of this shape: plain launches (lazy module loading, cuBLAS heuristics);
+      // the graph is captured the next time.
+      enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos, reorder);
+    } else if (it == graphs_.end()) {
       const int parity_before = parity_;
       cudaGraph_t graph = nullptr;
       check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
@@ -587,8 +599,10 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
       check_cuda(status, "cudaGraphInstantiate");
       it = graphs_.emplace(key, exec).first;
     }
-    check_cuda(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
-    if (reorder) parity_ = 1 - parity_;
+    if (it != graphs_.end()) {
+      check_cuda(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+      if (reorder) parity_ = 1 - parity_;
+    }
   } else {
     enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos, reorder);
   }
