@@ -143,17 +143,23 @@ class DeviceInts {
   size_t n_;
 };
 
-// Relative error |got - ref| / max(|ref|, floor) with floor = floor_fraction * max|ref| (values
-// near zero are judged against the scale of their tensor); infinities must match exactly and
-// NaN (unwritten poison) always fails. Returns "" when within rtol, else a description of the
-// worst element.
+// Relative error |got - ref| / max(|ref|, floor), floor = floor_scale * rms(ref): elements near
+// zero (LayerNorm outputs, attention averages, activations crossing zero) are judged against
+// the scale of their tensor, every other element against itself. Infinities must match exactly
+// and NaN (unwritten poison) always fails. Returns "" when within rtol, else a description of
+// the worst element.
 inline std::string compare(const std::vector<float>& got, const std::vector<float>& ref,
-                           float rtol, float floor_fraction = 1e-3f) {
+                           float rtol, float floor_scale = 1.f) {
   if (got.size() != ref.size()) return "size mismatch";
-  float scale = 0.f;
-  for (float r : ref)
-    if (std::isfinite(r)) scale = std::max(scale, std::fabs(r));
-  const float floor = std::max(scale * floor_fraction, 1e-30f);
+  double sq = 0.0;
+  size_t finite = 0;
+  for (float r : ref) {
+    if (std::isfinite(r)) {
+      sq += double(r) * r;
+      ++finite;
+    }
+  }
+  const double floor = std::max(floor_scale * std::sqrt(sq / double(std::max<size_t>(finite, 1))), 1e-30);
   double worst = 0.0;
   size_t worst_i = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -164,7 +170,7 @@ inline std::string compare(const std::vector<float>& got, const std::vector<floa
                std::to_string(ref[i]);
       continue;
     }
-    const double err = std::fabs(double(got[i]) - ref[i]) / std::max(std::fabs(ref[i]), floor);
+    const double err = std::fabs(double(got[i]) - ref[i]) / std::max(double(std::fabs(ref[i])), floor);
     if (err > worst) {
       worst = err;
       worst_i = i;
