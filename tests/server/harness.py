@@ -1,0 +1,111 @@
+"""Shared helpers of the Python server tests: stubs generated at test time, the real
+nmt-server on free loopback ports, /metrics scraping. Run with Debian's /usr/bin/python3
+(python3-grpcio, python3-grpc-tools). Every wait is bounded."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import grpc
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def generate_stubs(repo, out_dir):
+    """Compiles the API and health protos into out_dir and makes them importable."""
+    proto = os.path.join(repo, "proto")
+    health = os.path.join(proto, "grpc", "health", "v1")
+    for include, path in ((proto, "nmt/v1/translation.proto"), (health, "health.proto")):
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", include,
+                        "--python_out", out_dir, "--grpc_python_out", out_dir,
+                        os.path.join(include, path)], check=True, timeout=120)
+    sys.path.insert(0, out_dir)
+
+
+def write_config(path, model_dir, limits=None, batching=None, server=None):
+    sections = {"server": server or {}, "limits": limits or {}, "batching": batching or {}}
+    with open(path, "w") as f:
+        for name, values in sections.items():
+            if values:
+                f.write(f"{name}:\n" + "".join(f"  {k}: {v}\n" for k, v in values.items()))
+        f.write(f"models:\n  - name: m30k\n    path: {model_dir}\n")
+
+
+class Server:
+    """nmt-server on loopback; stop() sends SIGTERM and returns the exit code."""
+
+    def __init__(self, binary, config, extra_args=()):
+        self.port, self.metrics_port = free_port(), free_port()
+        self.log = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(
+            [binary, "--config", config, "--device", "cpu", "--host", "127.0.0.1",
+             "--port", str(self.port), "--metrics-host", "127.0.0.1",
+             "--metrics-port", str(self.metrics_port), *extra_args],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.target = f"127.0.0.1:{self.port}"
+
+    def wait_serving(self, health_pb2, health_pb2_grpc, timeout=90):
+        end = time.monotonic() + timeout
+        with grpc.insecure_channel(self.target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < end and self.proc.poll() is None:
+                try:
+                    r = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    if r.status == health_pb2.HealthCheckResponse.SERVING:
+                        return True
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.1)
+        raise RuntimeError("nmt-server never became SERVING:\n" + self.output())
+
+    def metrics(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self, sig=signal.SIGTERM, timeout=45):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+
+def metric(text, series):
+    """Value of one exposed series (name plus labels exactly as exposed), or None."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
+
+
+class Checks:
+    """Named checks; main() exits 1 when any failed (each test prints what it checked)."""
+
+    def __init__(self):
+        self.failures = []
+
+    def __call__(self, cond, what):
+        print(("ok    " if cond else "FAIL  ") + what, flush=True)
+        if not cond:
+            self.failures.append(what)
+        return cond
+
+    def exit(self):
+        print(f"\n{len(self.failures)} failed checks")
+        sys.exit(1 if self.failures else 0)

@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""A second, independent client: Debian's python3-grpcio with stubs generated at test time
+from proto/ talks to the real nmt-server. Translations against the transformers golden file
+(when ../shared/golden is present), n-best, each bad input with its status and message,
+deadline, cancellation, 32 concurrent clients equal to one-at-a-time results, the stream,
+health, reflection, ListModels, and /metrics counters.
+
+    test_python_client.py REPO_ROOT NMT_SERVER
+"""
+import concurrent.futures
+import json
+import os
+import sys
+import tempfile
+import time
+
+import grpc
+
+import harness
+
+check = harness.Checks()
+
+
+def main():
+    repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
+    tmp = tempfile.mkdtemp(prefix="nmt-py-client-")
+    harness.generate_stubs(repo, tmp)
+    import health_pb2
+    import health_pb2_grpc
+    from nmt.v1 import translation_pb2 as pb
+    from nmt.v1 import translation_pb2_grpc as pb_grpc
+
+    config = os.path.join(tmp, "config.yaml")
+    harness.write_config(config, os.path.join(repo, "models/m30k-en-de-small"),
+                         limits={"max_sentences_per_request": 16, "max_input_tokens": 48,
+                                 "max_beam_size": 8})
+    server = harness.Server(binary, config)
+    try:
+        server.wait_serving(health_pb2, health_pb2_grpc)
+        check(True, "health: SERVING (grpc.health.v1.Health/Check)")
+        with grpc.insecure_channel(server.target) as channel:
+            run_checks(server, channel, pb, pb_grpc, repo)
+    except Exception as e:  # a crash of the test is a failure with its reason
+        check(False, f"unexpected {type(e).__name__}: {e}")
+    finally:
+        rc = server.stop()
+        check(rc == 0, f"exit code 0 on SIGTERM (got {rc})")
+        if check.failures:
+            print(server.output()[-4000:])
+    check.exit()
+
+
+def request(pb, texts, beam=4, nbest=1, model="", **kw):
+    return pb.TranslateRequest(
+        model=model, texts=[t.encode() if isinstance(t, str) else t for t in texts],
+        options=pb.TranslateOptions(beam_size=beam, num_hypotheses=nbest, return_scores=True,
+                                    return_token_ids=True, **kw))
+
+
+def refused(stub, req, code, message, what):
+    try:
+        stub.Translate(req, timeout=30)
+        check(False, f"{what}: refused with {code.name}")
+    except grpc.RpcError as e:
+        check(e.code() == code and e.details() == message,
+              f"{what}: {code.name} '{message}' (got {e.code().name} '{e.details()}')")
+
+
+def run_checks(server, channel, pb, pb_grpc, repo):
+    stub = pb_grpc.TranslationServiceStub(channel)
+
+    # Golden: the engine reproduces transformers' generate(num_beams=4).
+    golden = os.path.join(repo, "../shared/golden/m30k-en-de-small/golden_test2016.jsonl")
+    if os.path.exists(golden):
+        with open(golden) as f:
+            rows = [json.loads(line) for _, line in zip(range(12), f)]
+        r = stub.Translate(request(pb, [row["source"] for row in rows]), timeout=120)
+        same = sum(t.hypotheses[0].text == row["beam4"]["text"] for t, row in zip(r.translations, rows))
+        check(len(r.translations) == len(rows) and same >= len(rows) - 1,
+              f"beam 4 translations equal transformers' golden text ({same}/{len(rows)})")
+    else:
+        print("skip  golden comparison: ../shared/golden is absent")
+
+    texts = ["A man is riding a bike.", "Two dogs play in the snow.", "A woman sings on stage."]
+    r = stub.Translate(request(pb, texts, beam=4, nbest=4), timeout=60)
+    ok = len(r.translations) == 3 and all(len(t.hypotheses) == 4 for t in r.translations)
+    ok = ok and all(t.hypotheses[i].score >= t.hypotheses[i + 1].score
+                    for t in r.translations for i in range(3))
+    check(ok, "n-best: 4 hypotheses per sentence, best first")
+    check(all(t.hypotheses[0].text and list(t.hypotheses[0].token_ids) for t in r.translations),
+          "hypotheses carry text and token ids")
+    check(r.model == "m30k" and r.request_id and r.timings.total_ms > 0,
+          f"response names model, request id and timings ({r.model}, {r.request_id})")
+
+    # Bad inputs: status code and message each; the server keeps serving.
+    I, N = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND
+    refused(stub, pb.TranslateRequest(), I, "texts is empty: send at least one sentence", "no texts")
+    refused(stub, request(pb, ["x"] * 17), I,
+            "too many sentences: 17 > limits.max_sentences_per_request (16)", "17 sentences")
+    refused(stub, request(pb, ["ok", "  "]), I, "texts[1] is empty (or only whitespace)", "blank text")
+    refused(stub, request(pb, [b"ab\xff"]), I,
+            "texts[0] is not valid UTF-8 (invalid byte sequence at offset 2)", "invalid UTF-8")
+    long_text = " ".join(["house"] * 80)
+    try:
+        stub.Translate(request(pb, [long_text]), timeout=30)
+        check(False, "input above max_input_tokens refused")
+    except grpc.RpcError as e:
+        check(e.code() == I and "more than limits.max_input_tokens (48)" in e.details()
+              and "never truncated" in e.details(), f"input above max_input_tokens: {e.details()}")
+    refused(stub, request(pb, ["ok"], beam=0), I,
+            "options.beam_size must be between 1 and 8 (limits.max_beam_size), got 0", "beam 0")
+    refused(stub, request(pb, ["ok"], beam=9), I,
+            "options.beam_size must be between 1 and 8 (limits.max_beam_size), got 9", "beam 9")
+    refused(stub, request(pb, ["ok"], beam=2, nbest=3), I,
+            "options.num_hypotheses must be between 1 and 2 (options.beam_size), got 3", "n-best > beam")
+    refused(stub, request(pb, ["ok"], model="de-en"), N,
+            "model 'de-en' is not served here (models: m30k)", "unknown model")
+
+    # Deadline and cancellation.
+    heavy = request(pb, [f"A man number {i} walks his dog in the park." for i in range(16)], beam=8)
+    try:
+        stub.Translate(heavy, timeout=0.03)
+        check(False, "30 ms deadline exceeded")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, f"30 ms deadline: {e.code().name}")
+    future = stub.Translate.future(heavy, timeout=60)
+    time.sleep(0.1)
+    future.cancel()
+    check(future.cancelled(), "client cancellation: the call reports cancelled")
+    end = time.monotonic() + 20
+    cancelled = None
+    while time.monotonic() < end and not cancelled:
+        cancelled = harness.metric(server.metrics(), 'nmt_requests_total{code="CANCELLED",model="m30k"}')
+        time.sleep(0.05)
+    check(cancelled and cancelled >= 1, f"the server counted the cancelled request ({cancelled})")
+
+    # 32 concurrent clients, each on its own channel, equal to one-at-a-time answers.
+    sentences = [f"{who} {what}." for who in ("A man", "A girl", "Two dogs", "An old woman")
+                 for what in ("runs", "is eating", "sits on a bench", "plays with a ball",
+                              "looks at the sea", "climbs a rock", "reads a book", "sleeps")]
+    alone = [stub.Translate(request(pb, [s]), timeout=60).translations[0].hypotheses[0].text
+             for s in sentences]
+
+    def one(s):
+        with grpc.insecure_channel(server.target, options=[("grpc.use_local_subchannel_pool", 1)]) as c:
+            return pb_grpc.TranslationServiceStub(c).Translate(request(pb, [s]), timeout=120)
+
+    ok_before = harness.metric(server.metrics(), 'nmt_requests_total{code="OK",model="m30k"}')
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(one, sentences))
+    got = [r.translations[0].hypotheses[0].text for r in results]
+    check(len(sentences) == 32 and got == alone,
+          f"32 concurrent clients answered, equal to one-at-a-time ({sum(a == b for a, b in zip(got, alone))}/32)")
+    ok_after = harness.metric(server.metrics(), 'nmt_requests_total{code="OK",model="m30k"}')
+    check(ok_after - ok_before == 32, f"nmt_requests_total{{code=OK}} grew by 32 ({ok_after - ok_before})")
+
+    # Stream: every message answered in order with its id, an invalid one included.
+    msgs = [request(pb, [s], beam=2 if i != 1 else 0) for i, s in enumerate(sentences[:4])]
+    for i, m in enumerate(msgs):
+        m.request_id = f"py-{i}"
+    answers = list(stub.TranslateStream(iter(msgs), timeout=60))
+    check([a.request_id for a in answers] == ["py-0", "py-1", "py-2", "py-3"],
+          "stream: every message answered in order with its request id")
+    check(answers[1].status_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+          and "options.beam_size" in answers[1].status_message
+          and all(a.status_code == 0 and len(a.response.translations) == 1
+                  for i, a in enumerate(answers) if i != 1),
+          "stream: the invalid message carries its status, the others their translation")
+
+    models = stub.ListModels(pb.ListModelsRequest(), timeout=10).models
+    check(len(models) == 1 and models[0].name == "m30k" and models[0].is_default
+          and models[0].device == "cpu", f"ListModels: {[(m.name, m.device) for m in models]}")
+
+    # Server reflection, spoken raw: ServerReflectionRequest{list_services: ""} is field 7.
+    reflect = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                    request_serializer=None, response_deserializer=None)
+    raw = b"".join(reflect(iter([b"\x3a\x00"]), timeout=10))
+    check(b"nmt.v1.TranslationService" in raw and b"grpc.health.v1.Health" in raw,
+          "server reflection lists nmt.v1.TranslationService and grpc.health.v1.Health")
+
+
+if __name__ == "__main__":
+    main()
