@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""nmt-server's life around the requests: startup errors (unknown flag or key, missing or
+corrupt model, metrics port taken) exit non-zero with a one-line reason; a full queue
+answers RESOURCE_EXHAUSTED at once; SIGTERM drains in-flight work and exits 0; nmt-loadgen
+runs its closed loop and its --health-check follows the server.
+
+    test_lifecycle.py REPO_ROOT NMT_SERVER NMT_LOADGEN
+"""
+import concurrent.futures
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+
+import harness
+
+check = harness.Checks()
+
+
+def start_failure(binary, args, what, expect_rc=None, expect_text=""):
+    try:
+        r = subprocess.run([binary] + args, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        check(False, f"{what}: exits instead of serving")
+        return
+    out = (r.stdout + r.stderr).strip()
+    lines = [line for line in out.splitlines() if expect_text in line]
+    ok = r.returncode != 0 and (expect_rc is None or r.returncode == expect_rc) and len(lines) == 1
+    check(ok, f"{what}: exit {r.returncode}, one line with '{expect_text}': {lines[:1]}")
+
+
+def main():
+    repo, binary, loadgen = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
+    tmp = tempfile.mkdtemp(prefix="nmt-lifecycle-")
+    harness.generate_stubs(repo, tmp)
+    import health_pb2
+    import health_pb2_grpc
+    from nmt.v1 import translation_pb2 as pb
+    from nmt.v1 import translation_pb2_grpc as pb_grpc
+
+    model = os.path.join(repo, "models/m30k-en-de-small")
+    config = os.path.join(tmp, "config.yaml")
+    harness.write_config(config, model)
+    loopback = ["--device", "cpu", "--host", "127.0.0.1", "--port", str(harness.free_port()),
+                "--metrics-host", "127.0.0.1"]
+
+    # --- startup errors ---
+    start_failure(binary, ["--config", config, "--frobnicate", "1"], "unknown flag", 2,
+                  "unknown flag --frobnicate")
+    bad_key = os.path.join(tmp, "bad_key.yaml")
+    with open(config) as f, open(bad_key, "w") as g:
+        g.write("server:\n  prot: 1\n" + f.read())
+    start_failure(binary, ["--config", bad_key], "unknown YAML key", 2, "unknown key 'server.prot'")
+    start_failure(binary, ["--config", os.path.join(tmp, "none.yaml")], "missing config", 2,
+                  "cannot read the config file")
+    missing = os.path.join(tmp, "missing.yaml")
+    harness.write_config(missing, os.path.join(tmp, "no-such-model"))
+    start_failure(binary, ["--config", missing, "--metrics-port", str(harness.free_port())] + loopback,
+                  "missing model", 1, "cannot load model 'm30k' from " + os.path.join(tmp, "no-such-model"))
+    corrupt_dir = os.path.join(tmp, "corrupt-model")
+    shutil.copytree(model, corrupt_dir)
+    with open(os.path.join(corrupt_dir, "model.safetensors"), "r+b") as f:
+        f.truncate(1000)
+    corrupt = os.path.join(tmp, "corrupt.yaml")
+    harness.write_config(corrupt, corrupt_dir)
+    start_failure(binary, ["--config", corrupt, "--metrics-port", str(harness.free_port())] + loopback,
+                  "truncated model.safetensors", 1, "cannot load model 'm30k'")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        start_failure(binary, ["--config", config, "--metrics-port", str(taken.getsockname()[1])] + loopback,
+                      "metrics port in use", 1, "cannot serve /metrics")
+
+    # --- overload and drain ---
+    server = harness.Server(binary, config, ["--max-queue-sentences", "16",
+                                             "--max-sentences-per-request", "16"])
+    try:
+        server.wait_serving(health_pb2, health_pb2_grpc)
+        with grpc.insecure_channel(server.target) as channel:
+            stub = pb_grpc.TranslationServiceStub(channel)
+            heavy = pb.TranslateRequest(
+                texts=[f"A man number {i} walks his big dog through the green park.".encode() for i in range(16)],
+                options=pb.TranslateOptions(beam_size=8))
+            overload(server, stub, heavy)
+            drain(server, stub, heavy, health_pb2, health_pb2_grpc)
+    except Exception as e:
+        check(False, f"unexpected {type(e).__name__}: {e}")
+    finally:
+        server.stop()
+        if check.failures:
+            print(server.output()[-4000:])
+
+    # --- nmt-loadgen ---
+    server = harness.Server(binary, config)
+    try:
+        server.wait_serving(health_pb2, health_pb2_grpc)
+        run_loadgen(server, loadgen, tmp)
+    except Exception as e:
+        check(False, f"unexpected {type(e).__name__}: {e}")
+    finally:
+        rc = server.stop()
+        check(rc == 0, f"exit 0 on SIGTERM when idle (got {rc})")
+    r = subprocess.run([loadgen, "--health-check", "--target", server.target], capture_output=True, timeout=60)
+    check(r.returncode != 0, "nmt-loadgen --health-check fails once the server is gone")
+    check.exit()
+
+
+def overload(server, stub, heavy):
+    """Each request fills the queue alone: while one batch decodes, the others are refused."""
+    def send(_):
+        start = time.monotonic()
+        try:
+            stub.Translate(heavy, timeout=120)
+            return "OK", time.monotonic() - start, ""
+        except grpc.RpcError as e:
+            return e.code().name, time.monotonic() - start, e.details()
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(send, range(12)))
+    refused = [r for r in results if r[0] == "RESOURCE_EXHAUSTED"]
+    ok = [r for r in results if r[0] == "OK"]
+    check(len(refused) >= 1 and len(ok) >= 1 and len(ok) + len(refused) == 12,
+          f"queue full: {len(ok)} OK, {len(refused)} RESOURCE_EXHAUSTED")
+    slowest = max((r[1] for r in refused), default=0)
+    check(refused and slowest < 0.5, f"RESOURCE_EXHAUSTED answered at once (slowest {slowest * 1000:.0f} ms)")
+    check(refused and "batching.max_queue_sentences = 16" in refused[0][2],
+          f"the refusal says which limit: {refused[0][2] if refused else ''}")
+    counted = harness.metric(server.metrics(), 'nmt_requests_total{code="RESOURCE_EXHAUSTED",model="m30k"}')
+    check(counted == len(refused), f"nmt_requests_total{{code=RESOURCE_EXHAUSTED}} = {counted}")
+
+
+def drain(server, stub, heavy, health_pb2, health_pb2_grpc):
+    """SIGTERM while a request decodes: it still completes, new calls are refused, exit 0."""
+    future = stub.Translate.future(heavy, timeout=120)
+    time.sleep(0.3)
+    check(not future.done(), "a request is in flight when SIGTERM arrives")
+    server.proc.send_signal(signal.SIGTERM)
+    try:
+        r = future.result(timeout=60)
+        check(len(r.translations) == 16, "the in-flight request completes after SIGTERM")
+    except grpc.RpcError as e:
+        check(False, f"the in-flight request completes after SIGTERM ({e.code().name}: {e.details()})")
+    try:
+        rc = server.proc.wait(timeout=45)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check(rc == 0, f"exit 0 after draining (got {rc})")
+    log = server.output()
+    check("shutting down" in log and "stopped" in log.split("shutting down")[-1],
+          "the log says shutting down, then stopped")
+
+
+def run_loadgen(server, loadgen, tmp):
+    sentences = os.path.join(tmp, "sentences.txt")
+    with open(sentences, "w") as f:
+        f.write("A dog runs.\nTwo men talk.\n\nA girl reads a book.\n")
+    r = subprocess.run([loadgen, "--target", server.target, "--input", sentences, "--clients", "4",
+                        "--count", "20", "--beam", "2", "--sentences-per-request", "2", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    report = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(report.get("requests") == 20 and report.get("errors") == 0 and report.get("sentences") == 40
+          and report["latency_ms"]["p50"] > 0 and report["latency_ms"]["p99"] >= report["latency_ms"]["p50"],
+          f"nmt-loadgen --count 20: {report or r.stderr}")
+    ok = harness.metric(server.metrics(), 'nmt_requests_total{code="OK",model="m30k"}')
+    check(ok == 20, f"the server counted the loadgen's 20 requests ({ok})")
+    r = subprocess.run([loadgen, "--target", server.target, "--input", sentences, "--clients", "2",
+                        "--count", "4", "--beam", "99"], capture_output=True, text=True, timeout=120)
+    check(r.returncode == 1 and "errors" in r.stdout and "max_beam_size" in r.stdout,
+          f"nmt-loadgen reports errors and exits 1: {r.stdout.strip().splitlines()[-1:]}")
+    r = subprocess.run([loadgen, "--health-check", "--target", server.target], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == 0 and r.stdout.strip() == "SERVING", "nmt-loadgen --health-check: SERVING, exit 0")
+
+
+if __name__ == "__main__":
+    main()
