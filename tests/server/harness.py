@@ -1,8 +1,9 @@
 """Shared helpers of the Python server tests: stubs generated at test time, the real
 nmt-server on free loopback ports, /metrics scraping. Run with Debian's /usr/bin/python3
 (python3-grpcio, python3-grpc-tools). Every wait is bounded."""
+import atexit
 import os
-import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,6 +13,13 @@ import time
 import urllib.request
 
 import grpc
+
+
+def temp_dir(prefix):
+    """A temporary folder removed when the test exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def free_port():

@@ -38,7 +38,7 @@ def start_failure(binary, args, what, expect_rc=None, expect_text=""):
 
 def main():
     repo, binary, loadgen = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
-    tmp = tempfile.mkdtemp(prefix="nmt-lifecycle-")
+    tmp = harness.temp_dir("nmt-lifecycle-")
     harness.generate_stubs(repo, tmp)
     import health_pb2
     import health_pb2_grpc

@@ -11,7 +11,6 @@ import concurrent.futures
 import json
 import os
 import sys
-import tempfile
 import time
 
 import grpc
@@ -23,7 +22,7 @@ check = harness.Checks()
 
 def main():
     repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
-    tmp = tempfile.mkdtemp(prefix="nmt-py-client-")
+    tmp = harness.temp_dir("nmt-py-client-")
     harness.generate_stubs(repo, tmp)
     import health_pb2
     import health_pb2_grpc
