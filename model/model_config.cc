@@ -43,11 +43,19 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& sourc
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax errors and out-of-range numbers alike
     fail(source, std::string("not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) fail(source, "expected a JSON object");
-  const std::string type = j.value("model_type", "");
+  try {
+    return parse_object(j, source);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    fail(source, std::string("invalid field value (") + e.what() + ")");
+  }
+}
+
+ModelConfig ModelConfig::parse_object(const nlohmann::json& j, const std::string& source) {
+  const std::string type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
   if (type != "marian") {
     fail(source, "unsupported field 'model_type' = '" + type + "' (only 'marian' is supported)");
   }

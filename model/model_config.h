@@ -2,6 +2,8 @@
 // The Marian settings read from a model's config.json.
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "kernels/activation.h"
 
 namespace nmt {
@@ -27,6 +29,9 @@ struct ModelConfig {
   // naming the field for unknown model types, missing fields and unsupported values.
   static ModelConfig parse(const std::string& json_text, const std::string& source);
   static ModelConfig load(const std::string& model_dir);
+
+ private:
+  static ModelConfig parse_object(const nlohmann::json& j, const std::string& source);
 };
 
 }  // namespace nmt

@@ -238,3 +238,29 @@ TEST(TranslateErrors, BadSourceIds) {
     EXPECT_HAS(e.what(), "empty source sentence");
   }
 }
+
+// Inputs the config fuzzer found: out-of-range numbers and wrongly typed fields are refused
+// with a message, not an escaping JSON exception.
+TEST(ModelConfigErrors, FuzzerFindings) {
+  auto message = [](const std::string& text) {
+    try {
+      ModelConfig::parse(text, "cfg.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_HAS(message(R"({"model_type": "marian", "d_model": 77777777e777777777770})"), "cfg.json: not valid JSON");
+  EXPECT_HAS(message(R"({"model_type": 5})"), "cfg.json: unsupported field 'model_type' = ''");
+  const auto base = nlohmann::json::parse(R"({"model_type": "marian", "d_model": 8, "encoder_layers": 1,
+      "decoder_layers": 1, "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 4,
+      "decoder_ffn_dim": 4, "vocab_size": 10, "pad_token_id": 9, "eos_token_id": 0,
+      "max_position_embeddings": 16, "activation_function": "relu"})");
+  EXPECT_EQ(message(base.dump()), "no error");
+  auto bad = base;
+  bad["activation_function"] = 3;
+  EXPECT_HAS(message(bad.dump()), "cfg.json: invalid field value");
+  bad = base;
+  bad["d_model"] = -8;
+  EXPECT_HAS(message(bad.dump()), "field 'd_model' has unsupported value -8");
+}
