@@ -13,9 +13,10 @@ PACKAGES=(
   nlohmann-json3-dev libopenblas-dev libgtest-dev libgmock-dev
   python3 python3-grpcio python3-grpc-tools python3-yaml
 )
-# Test-only tools (real Prometheus for the metrics tests); skipped for runtime images.
+# Test-only tools (a real Prometheus for the metrics tests, clang + its runtimes for the
+# fuzzers); skipped in the Docker image.
 if [ "${NMT_SETUP_TEST_TOOLS:-1}" = "1" ]; then
-  PACKAGES+=(prometheus)
+  PACKAGES+=(prometheus clang libclang-rt-14-dev)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do
