@@ -13,7 +13,6 @@ from proto/nmt/v1/translation.proto.
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,17 +55,15 @@ def check(cond, what):
 
 
 def generate_stubs(repo, out):
-    """Python gRPC stubs for the service and grpc.health.v1 (written here: Debian's
-    python3-grpcio has no health package). Made with protoc and grpc_python_plugin
-    (protobuf-compiler, protobuf-compiler-grpc): the protoc inside Debian 12's
-    python3-grpc-tools is 3.5 and refuses the proto3 `optional` fields of translation.proto."""
+    """Python gRPC stubs for the service and grpc.health.v1, made with Debian's
+    python3-grpc-tools. The health proto is written here under another folder name: Debian's
+    python3-grpcio has no health package, and stubs under grpc/ would shadow the grpc module."""
     os.makedirs(os.path.join(out, "nmt_health"))
     with open(os.path.join(out, "nmt_health", "health.proto"), "w") as f:
         f.write(HEALTH_PROTO)
-    plugin = shutil.which("grpc_python_plugin") or "/usr/bin/grpc_python_plugin"
     for inc, proto in ((os.path.join(repo, "proto"), "nmt/v1/translation.proto"), (out, "nmt_health/health.proto")):
-        subprocess.run(["protoc", "-I", inc, f"--python_out={out}", f"--grpc_python_out={out}",
-                        f"--plugin=protoc-gen-grpc_python={plugin}", os.path.join(inc, proto)], check=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", inc, f"--python_out={out}",
+                        f"--grpc_python_out={out}", os.path.join(inc, proto)], check=True, timeout=120)
     sys.path.insert(0, out)
 
 
