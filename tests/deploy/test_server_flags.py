@@ -62,8 +62,10 @@ def run_server(server, source, args, loadgen):
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         try:
-            body = df.wait_until(f"{source}: /metrics", lambda: df.http_get(f"http://127.0.0.1:{mport}/metrics")[1], 90, proc)
-            check("nmt_model_loaded" in body, f"{source}: the server starts and serves /metrics with nmt_model_loaded")
+            # /metrics may answer while the model is still loading: wait for the loaded gauge.
+            loaded = df.wait_until(f"{source}: /metrics with nmt_model_loaded",
+                                   lambda: "nmt_model_loaded{" in df.http_get(f"http://127.0.0.1:{mport}/metrics")[1], 90, proc)
+            check(loaded, f"{source}: the server starts and serves /metrics with nmt_model_loaded")
             if loadgen:
                 hc = [loadgen, "--health-check", "--target", f"127.0.0.1:{port}"]
                 r = df.wait_until(f"{source}: health check", lambda: subprocess.run(hc, capture_output=True, timeout=10).returncode == 0, 60, proc)
