@@ -4,13 +4,15 @@
 // Decode steps: one packed H2D upload (step, tokens, parent rows, row -> sentence, running
 // scores), the forward pass, log-softmax + top-k on the device, one small D2H copy. A step's
 // kernels read the step and the per-row indices from device memory, so the whole step is
-// captured once as a CUDA graph per (sentence bucket, beam, k, masks, reorder, cache parity)
+// captured once as a CUDA graph per (sentence bucket, beam, k, masks, key-row table parity)
 // and replayed; buffers the graphs use are persistent and only grow (a growth drops them).
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -44,6 +46,18 @@ int bucket(int n) {
   return b;
 }
 
+// NMT_CUDA_PROFILE=1: the engine measures its decode steps (GPU time between the step's first
+// and last operation, host time of step()) and prints the averages when destroyed.
+bool profile_enabled() {
+  const char* v = std::getenv("NMT_CUDA_PROFILE");
+  return v && std::string(v) == "1";
+}
+
+struct StepProfile {
+  long steps = 0, encodes = 0;
+  double gpu_ms = 0, step_wall_ms = 0, encode_wall_ms = 0;
+};
+
 bool graphs_enabled() {
   const char* v = std::getenv("NMT_CUDA_GRAPHS");
   return !(v && std::string(v) == "0");
@@ -59,6 +73,10 @@ class CudaEngine final : public Engine {
     check_cublas(cublasCreate(&cublas_), "cublasCreate");
     check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
     d_ = c.d_model;
+    if (profile_) {
+      cudaEventCreate(&ev_start_);
+      cudaEventCreate(&ev_end_);
+    }
     embed_scale_ = c.scale_embedding ? std::sqrt(float(d_)) : 1.f;
     try {
       init(w);
@@ -83,6 +101,16 @@ class CudaEngine final : public Engine {
   ~CudaEngine() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
+    if (profile_) {
+      const StepProfile& p = profile_stats_;
+      std::fprintf(stderr,
+                   "nmt cuda profile: %ld encodes, %.1f us wall each; %ld steps: GPU %.1f us, "
+                   "step() wall %.1f us per step\n",
+                   p.encodes, 1e3 * p.encode_wall_ms / std::max(p.encodes, 1L), p.steps,
+                   1e3 * p.gpu_ms / std::max(p.steps, 1L), 1e3 * p.step_wall_ms / std::max(p.steps, 1L));
+      cudaEventDestroy(ev_start_);
+      cudaEventDestroy(ev_end_);
+    }
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -128,8 +156,8 @@ class CudaEngine final : public Engine {
     const T* cross_v_bias = nullptr;
     Norm self_norm, cross_norm, ffn_norm;
   };
-  // Graph key: sentence bucket, beam, k, mask_eos, force_eos, reorder, cache parity.
-  using GraphKey = std::tuple<int, int, int, bool, bool, bool, int>;
+  // Graph key: sentence bucket, beam, k, mask_eos, force_eos, key-row table parity.
+  using GraphKey = std::tuple<int, int, int, bool, bool, int>;
 
   // ---------------------------------------------------------------- weights
 
@@ -216,7 +244,10 @@ class CudaEngine final : public Engine {
             int batch = 1, int64_t x_stride = 0, int64_t y_stride = 0) {
     if (M == 0) return;
     const float alpha = 1.f, beta = 0.f;
-    if (batch == 1) {
+    if (batch == 1 && M <= kSkinnyRows) {
+      // cuBLAS tiles waste most of the work for a handful of rows (batch-1 decoding).
+      skinny_gemm(x, ldx, w, y, ldy, M, N, K, stream_);
+    } else if (batch == 1) {
       check_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w,
                                 cuda_type<T>(), K, x, cuda_type<T>(), int(ldx), &beta, y,
                                 cuda_type<TC>(), int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -249,9 +280,7 @@ class CudaEngine final : public Engine {
   }
 
   int64_t cache_plane() const { return int64_t(rows_cap_) * cache_cap_ * d_; }
-  T* cache(int parity, int layer, int kv) const {
-    return caches_[parity].get() + (int64_t(layer) * 2 + kv) * cache_plane();
-  }
+  T* cache(int layer, int kv) const { return cache_.get() + (int64_t(layer) * 2 + kv) * cache_plane(); }
 
   // Room for `rows` decoder rows (KV caches keep their contents only when rows do not grow,
   // which holds within one batch: encode sizes them).
@@ -261,14 +290,16 @@ class CudaEngine final : public Engine {
     // Release first (lower peak); rows_cap_ stays 0 until everything is allocated, so a
     // failed allocation (kResourceExhausted) leaves a consistent engine that retries later.
     rows_cap_ = 0;
-    for (auto& cbuf : caches_) cbuf.reset();
+    cache_.reset();
+    for (auto& t : key_rows_) t.reset();
     for (auto* b : {&y_, &qkv_, &ctx_, &tmp_, &hidden_}) b->reset();
     logits_.reset();
     step_in_dev_.reset();
     step_out_dev_.reset();
     const int cap = std::min(std::max(cache_cap_, 32), c_.max_positions);
     const size_t cache_elems = size_t(2) * c_.decoder_layers * rows * cap * d_;
-    for (auto& cbuf : caches_) cbuf = DeviceBuffer<T>(&alloc_, cache_elems);
+    cache_ = DeviceBuffer<T>(&alloc_, cache_elems);
+    for (auto& t : key_rows_) t = DeviceBuffer<int>(&alloc_, size_t(rows) * cap);
     y_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
     qkv_ = DeviceBuffer<T>(&alloc_, size_t(rows) * 3 * d_);
     ctx_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
@@ -291,22 +322,26 @@ class CudaEngine final : public Engine {
     while (cap < positions) cap *= 2;
     cap = std::min(cap, c_.max_positions);
     const int64_t rows = int64_t(2) * c_.decoder_layers * rows_cap_;
-    DeviceBuffer<T> next[2] = {DeviceBuffer<T>(&alloc_, size_t(rows) * cap * d_),
-                               DeviceBuffer<T>(&alloc_, size_t(rows) * cap * d_)};
+    DeviceBuffer<T> next(&alloc_, size_t(rows) * cap * d_);
+    DeviceBuffer<int> next_rows(&alloc_, size_t(rows_cap_) * cap), spare(&alloc_, size_t(rows_cap_) * cap);
     drop_graphs();
-    check_cuda(cudaMemcpy2DAsync(next[parity_].get(), size_t(cap) * d_ * sizeof(T),
-                                 caches_[parity_].get(), size_t(cache_cap_) * d_ * sizeof(T),
+    check_cuda(cudaMemcpy2DAsync(next.get(), size_t(cap) * d_ * sizeof(T), cache_.get(),
+                                 size_t(cache_cap_) * d_ * sizeof(T),
                                  size_t(cache_cap_) * d_ * sizeof(T), rows,
                                  cudaMemcpyDeviceToDevice, stream_), "cache growth");
-    caches_[0] = std::move(next[0]);
-    caches_[1] = std::move(next[1]);
+    check_cuda(cudaMemcpy2DAsync(next_rows.get(), size_t(cap) * sizeof(int), key_rows_[parity_].get(),
+                                 size_t(cache_cap_) * sizeof(int), size_t(cache_cap_) * sizeof(int),
+                                 rows_cap_, cudaMemcpyDeviceToDevice, stream_), "cache growth");
+    cache_ = std::move(next);
+    key_rows_[parity_] = std::move(next_rows);
+    key_rows_[1 - parity_] = std::move(spare);
     cache_cap_ = cap;
   }
 
   // ---------------------------------------------------------------- decode step
 
   // Everything a step enqueues, between the packed upload and the top-k download.
-  void enqueue_step(int sentences, int beam, int k, bool mask_eos, bool force_eos, bool reorder) {
+  void enqueue_step(int sentences, int beam, int k, bool mask_eos, bool force_eos) {
     const int rows = sentences * beam;
     const size_t in_ints = step_in_ints(rows);
     check_cuda(cudaMemcpyAsync(step_in_dev_.get(), step_in_.get(), in_ints * sizeof(int),
@@ -317,28 +352,24 @@ class CudaEngine final : public Engine {
     const int* parents = tokens + rows;
     const int* row_sentence = parents + rows;
     const float* running = reinterpret_cast<const float*>(row_sentence + rows);
-    if (reorder) {
-      gather_cache(caches_[parity_].get(), caches_[1 - parity_].get(), parents, rows,
-                   2 * c_.decoder_layers, cache_plane(), cache_cap_, d_, step, stream_);
-      parity_ = 1 - parity_;
-    }
+    // Beam reorder: only the small table of which cache row holds each position moves.
+    update_key_rows(key_rows_[parity_].get(), key_rows_[1 - parity_].get(), parents, rows,
+                    cache_cap_, step, stream_);
+    parity_ = 1 - parity_;
     const int d = d_, hd = d_ / c_.decoder_heads;
     T* y = y_.get();
     embed(tokens, dec_emb_, dec_pos_, step, 1, y, rows, d, embed_scale_, stream_);
     for (int l = 0; l < c_.decoder_layers; ++l) {
       const DecoderLayer& L = decoder_[size_t(l)];
       linear(y, L.qkv, qkv_.get(), rows);
-      kv_append(qkv_.get(), L.qkv.b + d, L.qkv.b + 2 * d, cache(parity_, l, 0), cache(parity_, l, 1),
-                rows, d, cache_cap_, step, stream_);
-      AttentionParams<T> self;
-      self.q = qkv_.get(); self.q_ld = 3 * d; self.q_bias = L.qkv.b;
-      self.k = cache(parity_, l, 0); self.v = cache(parity_, l, 1);
-      self.kv_ld = d; self.kv_batch_stride = int64_t(cache_cap_) * d;
-      self.step = step;
-      self.out = ctx_.get(); self.out_ld = d;
-      self.batches = rows; self.q_len = 1; self.heads = c_.decoder_heads; self.head_dim = hd;
-      self.max_keys = cache_cap_; self.scale = 1.f / std::sqrt(float(hd));
-      attention(self, stream_);
+      DecoderSelfAttention<T> self;
+      self.qkv = qkv_.get(); self.bias = L.qkv.b;
+      self.k_cache = cache(l, 0); self.v_cache = cache(l, 1);
+      self.key_rows = key_rows_[parity_].get(); self.step = step;
+      self.out = ctx_.get();
+      self.rows = rows; self.capacity = cache_cap_; self.heads = c_.decoder_heads; self.head_dim = hd;
+      self.scale = 1.f / std::sqrt(float(hd));
+      decoder_self_attention(self, stream_);
       linear(ctx_.get(), L.out, tmp_.get(), rows);
       layer_norm(tmp_.get(), y, L.out.b, L.self_norm.gamma, L.self_norm.beta, y, rows, d,
                  c_.layer_norm_eps, stream_);
@@ -413,7 +444,8 @@ class CudaEngine final : public Engine {
   int src_cap_ = 0, sentences_cap_ = 0, rows_cap_ = 0, cache_cap_ = 0;
   DeviceBuffer<T> cross_kv_;      // [sentences_cap, src_cap, L * 2d]
   DeviceBuffer<int> src_len_dev_;  // [sentences_cap]
-  DeviceBuffer<T> caches_[2];     // ping-pong for the beam reorder: [L * 2][rows_cap][cap][d]
+  DeviceBuffer<T> cache_;         // [L * 2][rows_cap][cap][d]: position j of row r written at step j
+  DeviceBuffer<int> key_rows_[2];  // ping-pong [rows_cap][cap]: cache row of each row's position
   int parity_ = 0;
   DeviceBuffer<T> y_, qkv_, ctx_, tmp_, hidden_;
   DeviceBuffer<float> logits_;
@@ -423,11 +455,15 @@ class CudaEngine final : public Engine {
   std::vector<int> row_sentence_;  // batch index of each alive row
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> seen_;  // keys run once without a graph
+  const bool profile_ = profile_enabled();
+  StepProfile profile_stats_;
+  cudaEvent_t ev_start_ = nullptr, ev_end_ = nullptr;
 };
 
 template <typename T>
 void CudaEngine<T>::encode(const std::vector<std::vector<int>>& source_ids, int beam) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  const auto wall0 = std::chrono::steady_clock::now();
   const int n = int(source_ids.size());
   lengths_.clear();
   int S = 0;
@@ -521,11 +557,18 @@ void CudaEngine<T>::encode(const std::vector<std::vector<int>>& source_ids, int 
   const int kv_cols = 2 * c_.decoder_layers * d;
   gemm(x, d, cross_kv_w_, cross_kv_.get(), kv_cols, S, kv_cols, d, n, int64_t(S) * d,
        int64_t(src_cap_) * kv_cols);
+  if (profile_) {
+    cudaStreamSynchronize(stream_);
+    profile_stats_.encodes++;
+    profile_stats_.encode_wall_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
+  }
 }
 
 template <typename T>
 void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  const auto wall0 = std::chrono::steady_clock::now();
   const int rows = int(in.tokens->size());
   const int beam = in.beam;
   if (beam != beam_ || rows % beam != 0 || rows > int(row_sentence_.size()) ||
@@ -566,25 +609,25 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
     tokens[r] = real ? (*in.tokens)[size_t(r)] : c_.pad_id;
     if (tokens[r] < 0 || tokens[r] >= c_.vocab_size)
       throw Error(ErrorCode::kInvalidArgument, "token id outside the vocabulary");
-    parents[r] = real && in.parent_rows ? (*in.parent_rows)[size_t(r)] : 0;
+    parents[r] = !real ? 0 : in.parent_rows ? (*in.parent_rows)[size_t(r)] : r;
     sent[r] = real ? row_sentence_[size_t(r)] : row_sentence_[0];
     running[r] = real ? (*in.running_scores)[size_t(r)] : 0.f;
   }
 
-  const bool reorder = in.parent_rows != nullptr;
+  if (profile_) cudaEventRecord(ev_start_, stream_);
   if (use_graphs_) {
-    const GraphKey key{padded, beam, in.k, in.mask_eos, in.force_eos, reorder, parity_};
+    const GraphKey key{padded, beam, in.k, in.mask_eos, in.force_eos, parity_};
     auto it = graphs_.find(key);
     if (it == graphs_.end() && seen_.insert(key).second) {
       // First use of this shape: plain launches (lazy module loading, cuBLAS heuristics);
       // the graph is captured the next time.
-      enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos, reorder);
+      enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos);
     } else if (it == graphs_.end()) {
       const int parity_before = parity_;
       cudaGraph_t graph = nullptr;
       check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
       try {
-        enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos, reorder);
+        enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph) cudaGraphDestroy(graph);
@@ -601,17 +644,26 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
     }
     if (it != graphs_.end()) {
       check_cuda(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
-      if (reorder) parity_ = 1 - parity_;
+      parity_ = 1 - parity_;
     }
   } else {
-    enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos, reorder);
+    enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos);
   }
+  if (profile_) cudaEventRecord(ev_end_, stream_);
   check_cuda(cudaStreamSynchronize(stream_), "decode step");
 
   const float* scores = static_cast<const float*>(step_out_.get());
   const int* index = static_cast<const int*>(step_out_.get()) + size_t(padded) * in.k;
   out->scores.assign(scores, scores + size_t(sentences) * in.k);
   out->candidates.assign(index, index + size_t(sentences) * in.k);
+  if (profile_) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, ev_start_, ev_end_);
+    profile_stats_.steps++;
+    profile_stats_.gpu_ms += ms;
+    profile_stats_.step_wall_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
+  }
 }
 
 }  // namespace

@@ -51,28 +51,12 @@ __global__ void embed_kernel(const int* ids, const T* emb, const T* pos, const i
   for (int c = threadIdx.x; c < d; c += blockDim.x) o[c] = from_f<T>(to_f(e[c]) * scale + to_f(q[c]));
 }
 
-template <typename T>
-__global__ void kv_append_kernel(const T* qkv, const T* bk, const T* bv, T* kc, T* vc, int d,
-                                 int capacity, const int* step) {
-  const int r = blockIdx.x;
-  const int64_t dst = (int64_t(r) * capacity + *step) * d;
-  const T* src = qkv + int64_t(r) * 3 * d;
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    kc[dst + c] = from_f<T>(to_f(src[d + c]) + to_f(bk[c]));
-    vc[dst + c] = from_f<T>(to_f(src[2 * d + c]) + to_f(bv[c]));
-  }
-}
-
-template <typename T>
-__global__ void gather_cache_kernel(const T* src, T* dst, const int* parent,
-                                    int64_t plane_stride, int capacity, int d, const int* step) {
-  const int r = blockIdx.x;
-  const int64_t plane = blockIdx.y * plane_stride;
-  const int64_t row_elems = int64_t(capacity) * d;
-  const uint4* s = reinterpret_cast<const uint4*>(src + plane + parent[r] * row_elems);
-  uint4* o = reinterpret_cast<uint4*>(dst + plane + r * row_elems);
-  const int64_t n = int64_t(*step) * d * sizeof(T) / sizeof(uint4);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = s[i];
+__global__ void update_key_rows_kernel(const int* old_rows, int* new_rows, const int* parent,
+                                       int capacity, const int* step) {
+  const int r = blockIdx.x, t = *step;
+  const int* src = old_rows + int64_t(parent[r]) * capacity;
+  int* dst = new_rows + int64_t(r) * capacity;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) dst[j] = j < t ? src[j] : r;
 }
 
 // ---------------------------------------------------------------- attention
@@ -147,6 +131,104 @@ __global__ void attention_kernel(AttentionParams<T> p) {
     float acc = (a0 + a1) * inv;
     if (p.v_bias && n > 0) acc += to_f(p.v_bias[h * hd + c]);
     orow[c] = from_f<T>(acc);
+  }
+}
+
+template <typename T>
+__global__ void decoder_self_attention_kernel(DecoderSelfAttention<T> p) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t item = int64_t(blockIdx.x) * kAttnWarps + warp;
+  if (item >= int64_t(p.rows) * p.heads) return;
+  const int hd = p.head_dim, h = int(item % p.heads), r = int(item / p.heads);
+  const int d = p.heads * hd, t = *p.step, n = t + 1;
+  float* qs = smem + warp * (hd + 2 * p.capacity);
+  float* ps = qs + hd;
+  int* rows_s = reinterpret_cast<int*>(ps + p.capacity);
+  const int64_t row_stride = int64_t(p.capacity) * d;
+  const T* src = p.qkv + int64_t(r) * 3 * d + h * hd;
+  const T* bias = p.bias + h * hd;
+  T* k_new = p.k_cache + r * row_stride + int64_t(t) * d + h * hd;
+  T* v_new = p.v_cache + r * row_stride + int64_t(t) * d + h * hd;
+  for (int c = lane; c < hd; c += 32) {
+    qs[c] = (to_f(src[c]) + to_f(bias[c])) * p.scale;
+    k_new[c] = from_f<T>(to_f(src[d + c]) + to_f(bias[d + c]));
+    v_new[c] = from_f<T>(to_f(src[2 * d + c]) + to_f(bias[2 * d + c]));
+  }
+  __syncwarp();
+  const int* key_rows = p.key_rows + int64_t(r) * p.capacity;
+  const T* kbase = p.k_cache + h * hd;
+  const T* vbase = p.v_cache + h * hd;
+  float mx = kNegInf;
+  for (int j = lane; j < n; j += 32) {
+    const int kr = key_rows[j];
+    rows_s[j] = kr;
+    const float s = dot_row(qs, kbase + kr * row_stride + int64_t(j) * d, hd);
+    ps[j] = s;
+    mx = fmaxf(mx, s);
+  }
+  mx = warp_max(mx);
+  float sum = 0.f;
+  for (int j = lane; j < n; j += 32) {
+    const float e = __expf(ps[j] - mx);
+    ps[j] = e;
+    sum += e;
+  }
+  sum = warp_sum(sum);
+  __syncwarp();
+  const float inv = 1.f / sum;
+  T* orow = p.out + int64_t(r) * d + h * hd;
+  for (int c = lane; c < hd; c += 32) {
+    float a[4] = {0.f, 0.f, 0.f, 0.f};
+    int j = 0;
+    for (; j + 3 < n; j += 4) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        a[u] += ps[j + u] * to_f(vbase[rows_s[j + u] * row_stride + int64_t(j + u) * d + c]);
+    }
+    for (; j < n; ++j) a[0] += ps[j] * to_f(vbase[rows_s[j] * row_stride + int64_t(j) * d + c]);
+    orow[c] = from_f<T>((a[0] + a[1] + a[2] + a[3]) * inv);
+  }
+}
+
+// ---------------------------------------------------------------- skinny GEMM
+
+constexpr int kSkinnyWarps = 4;
+
+template <typename T, typename TC>
+__global__ void skinny_gemm_kernel(const T* x, int64_t ldx, const T* w, TC* y, int64_t ldy,
+                                   int M, int N, int K) {
+  constexpr int V = 16 / sizeof(T);
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kSkinnyWarps + threadIdx.x / 32;
+  if (n >= N) return;
+  const T* wr = w + int64_t(n) * K;
+  float acc[kSkinnyRows];
+#pragma unroll
+  for (int m = 0; m < kSkinnyRows; ++m) acc[m] = 0.f;
+#pragma unroll 4
+  for (int k = lane * V; k < K; k += 32 * V) {
+    const uint4 wv = *reinterpret_cast<const uint4*>(wr + k);
+    const T* we = reinterpret_cast<const T*>(&wv);
+    float wf[V];
+#pragma unroll
+    for (int u = 0; u < V; ++u) wf[u] = to_f(we[u]);
+#pragma unroll
+    for (int m = 0; m < kSkinnyRows; ++m) {
+      if (m < M) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(x + m * ldx + k);
+        const T* xe = reinterpret_cast<const T*>(&xv);
+#pragma unroll
+        for (int u = 0; u < V; ++u) acc[m] += wf[u] * to_f(xe[u]);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kSkinnyRows; ++m) {
+    if (m < M) {
+      const float v = warp_sum(acc[m]);
+      if (lane == m) y[m * ldy + n] = from_f<TC>(v);
+    }
   }
 }
 
@@ -412,23 +494,35 @@ void embed(const int* ids, const T* emb, const T* pos, const int* step, int seq_
   check_launch("embed");
 }
 
-template <typename T>
-void kv_append(const T* qkv, const T* bk, const T* bv, T* k_cache, T* v_cache, int rows, int d,
-               int capacity, const int* step, cudaStream_t stream) {
+void update_key_rows(const int* old_rows, int* new_rows, const int* parent, int rows,
+                     int capacity, const int* step, cudaStream_t stream) {
   if (rows == 0) return;
-  kv_append_kernel<T><<<rows, std::min(d, 256), 0, stream>>>(qkv, bk, bv, k_cache, v_cache, d,
-                                                              capacity, step);
-  check_launch("kv_append");
+  update_key_rows_kernel<<<rows, 64, 0, stream>>>(old_rows, new_rows, parent, capacity, step);
+  check_launch("update_key_rows");
 }
 
 template <typename T>
-void gather_cache(const T* src, T* dst, const int* parent, int rows, int planes,
-                  int64_t plane_stride, int capacity, int d, const int* step,
-                  cudaStream_t stream) {
-  if (rows == 0) return;
-  gather_cache_kernel<T><<<dim3(rows, planes), 256, 0, stream>>>(src, dst, parent, plane_stride,
-                                                                 capacity, d, step);
-  check_launch("gather_cache");
+void decoder_self_attention(const DecoderSelfAttention<T>& p, cudaStream_t stream) {
+  if (p.head_dim % 8 != 0)
+    throw Error(ErrorCode::kInvalidArgument, "CUDA engine: head_dim must be a multiple of 8");
+  const int64_t total = int64_t(p.rows) * p.heads;
+  if (total == 0) return;
+  const size_t smem = size_t(kAttnWarps) * (p.head_dim + 2 * p.capacity) * sizeof(float);
+  decoder_self_attention_kernel<T><<<unsigned((total + kAttnWarps - 1) / kAttnWarps),
+                                     kAttnWarps * 32, smem, stream>>>(p);
+  check_launch("decoder_self_attention");
+}
+
+template <typename T, typename TC>
+void skinny_gemm(const T* x, int64_t ldx, const T* w, TC* y, int64_t ldy, int M, int N, int K,
+                 cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(T);
+  if (M > kSkinnyRows || K % V || ldx % V)
+    throw Error(ErrorCode::kInternal, "skinny_gemm: unsupported shape");
+  if (M == 0 || N == 0) return;
+  skinny_gemm_kernel<T, TC><<<(N + kSkinnyWarps - 1) / kSkinnyWarps, kSkinnyWarps * 32, 0,
+                              stream>>>(x, ldx, w, y, ldy, M, N, K);
+  check_launch("skinny_gemm");
 }
 
 template <typename T>
@@ -523,10 +617,9 @@ void beam_topk(const float* logits, const float* bias, const float* running_scor
 #define NMT_INSTANTIATE(T)                                                                       \
   template void embed<T>(const int*, const T*, const T*, const int*, int, T*, int, int, float,   \
                          cudaStream_t);                                                          \
-  template void kv_append<T>(const T*, const T*, const T*, T*, T*, int, int, int, const int*,    \
-                             cudaStream_t);                                                      \
-  template void gather_cache<T>(const T*, T*, const int*, int, int, int64_t, int, int,           \
-                                const int*, cudaStream_t);                                       \
+  template void decoder_self_attention<T>(const DecoderSelfAttention<T>&, cudaStream_t);         \
+  template void skinny_gemm<T, T>(const T*, int64_t, const T*, T*, int64_t, int, int, int,       \
+                                  cudaStream_t);                                                 \
   template void attention<T>(const AttentionParams<T>&, cudaStream_t);                           \
   template void layer_norm<T>(const T*, const T*, const T*, const T*, const T*, T*, int, int,    \
                               float, cudaStream_t);                                              \
@@ -535,5 +628,7 @@ void beam_topk(const float* logits, const float* bias, const float* running_scor
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 #undef NMT_INSTANTIATE
+template void skinny_gemm<__half, float>(const __half*, int64_t, const __half*, float*, int64_t,
+                                         int, int, int, cudaStream_t);
 
 }  // namespace nmt::cuda

@@ -17,18 +17,37 @@ template <typename T>
 void embed(const int* ids, const T* emb, const T* pos, const int* step, int seq_len, T* out,
            int rows, int d, float scale, cudaStream_t stream);
 
-// Writes the new keys/values (qkv[r, d:2d] + bk, qkv[r, 2d:3d] + bv) at position *step of
-// row r of the caches [rows_cap, capacity, d].
-template <typename T>
-void kv_append(const T* qkv, const T* bk, const T* bv, T* k_cache, T* v_cache, int rows, int d,
-               int capacity, const int* step, cudaStream_t stream);
+// The beam reorder without moving the KV caches: row r's key/value at position j lives in
+// cache row key_rows[r * capacity + j] (each cache row/position is written once, at that
+// step, so later reorders and finished sentences never overwrite what others still read).
+// new_rows[r][j] = old_rows[parent[r]][j] for j < *step, and new_rows[r][*step] = r.
+void update_key_rows(const int* old_rows, int* new_rows, const int* parent, int rows,
+                     int capacity, const int* step, cudaStream_t stream);
 
-// Beam reorder of `planes` caches of [rows_cap, capacity, d] each (plane stride
-// plane_stride): dst[p][r][0:*step] = src[p][parent[r]][0:*step].
+// Decoder self-attention of one step, one warp per (row, head): appends the row's new key and
+// value (qkv[r, d:3d] + bias) at position *step of cache row r, then attends over positions
+// 0..*step through key_rows. q = (qkv[r, 0:d] + bias) * scale.
 template <typename T>
-void gather_cache(const T* src, T* dst, const int* parent, int rows, int planes,
-                  int64_t plane_stride, int capacity, int d, const int* step,
-                  cudaStream_t stream);
+struct DecoderSelfAttention {
+  const T* qkv = nullptr;   // [rows, 3d]
+  const T* bias = nullptr;  // [3d]
+  T* k_cache = nullptr;     // [rows_cap, capacity, d]
+  T* v_cache = nullptr;
+  const int* key_rows = nullptr;  // [rows, capacity]
+  const int* step = nullptr;
+  T* out = nullptr;         // [rows, d]
+  int rows = 0, capacity = 0, heads = 0, head_dim = 0;
+  float scale = 1.f;
+};
+template <typename T>
+void decoder_self_attention(const DecoderSelfAttention<T>& p, cudaStream_t stream);
+
+// y[M, N] = x[M, K] W[N, K]^T for few rows (M <= kSkinnyRows): one warp per output column,
+// 16-byte loads of W, float32 accumulation. K and ldx must be multiples of 16 / sizeof(T).
+constexpr int kSkinnyRows = 8;
+template <typename T, typename TC>
+void skinny_gemm(const T* x, int64_t ldx, const T* w, TC* y, int64_t ldy, int M, int N, int K,
+                 cudaStream_t stream);
 
 // Multi-head attention, one warp per (query, head), scores and softmax in float32:
 //   query row  qr = b * q_len + i          q[qr * q_ld + h * hd + c] (+ q_bias), times scale
