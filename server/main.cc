@@ -73,7 +73,10 @@ int serve(const ServerConfig& config) {
     log_event(spdlog::level::critical, "cannot listen", {{"address", address}});
     return 1;
   }
-  server->GetHealthCheckService()->SetServingStatus(true);
+  // "" (the whole server, what Kubernetes' grpc probes ask) and the service by name.
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(nmt::v1::TranslationService::service_full_name(), true);
+  health->SetServingStatus(true);
   log_event(spdlog::level::info, "serving", {{"address", address}, {"metrics", metrics_address}});
 
   const sigset_t signals = termination_signals();
@@ -82,7 +85,7 @@ int serve(const ServerConfig& config) {
   log_event(spdlog::level::info, "shutting down",
             {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"},
              {"grace_seconds", config.shutdown_grace_seconds}});
-  server->GetHealthCheckService()->SetServingStatus(false);
+  health->SetServingStatus(false);
   const auto grace = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(config.shutdown_grace_seconds));
   server->Shutdown(std::chrono::system_clock::now() + grace);

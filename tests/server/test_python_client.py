@@ -38,6 +38,15 @@ def main():
         server.wait_serving(health_pb2, health_pb2_grpc)
         check(True, "health: SERVING (grpc.health.v1.Health/Check)")
         with grpc.insecure_channel(server.target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            r = health.Check(health_pb2.HealthCheckRequest(service="nmt.v1.TranslationService"), timeout=10)
+            check(r.status == health_pb2.HealthCheckResponse.SERVING,
+                  "health: nmt.v1.TranslationService is SERVING by name")
+            try:
+                health.Check(health_pb2.HealthCheckRequest(service="nmt.v1.Nothing"), timeout=10)
+                check(False, "health: an unknown service name is NOT_FOUND")
+            except grpc.RpcError as e:
+                check(e.code() == grpc.StatusCode.NOT_FOUND, "health: an unknown service name is NOT_FOUND")
             run_checks(server, channel, pb, pb_grpc, repo)
     except Exception as e:  # a crash of the test is a failure with its reason
         check(False, f"unexpected {type(e).__name__}: {e}")
