@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
   const T* v_head = a.v + kv * a.kv_batch_stride + h * kD + d0;
   const int64_t n = visible_keys(a, b, i);
 
-  // scores: kRowsPerIter keys per step, kLanesPerRow lanes per key, two steps in flight
-  constexpr int kUnroll = 2;
+  // scores: kRowsPerIter keys per step, kLanesPerRow lanes per key, four steps in flight
+  constexpr int kUnroll = 4;
   for (int64_t j0 = 0; j0 < n; j0 += kRowsPerIter * kUnroll) {
     float dot[kUnroll];
 #pragma unroll
@@ -103,6 +103,7 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
   float acc[kVec];
 #pragma unroll
   for (int e = 0; e < kVec; ++e) acc[e] = 0.f;
+#pragma unroll 4
   for (int64_t j = row_lane; j < n; j += kRowsPerIter) {
     float vr[kVec];
     load_pack<T, kVec>(v_head + j * a.kv_row_stride, vr);
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
 }
 
 template <typename T>
-bool aligned_for_step(const AttentionArgs<T>& a) {
+bool aligned_16(const AttentionArgs<T>& a) {
   constexpr int kVec = 16 / int(sizeof(T));
   const void* ptrs[] = {a.q, a.k, a.v, a.out};
   for (const void* ptr : ptrs)
@@ -152,7 +153,7 @@ constexpr size_t kMaxSmem = 96 * 1024;  // keeps at least two blocks per SM on s
 template <typename T>
 bool step_fits(const AttentionArgs<T>& a) {
   const size_t smem = size_t(kStepWarps) * size_t(a.kv_len) * sizeof(float);
-  return smem <= kMaxSmem && aligned_for_step(a) &&
+  return smem <= kMaxSmem && aligned_16(a) &&
          (a.head_dim == 32 || a.head_dim == 64 || a.head_dim == 128);
 }
 
@@ -183,11 +184,36 @@ struct TilePlan {
   }
 };
 
+// Calls put(r, d, value) for the rows x D elements of a strided block of rows, with 16-byte
+// loads when vec (D, the row stride and the pointer allow it), several loads in flight.
+template <typename T, class Put>
+__device__ __forceinline__ void load_rows(const T* src, int64_t row_stride, int rows, int D,
+                                          bool vec, Put put) {
+  constexpr int kVec = 16 / int(sizeof(T));
+  if (vec) {
+    const int packs = D / kVec, total = rows * packs;
+#pragma unroll 4
+    for (int e = threadIdx.x; e < total; e += blockDim.x) {
+      const int r = e / packs, d = (e - r * packs) * kVec;
+      float v[kVec];
+      load_pack<T, kVec>(src + r * row_stride + d, v);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) put(r, d + i, v[i]);
+    }
+  } else {
+#pragma unroll 4
+    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+      const int r = e / D, d = e - r * D;
+      put(r, d, to_float(src[r * row_stride + d]));
+    }
+  }
+}
+
 // Block (query tile, head, batch): S = scale * Q K^T (masked) into shared memory; then either
 // S to global (kScoresOnly, layout [b][h][i][j]) or softmax(S) V to out.
 template <typename T, int kTileM, bool kScoresOnly>
 __global__ void __launch_bounds__(kTiledThreads) attention_tiled_kernel(AttentionArgs<T> a,
-                                                                        T* scores) {
+                                                                        T* scores, bool vec) {
   extern __shared__ float tile_smem[];
   const int D = a.head_dim;
   const int64_t N = a.kv_len;
@@ -203,16 +229,13 @@ __global__ void __launch_bounds__(kTiledThreads) attention_tiled_kernel(Attentio
   const T* k_head = a.k + kv * a.kv_batch_stride + int64_t(h) * D;
   const T* v_head = a.v + kv * a.kv_batch_stride + int64_t(h) * D;
 
-  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
-    const int r = e / D, d = e - r * D;
-    qs[r * (D + 1) + d] = to_float(q_tile[r * a.q_row_stride + d]) * a.scale;
-  }
-  for (int64_t e = threadIdx.x; e < N * D; e += blockDim.x) {
-    const int64_t j = e / D;
-    const int d = int(e - j * D);
-    kt[d * (N + 1) + j] = to_float(k_head[j * a.kv_row_stride + d]);
-    if (!kScoresOnly) vs[j * D + d] = to_float(v_head[j * a.kv_row_stride + d]);
-  }
+  const float scale = a.scale;
+  load_rows(q_tile, a.q_row_stride, rows, D, vec,
+            [&](int r, int d, float x) { qs[r * (D + 1) + d] = x * scale; });
+  load_rows(k_head, a.kv_row_stride, int(N), D, vec,
+            [&](int j, int d, float x) { kt[d * (N + 1) + j] = x; });
+  if (!kScoresOnly)
+    load_rows(v_head, a.kv_row_stride, int(N), D, vec, [&](int j, int d, float x) { vs[j * D + d] = x; });
   __syncthreads();
 
   for (int64_t e = threadIdx.x; e < rows * N; e += blockDim.x) {
@@ -273,7 +296,9 @@ void launch_tiled(const AttentionArgs<T>& a, T* scores, size_t smem, cudaStream_
                                         int(smem)));
   const dim3 grid(unsigned((a.q_len + kTileM - 1) / kTileM), unsigned(a.heads),
                   unsigned(a.batch));
-  kernel<<<grid, kTiledThreads, smem, stream>>>(a, scores);
+  constexpr int kVec = 16 / int(sizeof(T));
+  const bool vec = a.head_dim % kVec == 0 && aligned_16(a);
+  kernel<<<grid, kTiledThreads, smem, stream>>>(a, scores, vec);
   NMT_CUDA_CHECK_LAUNCH();
 }
 

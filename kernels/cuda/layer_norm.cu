@@ -50,13 +50,28 @@ struct LnStore {
   }
 };
 
+// Welford statistics (mean, M2, count) fed one pack at a time: the pack's own mean and M2
+// (exact two-pass over N registers) are merged with Chan's formula, which for N = 1 is the
+// classic Welford update. rcp_count is 1 / (count + N); the register kernels pass it as a
+// compile-time constant. Values are shifted by the row's first element (the pivot) before
+// they get here, which keeps a large row mean from eating the float32 precision of the
+// deviations.
 struct Welford {
   float mean = 0.f, m2 = 0.f, count = 0.f;
-  __device__ __forceinline__ void add(float v) {
-    count += 1.f;
-    const float d = v - mean;
-    mean += __fdividef(d, count);
-    m2 += d * (v - mean);
+  template <int N>
+  __device__ __forceinline__ void add_pack(const float* v, float rcp_count) {
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) sum += v[i];
+    const float pack_mean = sum * (1.f / N);
+    float pack_m2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) pack_m2 += (v[i] - pack_mean) * (v[i] - pack_mean);
+    const float d = pack_mean - mean;
+    const float wb = N * rcp_count;
+    mean += d * wb;
+    m2 += pack_m2 + d * d * count * wb;
+    count += N;
   }
   __device__ __forceinline__ void merge(float b_mean, float b_m2, float b_count) {
     const float n = count + b_count;
@@ -124,62 +139,80 @@ __global__ void __launch_bounds__(kWarpThreads) ln_warp_kernel(Load load, Store 
   const int64_t warp_group0 = group / kGroupsPerWarp * kGroupsPerWarp;
   for (int64_t row0 = group * kRows, warp_row0 = warp_group0 * kRows; warp_row0 < rows;
        row0 += step, warp_row0 += step) {
-    Welford w[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
         const int64_t col = (int64_t(p) * kGroup + lane) * N;
-        if (row0 + r < rows && col < cols) {
-          load(buf[r] + p * N, row0 + r, col);
-#pragma unroll
-          for (int i = 0; i < N; ++i) w[r].add(buf[r][p * N + i]);
-        }
+        if (row0 + r < rows && col < cols) load(buf[r] + p * N, row0 + r, col);
       }
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      group_allreduce<kGroup>(w[r]);
-      const float inv = rsqrtf(w[r].m2 / w[r].count + eps);
+      // pivot: the row's first element, held by the group's first lane
+      const float pivot = __shfl_sync(0xffffffffu, buf[r][0], 0, kGroup);
+      Welford w;
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = (int64_t(p) * kGroup + lane) * N;
+        if (row0 + r < rows && col < cols) {  // valid packs of a lane form a prefix
+#pragma unroll
+          for (int i = 0; i < N; ++i) buf[r][p * N + i] -= pivot;
+          w.add_pack<N>(buf[r] + p * N, 1.f / float((p + 1) * N));
+        }
+      }
+      group_allreduce<kGroup>(w);
+      const float inv = rsqrtf(w.m2 / w.count + eps);
       if (row0 + r >= rows) continue;
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
         const int64_t col = (int64_t(p) * kGroup + lane) * N;
-        if (col < cols) store(buf[r] + p * N, row0 + r, col, w[r].mean, inv);
+        if (col < cols) store(buf[r] + p * N, row0 + r, col, w.mean, inv);
       }
-      if (lane == 0) write_stats(mean, inv_std, row0 + r, w[r].mean, inv);
+      if (lane == 0) write_stats(mean, inv_std, row0 + r, pivot + w.mean, inv);
     }
   }
 }
 
-// One block per row, the row cached in shared memory, column-interleaved: element i of pack p
-// sits at i * num_packs + p so that consecutive lanes touch consecutive banks.
-template <class Load, class Store, int N>
+template <class Load, int N>
+__device__ __forceinline__ float row_pivot(const Load& load, int64_t row) {
+  float first[N];
+  load(first, row, 0);  // the same address for every thread: one broadcast transaction
+  return first[0];
+}
+
+// One block per row, the row cached in shared memory as C (float, or T itself when the loaded
+// value is exactly x: no residual or bias), column-interleaved: element i of pack p sits at
+// i * num_packs + p so that consecutive lanes touch consecutive banks.
+template <class Load, class Store, int N, typename C>
 __global__ void ln_smem_kernel(Load load, Store store, int64_t rows, int64_t cols, float eps,
                                float* mean, float* inv_std) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) unsigned char ln_smem_raw[];
+  C* cache = reinterpret_cast<C*>(ln_smem_raw);
   const int num_packs = int(cols / N);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float pivot = row_pivot<Load, N>(load, row);
     Welford w;
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
       float v[N];
       load(v, row, int64_t(p) * N);
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        smem[i * num_packs + p] = v[i];
-        w.add(v[i]);
+        cache[i * num_packs + p] = from_float<C>(v[i]);
+        v[i] -= pivot;
       }
+      w.add_pack<N>(v, 1.f / (w.count + N));
     }
     block_allreduce(w);
     const float inv = rsqrtf(w.m2 / w.count + eps);
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
       float v[N];
 #pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = smem[i * num_packs + p];
+      for (int i = 0; i < N; ++i) v[i] = to_float(cache[i * num_packs + p]) - pivot;
       store(v, row, int64_t(p) * N, w.mean, inv);
     }
-    if (threadIdx.x == 0) write_stats(mean, inv_std, row, w.mean, inv);
-    __syncthreads();  // smem is overwritten by the next row
+    if (threadIdx.x == 0) write_stats(mean, inv_std, row, pivot + w.mean, inv);
+    __syncthreads();  // the cache is overwritten by the next row
   }
 }
 
@@ -190,21 +223,25 @@ __global__ void __launch_bounds__(1024) ln_uncached_kernel(Load load, Store stor
                                                            float* inv_std) {
   const int num_packs = int(cols / N);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float pivot = row_pivot<Load, N>(load, row);
     Welford w;
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
       float v[N];
       load(v, row, int64_t(p) * N);
 #pragma unroll
-      for (int i = 0; i < N; ++i) w.add(v[i]);
+      for (int i = 0; i < N; ++i) v[i] -= pivot;
+      w.add_pack<N>(v, 1.f / (w.count + N));
     }
     block_allreduce(w);
     const float inv = rsqrtf(w.m2 / w.count + eps);
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
       float v[N];
       load(v, row, int64_t(p) * N);
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] -= pivot;
       store(v, row, int64_t(p) * N, w.mean, inv);
     }
-    if (threadIdx.x == 0) write_stats(mean, inv_std, row, w.mean, inv);
+    if (threadIdx.x == 0) write_stats(mean, inv_std, row, pivot + w.mean, inv);
   }
 }
 
@@ -218,17 +255,26 @@ struct LnKernels {
   float eps;
   float *mean, *inv_std;
 
+  // The cache holds T when the loaded value is x itself (exact in T), else float.
+  bool cache_in_t() const { return load.residual == nullptr && load.bias == nullptr; }
+
   template <int kCols, int kGroup, int kRows>
   void launch_warp(dim3 grid, dim3 block, cudaStream_t s) const {
     ln_warp_kernel<Load, Store, N, kCols, kGroup, kRows><<<grid, block, 0, s>>>(
         load, store, rows, cols, eps, mean, inv_std);
   }
+  size_t smem_bytes() const { return size_t(cols) * (cache_in_t() ? sizeof(T) : sizeof(float)); }
   const void* smem_kernel() const {
-    return reinterpret_cast<const void*>(&ln_smem_kernel<Load, Store, N>);
+    return cache_in_t() ? reinterpret_cast<const void*>(&ln_smem_kernel<Load, Store, N, T>)
+                        : reinterpret_cast<const void*>(&ln_smem_kernel<Load, Store, N, float>);
   }
   void launch_smem(dim3 grid, dim3 block, size_t smem, cudaStream_t s) const {
-    ln_smem_kernel<Load, Store, N><<<grid, block, smem, s>>>(
-        load, store, rows, cols, eps, mean, inv_std);
+    if (cache_in_t())
+      ln_smem_kernel<Load, Store, N, T><<<grid, block, smem, s>>>(load, store, rows, cols, eps,
+                                                                   mean, inv_std);
+    else
+      ln_smem_kernel<Load, Store, N, float><<<grid, block, smem, s>>>(load, store, rows, cols,
+                                                                       eps, mean, inv_std);
   }
   void launch_uncached(dim3 grid, dim3 block, cudaStream_t s) const {
     ln_uncached_kernel<Load, Store, N><<<grid, block, 0, s>>>(

@@ -1,11 +1,12 @@
 #pragma once
 // The three-way row-wise dispatch shared by LayerNorm and Softmax (OneFlow's design):
 //   cols <= 1024        : a group of 1..32 lanes per row, the row in registers
-//   row fits in smem    : one block per row, the row cached in shared memory (float)
+//   row fits in smem    : one block per row, the row cached in shared memory
 //   otherwise           : one block per row, re-reading global memory
 // A Kernels object holds one call's arguments and launches, for one operation and pack N:
 //   template <int kCols, int kGroup, int kRows> void launch_warp(grid, block, stream) const
-//   const void* smem_kernel() const; void launch_smem(grid, block, smem, stream) const
+//   size_t smem_bytes() const; const void* smem_kernel() const;
+//   void launch_smem(grid, block, smem, stream) const
 //   void launch_uncached(grid, block, stream) const
 #include "kernels/cuda/common.cuh"
 
@@ -81,7 +82,7 @@ void dispatch_rowwise(const Kernels& k, int64_t rows, int64_t cols, cudaStream_t
     dispatch_warp_group<Kernels, N, 1>(k, cols, rows, stream);
     return;
   }
-  const size_t smem = size_t(cols) * sizeof(float);
+  const size_t smem = k.smem_bytes();
   const void* smem_kernel = k.smem_kernel();
   if (allow_smem(smem_kernel, smem)) {
     const int threads = pick_smem_block(smem_kernel, smem);

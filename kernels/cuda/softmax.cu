@@ -9,7 +9,17 @@ namespace nmt::kernels {
 namespace cuda {
 namespace {
 
-// Visible columns of a row; scaled values, -inf past them.
+// exp in the kernels: the accurate expf for float32, the fast __expf (about 2 ulp, far below
+// the output's rounding) for the 16-bit types.
+template <typename T>
+__device__ __forceinline__ float kernel_exp(float x) {
+  if constexpr (sizeof(T) == 4)
+    return expf(x);
+  else
+    return __expf(x);
+}
+
+// Reads x; transform() applies the scale and turns the columns past valid(row) into -inf.
 template <typename T, int N>
 struct SmLoad {
   const T* x;
@@ -20,41 +30,37 @@ struct SmLoad {
   __device__ __forceinline__ int64_t valid(int64_t row) const {
     return softmax_valid_cols(row, cols, key_lengths, opt);
   }
-  __device__ __forceinline__ void operator()(float* dst, int64_t row, int64_t col,
-                                             int64_t valid) const {
+  __device__ __forceinline__ void raw(float* dst, int64_t row, int64_t col) const {
     load_pack<T, N>(x + row * cols + col, dst);
+  }
+  __device__ __forceinline__ void transform(float* v, int64_t col, int64_t valid) const {
 #pragma unroll
-    for (int i = 0; i < N; ++i) dst[i] = col + i < valid ? dst[i] * scale : -INFINITY;
+    for (int i = 0; i < N; ++i) v[i] = col + i < valid ? v[i] * scale : -INFINITY;
   }
 };
 
-// y = exp(v - max) / sum, or v - max - log(sum) for log-softmax; a row with no visible column
-// gives zeros (softmax) or -inf (log-softmax).
+// y = v * mul (softmax: v already exp(x - max), mul = 1 / sum) or v - shift (log-softmax:
+// shift = max + log(sum), masked columns stay -inf).
 template <typename T, int N>
 struct SmStore {
   T* y;
   int64_t cols;
   bool log;
   __device__ __forceinline__ void operator()(const float* v, int64_t row, int64_t col,
-                                             float max_v, float sum) const {
+                                             float shift, float mul) const {
     float out[N];
-    if (log) {
-      const float shift = max_v + logf(sum);
 #pragma unroll
-      for (int i = 0; i < N; ++i) out[i] = v[i] == -INFINITY ? -INFINITY : v[i] - shift;
-    } else {
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-#pragma unroll
-      for (int i = 0; i < N; ++i) out[i] = expf(v[i] - max_v) * inv;
-    }
+    for (int i = 0; i < N; ++i)
+      out[i] = log ? (v[i] == -INFINITY ? -INFINITY : v[i] - shift) : v[i] * mul;
     store_pack<T, N>(y + row * cols + col, out);
   }
 };
 
-// A max that keeps exp(v - max) finite for fully masked rows.
+// A max that keeps exp(v - max) finite for fully masked rows (which give zeros / -inf).
 __device__ __forceinline__ float safe_max(float m) { return m == -INFINITY ? 0.f : m; }
+__device__ __forceinline__ float inv_or_zero(float sum) { return sum > 0.f ? 1.f / sum : 0.f; }
 
-template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
+template <typename T, class Load, class Store, int N, int kCols, int kGroup, int kRows>
 __global__ void __launch_bounds__(kWarpThreads) softmax_warp_kernel(Load load, Store store,
                                                                     int64_t rows, int64_t cols) {
   constexpr int kPacks = kCols / N;
@@ -68,81 +74,97 @@ __global__ void __launch_bounds__(kWarpThreads) softmax_warp_kernel(Load load, S
   const int64_t warp_group0 = group / kGroupsPerWarp * kGroupsPerWarp;
   for (int64_t row0 = group * kRows, warp_row0 = warp_group0 * kRows; warp_row0 < rows;
        row0 += step, warp_row0 += step) {
-    float max_v[kRows], sum[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      max_v[r] = -INFINITY;
-      const int64_t valid = row0 + r < rows ? load.valid(row0 + r) : 0;
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
         const int64_t col = (int64_t(p) * kGroup + lane) * N;
-        if (row0 + r < rows && col < cols) {
-          load(buf[r] + p * N, row0 + r, col, valid);
-        } else {
-#pragma unroll
-          for (int i = 0; i < N; ++i) buf[r][p * N + i] = -INFINITY;
-        }
-#pragma unroll
-        for (int i = 0; i < N; ++i) max_v[r] = fmaxf(max_v[r], buf[r][p * N + i]);
+        if (row0 + r < rows && col < cols) load.raw(buf[r] + p * N, row0 + r, col);
       }
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      max_v[r] = safe_max(group_allreduce<kGroup>(max_v[r], MaxOp()));
-      sum[r] = 0.f;
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) sum[r] += expf(buf[r][c] - max_v[r]);
-      sum[r] = group_allreduce<kGroup>(sum[r], SumOp());
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (row0 + r >= rows) continue;
+      const int64_t valid = row0 + r < rows ? load.valid(row0 + r) : 0;
+      float max_v = -INFINITY;
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
         const int64_t col = (int64_t(p) * kGroup + lane) * N;
-        if (col < cols) store(buf[r] + p * N, row0 + r, col, max_v[r], sum[r]);
+        load.transform(buf[r] + p * N, col, valid);  // padding columns become -inf
+#pragma unroll
+        for (int i = 0; i < N; ++i) max_v = fmaxf(max_v, buf[r][p * N + i]);
+      }
+      max_v = safe_max(group_allreduce<kGroup>(max_v, MaxOp()));
+      float sum = 0.f;
+      if (store.log) {
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) sum += kernel_exp<T>(buf[r][c] - max_v);
+      } else {
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          buf[r][c] = kernel_exp<T>(buf[r][c] - max_v);
+          sum += buf[r][c];
+        }
+      }
+      sum = group_allreduce<kGroup>(sum, SumOp());
+      if (row0 + r >= rows) continue;
+      const float shift = max_v + logf(sum), mul = inv_or_zero(sum);
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = (int64_t(p) * kGroup + lane) * N;
+        if (col < cols) store(buf[r] + p * N, row0 + r, col, shift, mul);
       }
     }
   }
 }
 
-// One block per row cached in shared memory, column-interleaved (element i of pack p at
-// i * num_packs + p: consecutive lanes hit consecutive banks).
-template <class Load, class Store, int N>
+// One block per row cached in shared memory as T (the raw input, exact), column-interleaved:
+// element i of pack p at i * num_packs + p, so consecutive lanes hit consecutive banks.
+template <typename T, class Load, class Store, int N>
 __global__ void softmax_smem_kernel(Load load, Store store, int64_t rows, int64_t cols) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) unsigned char softmax_smem_raw[];
+  T* cache = reinterpret_cast<T*>(softmax_smem_raw);
   const int num_packs = int(cols / N);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t valid = load.valid(row);
     float max_v = -INFINITY;
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
       float v[N];
-      load(v, row, int64_t(p) * N, valid);
+      load.raw(v, row, int64_t(p) * N);
 #pragma unroll
-      for (int i = 0; i < N; ++i) {
-        smem[i * num_packs + p] = v[i];
-        max_v = fmaxf(max_v, v[i]);
-      }
+      for (int i = 0; i < N; ++i) cache[i * num_packs + p] = from_float<T>(v[i]);
+      load.transform(v, int64_t(p) * N, valid);
+#pragma unroll
+      for (int i = 0; i < N; ++i) max_v = fmaxf(max_v, v[i]);
     }
     max_v = safe_max(block_allreduce(max_v, MaxOp(), -INFINITY));
     float sum = 0.f;
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
+      float v[N];
 #pragma unroll
-      for (int i = 0; i < N; ++i) sum += expf(smem[i * num_packs + p] - max_v);
+      for (int i = 0; i < N; ++i) v[i] = to_float(cache[i * num_packs + p]);
+      load.transform(v, int64_t(p) * N, valid);
+#pragma unroll
+      for (int i = 0; i < N; ++i) sum += kernel_exp<T>(v[i] - max_v);
     }
     sum = block_allreduce(sum, SumOp(), 0.f);
+    const float shift = max_v + logf(sum), mul = inv_or_zero(sum);
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
       float v[N];
 #pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = smem[i * num_packs + p];
-      store(v, row, int64_t(p) * N, max_v, sum);
+      for (int i = 0; i < N; ++i) v[i] = to_float(cache[i * num_packs + p]);
+      load.transform(v, int64_t(p) * N, valid);
+      if (!store.log) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = kernel_exp<T>(v[i] - max_v);
+      }
+      store(v, row, int64_t(p) * N, shift, mul);
     }
-    __syncthreads();  // smem is overwritten by the next row
+    __syncthreads();  // the cache is overwritten by the next row
   }
 }
 
 // One block per row, three passes over global memory (max, sum, write).
-template <class Load, class Store, int N>
+template <typename T, class Load, class Store, int N>
 __global__ void __launch_bounds__(1024) softmax_uncached_kernel(Load load, Store store,
                                                                 int64_t rows, int64_t cols) {
   const int num_packs = int(cols / N);
@@ -151,7 +173,8 @@ __global__ void __launch_bounds__(1024) softmax_uncached_kernel(Load load, Store
     float max_v = -INFINITY;
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
       float v[N];
-      load(v, row, int64_t(p) * N, valid);
+      load.raw(v, row, int64_t(p) * N);
+      load.transform(v, int64_t(p) * N, valid);
 #pragma unroll
       for (int i = 0; i < N; ++i) max_v = fmaxf(max_v, v[i]);
     }
@@ -159,15 +182,22 @@ __global__ void __launch_bounds__(1024) softmax_uncached_kernel(Load load, Store
     float sum = 0.f;
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
       float v[N];
-      load(v, row, int64_t(p) * N, valid);
+      load.raw(v, row, int64_t(p) * N);
+      load.transform(v, int64_t(p) * N, valid);
 #pragma unroll
-      for (int i = 0; i < N; ++i) sum += expf(v[i] - max_v);
+      for (int i = 0; i < N; ++i) sum += kernel_exp<T>(v[i] - max_v);
     }
     sum = block_allreduce(sum, SumOp(), 0.f);
+    const float shift = max_v + logf(sum), mul = inv_or_zero(sum);
     for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
       float v[N];
-      load(v, row, int64_t(p) * N, valid);
-      store(v, row, int64_t(p) * N, max_v, sum);
+      load.raw(v, row, int64_t(p) * N);
+      load.transform(v, int64_t(p) * N, valid);
+      if (!store.log) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = kernel_exp<T>(v[i] - max_v);
+      }
+      store(v, row, int64_t(p) * N, shift, mul);
     }
   }
 }
@@ -182,17 +212,18 @@ struct SmKernels {
 
   template <int kCols, int kGroup, int kRows>
   void launch_warp(dim3 grid, dim3 block, cudaStream_t s) const {
-    softmax_warp_kernel<Load, Store, N, kCols, kGroup, kRows>
+    softmax_warp_kernel<T, Load, Store, N, kCols, kGroup, kRows>
         <<<grid, block, 0, s>>>(load, store, rows, cols);
   }
+  size_t smem_bytes() const { return size_t(cols) * sizeof(T); }
   const void* smem_kernel() const {
-    return reinterpret_cast<const void*>(&softmax_smem_kernel<Load, Store, N>);
+    return reinterpret_cast<const void*>(&softmax_smem_kernel<T, Load, Store, N>);
   }
   void launch_smem(dim3 grid, dim3 block, size_t smem, cudaStream_t s) const {
-    softmax_smem_kernel<Load, Store, N><<<grid, block, smem, s>>>(load, store, rows, cols);
+    softmax_smem_kernel<T, Load, Store, N><<<grid, block, smem, s>>>(load, store, rows, cols);
   }
   void launch_uncached(dim3 grid, dim3 block, cudaStream_t s) const {
-    softmax_uncached_kernel<Load, Store, N><<<grid, block, 0, s>>>(load, store, rows, cols);
+    softmax_uncached_kernel<T, Load, Store, N><<<grid, block, 0, s>>>(load, store, rows, cols);
   }
 };
 

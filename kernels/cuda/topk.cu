@@ -1,10 +1,11 @@
-// Beam-search top-k (kernels/topk.h) in two launches:
-//   A, block per (vocab chunk, row): one read of the logits gives the chunk's partial
-//      log-sum-exp (online max/sum) and its kp best tokens by masked logit;
-//   B, warp per sentence: the row's log-sum-exp from the partials, the candidates' scores
-//      (logit - lse + running score) and the k best of beam x splits x kp candidates.
-// The final score is a non-decreasing function of the masked logit within a row, so the
-// chunk's best logits contain the row's best scores. kp = k rounded up to a power of two.
+// Beam-search top-k (kernels/topk.h) in three launches over (vocab chunk, row) blocks:
+//   1. each chunk's partial log-sum-exp (online max / sum of exp);
+//   2. the row's log-sum-exp from the partials, then each token's final score
+//      (logit + bias - lse, masked, + running score), computed exactly as the reference does,
+//      and the chunk's kp best (score, index) pairs; the logits are re-read from L2;
+//   3. one warp per sentence: the k best of its beam x splits x kp candidates.
+// Selecting on the final score (not on the logit) keeps torch.topk's tie rule exact even where
+// float rounding makes different logits collide. kp = k rounded up to a power of two.
 #include <climits>
 
 #include "kernels/cuda/common.cuh"
@@ -108,107 +109,131 @@ struct OnlineLse {  // running max and sum of exp(x - max)
 
 struct Workspace {
   float2* lse_parts;  // [rows][splits]
-  float* keys;        // [rows][splits][kp]
-  int* tokens;        // [rows][splits][kp]
+  float* scores;      // [rows][splits][kp]
+  int* index;         // [rows][splits][kp]
   Workspace(void* ws, int64_t chunks, int kp) {
     lse_parts = static_cast<float2*>(ws);
-    keys = reinterpret_cast<float*>(lse_parts + chunks);
-    tokens = reinterpret_cast<int*>(keys + chunks * kp);
+    scores = reinterpret_cast<float*>(lse_parts + chunks);
+    index = reinterpret_cast<int*>(scores + chunks * kp);
   }
 };
 
-template <typename T, int kK>
-__global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
-    const T* logits, const float* bias, int vocab, int chunk, TopkMasks masks, Workspace ws) {
-  const int64_t row = blockIdx.y;
-  const int split = blockIdx.x, splits = gridDim.x;
-  const int begin = split * chunk, end = min(vocab, begin + chunk);
-  const T* x = logits + row * vocab;
-  OnlineLse lse;
-  TopList<kK> list;
-  list.clear();
-  for (int t = begin + threadIdx.x; t < end; t += blockDim.x) {
-    const float v = to_float(x[t]) + (bias ? bias[t] : 0.f);
-    lse.add(v);
-    float key = v;
-    if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) key = -INFINITY;
-    if (masks.force_eos) key = t == masks.eos_id ? INFINITY : -INFINITY;
-    list.push(key, t);
+constexpr int kLoadsInFlight = 4;  // logits each thread loads before using them
+
+struct Chunk {
+  int begin, end;
+  __device__ Chunk(int vocab, int chunk) {
+    begin = blockIdx.x * chunk;
+    end = min(vocab, begin + chunk);
   }
-  // log-sum-exp partial of the chunk
-  __shared__ float s_m[kChunkThreads / 32], s_s[kChunkThreads / 32];
-  __shared__ float s_v[kChunkThreads / 32][kK];
-  __shared__ int s_i[kChunkThreads / 32][kK];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+};
+
+// Calls f(token, logit + bias) for the block's share of the chunk, kLoadsInFlight loads at once.
+template <typename T, class F>
+__device__ __forceinline__ void for_each_logit(const T* x, const float* bias, Chunk c, F f) {
+  for (int t0 = c.begin + threadIdx.x; t0 < c.end; t0 += blockDim.x * kLoadsInFlight) {
+    float v[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int t = t0 + u * blockDim.x;
+      v[u] = t < c.end ? to_float(x[t]) + (bias ? bias[t] : 0.f) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u)
+      if (t0 + u * int(blockDim.x) < c.end) f(t0 + u * int(blockDim.x), v[u]);
+  }
+}
+
+__device__ __forceinline__ void warp_allreduce(OnlineLse& lse) {
 #pragma unroll
   for (int mask = 16; mask > 0; mask /= 2) {
     const float om = __shfl_xor_sync(0xffffffffu, lse.m, mask);
     const float os = __shfl_xor_sync(0xffffffffu, lse.s, mask);
     lse.merge(om, os);
   }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits,
+                                                                 const float* bias, int vocab,
+                                                                 int chunk, Workspace ws) {
+  const int64_t row = blockIdx.y;
+  OnlineLse lse;
+  for_each_logit(logits + row * vocab, bias, Chunk(vocab, chunk),
+                 [&](int, float v) { lse.add(v); });
+  __shared__ float s_m[kChunkThreads / 32], s_s[kChunkThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  warp_allreduce(lse);
   if (lane == 0) {
     s_m[warp] = lse.m;
     s_s[warp] = lse.s;
   }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    OnlineLse total;
+    for (int w = 0; w < kChunkThreads / 32; ++w) total.merge(s_m[w], s_s[w]);
+    ws.lse_parts[row * gridDim.x + blockIdx.x] = make_float2(total.m, total.s);
+  }
+}
+
+template <typename T, int kK>
+__global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
+    const T* logits, const float* bias, const float* running_scores, int beam, int vocab,
+    int chunk, TopkMasks masks, Workspace ws) {
+  const int64_t row = blockIdx.y;
+  const int splits = gridDim.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __shared__ float s_lse;
+  if (warp == 0) {
+    OnlineLse lse;
+    for (int s = lane; s < splits; s += 32) {
+      const float2 part = ws.lse_parts[row * splits + s];
+      lse.merge(part.x, part.y);
+    }
+    warp_allreduce(lse);
+    if (lane == 0) s_lse = lse.m + logf(lse.s);
+  }
+  __syncthreads();
+  const float lse = s_lse, running = running_scores[row];
+  const int base = int(row % beam) * vocab;  // index of the row's token 0 within its sentence
+  TopList<kK> list;
+  list.clear();
+  for_each_logit(logits + row * vocab, bias, Chunk(vocab, chunk), [&](int t, float v) {
+    float logp = v - lse;
+    if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) logp = -INFINITY;
+    if (masks.force_eos) logp = t == masks.eos_id ? 0.f : -INFINITY;
+    list.push(logp + running, base + t);
+  });
+  __shared__ float s_v[kChunkThreads / 32][kK];
+  __shared__ int s_i[kChunkThreads / 32][kK];
   warp_merge<kK>(list, kK, [&](int r, float v, int i) {
     s_v[warp][r] = v;
     s_i[warp][r] = i;
   });
   __syncthreads();
   if (warp != 0) return;
-  const int64_t out = row * splits + split;
-  if (lane == 0) {
-    OnlineLse total;
-    for (int w = 0; w < kChunkThreads / 32; ++w) total.merge(s_m[w], s_s[w]);
-    ws.lse_parts[out] = make_float2(total.m, total.s);
-  }
+  const int64_t out = (row * splits + blockIdx.x) * kK;
   list.clear();
-  for (int c = lane; c < (kChunkThreads / 32) * kK; c += 32) list.push(s_v[c / kK][c % kK], s_i[c / kK][c % kK]);
+  for (int c = lane; c < (kChunkThreads / 32) * kK; c += 32)
+    list.push(s_v[c / kK][c % kK], s_i[c / kK][c % kK]);
   warp_merge<kK>(list, kK, [&](int r, float v, int i) {
-    ws.keys[out * kK + r] = v;
-    ws.tokens[out * kK + r] = i;
+    ws.scores[out + r] = v;
+    ws.index[out + r] = i;
   });
 }
 
 template <int kK>
-__global__ void __launch_bounds__(32) topk_sentence_kernel(const float* running_scores, int beam,
-                                                            int vocab, int splits, int k,
-                                                            TopkMasks masks, Workspace ws,
-                                                            float* out_scores, int* out_index) {
-  extern __shared__ float row_lse[];  // [beam]
+__global__ void __launch_bounds__(32) topk_sentence_kernel(int beam, int splits, int k,
+                                                            Workspace ws, float* out_scores,
+                                                            int* out_index) {
   const int64_t sentence = blockIdx.x;
   const int lane = threadIdx.x;
-  for (int b = 0; b < beam; ++b) {
-    const int64_t row = sentence * beam + b;
-    OnlineLse lse;
-    for (int s = lane; s < splits; s += 32) {
-      const float2 part = ws.lse_parts[row * splits + s];
-      lse.merge(part.x, part.y);
-    }
-#pragma unroll
-    for (int mask = 16; mask > 0; mask /= 2) {
-      const float om = __shfl_xor_sync(0xffffffffu, lse.m, mask);
-      const float os = __shfl_xor_sync(0xffffffffu, lse.s, mask);
-      lse.merge(om, os);
-    }
-    if (lane == 0) row_lse[b] = lse.m + logf(lse.s);
-  }
-  __syncwarp();
   TopList<kK> list;
   list.clear();
-  const int per_row = splits * kK;
-  for (int c = lane; c < beam * per_row; c += 32) {
-    const int b = c / per_row;
-    const int64_t slot = (sentence * beam + b) * per_row + c % per_row;
-    const int token = ws.tokens[slot];
-    if (token == kNoToken) continue;
-    const float key = ws.keys[slot];
-    float logp;
-    if (masks.force_eos)
-      logp = token == masks.eos_id ? 0.f : -INFINITY;
-    else
-      logp = key == -INFINITY ? -INFINITY : key - row_lse[b];
-    list.push(logp + running_scores[sentence * beam + b], b * vocab + token);
+  const int64_t first = sentence * beam * splits * kK, count = int64_t(beam) * splits * kK;
+  for (int64_t c = lane; c < count; c += 32) {
+    const int index = ws.index[first + c];
+    if (index != kNoToken) list.push(ws.scores[first + c], index);
   }
   warp_merge<kK>(list, k, [&](int r, float v, int i) {
     out_scores[sentence * k + r] = v;
@@ -224,11 +249,14 @@ void run(const T* logits, const float* bias, const float* running_scores, int64_
   const int splits = beam_topk_splits(rows, vocab);
   const int chunk = (vocab + splits - 1) / splits;
   const Workspace ws(workspace, rows * splits, kK);
-  topk_chunk_kernel<T, kK><<<dim3(splits, unsigned(rows)), kChunkThreads, 0, stream>>>(
-      logits, bias, vocab, chunk, masks, ws);
+  const dim3 grid{unsigned(splits), unsigned(rows)};
+  topk_lse_kernel<T><<<grid, kChunkThreads, 0, stream>>>(logits, bias, vocab, chunk, ws);
   NMT_CUDA_CHECK_LAUNCH();
-  topk_sentence_kernel<kK><<<unsigned(sentences), 32, beam * sizeof(float), stream>>>(
-      running_scores, beam, vocab, splits, k, masks, ws, out_scores, out_index);
+  topk_chunk_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(logits, bias, running_scores,
+                                                               beam, vocab, chunk, masks, ws);
+  NMT_CUDA_CHECK_LAUNCH();
+  topk_sentence_kernel<kK><<<unsigned(sentences), 32, 0, stream>>>(beam, splits, k, ws,
+                                                                   out_scores, out_index);
   NMT_CUDA_CHECK_LAUNCH();
 }
 
