@@ -247,6 +247,8 @@ def main():
         problems = ["not evaluated"]
         while problems and time.monotonic() < deadline:
             problems = evaluate_all(prom, dash, rules_cfg, adapter_rules, final=False)
+            if problems and all(": evaluates (" in p for p in problems):
+                break  # queries Prometheus refuses will not get better by waiting
             if problems:
                 print(f"waiting: {len(problems)} expressions without data yet, e.g. {problems[0]}", flush=True)
                 time.sleep(3)
