@@ -92,6 +92,12 @@ class CudaEngine final : public Engine {
         (d_ / c_.encoder_heads) % 8)
       throw Error(ErrorCode::kInvalidArgument,
                   "CUDA engine: d_model and the head size must be multiples of 8");
+    for (int heads : {c_.encoder_heads, c_.decoder_heads}) {
+      const int hd = d_ / heads;
+      if (hd != 32 && hd != 64 && hd != 128)
+        throw Error(ErrorCode::kInvalidArgument, "CUDA engine: attention head size " + std::to_string(hd) +
+                                                     " (d_model / heads) is not supported: 32, 64 or 128");
+    }
     // Our own workspace: counted against the memory limit, and needed for graph capture.
     workspace_ = DeviceBuffer<char>(&alloc_, kCublasWorkspace);
     check_cublas(cublasSetWorkspace(cublas_, workspace_.get(), kCublasWorkspace), "cublasSetWorkspace");
@@ -244,10 +250,7 @@ class CudaEngine final : public Engine {
             int batch = 1, int64_t x_stride = 0, int64_t y_stride = 0) {
     if (M == 0) return;
     const float alpha = 1.f, beta = 0.f;
-    if (batch == 1 && M <= kSkinnyRows) {
-      // cuBLAS tiles waste most of the work for a handful of rows (batch-1 decoding).
-      skinny_gemm(x, ldx, w, y, ldy, M, N, K, stream_);
-    } else if (batch == 1) {
+    if (batch == 1) {
       check_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w,
                                 cuda_type<T>(), K, x, cuda_type<T>(), int(ldx), &beta, y,
                                 cuda_type<TC>(), int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),

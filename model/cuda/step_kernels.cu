@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <string>
+#include <type_traits>
 
 #include "model/error.h"
 
@@ -60,215 +62,245 @@ __global__ void update_key_rows_kernel(const int* old_rows, int* new_rows, const
 }
 
 // ---------------------------------------------------------------- attention
+//
+// One warp per (query, head). Every global load of a loop body is issued before its first use
+// (head size as a template parameter, 16-byte chunks, unrolled key loops): these kernels are
+// latency-bound, and a load waited for per iteration costs a memory round trip each.
 
 constexpr int kAttnWarps = 4;
 
 template <typename T>
-__device__ __forceinline__ float dot_row(const float* q, const T* k, int hd) {
+__device__ __forceinline__ uint4 load16(const T* p) { return *reinterpret_cast<const uint4*>(p); }
+
+// q[0:HD] (shared, float) . k[0:HD]
+template <typename T, int HD>
+__device__ __forceinline__ float dot_row(const float* q, const T* k) {
   constexpr int V = 16 / sizeof(T);
-  float s = 0.f;
-  for (int c = 0; c < hd; c += V) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(k + c);
-    const T* e = reinterpret_cast<const T*>(&raw);
+  uint4 raw[HD / V];
 #pragma unroll
-    for (int u = 0; u < V; ++u) s += q[c + u] * to_f(e[u]);
+  for (int c = 0; c < HD / V; ++c) raw[c] = load16(k + c * V);
+  float s = 0.f;
+#pragma unroll
+  for (int c = 0; c < HD / V; ++c) {
+    const T* e = reinterpret_cast<const T*>(&raw[c]);
+#pragma unroll
+    for (int u = 0; u < V; ++u) s += q[c * V + u] * to_f(e[u]);
   }
   return s;
 }
 
-template <typename T>
+// sum_j ps[j] * value_row(j)[0:HD] over j < n, for the whole warp: lane = group * kChunks +
+// chunk; each group takes every kGroups-th key, each chunk 16 bytes of the row; the groups'
+// partial sums are added by shuffles. Lanes < kChunks end with the result of their chunk.
+template <typename T, int HD, typename RowFn>
+__device__ __forceinline__ void weighted_values(const float* ps, int n, int lane, RowFn value_row,
+                                                float (&acc)[16 / sizeof(T)]) {
+  constexpr int V = 16 / sizeof(T), kChunks = HD / V, kGroups = 32 / kChunks;
+  static_assert(kChunks <= 32 && 32 % kChunks == 0, "head size");
+  const int g = lane / kChunks, q = lane % kChunks;
+#pragma unroll
+  for (int u = 0; u < V; ++u) acc[u] = 0.f;
+  int j = g;
+  for (; j + 3 * kGroups < n; j += 4 * kGroups) {
+    uint4 r[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) r[w] = load16(value_row(j + w * kGroups) + q * V);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const T* e = reinterpret_cast<const T*>(&r[w]);
+      const float pj = ps[j + w * kGroups];
+#pragma unroll
+      for (int u = 0; u < V; ++u) acc[u] += pj * to_f(e[u]);
+    }
+  }
+  for (; j < n; j += kGroups) {
+    const uint4 r = load16(value_row(j) + q * V);
+    const T* e = reinterpret_cast<const T*>(&r);
+    const float pj = ps[j];
+#pragma unroll
+    for (int u = 0; u < V; ++u) acc[u] += pj * to_f(e[u]);
+  }
+#pragma unroll
+  for (int o = kChunks; o < 32; o *= 2) {
+#pragma unroll
+    for (int u = 0; u < V; ++u) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
+  }
+}
+
+// Lanes < kChunks write their chunk: out[0:HD] = acc * scale (+ bias).
+template <typename T, int HD>
+__device__ __forceinline__ void store_head(T* out, const float (&acc)[16 / sizeof(T)], float scale,
+                                           const T* bias, int lane) {
+  constexpr int V = 16 / sizeof(T), kChunks = HD / V;
+  if (lane >= kChunks) return;
+  alignas(16) T o[V];
+#pragma unroll
+  for (int u = 0; u < V; ++u)
+    o[u] = from_f<T>(acc[u] * scale + (bias ? to_f(bias[lane * V + u]) : 0.f));
+  *reinterpret_cast<uint4*>(out + lane * V) = *reinterpret_cast<const uint4*>(o);
+}
+
+// Softmax numerators of ps[0:n] in place; returns 1 / their sum.
+__device__ __forceinline__ float softmax_in_place(float* ps, int n, float mx, int lane) {
+  mx = warp_max(mx);
+  float sum = 0.f;
+  for (int j = lane; j < n; j += 32) {
+    const float e = __expf(ps[j] - mx);
+    ps[j] = e;
+    sum += e;
+  }
+  sum = warp_sum(sum);
+  __syncwarp();
+  return n > 0 ? 1.f / sum : 0.f;
+}
+
+template <typename T, int HD>
 __global__ void attention_kernel(AttentionParams<T> p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t item = int64_t(blockIdx.x) * kAttnWarps + warp;
   const int64_t total = int64_t(p.batches) * p.q_len * p.heads;
   if (item >= total) return;
-  const int hd = p.head_dim;
   const int h = int(item % p.heads);
   const int64_t qr = item / p.heads;
   const int b = int(qr / p.q_len);
-  float* qs = smem + warp * (hd + p.max_keys);
-  float* ps = qs + hd;
+  float* qs = smem + warp * (HD + p.max_keys);
+  float* ps = qs + HD;
   const int kb = p.kv_index ? p.kv_index[b] : b;
   int n = p.key_lengths ? p.key_lengths[kb] : *p.step + 1;
   n = min(n, p.max_keys);
 
-  const T* qrow = p.q + qr * p.q_ld + h * hd;
-  for (int c = lane; c < hd; c += 32) {
-    float x = to_f(qrow[c]);
-    if (p.q_bias) x += to_f(p.q_bias[h * hd + c]);
-    qs[c] = x * p.scale;
-  }
+  const T* qrow = p.q + qr * p.q_ld + h * HD;
+#pragma unroll
+  for (int c = lane; c < HD; c += 32)
+    qs[c] = (to_f(qrow[c]) + (p.q_bias ? to_f(p.q_bias[h * HD + c]) : 0.f)) * p.scale;
   __syncwarp();
-  const T* kbase = p.k + kb * p.kv_batch_stride + h * hd;
-  const T* vbase = p.v + kb * p.kv_batch_stride + h * hd;
+  const T* kbase = p.k + kb * p.kv_batch_stride + h * HD;
+  const T* vbase = p.v + kb * p.kv_batch_stride + h * HD;
   float mx = kNegInf;
   for (int j = lane; j < n; j += 32) {
-    const float s = dot_row(qs, kbase + j * p.kv_ld, hd);
+    const float s = dot_row<T, HD>(qs, kbase + j * p.kv_ld);
     ps[j] = s;
     mx = fmaxf(mx, s);
   }
-  mx = warp_max(mx);
-  float sum = 0.f;
-  for (int j = lane; j < n; j += 32) {
-    const float e = __expf(ps[j] - mx);
-    ps[j] = e;
-    sum += e;
-  }
-  sum = warp_sum(sum);
-  __syncwarp();
-  const float inv = n > 0 ? 1.f / sum : 0.f;
-  T* orow = p.out + qr * p.out_ld + h * hd;
-  for (int c = lane; c < hd; c += 32) {
-    float a0 = 0.f, a1 = 0.f;
-    const T* vc = vbase + c;
-    int j = 0;
-    for (; j + 1 < n; j += 2) {
-      a0 += ps[j] * to_f(vc[j * p.kv_ld]);
-      a1 += ps[j + 1] * to_f(vc[(j + 1) * p.kv_ld]);
-    }
-    if (j < n) a0 += ps[j] * to_f(vc[j * p.kv_ld]);
-    float acc = (a0 + a1) * inv;
-    if (p.v_bias && n > 0) acc += to_f(p.v_bias[h * hd + c]);
-    orow[c] = from_f<T>(acc);
-  }
+  const float inv = softmax_in_place(ps, n, mx, lane);
+  float acc[16 / sizeof(T)];
+  weighted_values<T, HD>(ps, n, lane, [&](int j) { return vbase + j * p.kv_ld; }, acc);
+  store_head<T, HD>(p.out + qr * p.out_ld + h * HD, acc, inv,
+                    p.v_bias && n > 0 ? p.v_bias + h * HD : nullptr, lane);
 }
 
-template <typename T>
+template <typename T, int HD>
 __global__ void decoder_self_attention_kernel(DecoderSelfAttention<T> p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t item = int64_t(blockIdx.x) * kAttnWarps + warp;
   if (item >= int64_t(p.rows) * p.heads) return;
-  const int hd = p.head_dim, h = int(item % p.heads), r = int(item / p.heads);
-  const int d = p.heads * hd, t = *p.step, n = t + 1;
-  float* qs = smem + warp * (hd + 2 * p.capacity);
-  float* ps = qs + hd;
+  const int h = int(item % p.heads), r = int(item / p.heads);
+  const int d = p.heads * HD, t = *p.step, n = t + 1;
+  float* qs = smem + warp * (HD + 2 * p.capacity);
+  float* ps = qs + HD;
   int* rows_s = reinterpret_cast<int*>(ps + p.capacity);
   const int64_t row_stride = int64_t(p.capacity) * d;
-  const T* src = p.qkv + int64_t(r) * 3 * d + h * hd;
-  const T* bias = p.bias + h * hd;
-  T* k_new = p.k_cache + r * row_stride + int64_t(t) * d + h * hd;
-  T* v_new = p.v_cache + r * row_stride + int64_t(t) * d + h * hd;
-  for (int c = lane; c < hd; c += 32) {
+  const T* src = p.qkv + int64_t(r) * 3 * d + h * HD;
+  const T* bias = p.bias + h * HD;
+  T* k_new = p.k_cache + r * row_stride + int64_t(t) * d + h * HD;
+  T* v_new = p.v_cache + r * row_stride + int64_t(t) * d + h * HD;
+#pragma unroll
+  for (int c = lane; c < HD; c += 32) {
     qs[c] = (to_f(src[c]) + to_f(bias[c])) * p.scale;
     k_new[c] = from_f<T>(to_f(src[d + c]) + to_f(bias[d + c]));
     v_new[c] = from_f<T>(to_f(src[2 * d + c]) + to_f(bias[2 * d + c]));
   }
-  __syncwarp();
+  __syncwarp();  // the new key/value are read back by other lanes below
   const int* key_rows = p.key_rows + int64_t(r) * p.capacity;
-  const T* kbase = p.k_cache + h * hd;
-  const T* vbase = p.v_cache + h * hd;
+  const T* kbase = p.k_cache + h * HD;
+  const T* vbase = p.v_cache + h * HD;
   float mx = kNegInf;
   for (int j = lane; j < n; j += 32) {
     const int kr = key_rows[j];
     rows_s[j] = kr;
-    const float s = dot_row(qs, kbase + kr * row_stride + int64_t(j) * d, hd);
+    const float s = dot_row<T, HD>(qs, kbase + kr * row_stride + int64_t(j) * d);
     ps[j] = s;
     mx = fmaxf(mx, s);
   }
-  mx = warp_max(mx);
-  float sum = 0.f;
-  for (int j = lane; j < n; j += 32) {
-    const float e = __expf(ps[j] - mx);
-    ps[j] = e;
-    sum += e;
-  }
-  sum = warp_sum(sum);
-  __syncwarp();
-  const float inv = 1.f / sum;
-  T* orow = p.out + int64_t(r) * d + h * hd;
-  for (int c = lane; c < hd; c += 32) {
-    float a[4] = {0.f, 0.f, 0.f, 0.f};
-    int j = 0;
-    for (; j + 3 < n; j += 4) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        a[u] += ps[j + u] * to_f(vbase[rows_s[j + u] * row_stride + int64_t(j + u) * d + c]);
-    }
-    for (; j < n; ++j) a[0] += ps[j] * to_f(vbase[rows_s[j] * row_stride + int64_t(j) * d + c]);
-    orow[c] = from_f<T>((a[0] + a[1] + a[2] + a[3]) * inv);
-  }
-}
-
-// ---------------------------------------------------------------- skinny GEMM
-
-constexpr int kSkinnyWarps = 4;
-
-template <typename T, typename TC>
-__global__ void skinny_gemm_kernel(const T* x, int64_t ldx, const T* w, TC* y, int64_t ldy,
-                                   int M, int N, int K) {
-  constexpr int V = 16 / sizeof(T);
-  const int lane = threadIdx.x % 32;
-  const int n = blockIdx.x * kSkinnyWarps + threadIdx.x / 32;
-  if (n >= N) return;
-  const T* wr = w + int64_t(n) * K;
-  float acc[kSkinnyRows];
-#pragma unroll
-  for (int m = 0; m < kSkinnyRows; ++m) acc[m] = 0.f;
-#pragma unroll 4
-  for (int k = lane * V; k < K; k += 32 * V) {
-    const uint4 wv = *reinterpret_cast<const uint4*>(wr + k);
-    const T* we = reinterpret_cast<const T*>(&wv);
-    float wf[V];
-#pragma unroll
-    for (int u = 0; u < V; ++u) wf[u] = to_f(we[u]);
-#pragma unroll
-    for (int m = 0; m < kSkinnyRows; ++m) {
-      if (m < M) {
-        const uint4 xv = *reinterpret_cast<const uint4*>(x + m * ldx + k);
-        const T* xe = reinterpret_cast<const T*>(&xv);
-#pragma unroll
-        for (int u = 0; u < V; ++u) acc[m] += wf[u] * to_f(xe[u]);
-      }
-    }
-  }
-#pragma unroll
-  for (int m = 0; m < kSkinnyRows; ++m) {
-    if (m < M) {
-      const float v = warp_sum(acc[m]);
-      if (lane == m) y[m * ldy + n] = from_f<TC>(v);
-    }
-  }
+  const float inv = softmax_in_place(ps, n, mx, lane);  // its __syncwarp publishes rows_s too
+  float acc[16 / sizeof(T)];
+  weighted_values<T, HD>(ps, n, lane,
+                         [&](int j) { return vbase + rows_s[j] * row_stride + int64_t(j) * d; }, acc);
+  store_head<T, HD>(p.out + int64_t(r) * d + h * HD, acc, inv, nullptr, lane);
 }
 
 // ---------------------------------------------------------------- LayerNorm, activation
 
 constexpr int kLnWarps = 4;
-constexpr int kLnMaxPerLane = 32;  // cols <= 1024
+constexpr int kLnMaxCols = 1024;
 
+// One warp per row, the row in registers; all loads of a pass issued before their use.
 template <typename T>
 __global__ void layer_norm_kernel(const T* x, const T* res, const T* bias, const T* gamma,
                                   const T* beta, T* y, int rows, int cols, float eps) {
+  constexpr int V = 16 / sizeof(T), C = kLnMaxCols / (32 * V);
   const int row = blockIdx.x * kLnWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= rows) return;
   const int64_t off = int64_t(row) * cols;
-  float v[kLnMaxPerLane];
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 xr[C], rr[C], br[C];
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = (lane + i * 32) * V;
+    xr[i] = rr[i] = br[i] = zero;
+    if (c < cols) {
+      xr[i] = load16(x + off + c);
+      if (res) rr[i] = load16(res + off + c);
+      if (bias) br[i] = load16(bias + c);
+    }
+  }
+  float v[C * V];
   float sum = 0.f;
 #pragma unroll
-  for (int i = 0; i < kLnMaxPerLane; ++i) {
-    const int c = lane + i * 32;
-    v[i] = 0.f;
-    if (c < cols) {
-      float z = to_f(x[off + c]);
-      if (res) z += to_f(res[off + c]);
-      if (bias) z += to_f(bias[c]);
-      v[i] = z;
-      sum += z;
+  for (int i = 0; i < C; ++i) {
+    const T* a = reinterpret_cast<const T*>(&xr[i]);
+    const T* b = reinterpret_cast<const T*>(&rr[i]);
+    const T* e = reinterpret_cast<const T*>(&br[i]);
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      v[i * V + u] = to_f(a[u]) + to_f(b[u]) + to_f(e[u]);
+      sum += v[i * V + u];
     }
   }
   const float mean = warp_sum(sum) / cols;
   float sq = 0.f;
 #pragma unroll
-  for (int i = 0; i < kLnMaxPerLane; ++i) {
-    const int c = lane + i * 32;
-    if (c < cols) sq += (v[i] - mean) * (v[i] - mean);
+  for (int i = 0; i < C; ++i) {
+    if ((lane + i * 32) * V < cols) {
+#pragma unroll
+      for (int u = 0; u < V; ++u) sq += (v[i * V + u] - mean) * (v[i * V + u] - mean);
+    }
   }
   const float rstd = rsqrtf(warp_sum(sq) / cols + eps);
+  uint4 gr[C], be[C];
 #pragma unroll
-  for (int i = 0; i < kLnMaxPerLane; ++i) {
-    const int c = lane + i * 32;
-    if (c < cols) y[off + c] = from_f<T>((v[i] - mean) * rstd * to_f(gamma[c]) + to_f(beta[c]));
+  for (int i = 0; i < C; ++i) {
+    const int c = (lane + i * 32) * V;
+    gr[i] = be[i] = zero;
+    if (c < cols) {
+      gr[i] = load16(gamma + c);
+      be[i] = load16(beta + c);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = (lane + i * 32) * V;
+    if (c < cols) {
+      const T* g = reinterpret_cast<const T*>(&gr[i]);
+      const T* b = reinterpret_cast<const T*>(&be[i]);
+      alignas(16) T o[V];
+#pragma unroll
+      for (int u = 0; u < V; ++u)
+        o[u] = from_f<T>((v[i * V + u] - mean) * rstd * to_f(g[u]) + to_f(b[u]));
+      *reinterpret_cast<uint4*>(y + off + c) = *reinterpret_cast<const uint4*>(o);
+    }
   }
 }
 
@@ -337,6 +369,7 @@ __global__ void topk_chunks_kernel(const float* logits, const float* bias, int v
 #pragma unroll
   for (int i = 0; i < KP; ++i) { v[i] = kNegInf; t[i] = kNoToken; }
   Lse acc{kNegInf, 0.f};
+#pragma unroll 4
   for (int tok = begin + tid; tok < end; tok += kTopkThreads) {
     const float z = x[tok] + (bias ? bias[tok] : 0.f);
     if (z > acc.m) { acc.s = acc.s * __expf(acc.m - z) + 1.f; acc.m = z; }
@@ -398,56 +431,69 @@ __global__ void topk_chunks_kernel(const float* logits, const float* bias, int v
   }
 }
 
-// Stage 2: one warp per sentence merges its beam x splits x KP candidates into the k best.
+// Stage 2: one block per sentence. All threads load the beam x splits sorted KP-lists (and the
+// rows' log-sum-exp), then one warp merges the lists' heads k times.
+constexpr int kMergeThreads = 256;
+
 __global__ void topk_merge_kernel(const float* stats, const float* vals, const int* toks,
                                   const float* running, int beam, int vocab, int splits, int kp,
-                                  int k, float* out_scores,
-                                  int* out_index) {
+                                  int k, float* out_scores, int* out_index) {
   extern __shared__ float smem[];
-  const int g = blockIdx.x, lane = threadIdx.x;
-  const int n = beam * splits * kp;
+  const int g = blockIdx.x, tid = threadIdx.x, lane = tid % 32;
+  const int lists = beam * splits, n = lists * kp;
   float* cv = smem;
   int* ci = reinterpret_cast<int*>(cv + n);
   float* row_lse = reinterpret_cast<float*>(ci + n);
-  int* picked = reinterpret_cast<int*>(row_lse + beam);
-  for (int b = lane; b < beam; b += 32) {
-    const int64_t row = int64_t(g) * beam + b;
+  float* stat_m = row_lse + beam;
+  float* stat_s = stat_m + lists;
+  int* head = reinterpret_cast<int*>(stat_s + lists);
+  int* picked = head + lists;
+  const int64_t first = int64_t(g) * lists;  // (row, split) blocks of this sentence
+  for (int i = tid; i < lists; i += kMergeThreads) {
+    stat_m[i] = stats[2 * (first + i)];
+    stat_s[i] = stats[2 * (first + i) + 1];
+    head[i] = 0;
+  }
+  __syncthreads();
+  for (int b = tid; b < beam; b += kMergeThreads) {
     Lse all{kNegInf, 0.f};
-    for (int s = 0; s < splits; ++s)
-      all = lse_merge(all, Lse{stats[2 * (row * splits + s)], stats[2 * (row * splits + s) + 1]});
+    for (int s = 0; s < splits; ++s) all = lse_merge(all, Lse{stat_m[b * splits + s], stat_s[b * splits + s]});
     row_lse[b] = all.m + logf(all.s);
   }
-  __syncwarp();
-  for (int i = lane; i < n; i += 32) {
+  __syncthreads();
+  for (int i = tid; i < n; i += kMergeThreads) {
     const int b = i / (splits * kp);
-    const int64_t row = int64_t(g) * beam + b;
-    const int64_t src = row * splits * kp + i % (splits * kp);
+    const int64_t src = first * kp + i;
     const int tok = toks[src];
-    if (tok == kNoToken || vals[src] == kNegInf) {
+    const float v = vals[src];
+    if (tok == kNoToken || v == kNegInf) {
       cv[i] = kNegInf;
-      ci[i] = INT_MAX;  // not a candidate; fillers are assigned below
+      ci[i] = INT_MAX;  // not a candidate (lists keep these last); fillers are assigned below
     } else {
-      const float logp = vals[src] - row_lse[b];
-      cv[i] = logp + running[row];
+      cv[i] = (v - row_lse[b]) + running[int64_t(g) * beam + b];
       ci[i] = b * vocab + tok;
     }
   }
-  __syncwarp();
+  __syncthreads();
+  if (tid >= 32) return;
   for (int r = 0; r < k; ++r) {
     float bv = kNegInf;
-    int bi = INT_MAX, bpos = -1;
-    for (int i = lane; i < n; i += 32) {
-      if (ci[i] != INT_MAX && (bpos < 0 || better(cv[i], ci[i], bv, bi))) { bv = cv[i]; bi = ci[i]; bpos = i; }
+    int bi = INT_MAX, bl = -1;
+    for (int l = lane; l < lists; l += 32) {
+      const int e = l * kp + head[l];
+      if (head[l] < kp && ci[e] != INT_MAX && (bl < 0 || better(cv[e], ci[e], bv, bi))) {
+        bv = cv[e]; bi = ci[e]; bl = l;
+      }
     }
     for (int o = 16; o > 0; o /= 2) {
       const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
       const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      const int op = __shfl_xor_sync(0xffffffffu, bpos, o);
-      if (op >= 0 && (bpos < 0 || better(ov, oi, bv, bi))) { bv = ov; bi = oi; bpos = op; }
+      const int ol = __shfl_xor_sync(0xffffffffu, bl, o);
+      if (ol >= 0 && (bl < 0 || better(ov, oi, bv, bi))) { bv = ov; bi = oi; bl = ol; }
     }
     if (lane == 0) {
-      if (bpos >= 0 && bv != kNegInf) {
-        ci[bpos] = INT_MAX;
+      if (bl >= 0 && bv != kNegInf) {
+        ++head[bl];
       } else {
         // Only -inf left: like a stable sort, the lowest indices not yet returned.
         bv = kNegInf;
@@ -472,16 +518,18 @@ int padded_k(int k) {
   return p;
 }
 
-template <typename T>
-void attention_launch(const AttentionParams<T>& p, cudaStream_t stream) {
-  if (p.head_dim % 8 != 0 || p.q_ld % 8 != 0 || p.kv_ld % 8 != 0)
-    throw Error(ErrorCode::kInvalidArgument, "CUDA engine: head_dim and model width must be multiples of 8");
-  const int64_t total = int64_t(p.batches) * p.q_len * p.heads;
-  if (total == 0) return;
-  const size_t smem = size_t(kAttnWarps) * (p.head_dim + p.max_keys) * sizeof(float);
-  attention_kernel<T><<<unsigned((total + kAttnWarps - 1) / kAttnWarps), kAttnWarps * 32, smem,
-                        stream>>>(p);
-  check_launch("attention");
+// Calls launch(kernel<HD>) for the supported head sizes.
+template <typename Launch>
+void with_head_dim(int head_dim, Launch launch) {
+  switch (head_dim) {
+    case 32: launch(std::integral_constant<int, 32>{}); break;
+    case 64: launch(std::integral_constant<int, 64>{}); break;
+    case 128: launch(std::integral_constant<int, 128>{}); break;
+    default:
+      throw Error(ErrorCode::kInvalidArgument, "CUDA engine: attention head size " +
+                                                   std::to_string(head_dim) +
+                                                   " is not supported (32, 64, 128)");
+  }
 }
 
 }  // namespace
@@ -503,38 +551,36 @@ void update_key_rows(const int* old_rows, int* new_rows, const int* parent, int 
 
 template <typename T>
 void decoder_self_attention(const DecoderSelfAttention<T>& p, cudaStream_t stream) {
-  if (p.head_dim % 8 != 0)
-    throw Error(ErrorCode::kInvalidArgument, "CUDA engine: head_dim must be a multiple of 8");
   const int64_t total = int64_t(p.rows) * p.heads;
   if (total == 0) return;
   const size_t smem = size_t(kAttnWarps) * (p.head_dim + 2 * p.capacity) * sizeof(float);
-  decoder_self_attention_kernel<T><<<unsigned((total + kAttnWarps - 1) / kAttnWarps),
-                                     kAttnWarps * 32, smem, stream>>>(p);
+  with_head_dim(p.head_dim, [&](auto hd) {
+    decoder_self_attention_kernel<T, decltype(hd)::value>
+        <<<unsigned((total + kAttnWarps - 1) / kAttnWarps), kAttnWarps * 32, smem, stream>>>(p);
+  });
   check_launch("decoder_self_attention");
-}
-
-template <typename T, typename TC>
-void skinny_gemm(const T* x, int64_t ldx, const T* w, TC* y, int64_t ldy, int M, int N, int K,
-                 cudaStream_t stream) {
-  constexpr int V = 16 / sizeof(T);
-  if (M > kSkinnyRows || K % V || ldx % V)
-    throw Error(ErrorCode::kInternal, "skinny_gemm: unsupported shape");
-  if (M == 0 || N == 0) return;
-  skinny_gemm_kernel<T, TC><<<(N + kSkinnyWarps - 1) / kSkinnyWarps, kSkinnyWarps * 32, 0,
-                              stream>>>(x, ldx, w, y, ldy, M, N, K);
-  check_launch("skinny_gemm");
 }
 
 template <typename T>
 void attention(const AttentionParams<T>& p, cudaStream_t stream) {
-  attention_launch(p, stream);
+  if (p.q_ld % 8 != 0 || p.kv_ld % 8 != 0 || p.kv_batch_stride % 8 != 0)
+    throw Error(ErrorCode::kInvalidArgument, "CUDA engine: model width must be a multiple of 8");
+  const int64_t total = int64_t(p.batches) * p.q_len * p.heads;
+  if (total == 0) return;
+  const size_t smem = size_t(kAttnWarps) * (p.head_dim + p.max_keys) * sizeof(float);
+  with_head_dim(p.head_dim, [&](auto hd) {
+    attention_kernel<T, decltype(hd)::value>
+        <<<unsigned((total + kAttnWarps - 1) / kAttnWarps), kAttnWarps * 32, smem, stream>>>(p);
+  });
+  check_launch("attention");
 }
 
 template <typename T>
 void layer_norm(const T* x, const T* residual, const T* bias, const T* gamma, const T* beta,
                 T* y, int rows, int cols, float eps, cudaStream_t stream) {
-  if (cols > 32 * kLnMaxPerLane)
-    throw Error(ErrorCode::kInvalidArgument, "CUDA engine: d_model > 1024 is not supported");
+  if (cols > kLnMaxCols || cols % (16 / sizeof(T)))
+    throw Error(ErrorCode::kInvalidArgument,
+                "CUDA engine: d_model must be a multiple of 8 and at most 1024");
   if (rows == 0) return;
   layer_norm_kernel<T><<<(rows + kLnWarps - 1) / kLnWarps, kLnWarps * 32, 0, stream>>>(
       x, residual, bias, gamma, beta, y, rows, cols, eps);
@@ -605,12 +651,11 @@ void beam_topk(const float* logits, const float* bias, const float* running_scor
   }
 #undef NMT_TOPK_CASE
   check_launch("topk_chunks");
-  const int n = s.beam * splits * kp;
+  const int lists = s.beam * splits, n = lists * kp;
   const size_t smem = size_t(n) * (sizeof(float) + sizeof(int)) + s.beam * sizeof(float) +
-                      size_t(s.k) * sizeof(int);
-  topk_merge_kernel<<<s.sentences, 32, smem, stream>>>(stats, vals, toks, running_scores, s.beam,
-                                                       s.vocab, splits, kp, s.k, out_scores,
-                                                       out_index);
+                      size_t(lists) * (2 * sizeof(float) + sizeof(int)) + size_t(s.k) * sizeof(int);
+  topk_merge_kernel<<<s.sentences, kMergeThreads, smem, stream>>>(
+      stats, vals, toks, running_scores, s.beam, s.vocab, splits, kp, s.k, out_scores, out_index);
   check_launch("topk_merge");
 }
 
@@ -618,8 +663,6 @@ void beam_topk(const float* logits, const float* bias, const float* running_scor
   template void embed<T>(const int*, const T*, const T*, const int*, int, T*, int, int, float,   \
                          cudaStream_t);                                                          \
   template void decoder_self_attention<T>(const DecoderSelfAttention<T>&, cudaStream_t);         \
-  template void skinny_gemm<T, T>(const T*, int64_t, const T*, T*, int64_t, int, int, int,       \
-                                  cudaStream_t);                                                 \
   template void attention<T>(const AttentionParams<T>&, cudaStream_t);                           \
   template void layer_norm<T>(const T*, const T*, const T*, const T*, const T*, T*, int, int,    \
                               float, cudaStream_t);                                              \
@@ -628,7 +671,6 @@ void beam_topk(const float* logits, const float* bias, const float* running_scor
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 #undef NMT_INSTANTIATE
-template void skinny_gemm<__half, float>(const __half*, int64_t, const __half*, float*, int64_t,
-                                         int, int, int, cudaStream_t);
+
 
 }  // namespace nmt::cuda

@@ -42,14 +42,8 @@ struct DecoderSelfAttention {
 template <typename T>
 void decoder_self_attention(const DecoderSelfAttention<T>& p, cudaStream_t stream);
 
-// y[M, N] = x[M, K] W[N, K]^T for few rows (M <= kSkinnyRows): one warp per output column,
-// 16-byte loads of W, float32 accumulation. K and ldx must be multiples of 16 / sizeof(T).
-constexpr int kSkinnyRows = 8;
-template <typename T, typename TC>
-void skinny_gemm(const T* x, int64_t ldx, const T* w, TC* y, int64_t ldy, int M, int N, int K,
-                 cudaStream_t stream);
-
-// Multi-head attention, one warp per (query, head), scores and softmax in float32:
+// Multi-head attention, one warp per (query, head), scores and softmax in float32; head sizes
+// 32, 64, 128:
 //   query row  qr = b * q_len + i          q[qr * q_ld + h * hd + c] (+ q_bias), times scale
 //   kv batch   kb = kv_index ? kv_index[b] : b
 //   key j      k[kb * kv_batch_stride + j * kv_ld + h * hd + c]  (v alike)
