@@ -230,12 +230,18 @@ std::vector<Batcher::Item> Batcher::take_batch(const std::vector<size_t>& group)
     if (has_oldest) break;
     lo = hi;
   }
-  std::vector<size_t> chosen(sorted.begin() + lo, sorted.begin() + hi);
   std::vector<Item> batch;
-  batch.reserve(chosen.size());
-  for (size_t i : chosen) batch.push_back(queue_[i]);
-  std::sort(chosen.begin(), chosen.end());
-  for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) queue_.erase(queue_.begin() + *it);
+  batch.reserve(hi - lo);
+  std::vector<bool> taken(queue_.size(), false);
+  for (size_t i = lo; i < hi; ++i) {
+    batch.push_back(queue_[sorted[i]]);
+    taken[sorted[i]] = true;
+  }
+  size_t kept = 0;  // one pass keeps the rest in arrival order
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    if (!taken[i]) queue_[kept++] = std::move(queue_[i]);
+  }
+  queue_.resize(kept);
   return batch;
 }
 
