@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -40,26 +41,46 @@ namespace {
 cudaStream_t g_stream;
 
 // Microseconds per call: median over 7 repetitions of `iters` back-to-back calls.
-double time_us(const std::function<void()>& f, int iters) {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One repetition: microseconds per call over `iters` back-to-back calls.
+double time_once_us(const std::function<void()>& f, int iters) {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<double> reps;
-  for (int r = 0; r < 7; ++r) {
-    CHECK(cudaEventRecord(a, g_stream));
-    for (int i = 0; i < iters; ++i) f();
-    CHECK(cudaEventRecord(b, g_stream));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    reps.push_back(1000.0 * ms / iters);
-  }
+  CHECK(cudaEventRecord(a, g_stream));
+  for (int i = 0; i < iters; ++i) f();
+  CHECK(cudaEventRecord(b, g_stream));
+  CHECK(cudaEventSynchronize(b));
+  float ms = 0.f;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
   CHECK(cudaGetLastError());
-  std::sort(reps.begin(), reps.end());
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
-  return reps[3];
+  return 1000.0 * ms / iters;
+}
+
+double time_us(const std::function<void()>& f, int iters) {
+  time_once_us(f, 3);  // warm-up (lazy module loading, clocks)
+  std::vector<double> reps;
+  for (int r = 0; r < 7; ++r) reps.push_back(time_once_us(f, iters));
+  return median(reps);
+}
+
+// A kernel and its baseline, repetitions interleaved so that both see the same clocks.
+std::pair<double, double> time_pair_us(const std::function<void()>& f,
+                                       const std::function<void()>& g, int iters) {
+  time_once_us(f, iters);
+  time_once_us(g, iters);
+  std::vector<double> rf, rg;
+  for (int r = 0; r < 7; ++r) {
+    rf.push_back(time_once_us(f, iters));
+    rg.push_back(time_once_us(g, iters));
+  }
+  return {median(rf), median(rg)};
 }
 
 __global__ void fill_kernel(__half* p, size_t n, uint32_t seed) {
@@ -184,11 +205,10 @@ void bench_decoder_step() {
     a.causal = true;
     a.causal_offset = len - 1;
     a.path = AttentionPath::kDecoderStep;
-    const double fused = time_us([&] { attention_cuda(a, g_stream); }, 200);
     const float alpha = 0.125f, one = 1.f, zero = 0.f;
     SoftmaxOptions opt;
-    const double base = time_us(
-        [&] {
+    auto fused_fn = [&] { attention_cuda(a, g_stream); };
+    auto base_fn = [&] {
           // S[bh] (1 x L) = q_bh K_bh^T: K_bh is d x L column-major (ld d), q_bh d x 1
           CHECK_CUBLAS(cublasGemmStridedBatchedEx(
               g_cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(len), 1, int(d), &alpha, k, CUDA_R_16F,
@@ -200,8 +220,8 @@ void bench_decoder_step() {
               g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, int(d), 1, int(len), &one, v, CUDA_R_16F,
               int(d), max_len * d, scores, CUDA_R_16F, int(len), len, &zero, out, CUDA_R_16F,
               int(d), d, int(batch * heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        },
-        200);
+    };
+    const auto [fused, base] = time_pair_us(fused_fn, base_fn, 200);
     row("decoder_step_fp16", long(len), "fused", fused, 0);
     row("decoder_step_fp16", long(len), "cublas+softmax+cublas", base, 0);
     std::fprintf(stderr, "%4ld %10.2f %12.2f %6.2fx\n", long(len), fused, base, base / fused);
@@ -244,7 +264,7 @@ void bench_qk(int64_t d) {
   a.q_row_stride = a.kv_row_stride = heads * d;
   a.q_batch_stride = a.kv_batch_stride = len * heads * d;
   a.scale = 1.f / 8.f;
-  const double ours = time_us([&] { attention_scores_cuda(a, s, g_stream); }, 200);
+  auto ours_fn = [&] { attention_scores_cuda(a, s, g_stream); };
   const float alpha = 0.125f, zero = 0.f;
   auto gemm = [&] {
     CHECK_CUBLAS(cublasGemmStridedBatchedEx(
@@ -253,13 +273,12 @@ void bench_qk(int64_t d) {
         len * len, int(b * heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
   const double gemm_only = time_us(gemm, 200);
-  const double with_transposes = time_us(
-      [&] {
-        split_heads<<<1024, 256, 0, g_stream>>>(q, qt, b, len, heads, d);
-        split_heads<<<1024, 256, 0, g_stream>>>(k, kt, b, len, heads, d);
-        gemm();
-      },
-      200);
+  auto baseline_fn = [&] {
+    split_heads<<<1024, 256, 0, g_stream>>>(q, qt, b, len, heads, d);
+    split_heads<<<1024, 256, 0, g_stream>>>(k, kt, b, len, heads, d);
+    gemm();
+  };
+  const auto [ours, with_transposes] = time_pair_us(ours_fn, baseline_fn, 200);
   const char* name = sizeof(T) == 2 ? "qk_17x17_fp16" : "qk_17x17_fp32";
   row(name, long(d), "ours", ours, 0);
   row(name, long(d), "cublas+transposes", with_transposes, 0);

@@ -259,6 +259,10 @@ struct LnKernels {
   bool cache_in_t() const { return load.residual == nullptr && load.bias == nullptr; }
 
   template <int kCols, int kGroup, int kRows>
+  const void* warp_kernel() const {
+    return reinterpret_cast<const void*>(&ln_warp_kernel<Load, Store, N, kCols, kGroup, kRows>);
+  }
+  template <int kCols, int kGroup, int kRows>
   void launch_warp(dim3 grid, dim3 block, cudaStream_t s) const {
     ln_warp_kernel<Load, Store, N, kCols, kGroup, kRows><<<grid, block, 0, s>>>(
         load, store, rows, cols, eps, mean, inv_std);
@@ -275,6 +279,9 @@ struct LnKernels {
     else
       ln_smem_kernel<Load, Store, N, float><<<grid, block, smem, s>>>(load, store, rows, cols,
                                                                        eps, mean, inv_std);
+  }
+  const void* uncached_kernel() const {
+    return reinterpret_cast<const void*>(&ln_uncached_kernel<Load, Store, N>);
   }
   void launch_uncached(dim3 grid, dim3 block, cudaStream_t s) const {
     ln_uncached_kernel<Load, Store, N><<<grid, block, 0, s>>>(

@@ -4,10 +4,15 @@
 //   row fits in smem    : one block per row, the row cached in shared memory
 //   otherwise           : one block per row, re-reading global memory
 // A Kernels object holds one call's arguments and launches, for one operation and pack N:
+//   template <int kCols, int kGroup, int kRows> const void* warp_kernel() const
 //   template <int kCols, int kGroup, int kRows> void launch_warp(grid, block, stream) const
 //   size_t smem_bytes() const; const void* smem_kernel() const;
 //   void launch_smem(grid, block, smem, stream) const
-//   void launch_uncached(grid, block, stream) const
+//   const void* uncached_kernel() const; void launch_uncached(grid, block, stream) const
+#include <algorithm>
+#include <map>
+#include <tuple>
+
 #include "kernels/cuda/common.cuh"
 
 namespace nmt::kernels::cuda {
@@ -21,12 +26,41 @@ constexpr int next_cols_per_thread() {
   return (N >= 4 || C < 8) ? C + N : C + 4;
 }
 
+// Occupancy of a kernel (blocks per SM) on the current device, queried once per thread and
+// configuration: the grids below are exactly what the GPU holds at once (each block loops over
+// rows), so no partial last wave idles part of the machine.
+inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
+  thread_local std::map<std::tuple<const void*, int, size_t, int>, int> cache;
+  int dev = 0;
+  NMT_CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_tuple(kernel, threads, smem, dev);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int active = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&active, kernel, threads, smem) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    active = 0;
+  }
+  cache.emplace(key, active);
+  return active;
+}
+
+// Persistent grid: min(blocks the work needs, blocks resident at once).
+inline dim3 resident_grid(const void* kernel, int threads, size_t smem, int64_t needed) {
+  const int64_t resident = int64_t(std::max(blocks_per_sm(kernel, threads, smem), 1)) * num_sms();
+  return dim3(unsigned(std::max<int64_t>(1, std::min(needed, resident))));
+}
+
 template <class Kernels, int N, int kCols>
 void dispatch_warp_cols(const Kernels& k, int64_t cols, int64_t rows, cudaStream_t stream) {
   if constexpr (kCols <= 32) {
     if (cols <= int64_t(kCols) * 32) {
       const dim3 block(32, kWarpThreads / 32);
-      k.template launch_warp<kCols, 32, 1>(dim3(grid_for(rows, block.y)), block, stream);
+      const void* kernel = k.template warp_kernel<kCols, 32, 1>();
+      const int64_t needed = (rows + block.y - 1) / block.y;
+      k.template launch_warp<kCols, 32, 1>(resident_grid(kernel, kWarpThreads, 0, needed), block,
+                                           stream);
       return;
     }
     dispatch_warp_cols<Kernels, N, next_cols_per_thread<N, kCols>()>(k, cols, rows, stream);
@@ -38,8 +72,10 @@ void dispatch_warp_group(const Kernels& k, int64_t cols, int64_t rows, cudaStrea
   if constexpr (kGroup < 32) {
     if (cols <= int64_t(N) * kGroup) {  // one pack per lane, two rows per group
       const dim3 block(kGroup, kWarpThreads / kGroup);
-      k.template launch_warp<N, kGroup, 2>(dim3(grid_for((rows + 1) / 2, block.y)), block,
-                                                 stream);
+      const void* kernel = k.template warp_kernel<N, kGroup, 2>();
+      const int64_t needed = (rows + 2 * block.y - 1) / (2 * block.y);
+      k.template launch_warp<N, kGroup, 2>(resident_grid(kernel, kWarpThreads, 0, needed), block,
+                                           stream);
       return;
     }
     dispatch_warp_group<Kernels, N, kGroup * 2>(k, cols, rows, stream);
@@ -48,16 +84,12 @@ void dispatch_warp_group(const Kernels& k, int64_t cols, int64_t rows, cudaStrea
   }
 }
 
-// Largest block size with the same occupancy as the smallest; 0 when the row does not fit.
+// Largest block size with the same occupancy (blocks per SM) as the smallest; 0 when the row
+// does not fit in shared memory.
 inline int pick_smem_block(const void* kernel, size_t smem) {
   int best = 0, base = 0;
   for (int threads : {128, 256, 512, 1024}) {
-    int active = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&active, kernel, threads, smem) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      break;
-    }
+    const int active = blocks_per_sm(kernel, threads, smem);
     if (threads == 128) base = active;
     if (active <= 0 || active < base) break;
     best = threads;
@@ -65,13 +97,18 @@ inline int pick_smem_block(const void* kernel, size_t smem) {
   return base > 0 ? best : 0;
 }
 
+// Raises the kernel's dynamic shared memory limit to smem; false when the device cannot.
 inline bool allow_smem(const void* kernel, size_t smem) {
+  thread_local std::map<std::pair<const void*, int>, size_t> allowed;
   int dev = 0, optin = 0;
   NMT_CUDA_CHECK(cudaGetDevice(&dev));
+  size_t& current = allowed[{kernel, dev}];
+  if (smem <= std::max<size_t>(current, 48 * 1024)) return true;
   NMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (smem > size_t(optin)) return false;
   NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       int(smem)));
+  current = smem;
   return true;
 }
 
@@ -87,11 +124,11 @@ void dispatch_rowwise(const Kernels& k, int64_t rows, int64_t cols, cudaStream_t
   if (allow_smem(smem_kernel, smem)) {
     const int threads = pick_smem_block(smem_kernel, smem);
     if (threads > 0) {
-      k.launch_smem(dim3(grid_for(rows, 1, 64)), dim3(threads), smem, stream);
+      k.launch_smem(resident_grid(smem_kernel, threads, smem, rows), dim3(threads), smem, stream);
       return;
     }
   }
-  k.launch_uncached(dim3(grid_for(rows, 1, 64)), dim3(1024), stream);
+  k.launch_uncached(resident_grid(k.uncached_kernel(), 1024, 0, rows), dim3(1024), stream);
 }
 
 }  // namespace nmt::kernels::cuda

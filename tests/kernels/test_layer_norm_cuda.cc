@@ -9,10 +9,12 @@ namespace {
 
 // Widths cover: sub-warp groups with two rows per group (<= 32 packs), one warp with the row in
 // registers (<= 1024, odd and prime ones take the 1-element pack with padding), a block with the
-// row cached in shared memory (<= ~58k floats), and a block re-reading global memory (60013).
+// row cached in shared memory (float up to ~58k columns, 16-bit T up to ~116k when the row is
+// x itself), and a block re-reading global memory (60013 in float, 120011 in every type).
 const int kWidths[] = {1,   2,    3,    5,    7,    8,    13,   16,   31,    32,    33,   64,
                        97,  127,  128,  255,  256,  509,  512,  768,  1000,  1021,  1024, 1025,
-                       1536, 2048, 3001, 4096, 8191, 12288, 16384, 32749, 32768, 60013};
+                       1536, 2048, 3001, 4096, 8191, 12288, 16384, 32749, 32768, 60013,
+                       120011};
 
 template <typename T>
 class LayerNormCuda : public ::testing::Test {

@@ -8,9 +8,12 @@
 namespace nmt::kernels::test {
 namespace {
 
+// Same dispatch coverage as the LayerNorm test; 16-bit rows wider than 16384 take the raw-T
+// shared-memory cache, 120011 the uncached block kernel in every type.
 const int kWidths[] = {1,   2,    3,    5,    7,    8,    13,   16,   31,    32,    33,   64,
                        97,  127,  128,  255,  256,  509,  512,  768,  1000,  1021,  1024, 1025,
-                       1536, 2048, 3001, 4096, 8191, 12288, 16384, 32749, 32768, 60013};
+                       1536, 2048, 3001, 4096, 8191, 12288, 16384, 32749, 32768, 60013,
+                       120011};
 
 template <typename T>
 class SoftmaxCuda : public ::testing::Test {
