@@ -189,9 +189,11 @@ TEST(CudaEngine, MemoryLimitGivesResourceExhausted) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
     std::cout << "weights over the limit: " << e.what() << "\n";
   }
-  // Weights fit, a large batch's decode buffers do not.
+  // Weights fit, a large batch's decode buffers do not; the engine stays usable afterwards
+  // (the server answers RESOURCE_EXHAUSTED and goes on with smaller batches).
   const size_t weights = cuda_engine(Precision::kFloat16)->memory_used();
-  auto gpu = cuda_engine(Precision::kFloat16, weights + (1 << 20));
+  const size_t limit = weights + (size_t(4) << 20);
+  auto gpu = cuda_engine(Precision::kFloat16, limit);
   std::vector<std::vector<int>> many(256, kSources[1]);
   try {
     gpu->encode(many, 8);
@@ -200,7 +202,11 @@ TEST(CudaEngine, MemoryLimitGivesResourceExhausted) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
     std::cout << "batch over the limit: " << e.what() << "\n";
   }
-  EXPECT_LE(gpu->memory_used(), weights + (1 << 20));
+  EXPECT_LE(gpu->memory_used(), limit);
+  auto ref = make_cpu_engine(models().config, models().weights);
+  const Diff d = drive(*ref, *gpu, 1, 4, 5e-2);
+  EXPECT_EQ(d.same_ids, d.ranks);
+  EXPECT_LE(gpu->memory_used(), limit);
 }
 
 TEST(CudaEngine, DeviceCountAndBadIndex) {
