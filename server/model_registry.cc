@@ -33,6 +33,7 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : met
                                ": " + e.what());
     }
     served->device = device_name(served->translator->device());
+    if (served->translator->device() == Device::kCpu) served->precision = "float32";  // always
 
     Translator* translator = served->translator.get();
     const std::string name = served->name, device = served->device;

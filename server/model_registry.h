@@ -15,7 +15,7 @@ namespace nmt::server {
 struct ServedModel {
   std::string name;
   std::string device;     // resolved: cpu | cuda
-  std::string precision;  // as configured
+  std::string precision;  // computed in: float32 on the CPU, else as configured
   bool is_default = false;
   std::unique_ptr<Translator> translator;
   std::unique_ptr<Batcher> batcher;  // declared last: stops before the translator goes
