@@ -259,14 +259,25 @@ TEST_F(ServerTest, DeadlineExceeded) {
 }
 
 TEST_F(ServerTest, ClientCancellation) {
-  grpc::ClientContext ctx;
+  const auto heavy = request(sentences(16), 8);
   nmt::v1::TranslateResponse response;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(call(heavy, &response).ok());
+  const double heavy_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  grpc::ClientContext ctx;
   grpc::Status status;
-  std::thread caller([&] { status = stub()->Translate(&ctx, request(sentences(16), 8), &response); });
+  std::thread caller([&] { status = stub()->Translate(&ctx, heavy, &response); });
   std::this_thread::sleep_for(milliseconds(100));
   ctx.TryCancel();
   caller.join();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  // The engine drops the cancelled sentences at its next decoder step, so the worker is free
+  // long before the batch would have finished: a light request right behind it is quick.
+  const auto t1 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(call(request({"A cat."}, 1), &response).ok());
+  const double light_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  EXPECT_LT(light_ms, heavy_ms / 2) << "heavy request " << heavy_ms << " ms";
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   double cancelled = 0;
   while (std::chrono::steady_clock::now() < end && cancelled < 1) {
