@@ -329,7 +329,9 @@ __global__ void convert_kernel(const float* src, T* dst, int64_t n) {
 
 // ---------------------------------------------------------------- beam top-k
 
-constexpr int kTopkThreads = 256;
+// Threads of a stage-1 block: the per-thread lists of all its threads sit in shared memory.
+template <int KP>
+constexpr int topk_threads() { return KP <= 16 ? 256 : 128; }
 constexpr int kNoToken = INT_MAX;
 
 struct Lse {
@@ -348,10 +350,11 @@ __device__ __forceinline__ bool better(float va, int ta, float vb, int tb) {
 
 // Stage 1: one block per (row, vocabulary chunk): the chunk's (max, sum exp) and its KP best
 // selectable tokens by raw logit (the row's log-softmax shift does not change the order).
-template <int KP>
-__global__ void topk_chunks_kernel(const float* logits, const float* bias, int vocab, int splits,
-                                   int chunk, int pad_id, int eos_id, bool mask_eos,
-                                   bool force_eos, float* stats, float* vals, int* toks) {
+template <int KP, int kTopkThreads = topk_threads<KP>()>
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_chunks_kernel(const float* logits, const float* bias, int vocab, int splits, int chunk,
+                       int pad_id, int eos_id, bool mask_eos, bool force_eos, float* stats,
+                       float* vals, int* toks) {
   __shared__ float s_vals[kTopkThreads * KP];
   __shared__ int s_toks[kTopkThreads * KP];
   __shared__ float s_red_v[kTopkThreads / 32];
@@ -639,7 +642,7 @@ void beam_topk(const float* logits, const float* bias, const float* running_scor
   int* toks = reinterpret_cast<int*>(vals + blocks * kp);
 #define NMT_TOPK_CASE(KP)                                                                      \
   case KP:                                                                                     \
-    topk_chunks_kernel<KP><<<unsigned(blocks), kTopkThreads, 0, stream>>>(                     \
+    topk_chunks_kernel<KP><<<unsigned(blocks), topk_threads<KP>(), 0, stream>>>(               \
         logits, bias, s.vocab, splits, chunk, s.pad_id, s.eos_id, s.mask_eos, s.force_eos,     \
         stats, vals, toks);                                                                    \
     break;
@@ -647,6 +650,7 @@ void beam_topk(const float* logits, const float* bias, const float* running_scor
     NMT_TOPK_CASE(4)
     NMT_TOPK_CASE(8)
     NMT_TOPK_CASE(16)
+    NMT_TOPK_CASE(32)
     default: throw Error(ErrorCode::kInternal, "beam_topk: bad k");
   }
 #undef NMT_TOPK_CASE

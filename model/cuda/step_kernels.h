@@ -90,7 +90,7 @@ size_t topk_workspace_bytes(const TopkShape& s);
 void beam_topk(const float* logits, const float* bias, const float* running_scores,
                const TopkShape& s, float* out_scores, int* out_index, void* workspace,
                cudaStream_t stream);
-constexpr int kMaxTopk = 16;  // k of the beam search (2 x beam): beams up to 8
+constexpr int kMaxTopk = 32;  // k of the beam search (2 x beam): beams up to 16
 
 // dst[i] = T(src[i]).
 template <typename T>

@@ -144,7 +144,7 @@ TEST(CudaEngine, Float32StepsMatchCpuEngine) {
   const double enc = encoder_diff(*ref, *gpu);
   std::cout << "fp32 encoder output max |diff|: " << enc << "\n";
   EXPECT_LE(enc, 1e-4);
-  for (int beam : {1, 4}) {
+  for (int beam : {1, 4, 16}) {  // 16: the serving limit, k = 32
     const Diff d = drive(*ref, *gpu, beam, 8, 1e-4);
     std::cout << "fp32 beam " << beam << ": max |log-prob diff| " << d.max_score << ", same ids "
               << d.same_ids << " / " << d.ranks << "\n";
