@@ -24,7 +24,8 @@ using std::chrono::milliseconds;
 namespace {
 
 const std::string kModelDir = std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small";
-const std::string kTest2016 = "/work/shared/data/multi30k/test_2016_flickr.en.gz";
+const std::string kTest2016 =
+    std::string(NMT_REPO_ROOT) + "/../shared/data/multi30k/test_2016_flickr.en.gz";
 constexpr int kMaxSentences = 16, kMaxInputTokens = 48, kMaxBeam = 8, kMaxLength = 128;
 
 // Distinct English sentences: Multi30k test2016 when present, else built from templates.
