@@ -47,9 +47,9 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
 }
 
 int beam_topk_splits(int64_t rows, int vocab) {
-  // Enough blocks to fill a large GPU (~4 per SM on 132 SMs), chunks of at least 2048 tokens.
-  const int64_t want = (528 + rows - 1) / std::max<int64_t>(rows, 1);
-  const int64_t most = std::max<int64_t>(1, vocab / 2048);
+  // Enough blocks to fill a large GPU (~8 per SM on 132 SMs), chunks of at least 1024 tokens.
+  const int64_t want = (1056 + rows - 1) / std::max<int64_t>(rows, 1);
+  const int64_t most = std::max<int64_t>(1, vocab / 1024);
   return int(std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 64)));
 }
 

@@ -124,7 +124,7 @@ __device__ __forceinline__ void write_stats(float* mean, float* inv_std, int64_t
 
 // A group of kGroup lanes handles kRows rows at a time, kCols columns per lane in registers.
 template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
-__global__ void __launch_bounds__(kWarpThreads) ln_warp_kernel(Load load, Store store,
+__global__ void __launch_bounds__(kWarpThreads, 8) ln_warp_kernel(Load load, Store store,
                                                                int64_t rows, int64_t cols,
                                                                float eps, float* mean,
                                                                float* inv_std) {

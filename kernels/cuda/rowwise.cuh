@@ -46,9 +46,14 @@ inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
   return active;
 }
 
-// Persistent grid: min(blocks the work needs, blocks resident at once).
-inline dim3 resident_grid(const void* kernel, int threads, size_t smem, int64_t needed) {
-  const int64_t resident = int64_t(std::max(blocks_per_sm(kernel, threads, smem), 1)) * num_sms();
+// min(blocks the work needs, `waves` x blocks resident at once). The register kernels run
+// persistent (one wave, each group looping over rows); the block-per-row kernels run one row
+// per block as far as the grid allows, which measured faster (a finished block is replaced at
+// once, while a persistent block waits on its own next row).
+inline dim3 resident_grid(const void* kernel, int threads, size_t smem, int64_t needed,
+                          int waves = 1) {
+  const int64_t resident =
+      int64_t(std::max(blocks_per_sm(kernel, threads, smem), 1)) * num_sms() * waves;
   return dim3(unsigned(std::max<int64_t>(1, std::min(needed, resident))));
 }
 
@@ -84,13 +89,15 @@ void dispatch_warp_group(const Kernels& k, int64_t cols, int64_t rows, cudaStrea
   }
 }
 
-// Largest block size with the same occupancy (blocks per SM) as the smallest; 0 when the row
-// does not fit in shared memory.
+// Largest block size with the same occupancy (blocks, i.e. rows in flight, per SM) as the
+// smallest; 0 when the row does not fit in shared memory. The smallest is 64 threads: a row of
+// a few thousand columns is latency-bound, and 64-thread blocks keep twice as many rows in
+// flight as 128-thread ones.
 inline int pick_smem_block(const void* kernel, size_t smem) {
   int best = 0, base = 0;
-  for (int threads : {128, 256, 512, 1024}) {
+  for (int threads : {64, 128, 256, 512, 1024}) {
     const int active = blocks_per_sm(kernel, threads, smem);
-    if (threads == 128) base = active;
+    if (threads == 64) base = active;
     if (active <= 0 || active < base) break;
     best = threads;
   }
@@ -124,11 +131,12 @@ void dispatch_rowwise(const Kernels& k, int64_t rows, int64_t cols, cudaStream_t
   if (allow_smem(smem_kernel, smem)) {
     const int threads = pick_smem_block(smem_kernel, smem);
     if (threads > 0) {
-      k.launch_smem(resident_grid(smem_kernel, threads, smem, rows), dim3(threads), smem, stream);
+      k.launch_smem(resident_grid(smem_kernel, threads, smem, rows, 32), dim3(threads), smem,
+                    stream);
       return;
     }
   }
-  k.launch_uncached(resident_grid(k.uncached_kernel(), 1024, 0, rows), dim3(1024), stream);
+  k.launch_uncached(resident_grid(k.uncached_kernel(), 1024, 0, rows, 32), dim3(1024), stream);
 }
 
 }  // namespace nmt::kernels::cuda

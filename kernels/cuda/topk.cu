@@ -86,6 +86,26 @@ __device__ __forceinline__ void warp_merge(TopList<kK>& list, int count, Emit em
   }
 }
 
+// Merges the lists of all threads of a kChunkThreads block; warp 0 then calls emit(r, value,
+// index) for the block's r-th best, r < count. Ends with warp 0 alone (the others return).
+template <int kK, class Emit>
+__device__ __forceinline__ bool block_merge(TopList<kK>& list, int count, Emit emit) {
+  __shared__ float s_v[kChunkThreads / 32][kK];
+  __shared__ int s_i[kChunkThreads / 32][kK];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  warp_merge<kK>(list, kK, [&](int r, float v, int i) {
+    s_v[warp][r] = v;
+    s_i[warp][r] = i;
+  });
+  __syncthreads();
+  if (warp != 0) return false;
+  list.clear();
+  for (int c = lane; c < (kChunkThreads / 32) * kK; c += 32)
+    list.push(s_v[c / kK][c % kK], s_i[c / kK][c % kK]);
+  warp_merge<kK>(list, count, emit);
+  return true;
+}
+
 struct OnlineLse {  // running max and sum of exp(x - max)
   float m = -INFINITY, s = 0.f;
   __device__ __forceinline__ void add(float x) {
@@ -118,7 +138,7 @@ struct Workspace {
   }
 };
 
-constexpr int kLoadsInFlight = 4;  // logits each thread loads before using them
+constexpr int kLoadsInFlight = 8;  // logits each thread loads before using them
 
 struct Chunk {
   int begin, end;
@@ -204,38 +224,28 @@ __global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
     if (masks.force_eos) logp = t == masks.eos_id ? 0.f : -INFINITY;
     list.push(logp + running, base + t);
   });
-  __shared__ float s_v[kChunkThreads / 32][kK];
-  __shared__ int s_i[kChunkThreads / 32][kK];
-  warp_merge<kK>(list, kK, [&](int r, float v, int i) {
-    s_v[warp][r] = v;
-    s_i[warp][r] = i;
-  });
-  __syncthreads();
-  if (warp != 0) return;
   const int64_t out = (row * splits + blockIdx.x) * kK;
-  list.clear();
-  for (int c = lane; c < (kChunkThreads / 32) * kK; c += 32)
-    list.push(s_v[c / kK][c % kK], s_i[c / kK][c % kK]);
-  warp_merge<kK>(list, kK, [&](int r, float v, int i) {
+  block_merge<kK>(list, kK, [&](int r, float v, int i) {
     ws.scores[out + r] = v;
     ws.index[out + r] = i;
   });
 }
 
+// One block per sentence: every thread takes a few of the beam x splits x kp candidates.
 template <int kK>
-__global__ void __launch_bounds__(32) topk_sentence_kernel(int beam, int splits, int k,
-                                                            Workspace ws, float* out_scores,
-                                                            int* out_index) {
+__global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, int splits, int k,
+                                                                      Workspace ws,
+                                                                      float* out_scores,
+                                                                      int* out_index) {
   const int64_t sentence = blockIdx.x;
-  const int lane = threadIdx.x;
   TopList<kK> list;
   list.clear();
   const int64_t first = sentence * beam * splits * kK, count = int64_t(beam) * splits * kK;
-  for (int64_t c = lane; c < count; c += 32) {
+  for (int64_t c = threadIdx.x; c < count; c += blockDim.x) {
     const int index = ws.index[first + c];
     if (index != kNoToken) list.push(ws.scores[first + c], index);
   }
-  warp_merge<kK>(list, k, [&](int r, float v, int i) {
+  block_merge<kK>(list, k, [&](int r, float v, int i) {
     out_scores[sentence * k + r] = v;
     out_index[sentence * k + r] = i;
   });
@@ -255,8 +265,8 @@ void run(const T* logits, const float* bias, const float* running_scores, int64_
   topk_chunk_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(logits, bias, running_scores,
                                                                beam, vocab, chunk, masks, ws);
   NMT_CUDA_CHECK_LAUNCH();
-  topk_sentence_kernel<kK><<<unsigned(sentences), 32, 0, stream>>>(beam, splits, k, ws,
-                                                                   out_scores, out_index);
+  topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
+      beam, splits, k, ws, out_scores, out_index);
   NMT_CUDA_CHECK_LAUNCH();
 }
 
