@@ -32,6 +32,17 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : met
       throw std::runtime_error("cannot load model '" + entry.name + "' from " + entry.path +
                                ": " + e.what());
     }
+    // The model's position table bounds source and target lengths; refuse limits beyond it
+    // here rather than failing batches later.
+    const int positions = served->translator->config().max_positions;
+    if (config.limits.max_input_tokens > positions ||
+        config.limits.max_decoding_length > positions) {
+      throw std::runtime_error(
+          "model '" + entry.name + "' has " + std::to_string(positions) +
+          " positions (max_position_embeddings): limits.max_input_tokens (" +
+          std::to_string(config.limits.max_input_tokens) + ") and limits.max_decoding_length (" +
+          std::to_string(config.limits.max_decoding_length) + ") must not exceed it");
+    }
     served->device = device_name(served->translator->device());
     if (served->translator->device() == Device::kCpu) served->precision = "float32";  // always
 

@@ -114,8 +114,9 @@ DecodeOptions RequestValidator::decode_options(const v1::TranslateOptions& reque
   }
   check_range("max_decoding_length", o.max_decoding_length, 1, limits_.max_decoding_length,
               "limits.max_decoding_length");
-  check_range("min_decoding_length", o.min_decoding_length, 0, o.max_decoding_length,
-              "options.max_decoding_length");
+  // At least one token before the length cap, as the engine requires (DecodeOptions).
+  check_range("min_decoding_length", o.min_decoding_length, 0, o.max_decoding_length - 1,
+              "options.max_decoding_length - 1");
   return o;
 }
 

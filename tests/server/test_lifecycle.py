@@ -72,6 +72,12 @@ def main():
     harness.write_config(corrupt, corrupt_dir)
     start_failure(binary, ["--config", corrupt, "--metrics-port", str(harness.free_port())] + loopback,
                   "truncated model.safetensors", 1, "cannot load model 'm30k'")
+    too_long = os.path.join(tmp, "too_long.yaml")
+    harness.write_config(too_long, model, limits={"max_decoding_length": 300})
+    start_failure(binary, ["--config", too_long, "--metrics-port", str(harness.free_port())] + loopback,
+                  "limits beyond the model's positions", 1,
+                  "has 256 positions (max_position_embeddings): limits.max_input_tokens (256) and "
+                  "limits.max_decoding_length (300) must not exceed it")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)

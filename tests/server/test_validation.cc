@@ -91,14 +91,14 @@ TEST(Validation, RequestedOptionsAreKept) {
   r.set_num_hypotheses(8);
   r.set_length_penalty(0.6f);
   r.set_max_decoding_length(50);
-  r.set_min_decoding_length(50);
+  r.set_min_decoding_length(49);
   r.set_return_scores(true);
   const nmt::DecodeOptions o = RequestValidator(limits()).decode_options(r);
   EXPECT_EQ(o.beam_size, 8);
   EXPECT_EQ(o.num_hypotheses, 8);
   EXPECT_FLOAT_EQ(o.length_penalty, 0.6f);
   EXPECT_EQ(o.max_decoding_length, 50);
-  EXPECT_EQ(o.min_decoding_length, 50);
+  EXPECT_EQ(o.min_decoding_length, 49);
   EXPECT_TRUE(o.return_scores);
 }
 
@@ -118,8 +118,8 @@ TEST(Validation, OptionErrors) {
             "options.max_decoding_length must be between 1 and 100 (limits.max_decoding_length), got 0");
   EXPECT_EQ(options_refusal([](O& o) { o.set_max_decoding_length(101); }),
             "options.max_decoding_length must be between 1 and 100 (limits.max_decoding_length), got 101");
-  EXPECT_EQ(options_refusal([](O& o) { o.set_max_decoding_length(10); o.set_min_decoding_length(11); }),
-            "options.min_decoding_length must be between 0 and 10 (options.max_decoding_length), got 11");
+  EXPECT_EQ(options_refusal([](O& o) { o.set_max_decoding_length(10); o.set_min_decoding_length(10); }),
+            "options.min_decoding_length must be between 0 and 9 (options.max_decoding_length - 1), got 10");
   EXPECT_EQ(options_refusal([](O& o) { o.set_min_decoding_length(-1); }),
-            "options.min_decoding_length must be between 0 and 100 (options.max_decoding_length), got -1");
+            "options.min_decoding_length must be between 0 and 99 (options.max_decoding_length - 1), got -1");
 }
