@@ -1,6 +1,6 @@
 #pragma once
-// The Prometheus metrics of DESIGN.md §6, in one registry that main() hands to a
-// prometheus::Exposer (/metrics on server.metrics_host:metrics_port).
+// The Prometheus metrics of DESIGN.md §6 in one prometheus-cpp registry; scrape() renders
+// the page that MetricsHttpServer serves on server.metrics_host:metrics_port/metrics.
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -18,7 +18,6 @@ class Metrics {
  public:
   Metrics();
 
-  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
   // The text exposition format, as /metrics serves it.
   std::string scrape() const;
 
