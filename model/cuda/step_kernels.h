@@ -1,9 +1,11 @@
 #pragma once
-// Kernels of the CUDA engine that the decode-step CUDA graphs need in a graph-friendly form:
-// the decoder position and per-row indices are read from device memory (the one packed
-// per-step upload), so one captured graph serves every step of a row-count bucket. Also the
-// LayerNorm, bias+activation and top-k used by the engine (see the report in bench/RESULTS.md
-// for why these live here and not in kernels/).
+// Kernels of the CUDA engine. The decode-step ones read the decoder position and the per-row
+// indices from device memory (the one packed per-step upload), so that one captured CUDA graph
+// serves every step of a sentence bucket; kernels/ takes the step and key counts by value,
+// which would need a graph per step. LayerNorm, bias+activation and top-k are here too: they
+// were not in kernels/ when the engine was written, and the top-k keeps the CPU engine's
+// force_eos semantics (EOS keeps its log-prob; kernels/topk.h sets it to 0 as transformers'
+// ForcedEOSTokenLogitsProcessor does).
 #include <cuda_runtime.h>
 
 #include <cstdint>
