@@ -23,6 +23,18 @@ METRIC_FAMILIES = {
 }
 
 
+# Every test prints one line per check and fails at the end if any failed, so that one run
+# shows all that is wrong.
+failures = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
 def series_names():
     names = set()
     for family, kind in METRIC_FAMILIES.items():

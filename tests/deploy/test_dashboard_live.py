@@ -25,7 +25,7 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deploy_files as df  # noqa: E402
 
-failures = []
+from deploy_files import check, failures  # noqa: E402
 RATE_WINDOW = "1m"  # >= 4 x the 1 s scrape interval
 SCRAPE = "1s"
 SENTENCES = [

@@ -18,14 +18,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deploy_files as df  # noqa: E402
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
-    return cond
+from deploy_files import check, failures  # noqa: E402
 
 
 def write_stub(d, name, body):

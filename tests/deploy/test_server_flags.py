@@ -17,16 +17,10 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deploy_files as df  # noqa: E402
 
-failures = []
+from deploy_files import check, failures  # noqa: E402
 CONTRACT_FLAGS = {"--config", "--host", "--port", "--metrics-host", "--metrics-port", "--device",
                   "--precision", "--log-format", "--log-level", "--help"}
 
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def help_lines(text):
