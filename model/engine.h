@@ -21,7 +21,7 @@ struct StepInput {
   int beam = 1;         // rows per sentence
   int k = 1;            // candidates returned per sentence
   bool mask_eos = false;   // min_decoding_length not reached: EOS gets -inf
-  bool force_eos = false;  // max length reached: everything but EOS gets -inf
+  bool force_eos = false;  // max length reached: EOS gets log-prob 0, everything else -inf
 };
 
 struct StepOutput {

@@ -265,10 +265,9 @@ class CpuEngine : public Engine {
     for (int64_t r = 0; r < rows; ++r) {
       float* lp = logits_.data() + r * vocab;
       const float running = (*in.running_scores)[size_t(r)];
-      if (in.force_eos) {
-        const float eos = lp[c_.eos_id];
+      if (in.force_eos) {  // as transformers' ForcedEOSTokenLogitsProcessor: EOS gets log p = 0
         std::fill(lp, lp + vocab, neg_inf);
-        lp[c_.eos_id] = eos;
+        lp[c_.eos_id] = 0.f;
       }
       lp[c_.pad_id] = neg_inf;
       if (in.mask_eos) lp[c_.eos_id] = neg_inf;

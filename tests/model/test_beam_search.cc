@@ -47,8 +47,9 @@ class ScriptedEngine : public Engine {
         lp[kEos] = in.step >= eos_step_[alive_[g]] ? std::log(0.9f) : std::log(0.1f);
         lp[kPad] = -std::numeric_limits<float>::infinity();
         if (in.mask_eos) lp[kEos] = -std::numeric_limits<float>::infinity();
-        if (in.force_eos) {
+        if (in.force_eos) {  // as transformers: only EOS, with log-prob 0
           for (int t = 1; t < kVocab; ++t) lp[size_t(t)] = -std::numeric_limits<float>::infinity();
+          lp[kEos] = 0.f;
         }
         for (int t = 0; t < kVocab; ++t) {
           s[size_t(b * kVocab + t)] = lp[size_t(t)] + (*in.running_scores)[g * size_t(in.beam) + size_t(b)];
@@ -123,6 +124,8 @@ TEST(BeamSearch, MinAndMaxDecodingLength) {
     r = run(never_eos, 1, o);
     EXPECT_EQ(r[0].ids[0].size(), 5u) << "beam " << beam << ": EOS forced at the limit";
     EXPECT_EQ(r[0].ids[0].back(), kEos);
+    // The forced EOS adds log-prob 0: four tokens of log .6, normalized by 5 tokens.
+    EXPECT_NEAR(r[0].scores[0], 4 * std::log(0.6f) / 5, 1e-5) << "beam " << beam;
   }
 }
 

@@ -54,3 +54,37 @@ TEST(DebugVectors, EncoderOutputAndFirstStepLogProbs) {
     }
   }
 }
+
+// The step masks follow transformers' logits processors: pad is never generated, EOS is
+// masked before min_length, and at max_length EOS is forced with log-prob 0.
+TEST(CpuEngineStep, MasksFollowTransformersProcessors) {
+  const auto config = ModelConfig::load(test::demo_model_dir());
+  const auto weights = Weights::load(test::demo_model_dir(), config);
+  auto engine = make_cpu_engine(config, weights);
+  engine->encode({{5, 17, 4, 24, 168, 2, 0}}, 1);
+  const std::vector<int> tokens{config.decoder_start_id};
+  const std::vector<float> running{-1.5f};
+  StepInput step;
+  step.tokens = &tokens;
+  step.running_scores = &running;
+  step.k = 3;
+  StepOutput out;
+  step.force_eos = true;
+  engine->step(step, &out);
+  EXPECT_EQ(out.candidates[0], config.eos_id);
+  EXPECT_FLOAT_EQ(out.scores[0], -1.5f);  // running score + log-prob 0
+  EXPECT_TRUE(std::isinf(out.scores[1]) && out.scores[1] < 0);
+
+  engine->encode({{5, 17, 4, 24, 168, 2, 0}}, 1);
+  step.force_eos = false;
+  step.mask_eos = true;
+  step.k = config.vocab_size;
+  engine->step(step, &out);
+  for (int j = 0; j < config.vocab_size; ++j) {
+    if (out.candidates[size_t(j)] == config.eos_id || out.candidates[size_t(j)] == config.pad_id) {
+      EXPECT_TRUE(std::isinf(out.scores[size_t(j)])) << "token " << out.candidates[size_t(j)];
+    } else {
+      EXPECT_TRUE(std::isfinite(out.scores[size_t(j)]));
+    }
+  }
+}
