@@ -38,6 +38,24 @@ const char* device_name(Device d) {
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
+size_t cpu_batch_memory_bytes(const ModelConfig& c, const std::vector<std::vector<int>>& source_ids,
+                              const DecodeOptions& options) {
+  size_t src_len = 0;
+  for (const auto& s : source_ids) src_len = std::max(src_len, s.size());
+  const size_t d = size_t(c.d_model), ffn = size_t(std::max(c.encoder_ffn_dim, c.decoder_ffn_dim));
+  const size_t enc_rows = source_ids.size() * src_len;
+  const size_t rows = source_ids.size() * size_t(options.beam_size);
+  // The cache doubles its capacity past each power of two: at most 2 x (length + 1).
+  const size_t capacity = std::max<size_t>(16, 2 * (size_t(options.max_decoding_length) + 1));
+  const size_t layers = size_t(c.decoder_layers);
+  const size_t floats = enc_rows * (7 * d + ffn) +            // encoder activations and output
+                        2 * layers * enc_rows * d +            // cross-attention K/V
+                        (2 * layers + 1) * rows * capacity * d +  // self-attention cache + reorder copy
+                        rows * (7 * d + ffn) +                 // decoder step activations
+                        rows * size_t(c.vocab_size);           // logits
+  return floats * sizeof(float);
+}
+
 Translator::~Translator() = default;
 
 std::unique_ptr<Translator> Translator::load(const std::string& model_dir,
@@ -52,6 +70,7 @@ std::unique_ptr<Translator> Translator::load(const std::string& model_dir,
   t->engine_ = t->device_ == Device::kCuda ? make_cuda_engine(t->config_, *t->weights_, options)
                                            : make_cpu_engine(t->config_, *t->weights_);
   if (t->device_ == Device::kCuda) t->weights_.reset();  // uploaded: the host copy is not needed
+  if (t->device_ == Device::kCpu) t->cpu_batch_memory_limit_ = options.device_memory_limit;
   return t;
 }
 
@@ -79,6 +98,15 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
       throw Error(ErrorCode::kInvalidArgument,
                   "source sentence has " + std::to_string(s.size()) + " tokens; the model accepts at most " +
                       std::to_string(config_.max_positions));
+    }
+  }
+  if (cpu_batch_memory_limit_ > 0) {
+    const size_t need = cpu_batch_memory_bytes(config_, source_ids, options);
+    if (need > cpu_batch_memory_limit_) {
+      throw Error(ErrorCode::kResourceExhausted,
+                  "out of memory: this batch needs about " + std::to_string(need >> 20) +
+                      " MiB of working memory, over the limit of " +
+                      std::to_string(cpu_batch_memory_limit_ >> 20) + " MiB");
     }
   }
   // Longest first: similar lengths share padding, and the engine sees a stable order.

@@ -24,7 +24,9 @@ struct TranslatorOptions {
   Device device = Device::kAuto;  // auto = cuda when available, else cpu
   Precision precision = Precision::kFloat16;  // the CPU always computes in float32
   int device_index = 0;
-  size_t device_memory_limit = 0;  // bytes the CUDA engine may hold; 0 = no cap
+  // Bytes the CUDA engine may hold; on the CPU, the estimated working memory of one batch
+  // (caches, logits, activations). Over it: nmt::Error(kResourceExhausted). 0 = no cap.
+  size_t device_memory_limit = 0;
 };
 
 struct Hypothesis {
@@ -81,6 +83,13 @@ class Translator {
   std::unique_ptr<Weights> weights_;  // kept while the engine computes from host memory
   std::unique_ptr<Engine> engine_;
   Device device_ = Device::kCpu;
+  size_t cpu_batch_memory_limit_ = 0;  // bytes; 0 = no cap (TranslatorOptions)
 };
+
+// Working memory the CPU engine allocates for one batch (bytes, float32 buffers at their
+// largest: encoder activations, cross-attention keys/values, the doubled self-attention
+// cache and its reorder copy, decoder activations and logits).
+size_t cpu_batch_memory_bytes(const ModelConfig& config, const std::vector<std::vector<int>>& source_ids,
+                              const DecodeOptions& options);
 
 }  // namespace nmt

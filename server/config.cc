@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -93,6 +94,13 @@ const std::vector<Setting>& settings() {
       {"server.shutdown_grace_seconds", "shutdown-grace-seconds",
        "on SIGTERM/SIGINT, how long in-flight requests may finish",
        [](ServerConfig& c, N n, K k) { c.shutdown_grace_seconds = to_seconds(n, k); }},
+      {"server.tls_cert_file", "tls-cert-file", "PEM certificate chain: serve gRPC over TLS",
+       [](ServerConfig& c, N n, K k) { c.tls_cert_file = to_string(n, k); }},
+      {"server.tls_key_file", "tls-key-file", "PEM private key of tls_cert_file",
+       [](ServerConfig& c, N n, K k) { c.tls_key_file = to_string(n, k); }},
+      {"server.auth_token_file", "auth-token-file",
+       "file of accepted bearer tokens, one per line: TranslationService needs one",
+       [](ServerConfig& c, N n, K k) { c.auth_token_file = to_string(n, k); }},
       {"limits.max_sentences_per_request", "max-sentences-per-request", "sentences per request",
        [](ServerConfig& c, N n, K k) {
          c.limits.max_sentences_per_request = to_int(n, k, 1, kMaxInt);
@@ -127,7 +135,20 @@ const std::vector<Setting>& settings() {
 const std::vector<std::pair<std::string, std::string>> kModelFlags = {
     {"device", "auto | cpu | cuda, for every model"},
     {"precision", "float16 | float32, for every model (the CPU computes in float32)"},
+    {"device-memory-limit-mb", "MiB of working memory per model, for every model (0 = no cap)"},
 };
+
+// The YAML key of a models[] flag.
+std::string model_key(const std::string& flag) {
+  std::string key = flag;
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+std::string resolve(const std::string& path, const fs::path& base_dir) {
+  if (path.empty() || !fs::path(path).is_relative()) return path;
+  return (base_dir / path).lexically_normal().string();
+}
 
 ModelEntry parse_model(const YAML::Node& node, size_t index, const fs::path& base_dir) {
   const std::string where = "models[" + std::to_string(index) + "]";
@@ -140,11 +161,12 @@ ModelEntry parse_model(const YAML::Node& node, size_t index, const fs::path& bas
     else if (key == "path") m.path = to_string(kv.second, full);
     else if (key == "device") m.device = to_choice(kv.second, full, kDevices);
     else if (key == "precision") m.precision = to_choice(kv.second, full, kPrecisions);
-    else fail("unknown key '" + full + "' (known: name, path, device, precision)");
+    else if (key == "device_memory_limit_mb") m.device_memory_limit_mb = to_int(kv.second, full, 0, kMaxInt);
+    else fail("unknown key '" + full + "' (known: name, path, device, precision, device_memory_limit_mb)");
   }
   if (m.name.empty()) fail(where + ".name is missing");
   if (m.path.empty()) fail(where + ".path is missing");
-  if (fs::path(m.path).is_relative()) m.path = (base_dir / m.path).lexically_normal().string();
+  m.path = resolve(m.path, base_dir);
   return m;
 }
 
@@ -159,6 +181,9 @@ void check_consistency(const ServerConfig& c) {
          ") must be >= limits.max_sentences_per_request (" +
          std::to_string(c.limits.max_sentences_per_request) + ")");
   }
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    fail("server.tls_cert_file and server.tls_key_file go together: give both or neither");
+  }
 }
 
 void apply_override(YAML::Node& root, const std::string& flag, const std::string& value) {
@@ -167,7 +192,7 @@ void apply_override(YAML::Node& root, const std::string& flag, const std::string
     if (!root["models"] || !root["models"].IsSequence()) {
       fail("--" + flag + ": the config has no models[] to apply it to");
     }
-    for (YAML::Node model : root["models"]) model[flag] = value;
+    for (YAML::Node model : root["models"]) model[model_key(flag)] = value;
     return;
   }
   for (const Setting& s : settings()) {
@@ -226,7 +251,7 @@ std::string usage(const std::string& program) {
     out << left << help << " [" << key << "]\n";
   };
   for (const Setting& s : settings()) line(s.flag, s.help, s.key);
-  for (const auto& [flag, help] : kModelFlags) line(flag, help, "models[*]." + flag);
+  for (const auto& [flag, help] : kModelFlags) line(flag, help, "models[*]." + model_key(flag));
   return out.str();
 }
 
@@ -266,6 +291,9 @@ ServerConfig parse_config(const std::string& yaml_text, const std::string& base_
       setting->set(c, kv.second, key);
     }
   }
+  c.tls_cert_file = resolve(c.tls_cert_file, base_dir);
+  c.tls_key_file = resolve(c.tls_key_file, base_dir);
+  c.auth_token_file = resolve(c.auth_token_file, base_dir);
   check_consistency(c);
   return c;
 }

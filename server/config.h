@@ -22,6 +22,9 @@ struct ModelEntry {
   std::string path;  // absolute, or relative to the working directory when given so
   std::string device = "auto";        // auto | cpu | cuda
   std::string precision = "float16";  // float16 | float32
+  // Working memory one batch may use (the CUDA engine's allocations; on the CPU the
+  // estimated per-batch buffers). A batch over it fails RESOURCE_EXHAUSTED. 0 = no cap.
+  int device_memory_limit_mb = 0;
 };
 
 struct ServerConfig {
@@ -33,6 +36,12 @@ struct ServerConfig {
   std::string log_format = "text";  // text | json
   std::string log_level = "info";   // trace | debug | info | warn | error | critical | off
   double shutdown_grace_seconds = 30;
+  // TLS: both PEM files, or neither (plaintext). Relative paths resolve like model paths.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Bearer-token authentication of TranslationService: a file with one accepted token per
+  // line (rotation: list old and new). Empty = no authentication. Health stays open.
+  std::string auth_token_file;
   Limits limits;
   BatchingOptions batching;
   std::vector<ModelEntry> models;  // the first one is the default model

@@ -9,8 +9,11 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
+#include <stdexcept>
 
 #include "server/config.h"
 #include "server/logging.h"
@@ -33,7 +36,37 @@ sigset_t termination_signals() {
   return set;
 }
 
+std::string read_file(const std::string& path, const char* key) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || text.str().empty()) throw std::runtime_error(std::string("cannot read ") + key + " " + path);
+  return text.str();
+}
+
+// TLS from the PEM files when configured, else plaintext.
+std::shared_ptr<grpc::ServerCredentials> server_credentials(const ServerConfig& config) {
+  if (config.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({read_file(config.tls_key_file, "server.tls_key_file"),
+                                        read_file(config.tls_cert_file, "server.tls_cert_file")});
+  return grpc::SslServerCredentials(options);
+}
+
 int serve(const ServerConfig& config) {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  BearerAuth auth;
+  try {
+    credentials = server_credentials(config);
+    if (!config.auth_token_file.empty()) auth = BearerAuth::from_file(config.auth_token_file);
+  } catch (const std::exception& e) {
+    log_event(spdlog::level::critical, "startup failed", {{"error", e.what()}});
+    return 1;
+  }
+  if (auth.enabled() && config.tls_cert_file.empty()) {
+    log_event(spdlog::level::warn, "bearer tokens travel in plaintext: configure server.tls_cert_file");
+  }
+
   Metrics metrics;
   std::unique_ptr<MetricsHttpServer> metrics_http;
   const std::string metrics_address =
@@ -59,25 +92,33 @@ int serve(const ServerConfig& config) {
               {{"model", m->name}, {"device", m->device}, {"precision", m->precision}});
   }
 
-  TranslationService service(*models, config.limits, metrics);
+  TranslationService service(*models, config.limits, metrics, std::move(auth));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = config.host + ":" + std::to_string(config.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.AddListeningPort(address, credentials);
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
-    log_event(spdlog::level::critical, "cannot listen", {{"address", address}});
+    nlohmann::ordered_json fields = {{"address", address}};
+    if (!config.tls_cert_file.empty()) {
+      fields["hint"] = "check that server.tls_cert_file and tls_key_file are a PEM certificate and its key";
+    }
+    log_event(spdlog::level::critical, "cannot listen", fields);
     return 1;
   }
   // "" (the whole server, what Kubernetes' grpc probes ask) and the service by name.
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(nmt::v1::TranslationService::service_full_name(), true);
   health->SetServingStatus(true);
-  log_event(spdlog::level::info, "serving", {{"address", address}, {"metrics", metrics_address}});
+  log_event(spdlog::level::info, "serving",
+            {{"address", address},
+             {"metrics", metrics_address},
+             {"tls", !config.tls_cert_file.empty()},
+             {"auth", !config.auth_token_file.empty()}});
 
   const sigset_t signals = termination_signals();
   int signal_number = 0;

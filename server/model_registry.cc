@@ -15,6 +15,7 @@ TranslatorOptions translator_options(const ModelEntry& entry) {
   if (!parse_precision(entry.precision, &options.precision)) {
     throw Error(ErrorCode::kInvalidArgument, "unknown precision '" + entry.precision + "'");
   }
+  options.device_memory_limit = static_cast<size_t>(entry.device_memory_limit_mb) << 20;
   return options;
 }
 

@@ -64,6 +64,21 @@ size_t find_invalid_utf8(const std::string& text) {
   return std::string::npos;
 }
 
+ValidRequest RequestValidator::validate(const v1::TranslateRequest& request,
+                                       const TokenizeFn& tokenize) const {
+  const std::vector<std::string> texts(request.texts().begin(), request.texts().end());
+  check_texts(texts);
+  ValidRequest valid;
+  valid.options = decode_options(request.options());
+  valid.source_ids.reserve(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    valid.source_ids.push_back(tokenize(texts[i]));
+    check_length(i, valid.source_ids.back().size());
+    valid.input_tokens += static_cast<int64_t>(valid.source_ids.back().size());
+  }
+  return valid;
+}
+
 void RequestValidator::check_texts(const std::vector<std::string>& texts) const {
   if (texts.empty()) invalid("texts is empty: send at least one sentence");
   if (texts.size() > static_cast<size_t>(limits_.max_sentences_per_request)) {

@@ -3,6 +3,8 @@
 // throws nmt::Error(kInvalidArgument) with a message that names the sentence or option and
 // the limit; nothing is truncated or silently adjusted.
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,9 +14,22 @@
 
 namespace nmt::server {
 
+// A request that passed every check: what the batcher needs.
+struct ValidRequest {
+  std::vector<std::vector<int>> source_ids;  // one per text, </s> included
+  DecodeOptions options;
+  int64_t input_tokens = 0;
+};
+
+using TokenizeFn = std::function<std::vector<int>(const std::string& text)>;
+
 class RequestValidator {
  public:
   explicit RequestValidator(Limits limits) : limits_(limits) {}
+
+  // The whole admission check of one request, in the order the server applies it: texts,
+  // options, then each text's token length (tokenized with `tokenize`).
+  ValidRequest validate(const v1::TranslateRequest& request, const TokenizeFn& tokenize) const;
 
   // Count, emptiness and UTF-8 of the sentences.
   void check_texts(const std::vector<std::string>& texts) const;

@@ -57,8 +57,19 @@ struct TranslationService::Admitted {
 };
 
 TranslationService::TranslationService(ModelRegistry& models, const Limits& limits,
-                                       Metrics& metrics)
-    : models_(models), validator_(limits), metrics_(metrics), id_prefix_(random_prefix()) {}
+                                       Metrics& metrics, BearerAuth auth)
+    : models_(models), validator_(limits), metrics_(metrics), auth_(std::move(auth)),
+      id_prefix_(random_prefix()) {}
+
+grpc::Status TranslationService::authenticate(grpc::ServerContext* context, const char* method) {
+  if (auth_.allows(context->client_metadata())) return grpc::Status::OK;
+  const grpc::Status status(grpc::StatusCode::UNAUTHENTICATED,
+                            "missing or wrong bearer token (metadata 'authorization: Bearer TOKEN')");
+  Call call = begin(method, v1::TranslateRequest());
+  call.sentences = 0;
+  record(call, status);
+  return status;
+}
 
 TranslationService::Call TranslationService::begin(const char* method,
                                                    const v1::TranslateRequest& request) {
@@ -77,19 +88,13 @@ TranslationService::Admitted TranslationService::admit(const v1::TranslateReques
   Admitted admitted;
   admitted.model = &models_.find(request.model());
   call.model = admitted.model->name;
-  const std::vector<std::string> texts(request.texts().begin(), request.texts().end());
-  validator_.check_texts(texts);
-  const DecodeOptions options = validator_.decode_options(request.options());
-  std::vector<std::vector<int>> ids;
-  ids.reserve(texts.size());
-  for (size_t i = 0; i < texts.size(); ++i) {
-    ids.push_back(admitted.model->translator->tokenizer().encode(texts[i]));
-    validator_.check_length(i, ids.back().size());
-    call.input_tokens += static_cast<int64_t>(ids.back().size());
-  }
+  const Tokenizer& tokenizer = admitted.model->translator->tokenizer();
+  ValidRequest valid =
+      validator_.validate(request, [&](const std::string& text) { return tokenizer.encode(text); });
+  call.input_tokens = valid.input_tokens;
   admitted.return_scores = request.options().return_scores();
   admitted.return_token_ids = request.options().return_token_ids();
-  admitted.job = admitted.model->batcher->submit(std::move(ids), options, deadline);
+  admitted.job = admitted.model->batcher->submit(std::move(valid.source_ids), valid.options, deadline);
   return admitted;
 }
 
@@ -152,6 +157,7 @@ void TranslationService::record(const Call& call, const grpc::Status& status) {
 grpc::Status TranslationService::Translate(grpc::ServerContext* context,
                                            const v1::TranslateRequest* request,
                                            v1::TranslateResponse* response) {
+  if (grpc::Status denied = authenticate(context, "Translate"); !denied.ok()) return denied;
   Metrics::Inflight inflight(metrics_.inflight_gauge());
   Call call = begin("Translate", *request);
   grpc::Status status;
@@ -171,6 +177,7 @@ grpc::Status TranslationService::Translate(grpc::ServerContext* context,
 grpc::Status TranslationService::TranslateStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::TranslateStreamResponse, v1::TranslateRequest>* stream) {
+  if (grpc::Status denied = authenticate(context, "TranslateStream"); !denied.ok()) return denied;
   Metrics::Inflight inflight(metrics_.inflight_gauge());
   struct Entry {
     Call call;
@@ -240,8 +247,10 @@ grpc::Status TranslationService::TranslateStream(
   return writable ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "stream closed");
 }
 
-grpc::Status TranslationService::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+grpc::Status TranslationService::ListModels(grpc::ServerContext* context,
+                                            const v1::ListModelsRequest*,
                                             v1::ListModelsResponse* response) {
+  if (grpc::Status denied = authenticate(context, "ListModels"); !denied.ok()) return denied;
   for (const auto& m : models_.models()) {
     v1::ModelInfo* info = response->add_models();
     info->set_name(m->name);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "nmt/v1/translation.grpc.pb.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request_validator.h"
@@ -17,7 +18,8 @@ namespace nmt::server {
 
 class TranslationService final : public v1::TranslationService::Service {
  public:
-  TranslationService(ModelRegistry& models, const Limits& limits, Metrics& metrics);
+  TranslationService(ModelRegistry& models, const Limits& limits, Metrics& metrics,
+                     BearerAuth auth = BearerAuth());
 
   grpc::Status Translate(grpc::ServerContext* context, const v1::TranslateRequest* request,
                          v1::TranslateResponse* response) override;
@@ -39,10 +41,14 @@ class TranslationService final : public v1::TranslationService::Service {
   grpc::Status complete(grpc::ServerContext* context, const Admitted& admitted, Call& call,
                         v1::TranslateResponse* response);
   void record(const Call& call, const grpc::Status& status);
+  // OK, or UNAUTHENTICATED (recorded as one request of `method`) when the call lacks an
+  // accepted bearer token.
+  grpc::Status authenticate(grpc::ServerContext* context, const char* method);
 
   ModelRegistry& models_;
   RequestValidator validator_;
   Metrics& metrics_;
+  const BearerAuth auth_;
   const std::string id_prefix_;
   std::atomic<uint64_t> next_id_{1};
 };

@@ -127,7 +127,7 @@ TEST(Config, YamlErrorsNameTheKey) {
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    device: tpu\n"),
             "models[0].device: must be one of auto | cpu | cuda, got 'tpu'");
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    colour: red\n"),
-            "unknown key 'models[0].colour' (known: name, path, device, precision)");
+            "unknown key 'models[0].colour' (known: name, path, device, precision, device_memory_limit_mb)");
   EXPECT_EQ(error_of("models:\n  - path: p\n"), "models[0].name is missing");
   EXPECT_EQ(error_of("models: []\n"), "models: at least one model is required");
   EXPECT_EQ(error_of("models:\n  - {name: a, path: p}\n  - {name: a, path: q}\n"),
@@ -154,4 +154,38 @@ TEST(Config, MissingFileIsAnError) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "cannot read the config file /nonexistent/nmt.yaml");
   }
+}
+
+TEST(Config, TlsAuthAndMemoryCap) {
+  const ServerConfig off = parse_config(kMinimal, "/etc/nmt");
+  EXPECT_EQ(off.tls_cert_file, "");
+  EXPECT_EQ(off.auth_token_file, "");
+  EXPECT_EQ(off.models[0].device_memory_limit_mb, 0);
+
+  const ServerConfig c = parse_config(std::string(R"(
+server:
+  tls_cert_file: tls/cert.pem
+  tls_key_file: /secrets/key.pem
+  auth_token_file: tokens.txt
+models:
+  - name: m
+    path: ../models/m
+    device_memory_limit_mb: 512
+)"), "/etc/nmt");
+  // Relative paths resolve against the config file's folder, like model paths.
+  EXPECT_EQ(c.tls_cert_file, "/etc/nmt/tls/cert.pem");
+  EXPECT_EQ(c.tls_key_file, "/secrets/key.pem");
+  EXPECT_EQ(c.auth_token_file, "/etc/nmt/tokens.txt");
+  EXPECT_EQ(c.models[0].device_memory_limit_mb, 512);
+
+  const ServerConfig flags = parse_config(kMinimal, "/etc/nmt",
+                                          {{"device-memory-limit-mb", "64"},
+                                           {"auth-token-file", "/run/tokens"}});
+  EXPECT_EQ(flags.models[0].device_memory_limit_mb, 64);
+  EXPECT_EQ(flags.auth_token_file, "/run/tokens");
+
+  EXPECT_EQ(error_of(std::string(kMinimal) + "server:\n  tls_cert_file: c.pem\n"),
+            "server.tls_cert_file and server.tls_key_file go together: give both or neither");
+  EXPECT_EQ(error_of(kMinimal, {{"device-memory-limit-mb", "-1"}}),
+            "models[0].device_memory_limit_mb: must be between 0 and 1073741824, got -1");
 }

@@ -1,0 +1,70 @@
+// Arbitrary bytes as a nmt.v1.TranslateRequest, through the server's admission check
+// (RequestValidator::validate with the demo model's tokenizer), as TranslationService runs it
+// before queueing; no network. A request is refused with nmt::Error(kInvalidArgument) or
+// accepted, and what is accepted must be safe for the batcher and the engine.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/error.h"
+#include "model/model_config.h"
+#include "model/tokenizer.h"
+#include "nmt/v1/translation.pb.h"
+#include "server/request_validator.h"
+
+namespace {
+
+const nmt::ModelConfig& config() {
+  static const nmt::ModelConfig c = nmt::ModelConfig::load(NMT_DEMO_MODEL_DIR);
+  return c;
+}
+
+const nmt::Tokenizer& tokenizer() {
+  static const std::unique_ptr<nmt::Tokenizer> tok = nmt::Tokenizer::load(NMT_DEMO_MODEL_DIR, config());
+  return *tok;
+}
+
+// The serving defaults, with a smaller sentence cap so that large requests are reached.
+const nmt::server::RequestValidator& validator() {
+  static const nmt::server::RequestValidator v([] {
+    nmt::server::Limits limits;
+    limits.max_sentences_per_request = 16;
+    return limits;
+  }());
+  return v;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  nmt::v1::TranslateRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;  // gRPC refuses these
+  const nmt::server::Limits& limits = validator().limits();
+  nmt::server::ValidRequest valid;
+  try {
+    valid = validator().validate(request,
+                                 [](const std::string& text) { return tokenizer().encode(text); });
+  } catch (const nmt::Error& e) {
+    if (e.code() != nmt::ErrorCode::kInvalidArgument) __builtin_trap();
+    return 0;
+  }
+  // Accepted: within every limit, and acceptable to the engine's own option check.
+  if (valid.source_ids.empty() ||
+      valid.source_ids.size() > static_cast<size_t>(limits.max_sentences_per_request)) {
+    __builtin_trap();
+  }
+  for (const auto& ids : valid.source_ids) {
+    if (ids.empty() || ids.size() > static_cast<size_t>(limits.max_input_tokens)) __builtin_trap();
+    for (int id : ids) {
+      if (id < 0 || id >= config().vocab_size) __builtin_trap();
+    }
+  }
+  if (valid.options.max_decoding_length > limits.max_decoding_length) __builtin_trap();
+  try {
+    valid.options.validate(limits.max_beam_size, config().max_positions);
+  } catch (const nmt::Error&) {
+    __builtin_trap();  // the server accepted what the engine refuses
+  }
+  return 0;
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""Client disconnect storms free their work: hundreds of calls and streams cancelled mid-way,
+then whole connections dropped with calls in flight. Afterwards nothing of theirs is left
+queued or decoding (a new request is served at once), no request is left in flight, every
+request the server took is logged as answered (OK or CANCELLED), and it still serves.
+
+    test_disconnect.py REPO_ROOT NMT_SERVER
+"""
+import os
+import sys
+import threading
+import time
+
+import rel
+
+check = rel.Checks()
+
+
+def storm(stub, pb, calls=100, streams=20):
+    """Starts unary calls and streams, then cancels them all; returns the number started."""
+    request = pb.TranslateRequest(texts=[s.encode() for s in rel.SENTENCES], options=pb.TranslateOptions(beam_size=4))
+    futures = [stub.Translate.future(request, timeout=120) for _ in range(calls)]
+    hold = threading.Event()
+
+    def messages():
+        yield request
+        yield request
+        hold.wait(30)
+
+    stream_calls = [stub.TranslateStream(messages(), timeout=120) for _ in range(streams)]
+    time.sleep(0.5)
+    for f in futures:
+        f.cancel()
+    for s in stream_calls:
+        s.cancel()
+    hold.set()
+    return futures, stream_calls
+
+
+def main():
+    repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
+    tmp, pb, pb_grpc, health_pb2, health_pb2_grpc = rel.setup(repo, "nmt-disconnect-")
+    config = os.path.join(tmp, "config.yaml")
+    rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"))
+    server = rel.json_server(binary, config)
+    small = pb.TranslateRequest(texts=[b"A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
+    try:
+        server.wait_serving(health_pb2, health_pb2_grpc)
+        base = rel.proc_status(server.proc.pid)
+        started = 0
+        for round_ in range(3):
+            with rel.grpc.insecure_channel(server.target) as channel:
+                stub = pb_grpc.TranslationServiceStub(channel)
+                futures, streams = storm(stub, pb)
+                started += len(futures)
+                done = all(f.done() for f in futures)
+                check(done, f"round {round_ + 1}: {len(futures)} calls and {len(streams)} streams cancelled")
+        # Connections dropped with calls in flight (no cancel: the channel goes away).
+        for round_ in range(3):
+            channel = rel.grpc.insecure_channel(server.target)
+            stub = pb_grpc.TranslationServiceStub(channel)
+            request = pb.TranslateRequest(texts=[s.encode() for s in rel.SENTENCES])
+            futures = [stub.Translate.future(request, timeout=120) for _ in range(50)]
+            time.sleep(0.5)
+            channel.close()
+            started += len(futures)
+        check(True, f"3 connections with 50 calls each dropped")
+
+        with rel.grpc.insecure_channel(server.target) as channel:
+            stub = pb_grpc.TranslationServiceStub(channel)
+            inflight = rel.wait_for(lambda: rel.metric(server.metrics(), "nmt_inflight_requests") == 0, 30)
+            check(inflight, f"nmt_inflight_requests back to 0 ({rel.metric(server.metrics(), 'nmt_inflight_requests')})")
+            code, seconds, details, _ = rel.call(stub.Translate, small, timeout=30)
+            check(code == "OK" and seconds < 3.0,
+                  f"no cancelled work left queued or decoding: a new request took {seconds:.2f} s ({code} {details})")
+            lines = rel.request_lines(server)
+            codes = {}
+            for line in lines:
+                codes[line["code"]] = codes.get(line["code"], 0) + 1
+            check(set(codes) <= {"OK", "CANCELLED"} and codes.get("CANCELLED", 0) > 0,
+                  f"every request the server took was answered and logged: {codes}")
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            check(health.status == health_pb2.HealthCheckResponse.SERVING, "still SERVING")
+            after = rel.proc_status(server.proc.pid)
+            check(after["Threads"] <= base["Threads"] + 16 and after["fds"] <= base["fds"] + 16,
+                  f"threads {base['Threads']} -> {after['Threads']}, fds {base['fds']} -> {after['fds']}")
+    except Exception as e:
+        check(False, f"unexpected {type(e).__name__}: {e}")
+    finally:
+        rc = server.stop()
+        check(rc == 0, f"exit 0 on SIGTERM (got {rc})")
+        if check.failures:
+            print(server.output()[-4000:])
+    check.exit()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""Overload and deadlines against the real server (CPU):
+- 48 closed-loop clients against a 64-sentence queue: every call is answered, OK or
+  RESOURCE_EXHAUSTED; refusals come at once and accepted latency stays bounded by the queue;
+  the server's log and nmt_requests_total account for every call.
+- A request whose deadline passes while the engine decodes it gets DEADLINE_EXCEEDED on time
+  and the engine drops its work at the next decoder step: the next request is served at once.
+
+    test_overload.py REPO_ROOT NMT_SERVER
+"""
+import concurrent.futures
+import os
+import sys
+import threading
+import time
+
+import rel
+
+check = rel.Checks()
+
+
+def percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
+
+
+def bounded_queue(server, stub, pb, seconds=8.0, clients=48):
+    request = pb.TranslateRequest(texts=[s.encode() for s in rel.SENTENCES],
+                                  options=pb.TranslateOptions(beam_size=4))
+    stop = time.monotonic() + seconds
+    results, lock = [], threading.Lock()
+
+    def client():
+        while time.monotonic() < stop:
+            r = rel.call(stub.Translate, request, timeout=60)
+            with lock:
+                results.append(r)
+            if r[0] == "RESOURCE_EXHAUSTED":
+                time.sleep(0.05)  # a polite client backs off
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 120)
+    check(not any(t.is_alive() for t in threads), "every client finished (no call hangs)")
+    codes = {}
+    for r in results:
+        codes[r[0]] = codes.get(r[0], 0) + 1
+    ok = [r[1] for r in results if r[0] == "OK"]
+    refused = [r[1] for r in results if r[0] == "RESOURCE_EXHAUSTED"]
+    check(set(codes) <= {"OK", "RESOURCE_EXHAUSTED"} and ok and refused,
+          f"{len(results)} calls: {codes}")
+    check(percentile(refused, 0.99) < 0.5,
+          f"RESOURCE_EXHAUSTED at once: p50 {percentile(refused, 0.5) * 1e3:.0f} ms, "
+          f"p99 {percentile(refused, 0.99) * 1e3:.0f} ms")
+    check(max(ok, default=99) < 20,
+          f"accepted latency bounded by the queue: p50 {percentile(ok, 0.5):.2f} s, max {max(ok, default=0):.2f} s")
+    time.sleep(0.5)
+    lines = rel.request_lines(server)
+    check(len(lines) == len(results), f"one server log line per call ({len(lines)} lines, {len(results)} calls)")
+    text = server.metrics()
+    counted = sum(rel.metric(text, f'nmt_requests_total{{code="{c}",model="m30k"}}') or 0 for c in codes)
+    check(counted == len(results), f"nmt_requests_total counts every call ({counted})")
+    return len(results)
+
+
+def deadline(server, stub, pb):
+    heavy = pb.TranslateRequest(
+        texts=[(s + " " + s).encode() for s in rel.SENTENCES * 2],
+        options=pb.TranslateOptions(beam_size=16, max_decoding_length=255, min_decoding_length=200))
+    before = len(rel.request_lines(server))
+    code, seconds, details, _ = rel.call(stub.Translate, heavy, timeout=1.0)
+    check(code == "DEADLINE_EXCEEDED" and seconds < 2.0,
+          f"a 1 s deadline on hours of work: {code} after {seconds:.2f} s")
+    small = pb.TranslateRequest(texts=[b"A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
+    code, seconds, details, _ = rel.call(stub.Translate, small, timeout=30)
+    check(code == "OK" and seconds < 3.0,
+          f"the engine dropped the expired batch: the next request took {seconds:.2f} s ({code} {details})")
+    lines = rel.wait_for(lambda: rel.request_lines(server)[before:] if len(rel.request_lines(server)) >= before + 2 else None, 10)
+    codes = [line["code"] for line in lines or []]
+    check(codes[:1] in (["DEADLINE_EXCEEDED"], ["CANCELLED"]) and codes[1:2] == ["OK"],
+          f"the server logged the expired request and the next one: {codes}")
+    inflight = rel.wait_for(lambda: rel.metric(server.metrics(), "nmt_inflight_requests") == 0, 10)
+    check(inflight, "nmt_inflight_requests back to 0")
+
+
+def main():
+    repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
+    tmp, pb, pb_grpc, health_pb2, health_pb2_grpc = rel.setup(repo, "nmt-overload-")
+    config = os.path.join(tmp, "config.yaml")
+    rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"),
+                     limits={"max_sentences_per_request": 16},
+                     batching={"max_queue_sentences": 64})
+    server = rel.json_server(binary, config)
+    try:
+        server.wait_serving(health_pb2, health_pb2_grpc)
+        with rel.grpc.insecure_channel(server.target) as channel:
+            stub = pb_grpc.TranslationServiceStub(channel)
+            bounded_queue(server, stub, pb)
+            deadline(server, stub, pb)
+    except Exception as e:
+        check(False, f"unexpected {type(e).__name__}: {e}")
+    finally:
+        rc = server.stop()
+        check(rc == 0, f"exit 0 on SIGTERM (got {rc})")
+        if check.failures:
+            print(server.output()[-4000:])
+    check.exit()
+
+
+if __name__ == "__main__":
+    main()

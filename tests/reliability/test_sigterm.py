@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""SIGTERM under load: 32 closed-loop clients and 4 streams keep the server busy; on SIGTERM
+every request it had accepted is answered OK (the log and the clients agree one to one),
+calls after that are refused UNAVAILABLE without being accepted, no client hangs, and the
+process exits 0.
+
+    test_sigterm.py REPO_ROOT NMT_SERVER
+"""
+import os
+import signal
+import sys
+import threading
+import time
+
+import rel
+
+check = rel.Checks()
+
+
+def main():
+    repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
+    tmp, pb, pb_grpc, health_pb2, health_pb2_grpc = rel.setup(repo, "nmt-sigterm-")
+    config = os.path.join(tmp, "config.yaml")
+    rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"))
+    server = rel.json_server(binary, config)
+    results, lock = [], threading.Lock()
+    stop = threading.Event()
+    try:
+        server.wait_serving(health_pb2, health_pb2_grpc)
+        channel = rel.grpc.insecure_channel(server.target)
+        stub = pb_grpc.TranslationServiceStub(channel)
+
+        def client(i):
+            request = pb.TranslateRequest(texts=[rel.SENTENCES[(i + k) % len(rel.SENTENCES)].encode() for k in range(1 + i % 4)])
+            while not stop.is_set():
+                r = rel.call(stub.Translate, request, timeout=120)
+                with lock:
+                    results.append(("unary", r[0], r[2]))
+                if r[0] != "OK":
+                    return
+
+        def streamer(i):
+            def messages():
+                for k in range(40):
+                    yield pb.TranslateRequest(texts=[rel.SENTENCES[k % len(rel.SENTENCES)].encode()])
+                    time.sleep(0.05)
+            try:
+                for r in stub.TranslateStream(messages(), timeout=120):
+                    with lock:
+                        results.append(("stream", rel.grpc.StatusCode.OK.name if r.status_code == 0 else str(r.status_code), r.status_message))
+            except rel.grpc.RpcError as e:
+                with lock:
+                    results.append(("stream-end", e.code().name, e.details()))
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+        threads += [threading.Thread(target=streamer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(3)
+        with lock:
+            before = len(results)
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+        check(not any(t.is_alive() for t in threads), "no client hangs")
+        try:
+            rc = server.proc.wait(timeout=60)
+        except Exception:
+            rc = None
+        check(rc == 0, f"exit 0 after draining (got {rc})")
+        channel.close()
+
+        ok = [r for r in results if r[1] == "OK"]
+        other = [r for r in results if r[1] != "OK"]
+        check(before > 0 and len(ok) > before, f"load before SIGTERM: {before} answers; in all {len(ok)} OK")
+        check(all(r[1] == "UNAVAILABLE" for r in other),
+              f"the only failures are calls refused after SIGTERM (UNAVAILABLE): {sorted(set((r[0], r[1]) for r in other))}")
+        lines = rel.request_lines(server)
+        logged_ok = sum(1 for line in lines if line["code"] == "OK")
+        check(all(line["code"] == "OK" for line in lines),
+              f"every request the server accepted was answered OK: {sorted(set(l['code'] for l in lines))}")
+        check(logged_ok == len(ok), f"server and clients agree: {logged_ok} logged OK, {len(ok)} received OK")
+        log = server.output()
+        check("shutting down" in log and "stopped" in log.split("shutting down")[-1], "the log says shutting down, then stopped")
+    except Exception as e:
+        check(False, f"unexpected {type(e).__name__}: {e}")
+    finally:
+        stop.set()
+        server.stop()
+        if check.failures:
+            print(server.output()[-4000:])
+    check.exit()
+
+
+if __name__ == "__main__":
+    main()
