@@ -142,8 +142,19 @@ std::shared_ptr<Job> Batcher::submit(std::vector<std::vector<int>> source_ids,
 
 JobResult Batcher::wait(const std::shared_ptr<Job>& job,
                         const std::function<bool()>& client_cancelled, int poll_ms) {
-  const auto poll = std::chrono::milliseconds(std::max(1, poll_ms));
-  while (!job->wait_for(poll)) {
+  // The client's cancellation is polled from poll_ms backing off to kMaxPoll: a thousand
+  // waiting requests (streams) polling every 10 ms kept two cores busy switching threads.
+  // The deadline is met exactly: no wait runs past it.
+  constexpr std::chrono::milliseconds kMaxPoll(100);
+  auto poll = std::chrono::milliseconds(std::max(1, poll_ms));
+  const auto max_poll = std::max(poll, kMaxPoll);
+  while (true) {
+    auto timeout = poll;
+    if (job->deadline != Clock::time_point::max()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(job->deadline - Clock::now());
+      timeout = std::clamp(left, std::chrono::milliseconds(1), poll);
+    }
+    if (job->wait_for(timeout)) break;
     ErrorCode code;
     std::string message;
     if (client_cancelled && client_cancelled()) job->cancelled = true;
@@ -151,6 +162,7 @@ JobResult Batcher::wait(const std::shared_ptr<Job>& job,
       job->fail(code, message);
       wake_.notify_one();  // let the worker free the job's queue slots now
     }
+    poll = std::min(2 * poll, max_poll);
   }
   return job->result();
 }

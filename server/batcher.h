@@ -68,8 +68,8 @@ class Batcher {
                               const DecodeOptions& options,
                               Clock::time_point deadline = Clock::time_point::max());
 
-  // Blocks until the job is done. The deadline and client_cancelled() (polled every
-  // poll_ms) end the wait early; the job is then cancelled: its waiting sentences leave the
+  // Blocks until the job is done. The deadline and client_cancelled() (polled after poll_ms,
+  // backing off to 100 ms) end the wait early; the job is then cancelled: its waiting sentences leave the
   // queue and its decoding sentences are dropped at the next decoder step.
   JobResult wait(const std::shared_ptr<Job>& job, const std::function<bool()>& client_cancelled = {},
                  int poll_ms = 10);

@@ -72,7 +72,7 @@ def deadline(server, stub, pb):
     before = len(rel.request_lines(server))
     code, seconds, details, _ = rel.call(stub.Translate, heavy, timeout=1.0)
     check(code == "DEADLINE_EXCEEDED" and seconds < 2.0,
-          f"a 1 s deadline on hours of work: {code} after {seconds:.2f} s")
+          f"a 1 s deadline on minutes of work: {code} after {seconds:.2f} s")
     small = pb.TranslateRequest(texts=[b"A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
     code, seconds, details, _ = rel.call(stub.Translate, small, timeout=30)
     check(code == "OK" and seconds < 3.0,
