@@ -124,10 +124,8 @@ __device__ __forceinline__ void write_stats(float* mean, float* inv_std, int64_t
 
 // A group of kGroup lanes handles kRows rows at a time, kCols columns per lane in registers.
 template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
-__global__ void __launch_bounds__(kWarpThreads, 8) ln_warp_kernel(Load load, Store store,
-                                                               int64_t rows, int64_t cols,
-                                                               float eps, float* mean,
-                                                               float* inv_std) {
+__device__ __forceinline__ void ln_warp_body(Load load, Store store, int64_t rows, int64_t cols,
+                                             float eps, float* mean, float* inv_std) {
   constexpr int kPacks = kCols / N;
   float buf[kRows][kCols];
   const int lane = threadIdx.x;
@@ -172,6 +170,30 @@ __global__ void __launch_bounds__(kWarpThreads, 8) ln_warp_kernel(Load load, Sto
       if (lane == 0) write_stats(mean, inv_std, row0 + r, pivot + w.mean, inv);
     }
   }
+}
+
+// Two register budgets: the packed variants holding 24 or more columns per lane are capped at
+// 64 registers (8 blocks of 128 per SM; measured on H100 this took (49152, 1024) fp16 from 79%
+// to 81% of copy bandwidth), the others keep what they naturally use (a cap made them spill or
+// lose occupancy).
+template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
+__global__ void __launch_bounds__(kWarpThreads) ln_warp_kernel(Load load, Store store,
+                                                               int64_t rows, int64_t cols,
+                                                               float eps, float* mean,
+                                                               float* inv_std) {
+  ln_warp_body<Load, Store, N, kCols, kGroup, kRows>(load, store, rows, cols, eps, mean, inv_std);
+}
+template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
+__global__ void __launch_bounds__(kWarpThreads, 8) ln_warp_kernel_capped(
+    Load load, Store store, int64_t rows, int64_t cols, float eps, float* mean, float* inv_std) {
+  ln_warp_body<Load, Store, N, kCols, kGroup, kRows>(load, store, rows, cols, eps, mean, inv_std);
+}
+template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
+constexpr auto ln_warp_kernel_for() {
+  if constexpr (kCols >= 24 && N > 1)
+    return &ln_warp_kernel_capped<Load, Store, N, kCols, kGroup, kRows>;
+  else
+    return &ln_warp_kernel<Load, Store, N, kCols, kGroup, kRows>;
 }
 
 template <class Load, int N>
@@ -260,11 +282,11 @@ struct LnKernels {
 
   template <int kCols, int kGroup, int kRows>
   const void* warp_kernel() const {
-    return reinterpret_cast<const void*>(&ln_warp_kernel<Load, Store, N, kCols, kGroup, kRows>);
+    return reinterpret_cast<const void*>(ln_warp_kernel_for<Load, Store, N, kCols, kGroup, kRows>());
   }
   template <int kCols, int kGroup, int kRows>
   void launch_warp(dim3 grid, dim3 block, cudaStream_t s) const {
-    ln_warp_kernel<Load, Store, N, kCols, kGroup, kRows><<<grid, block, 0, s>>>(
+    ln_warp_kernel_for<Load, Store, N, kCols, kGroup, kRows>()<<<grid, block, 0, s>>>(
         load, store, rows, cols, eps, mean, inv_std);
   }
   size_t smem_bytes() const { return size_t(cols) * (cache_in_t() ? sizeof(T) : sizeof(float)); }
