@@ -64,8 +64,17 @@ size_t find_invalid_utf8(const std::string& text) {
   return std::string::npos;
 }
 
+bool valid_request_id(const std::string& id) {
+  if (id.empty() || id.size() > kMaxRequestIdBytes) return false;
+  return std::all_of(id.begin(), id.end(), [](unsigned char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
 ValidRequest RequestValidator::validate(const v1::TranslateRequest& request,
                                        const TokenizeFn& tokenize) const {
+  if (!request.request_id().empty() && !valid_request_id(request.request_id())) {
+    invalid("request_id must be 1 to " + std::to_string(kMaxRequestIdBytes) +
+            " printable ASCII characters (it is echoed as the x-request-id metadata)");
+  }
   const std::vector<std::string> texts(request.texts().begin(), request.texts().end());
   check_texts(texts);
   ValidRequest valid;

@@ -27,8 +27,8 @@ class RequestValidator {
  public:
   explicit RequestValidator(Limits limits) : limits_(limits) {}
 
-  // The whole admission check of one request, in the order the server applies it: texts,
-  // options, then each text's token length (tokenized with `tokenize`).
+  // The whole admission check of one request, in the order the server applies it:
+  // request_id, texts, options, then each text's token length (tokenized with `tokenize`).
   ValidRequest validate(const v1::TranslateRequest& request, const TokenizeFn& tokenize) const;
 
   // Count, emptiness and UTF-8 of the sentences.
@@ -43,6 +43,12 @@ class RequestValidator {
  private:
   Limits limits_;
 };
+
+// Whether a client's request_id can be echoed as gRPC metadata (x-request-id) and in log
+// lines: 1 to 128 printable ASCII characters. gRPC aborts the process on a metadata value
+// with a control character, so anything else is refused (and never echoed).
+bool valid_request_id(const std::string& id);
+constexpr size_t kMaxRequestIdBytes = 128;
 
 // Byte offset of the first invalid UTF-8 sequence, or npos when `text` is valid UTF-8
 // (overlong forms, surrogates and code points above U+10FFFF are invalid).

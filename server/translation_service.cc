@@ -77,7 +77,8 @@ TranslationService::Call TranslationService::begin(const char* method,
   call.method = method;
   call.start = Clock::now();
   call.sentences = request.texts_size();
-  call.request_id = !request.request_id().empty()
+  // An id that cannot be echoed is replaced here and refused by the validator.
+  call.request_id = valid_request_id(request.request_id())
                         ? request.request_id()
                         : id_prefix_ + "-" + std::to_string(next_id_.fetch_add(1));
   return call;

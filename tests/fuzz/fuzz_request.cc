@@ -1,7 +1,11 @@
 // Arbitrary bytes as a nmt.v1.TranslateRequest, through the server's admission check
 // (RequestValidator::validate with the demo model's tokenizer), as TranslationService runs it
 // before queueing; no network. A request is refused with nmt::Error(kInvalidArgument) or
-// accepted, and what is accepted must be safe for the batcher and the engine.
+// accepted, and what is accepted must be safe for the batcher, the engine and gRPC (a
+// request_id echoed as metadata must be a legal header value: gRPC aborts on others).
+#include <grpc/grpc.h>
+#include <grpc/slice.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,6 +45,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   nmt::v1::TranslateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;  // gRPC refuses these
   const nmt::server::Limits& limits = validator().limits();
+  // What the server echoes as metadata must be legal for gRPC (which aborts otherwise).
+  const std::string& id = request.request_id();
+  if (nmt::server::valid_request_id(id) &&
+      !grpc_header_nonbin_value_is_legal(grpc_slice_from_static_buffer(id.data(), id.size()))) {
+    __builtin_trap();
+  }
   nmt::server::ValidRequest valid;
   try {
     valid = validator().validate(request,
@@ -50,6 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   // Accepted: within every limit, and acceptable to the engine's own option check.
+  if (!id.empty() && !nmt::server::valid_request_id(id)) __builtin_trap();
   if (valid.source_ids.empty() ||
       valid.source_ids.size() > static_cast<size_t>(limits.max_sentences_per_request)) {
     __builtin_trap();

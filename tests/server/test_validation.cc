@@ -123,3 +123,27 @@ TEST(Validation, OptionErrors) {
   EXPECT_EQ(options_refusal([](O& o) { o.set_min_decoding_length(-1); }),
             "options.min_decoding_length must be between 0 and 99 (options.max_decoding_length - 1), got -1");
 }
+
+// A request_id is echoed as gRPC metadata, where a control character makes gRPC abort the
+// process (found by tests/reliability: "a\n..." crashed the server).
+TEST(Validation, RequestIdMustBeEchoable) {
+  EXPECT_TRUE(valid_request_id("req-42_ABC.x:y/z"));
+  EXPECT_TRUE(valid_request_id(std::string(kMaxRequestIdBytes, 'a')));
+  EXPECT_FALSE(valid_request_id(""));
+  EXPECT_FALSE(valid_request_id(std::string(kMaxRequestIdBytes + 1, 'a')));
+  EXPECT_FALSE(valid_request_id("a\nb"));
+  EXPECT_FALSE(valid_request_id(std::string("a\0b", 3)));
+  EXPECT_FALSE(valid_request_id("\x7f"));
+  EXPECT_FALSE(valid_request_id("\xc3\x9c"));  // U+00DC: UTF-8, but not ASCII
+
+  const RequestValidator v(limits());
+  auto tokenize = [](const std::string& text) { return std::vector<int>(text.size() % 5 + 1, 7); };
+  nmt::v1::TranslateRequest request;
+  request.add_texts("A dog.");
+  request.set_request_id("ok-1");
+  EXPECT_EQ(refusal([&] { v.validate(request, tokenize); }), "(accepted)");
+  request.set_request_id("a\nINJECTED");
+  EXPECT_EQ(refusal([&] { v.validate(request, tokenize); }),
+            "request_id must be 1 to 128 printable ASCII characters (it is echoed as the "
+            "x-request-id metadata)");
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""Hostile requests over the network: bytes that are not a TranslateRequest, messages over
+server.max_message_bytes, request ids and model names with control characters (a request_id
+with a newline made gRPC abort the whole server before the validator refused it), invalid
+UTF-8, thousands of texts, absurd options. Each gets its own error status; the server never
+dies and answers a normal request afterwards.
+
+    test_hostile.py REPO_ROOT NMT_SERVER
+"""
+import os
+import sys
+
+import rel
+
+check = rel.Checks()
+
+
+def main():
+    repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
+    tmp, pb, pb_grpc, health_pb2, health_pb2_grpc = rel.setup(repo, "nmt-hostile-")
+    config = os.path.join(tmp, "config.yaml")
+    rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"),
+                     server={"max_message_bytes": 65536})
+    server = rel.json_server(binary, config)
+    grpc = rel.grpc
+    try:
+        server.wait_serving(health_pb2, health_pb2_grpc)
+        with grpc.insecure_channel(server.target, options=[("grpc.max_send_message_length", 1 << 24)]) as channel:
+            stub = pb_grpc.TranslationServiceStub(channel)
+            raw = channel.unary_unary("/nmt.v1.TranslationService/Translate",
+                                      request_serializer=None, response_deserializer=None)
+            for what, data in (("garbage bytes", b"\xff\xff\xff\xff\x0f"),
+                               ("truncated field", b"\x12\x80\x80\x80"),
+                               ("wrong wire type", b"\x15\x00\x00\x00\x00")):
+                code, _, details, _ = rel.call(raw, data, timeout=10)
+                check(code in ("INTERNAL", "INVALID_ARGUMENT"), f"{what}: {code} ({details[:80]})")
+            big = pb.TranslateRequest(texts=[b"a " * 70000])
+            code, _, details, _ = rel.call(stub.Translate, big, timeout=10)
+            check(code == "RESOURCE_EXHAUSTED", f"a message over max_message_bytes: {code} ({details[:80]})")
+            cases = [
+                ("request_id with a newline", pb.TranslateRequest(texts=[b"A dog."], request_id="a\nX-Injected: 1"), "INVALID_ARGUMENT"),
+                ("request_id with NUL", pb.TranslateRequest(texts=[b"A dog."], request_id="a\x00b"), "INVALID_ARGUMENT"),
+                ("request_id of 10 kB", pb.TranslateRequest(texts=[b"A dog."], request_id="x" * 10000), "INVALID_ARGUMENT"),
+                ("non-ASCII request_id", pb.TranslateRequest(texts=[b"A dog."], request_id="Straße"), "INVALID_ARGUMENT"),
+                ("model name with a newline", pb.TranslateRequest(texts=[b"A dog."], model="m30k\nx"), "NOT_FOUND"),
+                ("invalid UTF-8", pb.TranslateRequest(texts=[b"caf\xc3"]), "INVALID_ARGUMENT"),
+                ("10000 empty texts", pb.TranslateRequest(texts=[b""] * 10000), "INVALID_ARGUMENT"),
+                ("a 30000-token sentence", pb.TranslateRequest(texts=[b"a " * 30000]), "INVALID_ARGUMENT"),
+                ("beam 2^31-1", pb.TranslateRequest(texts=[b"A dog."], options=pb.TranslateOptions(beam_size=2**31 - 1)), "INVALID_ARGUMENT"),
+                ("negative lengths", pb.TranslateRequest(texts=[b"A dog."], options=pb.TranslateOptions(max_decoding_length=-2**31)), "INVALID_ARGUMENT"),
+                ("NaN length penalty", pb.TranslateRequest(texts=[b"A dog."], options=pb.TranslateOptions(length_penalty=float("nan"))), "INVALID_ARGUMENT"),
+            ]
+            for what, request, expect in cases:
+                code, _, details, _ = rel.call(stub.Translate, request, timeout=10)
+                check(code == expect, f"{what}: {code} ({details[:100]!r})")
+            responses = list(stub.TranslateStream(iter([cases[0][1], pb.TranslateRequest(texts=[b"A dog."], request_id="fine")]), timeout=30))
+            check([r.status_code for r in responses] == [3, 0] and responses[1].request_id == "fine"
+                  and "\n" not in responses[0].request_id,
+                  f"on a stream: the bad id is refused and not echoed ({[r.request_id for r in responses]})")
+            code, _, _, r = rel.call(stub.Translate, pb.TranslateRequest(texts=[b"A man is riding a bike."], request_id="after"), timeout=30)
+            check(code == "OK" and r.request_id == "after", f"a normal request afterwards: {code}")
+            check(server.proc.poll() is None, "the server is alive")
+        log = server.output()
+        check("X-Injected: 1\n" not in log and "assertion failed" not in log, "no raw control characters in the log, no gRPC assertion")
+    except Exception as e:
+        check(False, f"unexpected {type(e).__name__}: {e}")
+    finally:
+        rc = server.stop()
+        check(rc == 0, f"exit 0 on SIGTERM (got {rc})")
+        if check.failures:
+            print(server.output()[-4000:])
+    check.exit()
+
+
+if __name__ == "__main__":
+    main()
