@@ -14,9 +14,9 @@ PACKAGES=(
   python3 python3-grpcio python3-grpc-tools python3-yaml
 )
 # Test-only tools (a real Prometheus for the metrics tests, clang + its runtimes for the
-# fuzzers); skipped in the Docker image.
+# fuzzers, openssl for the TLS test certificates); skipped in the Docker image.
 if [ "${NMT_SETUP_TEST_TOOLS:-1}" = "1" ]; then
-  PACKAGES+=(prometheus clang libclang-rt-14-dev)
+  PACKAGES+=(prometheus clang libclang-rt-14-dev openssl)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do
