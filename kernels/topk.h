@@ -2,8 +2,8 @@
 // The beam-search step after the output projection, in one call:
 //   logp[row, t]  = log_softmax(logits[row, :] + bias)[t]        (float32 math)
 //   masks on logp: pad -> -inf always; mask_eos -> eos -inf;
-//                  force_eos -> every token but eos -inf and eos = 0 (as transformers'
-//                  ForcedEOSTokenLogitsProcessor: the forced token's log-prob is 0)
+//                  force_eos -> every token but eos -inf; eos = 0 (as transformers'
+//                  ForcedEOSTokenLogitsProcessor) or, with forced_eos_keeps_logp, its log-prob
 //   cand[row, t]  = logp[row, t] + running_scores[row]
 //   per sentence (beam consecutive rows), the k best of its beam x vocab candidates, sorted
 //   descending, ties broken by the lower index (as torch.topk on CPU);
@@ -20,6 +20,7 @@ struct TopkMasks {
   int eos_id = -1;
   bool mask_eos = false;   // e.g. before min_length
   bool force_eos = false;  // at max_length
+  bool forced_eos_keeps_logp = false;  // false: the forced EOS scores 0 (transformers)
 };
 
 constexpr int kMaxBeamTopk = 32;  // largest k beam_topk supports

@@ -31,7 +31,8 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
         float logp = c[t] - lse;
         if (t == masks.pad_id) logp = neg_inf;
         if (masks.mask_eos && t == masks.eos_id) logp = neg_inf;
-        if (masks.force_eos) logp = t == masks.eos_id ? 0.f : neg_inf;
+        if (masks.force_eos)
+          logp = t != masks.eos_id ? neg_inf : masks.forced_eos_keeps_logp ? logp : 0.f;
         c[t] = logp + running_scores[row];
       }
     }

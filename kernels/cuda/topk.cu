@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
   for_each_logit(logits + row * vocab, bias, Chunk(vocab, chunk), [&](int t, float v) {
     float logp = v - lse;
     if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) logp = -INFINITY;
-    if (masks.force_eos) logp = t == masks.eos_id ? 0.f : -INFINITY;
+    if (masks.force_eos)
+      logp = t != masks.eos_id ? -INFINITY : masks.forced_eos_keeps_logp ? logp : 0.f;
     list.push(logp + running, base + t);
   });
   const int64_t out = (row * splits + blockIdx.x) * kK;

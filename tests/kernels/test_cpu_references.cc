@@ -206,6 +206,11 @@ TEST(CpuReference, BeamTopk) {
   EXPECT_EQ(s[0], 0.f);
   EXPECT_EQ(s[1], -1.f);
   EXPECT_EQ(s[2], -kInf);
+  force.forced_eos_keeps_logp = true;  // row 0: -ln 3 + 0, row 1: ln(5/8) - 1
+  beam_topk_cpu(logits.data(), nullptr, running.data(), 1, 2, 3, 3, force, s.data(), idx.data());
+  EXPECT_EQ(idx, (std::vector<int>{2, 5, 0}));
+  EXPECT_NEAR(s[0], third, 1e-6f);
+  EXPECT_NEAR(s[1], l58 - 1, 1e-6f);
   TopkMasks no_eos;
   no_eos.eos_id = 2;
   no_eos.mask_eos = true;

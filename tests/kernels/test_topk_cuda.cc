@@ -22,8 +22,9 @@ struct Case {
   TopkMasks masks;
 };
 
-TopkMasks masks(int pad, int eos, bool mask_eos, bool force_eos) {
+TopkMasks masks(int pad, int eos, bool mask_eos, bool force_eos, bool keep = false) {
   TopkMasks m;
+  m.forced_eos_keeps_logp = keep;
   m.pad_id = pad;
   m.eos_id = eos;
   m.mask_eos = mask_eos;
@@ -37,7 +38,8 @@ const Case kCases[] = {
     {5, 2, 7, 4, true, masks(-1, -1, false, false)},         // tiny vocabulary
     {2, 16, 3001, 32, true, masks(3, 2, false, false)},      // the largest k
     {7, 1, 32003, 1, false, masks(5, 6, false, false)},      // greedy
-    {4, 3, 5000, 5, true, masks(0, 4999, false, true)},      // forced EOS
+    {4, 3, 5000, 5, true, masks(0, 4999, false, true)},      // forced EOS (scores 0)
+    {4, 3, 5000, 5, true, masks(0, 7, false, true, true)},   // forced EOS keeps its log-prob
     {1, 4, 70000, 3, true, masks(1, 0, false, false)},       // many chunks per row
 };
 
