@@ -6,8 +6,11 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <malloc.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -138,7 +141,20 @@ int serve(const ServerConfig& config) {
 
 }  // namespace
 
+// glibc's allocator, left to its defaults, let the server's resident memory creep up by ~9%
+// a minute under steady load (tests/reliability/soak.py) without a leak: every thread that
+// gRPC runs a call on may get its own arena, and freeing a large buffer raises the mmap
+// threshold, so the engine's per-batch buffers then come from (and stay in) the arenas.
+// A fixed threshold and two arenas keep RSS flat. MALLOC_* environment variables still win.
+namespace {
+void tune_allocator() {
+  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
+  if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 256 << 10);
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+  tune_allocator();
   const sigset_t signals = termination_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
