@@ -47,6 +47,11 @@ def main():
     try:
         server.wait_serving(health_pb2, health_pb2_grpc)
         base = rel.proc_status(server.proc.pid)
+        with rel.grpc.insecure_channel(server.target) as channel:
+            unit = pb.TranslateRequest(texts=[s.encode() for s in rel.SENTENCES], options=pb.TranslateOptions(beam_size=4))
+            _, unit_seconds, _, _ = rel.call(pb_grpc.TranslationServiceStub(channel).Translate, unit, timeout=120)
+        # The storms below queue ~600 such requests: served, they would take minutes.
+        bound = 5 * unit_seconds + 1.0
         started = 0
         for round_ in range(3):
             with rel.grpc.insecure_channel(server.target) as channel:
@@ -71,13 +76,14 @@ def main():
             inflight = rel.wait_for(lambda: rel.metric(server.metrics(), "nmt_inflight_requests") == 0, 30)
             check(inflight, f"nmt_inflight_requests back to 0 ({rel.metric(server.metrics(), 'nmt_inflight_requests')})")
             code, seconds, details, _ = rel.call(stub.Translate, small, timeout=30)
-            check(code == "OK" and seconds < 3.0,
-                  f"no cancelled work left queued or decoding: a new request took {seconds:.2f} s ({code} {details})")
+            check(code == "OK" and seconds < bound,
+                  f"no cancelled work left queued or decoding: a new request took {seconds:.2f} s "
+                  f"(bound {bound:.2f} s: 5x one storm request alone, + 1 s) ({code} {details})")
             lines = rel.request_lines(server)
             codes = {}
             for line in lines:
                 codes[line["code"]] = codes.get(line["code"], 0) + 1
-            check(set(codes) <= {"OK", "CANCELLED"} and codes.get("CANCELLED", 0) > 0,
+            check(set(codes) <= {"OK", "CANCELLED"} and codes.get("CANCELLED", 0) > 0 and codes.get("OK") == 2,
                   f"every request the server took was answered and logged: {codes}")
             health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
             check(health.status == health_pb2.HealthCheckResponse.SERVING, "still SERVING")
