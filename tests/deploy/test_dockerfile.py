@@ -61,7 +61,9 @@ def check_collect_libs(repo, exes):
         for e in exes:
             ldd = subprocess.run(["ldd", e], capture_output=True, text=True).stdout
             needed |= {m.group(1) for m in re.finditer(r"^\s*(\S+) => /", ldd, re.M)}
-        base = {n for n in needed if re.match(r"(libc|libm|libstdc\+\+|libgcc_s)\.so", n)}
+        # glibc, the C++ runtime and the CUDA runtime libraries come with the runtime base image.
+        base = {n for n in needed
+                if re.match(r"(libc|libm|libdl|librt|libpthread|libresolv|libutil|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt)\.so", n)}
         check(bool(needed - base) and needed - base <= got,
               f"collect-runtime-libs.sh copied every non-base library the executables load ({len(got)} files)")
         check(not (got & base), f"collect-runtime-libs.sh left out glibc/libstdc++ of the base image {sorted(got & base)}")
