@@ -9,9 +9,17 @@
 //   K  (kv, j, h, d) at k  [kv * kv_batch_stride + j * kv_row_stride  + h * head_dim + d]
 //   V  (kv, j, h, d) at v  [kv * kv_batch_stride + j * kv_row_stride  + h * head_dim + d]
 //   O  (b, i, h, d)  at out[b * out_batch_stride + i * out_row_stride + h * head_dim + d]
-// where kv = b / queries_per_kv (beams of one sentence share its cross-attention K/V).
+// where kv = kv_index[b] when kv_index is set (a device table: the beam search's rows move
+// between sentences as sentences finish), else b / queries_per_kv (beams of one sentence
+// share its cross-attention K/V).
 // Key j is visible to query i iff j < key_lengths[kv] (when key_lengths is set) and, when
 // causal, j <= i + causal_offset. A query that sees no key gets a zero output row.
+// Optional biases fused into the loads: q_bias is added to Q before the scale, v_bias to the
+// output of every query that sees a key (softmax weights sum to 1). There is no key bias: it
+// adds q.b_k to every score of a query, which softmax ignores.
+//
+// decoder_self_attention (below) is the decoder step's sibling: the KV-cache append and the
+// beam reorder through a key-row table fused into the same warp-per-(row, head) kernel.
 #include <cstddef>
 #include <cstdint>
 
@@ -19,10 +27,11 @@
 
 namespace nmt::kernels {
 
-// Which implementation attention_cuda uses. kAuto: the fused decoder-step kernel for M = 1,
-// the shape-specialized tiled kernels when K/V of one head fit in shared memory, else cuBLAS.
-// The others force one path (tests, benchmarks); a forced path that cannot handle the shape
-// falls back to kCublas.
+// Which implementation attention_cuda uses. kAuto: the fused decoder-step kernel (one warp per
+// query and head) for M = 1, the shape-specialized tiled kernels when K/V of one head fit in
+// shared memory, else cuBLAS. The others force one path (tests, benchmarks); a forced path
+// that cannot handle the shape falls back to kCublas. Arguments with q_bias, v_bias or
+// kv_index always take the decoder-step kernel (any M; the only one that fuses them).
 enum class AttentionPath { kAuto, kDecoderStep, kTiled, kCublas };
 
 template <typename T>
@@ -42,6 +51,9 @@ struct AttentionArgs {
   int64_t out_batch_stride = 0, out_row_stride = 0;
   float scale = 1.0f;
   const int* key_lengths = nullptr;  // device, one per kv batch; null = all N keys valid
+  const int* kv_index = nullptr;     // device, one per query batch; null = b / queries_per_kv
+  const T* q_bias = nullptr;         // [heads * head_dim]
+  const T* v_bias = nullptr;         // [heads * head_dim]
   bool causal = false;
   int64_t causal_offset = 0;
   AttentionPath path = AttentionPath::kAuto;
@@ -61,7 +73,34 @@ void attention_cpu(const AttentionArgs<float>& a);
 // Scores only: s[((b * heads + h) * M + i) * N + j] = scale * Q_bih . K_kv,j,h, or -inf where
 // masked, read from the same strided layout as above (head split fused). The batched-matmul
 // building block of attention, exposed for benchmarks and for callers that need the scores.
+// Takes neither the biases nor kv_index (throws std::invalid_argument when they are set).
 void attention_scores_cpu(const AttentionArgs<float>& a, float* scores);
+
+// Decoder self-attention of one decode step with the KV-cache append and the beam reorder
+// fused, one warp per (row, head), t = *step read from memory (one captured CUDA graph serves
+// every step):
+//   q = (qkv[r, 0:d] + bias[0:d]) * scale
+//   k_cache/v_cache at (cache row r, position t) = qkv[r, d:2d] / qkv[r, 2d:3d] + bias
+//   out[r] = softmax_j(q . K_j) V_j over j = 0..t, where position j of row r lives in cache row
+//   key_rows[r * capacity + j] (see beam_reorder_key_rows in elementwise.h; position t is r's
+//   own, just written).
+// Caches are [cache rows][capacity][d] with d = heads * head_dim; head_dim 32, 64 or 128.
+template <typename T>
+struct DecoderSelfAttentionArgs {
+  const T* qkv = nullptr;   // [rows, 3d]: q | k | v of this step
+  const T* bias = nullptr;  // [3d]
+  T* k_cache = nullptr;
+  T* v_cache = nullptr;
+  const int* key_rows = nullptr;  // [rows, capacity]
+  const int* step = nullptr;      // t (device for CUDA, host for the CPU twin); t < capacity
+  T* out = nullptr;               // [rows, d]
+  int64_t rows = 0;
+  int capacity = 0, heads = 0, head_dim = 0;
+  float scale = 1.0f;
+};
+
+// float32 reference (all pointers host pointers).
+void decoder_self_attention_cpu(const DecoderSelfAttentionArgs<float>& a);
 
 #if NMT_WITH_CUDA
 // T = float, __half or __nv_bfloat16.
@@ -75,6 +114,9 @@ AttentionPath attention_chosen_path(const AttentionArgs<T>& a);
 // Scores only (see attention_scores_cpu); scores has batch * heads * M * N elements of T.
 template <typename T>
 void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t stream);
+
+template <typename T>
+void decoder_self_attention_cuda(const DecoderSelfAttentionArgs<T>& a, cudaStream_t stream);
 #endif
 
 }  // namespace nmt::kernels

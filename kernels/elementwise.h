@@ -1,45 +1,45 @@
 #pragma once
 // Elementwise fusions of the Transformer forward pass and the beam search: embedding lookup
-// with scale and position, bias add, KV-cache append, beam reorder (row gather), type
+// with scale and position, bias add, beam reorder of the KV-cache key-row table, type
 // conversion. Bias + activation lives in activation.h, bias + residual is fused into
-// layer_norm.h's load.
+// layer_norm.h's load, the KV-cache append into attention.h's decoder_self_attention.
 #include <cstdint>
 
 #include "kernels/stream.h"
 
 namespace nmt::kernels {
 
-// out[r, :] = embeddings[ids[r], :] * scale + positions_table[positions[r], :]
-// (positions_table may be null: no position term).
+// out[r, :] = embeddings[ids[r], :] * scale + positions_table[p, :] with p = *step when step
+// is set (a decode step: every row at the same position, read from memory so that one captured
+// CUDA graph serves every step), else p = positions[r]. positions_table may be null: no
+// position term.
 void embed_positions_cpu(const int* ids, const float* embeddings, const float* positions_table,
                          const int* positions, float* out, int64_t rows, int d_model,
-                         float scale);
+                         float scale, const int* step = nullptr);
 // x[r, c] += bias[c]
 void add_bias_cpu(float* x, const float* bias, int64_t rows, int64_t cols);
-// dst[r * dst_row_stride + c] = src[index[r] * src_row_stride + c] for c < row_elems
-void gather_rows_cpu(const float* src, float* dst, const int* index, int64_t rows,
-                     int64_t src_row_stride, int64_t dst_row_stride, int64_t row_elems);
-// k_cache[(r * max_len + step) * d_model + c] = k_new[r * new_row_stride + c] (same for v)
-void kv_append_cpu(const float* k_new, const float* v_new, int64_t new_row_stride,
-                   float* k_cache, float* v_cache, int64_t rows, int64_t step, int64_t max_len,
-                   int64_t d_model);
+
+// Beam reorder without moving the KV caches. key_rows[r * capacity + j] names the cache row
+// that holds row r's key/value at position j (decoder_self_attention writes position j of
+// cache row r once, at step j, so later reorders never overwrite what other rows still read).
+// After the beam search picked parent[r] for row r at step t = *step:
+//   new_rows[r][j] = old_rows[parent[r]][j] for j < t,  new_rows[r][t] = r.
+// Only this int table moves (rows x (t + 1) ints), never the caches.
+void beam_reorder_key_rows_cpu(const int* old_rows, int* new_rows, const int* parent,
+                               int64_t rows, int capacity, const int* step);
 
 #if NMT_WITH_CUDA
-// T = float, __half or __nv_bfloat16 for all of these; index/ids/positions are device ints.
+// T = float, __half or __nv_bfloat16 for all of these; ids/positions/step/parent/key-row
+// tables are device ints.
 template <typename T>
 void embed_positions_cuda(const int* ids, const T* embeddings, const T* positions_table,
                           const int* positions, T* out, int64_t rows, int d_model, float scale,
-                          cudaStream_t stream);
+                          cudaStream_t stream, const int* step = nullptr);
 template <typename T>
 void add_bias_cuda(T* x, const T* bias, int64_t rows, int64_t cols, cudaStream_t stream);
-template <typename T>
-void gather_rows_cuda(const T* src, T* dst, const int* index, int64_t rows,
-                      int64_t src_row_stride, int64_t dst_row_stride, int64_t row_elems,
-                      cudaStream_t stream);
-template <typename T>
-void kv_append_cuda(const T* k_new, const T* v_new, int64_t new_row_stride, T* k_cache,
-                    T* v_cache, int64_t rows, int64_t step, int64_t max_len, int64_t d_model,
-                    cudaStream_t stream);
+void beam_reorder_key_rows_cuda(const int* old_rows, int* new_rows, const int* parent,
+                                int64_t rows, int capacity, const int* step,
+                                cudaStream_t stream);
 // dst[i] = To(src[i]) for n elements; From/To among float, __half, __nv_bfloat16.
 template <typename From, typename To>
 void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream);

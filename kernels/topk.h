@@ -2,8 +2,8 @@
 // The beam-search step after the output projection, in one call:
 //   logp[row, t]  = log_softmax(logits[row, :] + bias)[t]        (float32 math)
 //   masks on logp: pad -> -inf always; mask_eos -> eos -inf;
-//                  force_eos -> every token but eos -inf; eos = 0 (as transformers'
-//                  ForcedEOSTokenLogitsProcessor) or, with forced_eos_keeps_logp, its log-prob
+//                  force_eos -> every token but eos -inf, eos = 0 (transformers'
+//                  ForcedEOSTokenLogitsProcessor; the CPU engine does the same)
 //   cand[row, t]  = logp[row, t] + running_scores[row]
 //   per sentence (beam consecutive rows), the k best of its beam x vocab candidates, sorted
 //   descending, ties broken by the lower index (as torch.topk on CPU);
@@ -20,7 +20,6 @@ struct TopkMasks {
   int eos_id = -1;
   bool mask_eos = false;   // e.g. before min_length
   bool force_eos = false;  // at max_length
-  bool forced_eos_keeps_logp = false;  // false: the forced EOS scores 0 (transformers)
 };
 
 constexpr int kMaxBeamTopk = 32;  // largest k beam_topk supports
@@ -40,12 +39,14 @@ size_t beam_topk_workspace_bytes(int64_t sentences, int beam, int vocab, int k);
 
 #if NMT_WITH_CUDA
 // T = float, __half or __nv_bfloat16. All pointers are device pointers; bias may be null.
-// workspace must hold beam_topk_workspace_bytes(...) bytes.
+// workspace must hold beam_topk_workspace_bytes(...) bytes. Row r of the logits starts at
+// logits + r * logits_row_stride (0 = vocab; a padded stride keeps the output projection's
+// rows 16-byte aligned, which cuBLAS needs for its fast kernels).
 template <typename T>
 void beam_topk_cuda(const T* logits, const float* bias, const float* running_scores,
                     int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
                     float* out_scores, int* out_index, void* workspace, size_t workspace_bytes,
-                    cudaStream_t stream);
+                    cudaStream_t stream, int64_t logits_row_stride = 0);
 #endif
 
 }  // namespace nmt::kernels

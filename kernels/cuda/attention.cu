@@ -1,6 +1,9 @@
 // Multi-head attention (kernels/attention.h): three implementations behind one call.
 //   decoder step (M = 1): one warp per (batch, query, head), q.K^T -> mask -> softmax -> .V
-//                         in one launch; the head dimension is a template (32, 64, 128).
+//                         in one launch; the head dimension is a template (32, 64, 128). Also
+//                         the only path for the fused q/v biases and kv_index (any M), and the
+//                         core (warp_attend) of decoder_self_attention_cuda, which adds the
+//                         KV-cache append and reads keys through the beam's key-row table.
 //   tiled (small N):      one block per (query tile, head, batch) holding K^T, V, the query
 //                         tile and its scores in shared memory; the tile height is a template
 //                         chosen per shape class (8, 16, 32 query rows).
@@ -10,6 +13,8 @@
 
 #include <array>
 #include <cmath>
+#include <stdexcept>
+#include <type_traits>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
@@ -20,11 +25,16 @@ namespace cuda {
 namespace {
 
 template <typename T>
+__device__ __forceinline__ int64_t kv_batch(const AttentionArgs<T>& a, int64_t b) {
+  return a.kv_index ? a.kv_index[b] : b / a.queries_per_kv;
+}
+
+template <typename T>
 __device__ __forceinline__ int64_t visible_keys(const AttentionArgs<T>& a, int64_t b,
                                                 int64_t i) {
   int64_t n = a.kv_len;
   if (a.key_lengths) {
-    const int64_t len = a.key_lengths[b / a.queries_per_kv];
+    const int64_t len = a.key_lengths[kv_batch(a, b)];
     n = len < n ? len : n;
   }
   if (a.causal) {
@@ -38,40 +48,38 @@ __device__ __forceinline__ int64_t visible_keys(const AttentionArgs<T>& a, int64
 
 constexpr int kStepWarps = 4;  // (batch, query, head) tasks per block
 
+// Lane layout of the warp-per-(query, head) kernels: kLanesPerRow lanes hold one K/V row of
+// head size kD in 16-byte packs, so kRowsPerIter rows are read per step.
 template <typename T, int kD>
-__global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(AttentionArgs<T> a) {
-  constexpr int kVec = 16 / int(sizeof(T));     // elements per 16-byte pack
-  constexpr int kLanesPerRow = kD / kVec;       // lanes that hold one K/V row
-  constexpr int kRowsPerIter = 32 / kLanesPerRow;
+struct StepLanes {
+  static constexpr int kVec = 16 / int(sizeof(T));
+  static constexpr int kLanesPerRow = kD / kVec;
+  static constexpr int kRowsPerIter = 32 / kLanesPerRow;
   static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "unsupported head_dim");
-  extern __shared__ float step_smem[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t task = int64_t(blockIdx.x) * kStepWarps + warp;
-  if (task >= a.batch * a.q_len * a.heads) return;  // whole warp leaves together
-  const int h = int(task % a.heads);
-  const int64_t i = task / a.heads % a.q_len, b = task / a.heads / a.q_len;
-  const int64_t kv = b / a.queries_per_kv;
-  float* p = step_smem + int64_t(warp) * a.kv_len;
-  const int row_lane = lane / kLanesPerRow, d0 = lane % kLanesPerRow * kVec;
+  int row_lane, d0;
+  __device__ explicit StepLanes(int lane)
+      : row_lane(lane / kLanesPerRow), d0(lane % kLanesPerRow * kVec) {}
+};
 
-  float q[kVec];
-  load_pack<T, kVec>(a.q + b * a.q_batch_stride + i * a.q_row_stride + h * kD + d0, q);
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) q[e] *= a.scale;
-  const T* k_head = a.k + kv * a.kv_batch_stride + h * kD + d0;
-  const T* v_head = a.v + kv * a.kv_batch_stride + h * kD + d0;
-  const int64_t n = visible_keys(a, b, i);
-
-  // scores: kRowsPerIter keys per step, kLanesPerRow lanes per key, four steps in flight
+// The core of both decoder-step kernels, for one warp: out = softmax_j(q . K_j) V_j (+ v_bias)
+// over j < n. q holds the lane's kVec elements (scaled); key(j) / value(j) point at the lane's
+// elements of row j (called for j < n only); p has n floats of this warp's shared memory.
+// Scores: kRowsPerIter keys per step, four steps in flight; the lanes of row_lane 0 store.
+template <typename T, int kD, class KeyFn, class ValueFn>
+__device__ __forceinline__ void warp_attend(const float* q, int64_t n, KeyFn key, ValueFn value,
+                                            float* p, const T* v_bias, T* out, int lane) {
+  using L = StepLanes<T, kD>;
+  constexpr int kVec = L::kVec, kRowsPerIter = L::kRowsPerIter;
+  const L lanes(lane);
   constexpr int kUnroll = 4;
   for (int64_t j0 = 0; j0 < n; j0 += kRowsPerIter * kUnroll) {
     float dot[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = j0 + u * kRowsPerIter + row_lane;
+      const int64_t j = j0 + u * kRowsPerIter + lanes.row_lane;
       float kr[kVec];
       if (j < n) {
-        load_pack<T, kVec>(k_head + j * a.kv_row_stride, kr);
+        load_pack<T, kVec>(key(j), kr);
       } else {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) kr[e] = 0.f;
@@ -82,9 +90,9 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      dot[u] = group_allreduce<kLanesPerRow>(dot[u], SumOp());
-      const int64_t j = j0 + u * kRowsPerIter + row_lane;
-      if (d0 == 0 && j < n) p[j] = dot[u];
+      dot[u] = group_allreduce<L::kLanesPerRow>(dot[u], SumOp());
+      const int64_t j = j0 + u * kRowsPerIter + lanes.row_lane;
+      if (lanes.d0 == 0 && j < n) p[j] = dot[u];
     }
   }
   __syncwarp();
@@ -104,30 +112,125 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
 #pragma unroll
   for (int e = 0; e < kVec; ++e) acc[e] = 0.f;
 #pragma unroll 4
-  for (int64_t j = row_lane; j < n; j += kRowsPerIter) {
+  for (int64_t j = lanes.row_lane; j < n; j += kRowsPerIter) {
     float vr[kVec];
-    load_pack<T, kVec>(v_head + j * a.kv_row_stride, vr);
+    load_pack<T, kVec>(value(j), vr);
     const float w = p[j];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) acc[e] += w * vr[e];
   }
 #pragma unroll
-  for (int mask = kLanesPerRow; mask < 32; mask *= 2) {
+  for (int mask = L::kLanesPerRow; mask < 32; mask *= 2) {
 #pragma unroll
     for (int e = 0; e < kVec; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], mask);
   }
-  if (row_lane == 0) {
+  if (lanes.row_lane == 0) {
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    float b[kVec];
+    if (v_bias && n > 0) {
+      load_pack<T, kVec>(v_bias, b);
+    } else {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) acc[e] *= inv;
-    store_pack<T, kVec>(a.out + b * a.out_batch_stride + i * a.out_row_stride + h * kD + d0, acc);
+      for (int e = 0; e < kVec; ++e) b[e] = 0.f;
+    }
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] = acc[e] * inv + b[e];
+    store_pack<T, kVec>(out, acc);
   }
+}
+
+// q[0:kVec] = (src[0:kVec] + bias[0:kVec]) * scale (bias may be null).
+template <typename T, int kVec>
+__device__ __forceinline__ void load_query(const T* src, const T* bias, float scale, float* q) {
+  load_pack<T, kVec>(src, q);
+  float b[kVec];
+  if (bias) {
+    load_pack<T, kVec>(bias, b);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) b[e] = 0.f;
+  }
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) q[e] = (q[e] + b[e]) * scale;
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(AttentionArgs<T> a) {
+  using L = StepLanes<T, kD>;
+  extern __shared__ float step_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t task = int64_t(blockIdx.x) * kStepWarps + warp;
+  if (task >= a.batch * a.q_len * a.heads) return;  // whole warp leaves together
+  const int h = int(task % a.heads);
+  const int64_t i = task / a.heads % a.q_len, b = task / a.heads / a.q_len;
+  const int64_t kv = kv_batch(a, b);
+  const int d0 = L(lane).d0, hd = h * kD + d0;
+  float q[L::kVec];
+  load_query<T, L::kVec>(a.q + b * a.q_batch_stride + i * a.q_row_stride + hd,
+                         a.q_bias ? a.q_bias + hd : nullptr, a.scale, q);
+  const T* k_head = a.k + kv * a.kv_batch_stride + hd;
+  const T* v_head = a.v + kv * a.kv_batch_stride + hd;
+  warp_attend<T, kD>(
+      q, visible_keys(a, b, i), [&](int64_t j) { return k_head + j * a.kv_row_stride; },
+      [&](int64_t j) { return v_head + j * a.kv_row_stride; },
+      step_smem + int64_t(warp) * a.kv_len, a.v_bias ? a.v_bias + hd : nullptr,
+      a.out + b * a.out_batch_stride + i * a.out_row_stride + hd, lane);
+}
+
+// decoder_self_attention: the lanes of row_lane 0 append the row's new key/value at position t
+// of its own cache row, then the warp attends over positions 0..t through the key-row table
+// (each position's cache row is kept in shared memory for the value pass).
+template <typename T, int kD>
+__global__ void __launch_bounds__(kStepWarps * 32)
+    decoder_self_attention_kernel(DecoderSelfAttentionArgs<T> a) {
+  using L = StepLanes<T, kD>;
+  constexpr int kVec = L::kVec;
+  extern __shared__ float step_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t task = int64_t(blockIdx.x) * kStepWarps + warp;
+  if (task >= a.rows * a.heads) return;
+  const int h = int(task % a.heads);
+  const int64_t r = task / a.heads;
+  const int t = *a.step;
+  const int64_t d = int64_t(a.heads) * kD, row_stride = int64_t(a.capacity) * d;
+  const L lanes(lane);
+  const int64_t hd = int64_t(h) * kD + lanes.d0;
+  const T* src = a.qkv + r * 3 * d + hd;
+  float q[kVec];
+  load_query<T, kVec>(src, a.bias + hd, a.scale, q);
+  if (lanes.row_lane == 0) {
+    float kv[kVec], b[kVec];
+    const int64_t at = r * row_stride + int64_t(t) * d + hd;
+    load_pack<T, kVec>(src + d, kv);
+    load_pack<T, kVec>(a.bias + d + hd, b);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) kv[e] += b[e];
+    store_pack<T, kVec>(a.k_cache + at, kv);
+    load_pack<T, kVec>(src + 2 * d, kv);
+    load_pack<T, kVec>(a.bias + 2 * d + hd, b);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) kv[e] += b[e];
+    store_pack<T, kVec>(a.v_cache + at, kv);
+  }
+  __syncwarp();  // other lanes read the new key/value back below
+  float* p = step_smem + int64_t(warp) * 2 * a.capacity;
+  int* cache_row = reinterpret_cast<int*>(p + a.capacity);
+  const int* key_rows = a.key_rows + r * a.capacity;
+  warp_attend<T, kD>(
+      q, int64_t(t) + 1,
+      [&](int64_t j) {
+        const int64_t kr = j == t ? r : key_rows[j];
+        if (lanes.d0 == 0) cache_row[j] = int(kr);  // published by warp_attend's __syncwarp
+        return a.k_cache + kr * row_stride + j * d + hd;
+      },
+      [&](int64_t j) { return a.v_cache + int64_t(cache_row[j]) * row_stride + j * d + hd; },
+      p, static_cast<const T*>(nullptr), a.out + r * d + hd, lane);
 }
 
 template <typename T>
 bool aligned_16(const AttentionArgs<T>& a) {
   constexpr int kVec = 16 / int(sizeof(T));
-  const void* ptrs[] = {a.q, a.k, a.v, a.out};
+  const void* ptrs[] = {a.q, a.k, a.v, a.out, a.q_bias, a.v_bias};
   for (const void* ptr : ptrs)
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
   const int64_t strides[] = {a.q_batch_stride,  a.q_row_stride,     a.kv_batch_stride,
@@ -465,6 +568,13 @@ __global__ void mask_scores_kernel(AttentionArgs<T> a, T* s) {
 template <typename T>
 AttentionPath attention_chosen_path(const AttentionArgs<T>& a) {
   using namespace cuda;
+  if (a.q_bias || a.v_bias || a.kv_index) {  // only the decoder-step kernel fuses these
+    if (!step_fits(a))
+      throw std::invalid_argument(
+          "attention_cuda: q_bias / v_bias / kv_index need head_dim 32, 64 or 128, 16-byte "
+          "aligned pointers and strides, and kv_len <= 6144");
+    return AttentionPath::kDecoderStep;
+  }
   const bool step = a.path == AttentionPath::kDecoderStep ||
                     (a.path == AttentionPath::kAuto && a.q_len == 1);
   if (step && step_fits(a)) return AttentionPath::kDecoderStep;
@@ -486,6 +596,8 @@ void attention_cuda(const AttentionArgs<T>& a, cudaStream_t stream) {
 template <typename T>
 void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t stream) {
   using namespace cuda;
+  if (a.q_bias || a.v_bias || a.kv_index)
+    throw std::invalid_argument("attention_scores_cuda takes no biases and no kv_index");
   if (a.batch <= 0 || a.heads <= 0 || a.q_len <= 0 || a.kv_len <= 0) return;
   if (a.path != AttentionPath::kCublas && tiled_fits(a, true)) {
     run_tiled<T, true>(a, scores, stream);
@@ -499,7 +611,38 @@ void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t st
   }
 }
 
+template <typename T>
+void decoder_self_attention_cuda(const DecoderSelfAttentionArgs<T>& a, cudaStream_t stream) {
+  using namespace cuda;
+  if (a.rows <= 0 || a.heads <= 0) return;
+  constexpr int kVec = 16 / int(sizeof(T));
+  const void* ptrs[] = {a.qkv, a.bias, a.k_cache, a.v_cache, a.out};
+  bool ok = a.head_dim == 32 || a.head_dim == 64 || a.head_dim == 128;
+  for (const void* ptr : ptrs) ok = ok && reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+  const size_t smem = size_t(kStepWarps) * 2 * size_t(a.capacity) * sizeof(float);
+  if (!ok || a.capacity <= 0 || smem > kMaxSmem || a.head_dim % kVec != 0)
+    throw std::invalid_argument(
+        "decoder_self_attention_cuda: head_dim must be 32, 64 or 128, pointers 16-byte aligned, "
+        "capacity in [1, 6144]");
+  const unsigned blocks = unsigned((a.rows * a.heads + kStepWarps - 1) / kStepWarps);
+  auto go = [&](auto hd) {
+    const auto kernel = &decoder_self_attention_kernel<T, decltype(hd)::value>;
+    if (smem > 48 * 1024)
+      NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(smem)));
+    kernel<<<blocks, kStepWarps * 32, smem, stream>>>(a);
+  };
+  switch (a.head_dim) {
+    case 32: go(std::integral_constant<int, 32>()); break;
+    case 64: go(std::integral_constant<int, 64>()); break;
+    default: go(std::integral_constant<int, 128>()); break;
+  }
+  NMT_CUDA_CHECK_LAUNCH();
+}
+
 #define NMT_INSTANTIATE(T)                                                                     \
+  template void decoder_self_attention_cuda<T>(const DecoderSelfAttentionArgs<T>&,            \
+                                               cudaStream_t);                                  \
   template void attention_cuda<T>(const AttentionArgs<T>&, cudaStream_t);                     \
   template AttentionPath attention_chosen_path<T>(const AttentionArgs<T>&);                   \
   template void attention_scores_cuda<T>(const AttentionArgs<T>&, T*, cudaStream_t);

@@ -102,44 +102,29 @@ struct EmbedPositions {
   T* out;
   int64_t d_model;
   float scale;
+  const int* step;
   __device__ void operator()(int64_t r, int64_t c) const {
     float e[N], p[N];
     load_pack<T, N>(embeddings + int64_t(ids[r]) * d_model + c, e);
-    if (positions_table) load_pack<T, N>(positions_table + int64_t(positions[r]) * d_model + c, p);
+    if (positions_table) {
+      const int64_t pos = step ? *step : positions[r];
+      load_pack<T, N>(positions_table + pos * d_model + c, p);
+    }
 #pragma unroll
     for (int i = 0; i < N; ++i) e[i] = e[i] * scale + (positions_table ? p[i] : 0.f);
     store_pack<T, N>(out + r * d_model + c, e);
   }
 };
 
-template <typename T, int N>
-struct GatherRows {
-  const T* src;
-  T* dst;
-  const int* index;
-  int64_t src_row_stride, dst_row_stride;
-  __device__ void operator()(int64_t r, int64_t c) const {
-    *reinterpret_cast<Pack<T, N>*>(dst + r * dst_row_stride + c) =
-        *reinterpret_cast<const Pack<T, N>*>(src + int64_t(index[r]) * src_row_stride + c);
-  }
-};
-
-template <typename T, int N>
-struct KvAppend {
-  const T* k_new;
-  const T* v_new;
-  int64_t new_row_stride;
-  T* k_cache;
-  T* v_cache;
-  int64_t step, max_len, d_model;
-  __device__ void operator()(int64_t r, int64_t c) const {
-    const int64_t dst = (r * max_len + step) * d_model + c;
-    *reinterpret_cast<Pack<T, N>*>(k_cache + dst) =
-        *reinterpret_cast<const Pack<T, N>*>(k_new + r * new_row_stride + c);
-    *reinterpret_cast<Pack<T, N>*>(v_cache + dst) =
-        *reinterpret_cast<const Pack<T, N>*>(v_new + r * new_row_stride + c);
-  }
-};
+// One block per row: row r's table after the reorder (see beam_reorder_key_rows_cpu).
+__global__ void reorder_key_rows_kernel(const int* old_rows, int* new_rows, const int* parent,
+                                        int capacity, const int* step) {
+  const int64_t r = blockIdx.x;
+  const int t = *step;
+  const int* src = old_rows + int64_t(parent[r]) * capacity;
+  int* dst = new_rows + r * capacity;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) dst[j] = j < t ? src[j] : int(r);
+}
 
 template <typename From, typename To, int N>
 struct Convert {
@@ -172,31 +157,21 @@ void add_bias_cuda(T* x, const T* bias, int64_t rows, int64_t cols, cudaStream_t
 template <typename T>
 void embed_positions_cuda(const int* ids, const T* embeddings, const T* positions_table,
                           const int* positions, T* out, int64_t rows, int d_model, float scale,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const int* step) {
   using namespace cuda;
   launch_op<T, EmbedPositions>(full_pack<T>(d_model, {embeddings, positions_table, out}), rows,
                                d_model, stream, ids, embeddings, positions_table, positions, out,
-                               int64_t(d_model), scale);
+                               int64_t(d_model), scale, step);
 }
 
-template <typename T>
-void gather_rows_cuda(const T* src, T* dst, const int* index, int64_t rows,
-                      int64_t src_row_stride, int64_t dst_row_stride, int64_t row_elems,
-                      cudaStream_t stream) {
+void beam_reorder_key_rows_cuda(const int* old_rows, int* new_rows, const int* parent,
+                                int64_t rows, int capacity, const int* step,
+                                cudaStream_t stream) {
   using namespace cuda;
-  launch_op<T, GatherRows>(full_pack<T>(row_elems, {src, dst}, {src_row_stride, dst_row_stride}),
-                           rows, row_elems, stream, src, dst, index, src_row_stride,
-                           dst_row_stride);
-}
-
-template <typename T>
-void kv_append_cuda(const T* k_new, const T* v_new, int64_t new_row_stride, T* k_cache,
-                    T* v_cache, int64_t rows, int64_t step, int64_t max_len, int64_t d_model,
-                    cudaStream_t stream) {
-  using namespace cuda;
-  launch_op<T, KvAppend>(
-      full_pack<T>(d_model, {k_new, v_new, k_cache, v_cache}, {new_row_stride}), rows, d_model,
-      stream, k_new, v_new, new_row_stride, k_cache, v_cache, step, max_len, d_model);
+  if (rows <= 0) return;
+  reorder_key_rows_kernel<<<unsigned(rows), 64, 0, stream>>>(old_rows, new_rows, parent,
+                                                             capacity, step);
+  NMT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename From, typename To>
@@ -217,11 +192,7 @@ void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream) {
                                         cudaStream_t);                                         \
   template void add_bias_cuda<T>(T*, const T*, int64_t, int64_t, cudaStream_t);               \
   template void embed_positions_cuda<T>(const int*, const T*, const T*, const int*, T*,       \
-                                        int64_t, int, float, cudaStream_t);                    \
-  template void gather_rows_cuda<T>(const T*, T*, const int*, int64_t, int64_t, int64_t,      \
-                                    int64_t, cudaStream_t);                                    \
-  template void kv_append_cuda<T>(const T*, const T*, int64_t, T*, T*, int64_t, int64_t,      \
-                                  int64_t, int64_t, cudaStream_t);
+                                        int64_t, int, float, cudaStream_t, const int*);
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 NMT_INSTANTIATE(__nv_bfloat16)

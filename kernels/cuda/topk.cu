@@ -3,7 +3,8 @@
 //   2. the row's log-sum-exp from the partials, then each token's final score
 //      (logit + bias - lse, masked, + running score), computed exactly as the reference does,
 //      and the chunk's kp best (score, index) pairs; the logits are re-read from L2;
-//   3. one warp per sentence: the k best of its beam x splits x kp candidates.
+//   3. one block per sentence: the k best of its beam x splits x kp candidates.
+// With enough rows to fill the GPU (one chunk per row), 1 and 2 are one launch (topk_row_kernel).
 // Selecting on the final score (not on the logit) keeps torch.topk's tie rule exact even where
 // float rounding makes different logits collide. kp = k rounded up to a power of two.
 #include <climits>
@@ -173,14 +174,8 @@ __device__ __forceinline__ void warp_allreduce(OnlineLse& lse) {
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits,
-                                                                 const float* bias, int vocab,
-                                                                 int chunk, Workspace ws) {
-  const int64_t row = blockIdx.y;
-  OnlineLse lse;
-  for_each_logit(logits + row * vocab, bias, Chunk(vocab, chunk),
-                 [&](int, float v) { lse.add(v); });
+// The block's (max, sum of exp) from every thread's partial; valid in thread 0.
+__device__ __forceinline__ OnlineLse block_lse(OnlineLse lse) {
   __shared__ float s_m[kChunkThreads / 32], s_s[kChunkThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   warp_allreduce(lse);
@@ -189,17 +184,51 @@ __global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits
     s_s[warp] = lse.s;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    OnlineLse total;
+  OnlineLse total;
+  if (threadIdx.x == 0)
     for (int w = 0; w < kChunkThreads / 32; ++w) total.merge(s_m[w], s_s[w]);
+  return total;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits,
+                                                                 int64_t row_stride,
+                                                                 const float* bias, int vocab,
+                                                                 int chunk, Workspace ws) {
+  const int64_t row = blockIdx.y;
+  OnlineLse lse;
+  for_each_logit(logits + row * row_stride, bias, Chunk(vocab, chunk),
+                 [&](int, float v) { lse.add(v); });
+  const OnlineLse total = block_lse(lse);
+  if (threadIdx.x == 0)
     ws.lse_parts[row * gridDim.x + blockIdx.x] = make_float2(total.m, total.s);
-  }
+}
+
+// The chunk's kK best final scores (logit + bias - lse, masked, + running score), computed
+// exactly as the reference does, into the workspace slot of (row, chunk).
+template <typename T, int kK>
+__device__ __forceinline__ void select_chunk(const T* x, const float* bias, Chunk chunk,
+                                             float lse, float running, int base,
+                                             const TopkMasks& masks, Workspace ws,
+                                             int64_t out) {
+  TopList<kK> list;
+  list.clear();
+  for_each_logit(x, bias, chunk, [&](int t, float v) {
+    float logp = v - lse;
+    if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) logp = -INFINITY;
+    if (masks.force_eos) logp = t != masks.eos_id ? -INFINITY : 0.f;
+    list.push(logp + running, base + t);
+  });
+  block_merge<kK>(list, kK, [&](int r, float v, int i) {
+    ws.scores[out + r] = v;
+    ws.index[out + r] = i;
+  });
 }
 
 template <typename T, int kK>
 __global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
-    const T* logits, const float* bias, const float* running_scores, int beam, int vocab,
-    int chunk, TopkMasks masks, Workspace ws) {
+    const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
+    int beam, int vocab, int chunk, TopkMasks masks, Workspace ws) {
   const int64_t row = blockIdx.y;
   const int splits = gridDim.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -214,22 +243,28 @@ __global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
     if (lane == 0) s_lse = lse.m + logf(lse.s);
   }
   __syncthreads();
-  const float lse = s_lse, running = running_scores[row];
-  const int base = int(row % beam) * vocab;  // index of the row's token 0 within its sentence
-  TopList<kK> list;
-  list.clear();
-  for_each_logit(logits + row * vocab, bias, Chunk(vocab, chunk), [&](int t, float v) {
-    float logp = v - lse;
-    if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) logp = -INFINITY;
-    if (masks.force_eos)
-      logp = t != masks.eos_id ? -INFINITY : masks.forced_eos_keeps_logp ? logp : 0.f;
-    list.push(logp + running, base + t);
-  });
-  const int64_t out = (row * splits + blockIdx.x) * kK;
-  block_merge<kK>(list, kK, [&](int r, float v, int i) {
-    ws.scores[out + r] = v;
-    ws.index[out + r] = i;
-  });
+  select_chunk<T, kK>(logits + row * row_stride, bias, Chunk(vocab, chunk), s_lse,
+                      running_scores[row], int(row % beam) * vocab, masks, ws,
+                      (row * splits + blockIdx.x) * kK);
+}
+
+// One block per row (a single chunk): the row's log-sum-exp, then its kK best, in one launch;
+// the second pass reads the row back from L1/L2.
+template <typename T, int kK>
+__global__ void __launch_bounds__(kChunkThreads) topk_row_kernel(
+    const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
+    int beam, int vocab, TopkMasks masks, Workspace ws) {
+  const int64_t row = blockIdx.y;
+  const T* x = logits + row * row_stride;
+  const Chunk all(vocab, vocab);  // gridDim.x == 1
+  OnlineLse lse;
+  for_each_logit(x, bias, all, [&](int, float v) { lse.add(v); });
+  __shared__ float s_lse;
+  const OnlineLse total = block_lse(lse);
+  if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
+  __syncthreads();
+  select_chunk<T, kK>(x, bias, all, s_lse, running_scores[row], int(row % beam) * vocab, masks,
+                      ws, row * kK);
 }
 
 // One block per sentence: every thread takes a few of the beam x splits x kp candidates.
@@ -253,19 +288,26 @@ __global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, 
 }
 
 template <typename T, int kK>
-void run(const T* logits, const float* bias, const float* running_scores, int64_t sentences,
-         int beam, int vocab, int k, const TopkMasks& masks, float* out_scores, int* out_index,
-         void* workspace, cudaStream_t stream) {
+void run(const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
+         int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
+         float* out_scores, int* out_index, void* workspace, cudaStream_t stream) {
   const int64_t rows = sentences * beam;
   const int splits = beam_topk_splits(rows, vocab);
   const int chunk = (vocab + splits - 1) / splits;
   const Workspace ws(workspace, rows * splits, kK);
   const dim3 grid{unsigned(splits), unsigned(rows)};
-  topk_lse_kernel<T><<<grid, kChunkThreads, 0, stream>>>(logits, bias, vocab, chunk, ws);
-  NMT_CUDA_CHECK_LAUNCH();
-  topk_chunk_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(logits, bias, running_scores,
-                                                               beam, vocab, chunk, masks, ws);
-  NMT_CUDA_CHECK_LAUNCH();
+  if (splits == 1) {
+    topk_row_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(
+        logits, row_stride, bias, running_scores, beam, vocab, masks, ws);
+    NMT_CUDA_CHECK_LAUNCH();
+  } else {
+    topk_lse_kernel<T><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, vocab,
+                                                           chunk, ws);
+    NMT_CUDA_CHECK_LAUNCH();
+    topk_chunk_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(
+        logits, row_stride, bias, running_scores, beam, vocab, chunk, masks, ws);
+    NMT_CUDA_CHECK_LAUNCH();
+  }
   topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
       beam, splits, k, ws, out_scores, out_index);
   NMT_CUDA_CHECK_LAUNCH();
@@ -278,15 +320,19 @@ template <typename T>
 void beam_topk_cuda(const T* logits, const float* bias, const float* running_scores,
                     int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
                     float* out_scores, int* out_index, void* workspace, size_t workspace_bytes,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, int64_t logits_row_stride) {
   if (sentences <= 0) return;
+  if (logits_row_stride == 0) logits_row_stride = vocab;
+  if (logits_row_stride < vocab)
+    throw std::invalid_argument("beam_topk_cuda: logits_row_stride smaller than vocab");
   if (k < 1 || k > kMaxBeamTopk || int64_t(k) > int64_t(beam) * vocab)
     throw std::invalid_argument("beam_topk_cuda: k must be in [1, min(32, beam * vocab)]");
   if (workspace_bytes < beam_topk_workspace_bytes(sentences, beam, vocab, k))
     throw std::invalid_argument("beam_topk_cuda: workspace too small");
   auto go = [&](auto kp) {
-    cuda::run<T, decltype(kp)::value>(logits, bias, running_scores, sentences, beam, vocab, k,
-                                      masks, out_scores, out_index, workspace, stream);
+    cuda::run<T, decltype(kp)::value>(logits, logits_row_stride, bias, running_scores, sentences,
+                                      beam, vocab, k, masks, out_scores, out_index, workspace,
+                                      stream);
   };
   switch (beam_topk_padded_k(k)) {
     case 1: go(std::integral_constant<int, 1>()); break;
@@ -300,7 +346,8 @@ void beam_topk_cuda(const T* logits, const float* bias, const float* running_sco
 
 #define NMT_INSTANTIATE(T)                                                                     \
   template void beam_topk_cuda<T>(const T*, const float*, const float*, int64_t, int, int, int, \
-                                  const TopkMasks&, float*, int*, void*, size_t, cudaStream_t);
+                                  const TopkMasks&, float*, int*, void*, size_t, cudaStream_t, \
+                                  int64_t);
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 NMT_INSTANTIATE(__nv_bfloat16)

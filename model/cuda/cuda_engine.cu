@@ -1,11 +1,15 @@
 // The CUDA engine: DESIGN.md §3 on the GPU in float16 or float32 (T), cuBLAS for the dense
-// projections (float32 accumulation), our kernels for the rest (model/cuda/step_kernels.h).
+// projections (float32 accumulation), the kernels of kernels/ for everything else (embedding,
+// attention, LayerNorm with the residual and bias fused, bias + activation, beam top-k).
 //
 // Decode steps: one packed H2D upload (step, tokens, parent rows, row -> sentence, running
 // scores), the forward pass, log-softmax + top-k on the device, one small D2H copy. A step's
-// kernels read the step and the per-row indices from device memory, so the whole step is
-// captured once as a CUDA graph per (sentence bucket, beam, k, masks, key-row table parity)
-// and replayed; buffers the graphs use are persistent and only grow (a growth drops them).
+// kernels read the step and the per-row indices from device memory (the optional device
+// pointers of kernels/: embed_positions_cuda's step, decoder_self_attention's step and key-row
+// table, attention's kv_index), so the whole step is captured once as a CUDA graph per
+// (sentence bucket, beam, k, masks, key-row table parity) and replayed; buffers the graphs use
+// are persistent and only grow (a growth drops them). The beam reorder moves only the key-row
+// table (kernels::beam_reorder_key_rows_cuda), never the KV caches.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -22,14 +26,20 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/layer_norm.h"
+#include "kernels/topk.h"
 #include "model/cuda/device_memory.h"
-#include "model/cuda/step_kernels.h"
 #include "model/cuda_engine.h"
 #include "model/error.h"
 
 namespace nmt {
 namespace cuda {
 namespace {
+
+constexpr int kMaxTopk = kernels::kMaxBeamTopk;
 
 template <typename T>
 constexpr cudaDataType_t cuda_type();
@@ -308,7 +318,7 @@ class CudaEngine final : public Engine {
     ctx_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
     tmp_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
     hidden_ = DeviceBuffer<T>(&alloc_, size_t(rows) * std::max(c_.decoder_ffn_dim, 1));
-    logits_ = DeviceBuffer<float>(&alloc_, size_t(rows) * c_.vocab_size);
+    logits_ = DeviceBuffer<float>(&alloc_, size_t(rows) * logits_ld());
     step_in_dev_ = DeviceBuffer<int>(&alloc_, step_in_ints(rows));
     step_out_dev_ = DeviceBuffer<int>(&alloc_, size_t(rows) * 2 * kMaxTopk);
     step_in_.reserve(step_in_ints(rows) * sizeof(int));
@@ -317,6 +327,10 @@ class CudaEngine final : public Engine {
     rows_cap_ = rows;
   }
   static size_t step_in_ints(int rows) { return 4 + 4 * size_t(rows); }
+  // Row stride of the logits: the vocabulary rounded up to 8 floats, so that every row is
+  // 16-byte aligned (with an odd vocabulary cuBLAS falls back to unaligned kernels: on H100
+  // 23 us instead of a few for 256 x 8001 x 256, 250 us for 256 x 58101 x 512).
+  int logits_ld() const { return (c_.vocab_size + 7) / 8 * 8; }
 
   // Doubles the caches' positions (up to max_positions) keeping their contents.
   void grow_cache(int positions) {
@@ -356,65 +370,71 @@ class CudaEngine final : public Engine {
     const int* row_sentence = parents + rows;
     const float* running = reinterpret_cast<const float*>(row_sentence + rows);
     // Beam reorder: only the small table of which cache row holds each position moves.
-    update_key_rows(key_rows_[parity_].get(), key_rows_[1 - parity_].get(), parents, rows,
-                    cache_cap_, step, stream_);
+    kernels::beam_reorder_key_rows_cuda(key_rows_[parity_].get(), key_rows_[1 - parity_].get(),
+                                        parents, rows, cache_cap_, step, stream_);
     parity_ = 1 - parity_;
     const int d = d_, hd = d_ / c_.decoder_heads;
     T* y = y_.get();
-    embed(tokens, dec_emb_, dec_pos_, step, 1, y, rows, d, embed_scale_, stream_);
+    kernels::embed_positions_cuda<T>(tokens, dec_emb_, dec_pos_, nullptr, y, rows, d, embed_scale_,
+                                     stream_, step);
     for (int l = 0; l < c_.decoder_layers; ++l) {
       const DecoderLayer& L = decoder_[size_t(l)];
       linear(y, L.qkv, qkv_.get(), rows);
-      DecoderSelfAttention<T> self;
+      kernels::DecoderSelfAttentionArgs<T> self;
       self.qkv = qkv_.get(); self.bias = L.qkv.b;
       self.k_cache = cache(l, 0); self.v_cache = cache(l, 1);
       self.key_rows = key_rows_[parity_].get(); self.step = step;
       self.out = ctx_.get();
       self.rows = rows; self.capacity = cache_cap_; self.heads = c_.decoder_heads; self.head_dim = hd;
       self.scale = 1.f / std::sqrt(float(hd));
-      decoder_self_attention(self, stream_);
+      kernels::decoder_self_attention_cuda(self, stream_);
       linear(ctx_.get(), L.out, tmp_.get(), rows);
-      layer_norm(tmp_.get(), y, L.out.b, L.self_norm.gamma, L.self_norm.beta, y, rows, d,
-                 c_.layer_norm_eps, stream_);
+      layer_norm(tmp_.get(), L.out.b, L.self_norm, y, rows);
 
       linear(y, L.cross_q, tmp_.get(), rows);
-      AttentionParams<T> cross;
-      cross.q = tmp_.get(); cross.q_ld = d; cross.q_bias = L.cross_q.b;
+      kernels::AttentionArgs<T> cross;
+      cross.q = tmp_.get(); cross.q_bias = L.cross_q.b;
+      cross.q_batch_stride = cross.q_row_stride = d;
       cross.k = cross_kv_.get() + int64_t(l) * 2 * d; cross.v = cross.k + d;
-      cross.kv_ld = int64_t(c_.decoder_layers) * 2 * d;
-      cross.kv_batch_stride = int64_t(src_cap_) * cross.kv_ld;
+      cross.kv_row_stride = int64_t(c_.decoder_layers) * 2 * d;
+      cross.kv_batch_stride = int64_t(src_cap_) * cross.kv_row_stride;
       cross.v_bias = L.cross_v_bias;
       cross.kv_index = row_sentence; cross.key_lengths = src_len_dev_.get();
-      cross.out = ctx_.get(); cross.out_ld = d;
-      cross.batches = rows; cross.q_len = 1; cross.heads = c_.decoder_heads; cross.head_dim = hd;
-      cross.max_keys = src_cap_; cross.scale = self.scale;
-      attention(cross, stream_);
+      cross.out = ctx_.get(); cross.out_batch_stride = cross.out_row_stride = d;
+      cross.batch = rows; cross.q_len = 1; cross.heads = c_.decoder_heads; cross.head_dim = hd;
+      cross.kv_len = src_cap_; cross.scale = self.scale;
+      kernels::attention_cuda(cross, stream_);
       linear(ctx_.get(), L.cross_out, tmp_.get(), rows);
-      layer_norm(tmp_.get(), y, L.cross_out.b, L.cross_norm.gamma, L.cross_norm.beta, y, rows, d,
-                 c_.layer_norm_eps, stream_);
+      layer_norm(tmp_.get(), L.cross_out.b, L.cross_norm, y, rows);
 
-      feed_forward(L.fc1, L.fc2, L.ffn_norm, y, rows);
+      feed_forward(L.fc1, L.fc2, L.ffn_norm, y, hidden_.get(), tmp_.get(), rows);
     }
-    gemm(y, d, out_proj_, logits_.get(), c_.vocab_size, rows, c_.vocab_size, d);
-    TopkShape shape;
-    shape.sentences = sentences; shape.beam = beam; shape.vocab = c_.vocab_size; shape.k = k;
-    shape.pad_id = c_.pad_id; shape.eos_id = c_.eos_id;
-    shape.mask_eos = mask_eos; shape.force_eos = force_eos;
+    gemm(y, d, out_proj_, logits_.get(), logits_ld(), rows, c_.vocab_size, d);
+    kernels::TopkMasks masks;
+    masks.pad_id = c_.pad_id; masks.eos_id = c_.eos_id;
+    masks.mask_eos = mask_eos; masks.force_eos = force_eos;
     float* out_scores = reinterpret_cast<float*>(step_out_dev_.get());
     int* out_index = step_out_dev_.get() + size_t(sentences) * k;
-    beam_topk(logits_.get(), out_bias_.get(), running, shape, out_scores, out_index,
-              topk_ws_.get(), stream_);
+    kernels::beam_topk_cuda<float>(logits_.get(), out_bias_.get(), running, sentences, beam,
+                                   c_.vocab_size, k, masks, out_scores, out_index, topk_ws_.get(),
+                                   topk_ws_.size(), stream_, logits_ld());
     check_cuda(cudaMemcpyAsync(step_out_.get(), step_out_dev_.get(),
                                size_t(sentences) * k * 2 * sizeof(int), cudaMemcpyDeviceToHost,
                                stream_), "step download");
   }
 
-  // x = LN(x + fc2(act(fc1 x + b1)) + b2)
-  void feed_forward(const Dense& fc1, const Dense& fc2, const Norm& n, T* x, int rows) {
-    linear(x, fc1, hidden_.get(), rows);
-    bias_activation(hidden_.get(), fc1.b, rows, fc1.out, c_.activation, stream_);
-    linear(hidden_.get(), fc2, tmp_.get(), rows);
-    layer_norm(tmp_.get(), x, fc2.b, n.gamma, n.beta, x, rows, d_, c_.layer_norm_eps, stream_);
+  // x = LN(x + fc2(act(fc1 x + b1)) + b2), hidden: [rows, ffn] scratch
+  void feed_forward(const Dense& fc1, const Dense& fc2, const Norm& n, T* x, T* hidden, T* tmp,
+                    int rows) {
+    linear(x, fc1, hidden, rows);
+    kernels::bias_activation_cuda(hidden, fc1.b, rows, fc1.out, c_.activation, stream_);
+    linear(hidden, fc2, tmp, rows);
+    layer_norm(tmp, fc2.b, n, x, rows);
+  }
+
+  // x = LN(x + y + bias) in place (the residual add and the projection's bias fused).
+  void layer_norm(const T* y, const T* bias, const Norm& n, T* x, int rows) {
+    kernels::layer_norm_cuda(y, x, bias, n.gamma, n.beta, x, rows, d_, c_.layer_norm_eps, stream_);
   }
 
   const ModelConfig c_;
@@ -503,30 +523,27 @@ void CudaEngine<T>::encode(const std::vector<std::vector<int>>& source_ids, int 
   src_cap_ = src_cap;
   sentences_cap_ = sentences_cap;
   ensure_rows(rows_needed);
-  TopkShape worst;
-  worst.beam = beam; worst.vocab = c_.vocab_size;
   size_t ws = 0;
-  for (int g = 1; g <= bucket(n); g = bucket(g + 1)) {
-    for (int k = 1; k <= kMaxTopk; k *= 2) {
-      worst.sentences = g;
-      worst.k = k;
-      ws = std::max(ws, topk_workspace_bytes(worst));
-    }
-  }
+  for (int g = 1; g <= bucket(n); g = bucket(g + 1))
+    for (int k = 1; k <= kMaxTopk; k *= 2)
+      ws = std::max(ws, kernels::beam_topk_workspace_bytes(g, beam, c_.vocab_size, k));
   ensure(topk_ws_, ws);
 
-  // One upload: padded ids [n, S] then the lengths.
+  // One upload: padded ids [n, S], their positions [n, S], then the lengths.
   const int d = d_, rows = n * S;
   cudaStreamSynchronize(stream_);  // the pinned buffer may still feed the previous upload
-  enc_in_.reserve(size_t(rows + n) * sizeof(int));
+  enc_in_.reserve(size_t(2 * rows + n) * sizeof(int));
   int* host = static_cast<int*>(enc_in_.get());
   for (int s = 0; s < n; ++s) {
-    for (int t = 0; t < S; ++t) host[s * S + t] = t < lengths_[size_t(s)] ? source_ids[size_t(s)][size_t(t)] : c_.pad_id;
-    host[rows + s] = lengths_[size_t(s)];
+    for (int t = 0; t < S; ++t) {
+      host[s * S + t] = t < lengths_[size_t(s)] ? source_ids[size_t(s)][size_t(t)] : c_.pad_id;
+      host[rows + s * S + t] = t;
+    }
+    host[2 * rows + s] = lengths_[size_t(s)];
   }
-  DeviceBuffer<int> ids(&alloc_, size_t(rows));
-  check_cuda(cudaMemcpyAsync(ids.get(), host, size_t(rows) * sizeof(int), cudaMemcpyHostToDevice, stream_), "encode upload");
-  check_cuda(cudaMemcpyAsync(src_len_dev_.get(), host + rows, size_t(n) * sizeof(int), cudaMemcpyHostToDevice, stream_), "encode upload");
+  DeviceBuffer<int> ids(&alloc_, size_t(2 * rows));
+  check_cuda(cudaMemcpyAsync(ids.get(), host, size_t(2 * rows) * sizeof(int), cudaMemcpyHostToDevice, stream_), "encode upload");
+  check_cuda(cudaMemcpyAsync(src_len_dev_.get(), host + 2 * rows, size_t(n) * sizeof(int), cudaMemcpyHostToDevice, stream_), "encode upload");
 
   enc_out_.reset();
   enc_out_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
@@ -534,27 +551,24 @@ void CudaEngine<T>::encode(const std::vector<std::vector<int>>& source_ids, int 
       tmp(&alloc_, size_t(rows) * d),
       hidden(&alloc_, size_t(rows) * std::max(c_.encoder_ffn_dim, 1));
   T* x = enc_out_.get();
-  embed(ids.get(), enc_emb_, enc_pos_, nullptr, S, x, rows, d, embed_scale_, stream_);
+  kernels::embed_positions_cuda<T>(ids.get(), enc_emb_, enc_pos_, ids.get() + rows, x, rows, d,
+                                   embed_scale_, stream_);
   const int hd = d / c_.encoder_heads;
   for (const EncoderLayer& L : encoder_) {
     linear(x, L.qkv, qkv.get(), rows);
-    AttentionParams<T> a;
-    a.q = qkv.get(); a.q_ld = 3 * d; a.q_bias = L.qkv.b;
-    a.k = qkv.get() + d; a.v = qkv.get() + 2 * d; a.kv_ld = 3 * d;
-    a.kv_batch_stride = int64_t(S) * 3 * d; a.v_bias = L.qkv.b + 2 * d;
+    kernels::AttentionArgs<T> a;
+    a.q = qkv.get(); a.q_bias = L.qkv.b;
+    a.k = qkv.get() + d; a.v = qkv.get() + 2 * d; a.v_bias = L.qkv.b + 2 * d;
+    a.q_batch_stride = a.kv_batch_stride = int64_t(S) * 3 * d;
+    a.q_row_stride = a.kv_row_stride = 3 * d;
     a.key_lengths = src_len_dev_.get();
-    a.out = ctx.get(); a.out_ld = d;
-    a.batches = n; a.q_len = S; a.heads = c_.encoder_heads; a.head_dim = hd;
-    a.max_keys = S; a.scale = 1.f / std::sqrt(float(hd));
-    attention(a, stream_);
+    a.out = ctx.get(); a.out_batch_stride = int64_t(S) * d; a.out_row_stride = d;
+    a.batch = n; a.q_len = a.kv_len = S; a.heads = c_.encoder_heads; a.head_dim = hd;
+    a.scale = 1.f / std::sqrt(float(hd));
+    kernels::attention_cuda(a, stream_);
     linear(ctx.get(), L.out, tmp.get(), rows);
-    layer_norm(tmp.get(), x, L.out.b, L.attn_norm.gamma, L.attn_norm.beta, x, rows, d,
-               c_.layer_norm_eps, stream_);
-    linear(x, L.fc1, hidden.get(), rows);
-    bias_activation(hidden.get(), L.fc1.b, rows, L.fc1.out, c_.activation, stream_);
-    linear(hidden.get(), L.fc2, tmp.get(), rows);
-    layer_norm(tmp.get(), x, L.fc2.b, L.ffn_norm.gamma, L.ffn_norm.beta, x, rows, d,
-               c_.layer_norm_eps, stream_);
+    layer_norm(tmp.get(), L.out.b, L.attn_norm, x, rows);
+    feed_forward(L.fc1, L.fc2, L.ffn_norm, x, hidden.get(), tmp.get(), rows);
   }
   // Cross-attention K/V of every decoder layer, once per sentence: [n][src_cap][L * 2d].
   const int kv_cols = 2 * c_.decoder_layers * d;

@@ -169,6 +169,47 @@ TEST(CudaEngine, Float16StepsMatchCpuEngine) {
   std::cout << "fp16 engine holds " << (gpu->memory_used() >> 20) << " MiB\n";
 }
 
+// EOS forced at max length scores log-prob 0 (transformers' ForcedEOSTokenLogitsProcessor), on
+// both engines: every sentence's candidates are its beams' EOS at exactly their running score.
+TEST(CudaEngine, ForcedEosScoresLogProbZero) {
+  SKIP_WITHOUT_GPU();
+  auto ref = make_cpu_engine(models().config, models().weights);
+  for (Precision p : {Precision::kFloat32, Precision::kFloat16}) {
+    auto gpu = cuda_engine(p);
+    const int beam = 4, k = 8, vocab = ref->vocab_size(), eos = models().config.eos_id;
+    ref->encode(kSources, beam);
+    gpu->encode(kSources, beam);
+    std::vector<int> tokens(kSources.size() * beam, models().config.decoder_start_id);
+    std::vector<float> running;
+    for (size_t s = 0; s < kSources.size(); ++s)
+      for (int b = 0; b < beam; ++b) running.push_back(-1.5f * float(b + s));
+    StepInput in;
+    in.tokens = &tokens;
+    in.running_scores = &running;
+    in.step = 0;
+    in.beam = beam;
+    in.k = k;
+    in.force_eos = true;
+    StepOutput a, b;
+    ref->step(in, &a);
+    gpu->step(in, &b);
+    ASSERT_EQ(a.candidates, b.candidates);
+    ASSERT_EQ(a.scores.size(), kSources.size() * k);
+    for (size_t s = 0; s < kSources.size(); ++s) {
+      for (int j = 0; j < k; ++j) {
+        const size_t i = s * k + size_t(j);
+        if (j < beam) {
+          EXPECT_EQ(b.candidates[i], j * vocab + eos) << "sentence " << s << " rank " << j;
+          EXPECT_EQ(b.scores[i], running[s * beam + size_t(j)]) << "sentence " << s << " rank " << j;
+        } else {
+          EXPECT_TRUE(std::isinf(b.scores[i]) && b.scores[i] < 0);
+        }
+        EXPECT_EQ(a.scores[i], b.scores[i]) << "sentence " << s << " rank " << j;
+      }
+    }
+  }
+}
+
 // The captured decode graphs replay exactly what the plain stream launches compute.
 TEST(CudaEngine, GraphsEqualPlainLaunches) {
   SKIP_WITHOUT_GPU();

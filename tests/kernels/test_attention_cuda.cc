@@ -1,9 +1,12 @@
 // attention_cuda / attention_scores_cuda against attention_cpu / attention_scores_cpu on every
 // path (decoder step, tiled, cuBLAS) with strided (fused-projection) layouts, shared K/V per
-// beam group, key lengths and causal masks.
+// beam group, key lengths and causal masks; the fused q/v biases with a kv_index table; and
+// decoder_self_attention_cuda (KV append + key-row table) against decoder_self_attention_cpu.
 #include "tests/kernels/cuda_test_util.h"
 
 #if NMT_WITH_CUDA
+#include <tuple>
+
 #include "kernels/attention.h"
 
 namespace nmt::kernels::test {
@@ -32,8 +35,9 @@ std::string describe(const Shape& s) {
          (s.lengths ? " lengths" : "") + (s.causal ? " causal" : "");
 }
 
+// fused: q_bias, v_bias and a random kv_index table (the engine's encoder and cross-attention).
 template <typename T>
-void check(const Shape& s, AttentionPath path, uint32_t seed) {
+void check(const Shape& s, AttentionPath path, uint32_t seed, bool fused = false) {
   const int64_t batch = s.sentences * s.beam;
   const int64_t kv_batches = s.share_kv ? s.sentences : batch;
   const int64_t hd = int64_t(s.heads) * s.head_dim;
@@ -71,12 +75,24 @@ void check(const Shape& s, AttentionPath path, uint32_t seed) {
   c.key_lengths = s.lengths ? lengths.data() : nullptr;
   c.causal = s.causal;
   c.causal_offset = s.causal_offset;
+  auto q_bias = random_vector(size_t(hd), -1.f, 1.f, seed + 2);
+  auto v_bias = random_vector(size_t(hd), -1.f, 1.f, seed + 3);
+  round_to<T>(q_bias);
+  round_to<T>(v_bias);
+  std::vector<int> kv_index(static_cast<size_t>(batch));
+  for (auto& i : kv_index) i = int(gen() % kv_batches);
+  if (fused) {
+    c.q_bias = q_bias.data();
+    c.v_bias = v_bias.data();
+    c.kv_index = kv_index.data();
+  }
   attention_cpu(c);
   std::vector<float> ref_scores(size_t(batch * s.heads * s.m * s.n));
-  attention_scores_cpu(c, ref_scores.data());
+  if (!fused) attention_scores_cpu(c, ref_scores.data());
 
   DeviceBuffer<T> dq(qbuf), dkv(kvbuf), dout(ref.size()), dscores(ref_scores.size());
-  DeviceInts dlen(lengths);
+  DeviceBuffer<T> dqb(q_bias), dvb(v_bias);
+  DeviceInts dlen(lengths), dindex(kv_index);
   AttentionArgs<T> a;
   a.q = dq.get();
   a.k = dkv.get();
@@ -99,13 +115,24 @@ void check(const Shape& s, AttentionPath path, uint32_t seed) {
   a.causal = c.causal;
   a.causal_offset = c.causal_offset;
   a.path = path;
-  attention_cuda<T>(a, nullptr);
-  attention_scores_cuda<T>(a, dscores.get(), nullptr);
-  NMT_CHECK_CUDA(cudaDeviceSynchronize());
-
   const char* path_name[] = {"auto", "step", "tiled", "cublas"};
   const std::string what = std::string(type_name<T>()) + " " + path_name[int(path)] + " " +
-                           describe(s);
+                           describe(s) + (fused ? " biases+kv_index" : "");
+  if (fused) {
+    a.q_bias = dqb.get();
+    a.v_bias = dvb.get();
+    a.kv_index = dindex.get();
+    if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128) {
+      EXPECT_THROW(attention_cuda<T>(a, nullptr), std::invalid_argument) << what;
+      return;
+    }
+    EXPECT_EQ(attention_chosen_path(a), AttentionPath::kDecoderStep) << what;
+    EXPECT_THROW(attention_scores_cuda<T>(a, dscores.get(), nullptr), std::invalid_argument);
+  }
+  attention_cuda<T>(a, nullptr);
+  if (!fused) attention_scores_cuda<T>(a, dscores.get(), nullptr);
+  NMT_CHECK_CUDA(cudaDeviceSynchronize());
+
   // written elements against the reference; the spare ones must still hold the poison
   auto got = dout.download();
   std::vector<float> got_w, ref_w;
@@ -118,7 +145,7 @@ void check(const Shape& s, AttentionPath path, uint32_t seed) {
     }
   }
   NMT_EXPECT_CLOSE(got_w, ref_w, tolerance<T>(), what);
-  NMT_EXPECT_CLOSE(dscores.download(), ref_scores, tolerance<T>(), what + " scores");
+  if (!fused) NMT_EXPECT_CLOSE(dscores.download(), ref_scores, tolerance<T>(), what + " scores");
 }
 
 const Shape kShapes[] = {
@@ -157,6 +184,89 @@ TYPED_TEST(AttentionCuda, Tiled) {
 TYPED_TEST(AttentionCuda, Cublas) {
   uint32_t seed = 611;
   for (const Shape& s : kShapes) check<TypeParam>(s, AttentionPath::kCublas, seed += 7);
+}
+
+TYPED_TEST(AttentionCuda, BiasesAndKvIndex) {
+  uint32_t seed = 811;
+  for (const Shape& s : kShapes) check<TypeParam>(s, AttentionPath::kAuto, seed += 7, true);
+}
+
+struct CacheShape {
+  int64_t rows;
+  int heads, head_dim, capacity, step;
+};
+
+// One decode step at *step over caches whose earlier positions hold random keys/values in
+// random cache rows (the key-row table), later positions NaN (never read, never written).
+template <typename T>
+void check_decoder_self_attention(const CacheShape& s, uint32_t seed) {
+  const int64_t d = int64_t(s.heads) * s.head_dim, plane = s.rows * s.capacity * d;
+  auto qkv = random_vector(size_t(s.rows * 3 * d), -1.f, 1.f, seed);
+  auto bias = random_vector(size_t(3 * d), -1.f, 1.f, seed + 1);
+  auto kc = random_vector(size_t(plane), -1.f, 1.f, seed + 2);
+  auto vc = random_vector(size_t(plane), -1.f, 1.f, seed + 3);
+  for (auto* v : {&qkv, &bias, &kc, &vc}) round_to<T>(*v);
+  for (int64_t r = 0; r < s.rows; ++r)
+    for (int64_t j = s.step; j < s.capacity; ++j)
+      for (int64_t c = 0; c < d; ++c)
+        kc[size_t((r * s.capacity + j) * d + c)] = vc[size_t((r * s.capacity + j) * d + c)] =
+            std::nanf("");
+  std::vector<int> key_rows(size_t(s.rows * s.capacity), -1);
+  std::mt19937 gen(seed);
+  for (int64_t r = 0; r < s.rows; ++r)
+    for (int j = 0; j < s.step; ++j) key_rows[size_t(r * s.capacity + j)] = int(gen() % s.rows);
+  std::vector<float> ref(size_t(s.rows * d)), ref_k = kc, ref_v = vc;
+  DecoderSelfAttentionArgs<float> c;
+  c.qkv = qkv.data(); c.bias = bias.data(); c.k_cache = ref_k.data(); c.v_cache = ref_v.data();
+  c.key_rows = key_rows.data(); c.step = &s.step; c.out = ref.data();
+  c.rows = s.rows; c.capacity = s.capacity; c.heads = s.heads; c.head_dim = s.head_dim;
+  c.scale = 1.f / std::sqrt(float(s.head_dim));
+  decoder_self_attention_cpu(c);
+
+  DeviceBuffer<T> dqkv(qkv), dbias(bias), dk(kc), dv(vc), dout(ref.size());
+  DeviceInts drows(key_rows), dstep(std::vector<int>{s.step});
+  DecoderSelfAttentionArgs<T> a;
+  a.qkv = dqkv.get(); a.bias = dbias.get(); a.k_cache = dk.get(); a.v_cache = dv.get();
+  a.key_rows = drows.get(); a.step = dstep.get(); a.out = dout.get();
+  a.rows = c.rows; a.capacity = c.capacity; a.heads = c.heads; a.head_dim = c.head_dim;
+  a.scale = c.scale;
+  decoder_self_attention_cuda(a, nullptr);
+  NMT_CHECK_CUDA(cudaDeviceSynchronize());
+  const std::string what = std::string(type_name<T>()) + " rows=" + std::to_string(s.rows) +
+                           " h=" + std::to_string(s.heads) + " d=" + std::to_string(s.head_dim) +
+                           " step=" + std::to_string(s.step);
+  NMT_EXPECT_CLOSE(dout.download(), ref, tolerance<T>(), what);
+  // caches: position step appended (exactly: a T rounding of the same float sum), the rest
+  // untouched (NaN stays NaN)
+  for (auto [got, want, name] : {std::tuple{dk.download(), ref_k, "K"},
+                                 std::tuple{dv.download(), ref_v, "V"}}) {
+    std::vector<float> g, w;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << what << ": " << name << " cache written at " << i;
+      } else {
+        g.push_back(got[i]);
+        w.push_back(want[i]);
+      }
+    }
+    NMT_EXPECT_CLOSE(g, w, tolerance<T>(), what + " " + name + " cache");
+  }
+}
+
+TYPED_TEST(AttentionCuda, DecoderSelfAttention) {
+  const CacheShape shapes[] = {
+      {256, 8, 64, 32, 0},  {256, 8, 64, 32, 17}, {7, 2, 128, 40, 39},
+      {5, 4, 32, 9, 4},     {16, 8, 64, 512, 300},
+  };
+  uint32_t seed = 1011;
+  for (const CacheShape& s : shapes) check_decoder_self_attention<TypeParam>(s, seed += 5);
+}
+
+TEST(AttentionCudaArgs, DecoderSelfAttentionRejectsHeadDim) {
+  NMT_SKIP_WITHOUT_GPU();
+  DecoderSelfAttentionArgs<float> a;
+  a.rows = 1; a.heads = 1; a.head_dim = 48; a.capacity = 4;
+  EXPECT_THROW(decoder_self_attention_cuda(a, nullptr), std::invalid_argument);
 }
 
 }  // namespace

@@ -148,6 +148,47 @@ TEST(CpuReference, Attention) {
   EXPECT_EQ(s[1], -kInf);
   EXPECT_EQ(s[2], 2.f);
   EXPECT_EQ(s[3], 0.f);
+  // biases and kv_index: query batch 0 reads kv batch 1 (keys (0, 1), (1, 0); values swapped)
+  const std::vector<float> k2 = {9, 9, 9, 9, 0, 1, 1, 0}, v2 = {9, 9, 9, 9, 3, 4, 1, 2};
+  const std::vector<float> qb = {1, -1}, vb = {10, 20};
+  const int kv_index[] = {1};
+  auto b = packed_args(q.data(), k2.data(), v2.data(), out.data(), 1, 1, 2, 1, 2);
+  b.q_bias = qb.data();  // q + qb = (2, -1): scores (-1, 2)
+  b.v_bias = vb.data();
+  b.kv_index = kv_index;
+  attention_cpu(b);
+  const float e3 = 0.95257413f;  // e^3 / (1 + e^3)
+  EXPECT_NEAR(out[0], (1 - e3) * 3 + e3 * 1 + 10, 1e-5f);
+  EXPECT_NEAR(out[1], (1 - e3) * 4 + e3 * 2 + 20, 1e-5f);
+  EXPECT_THROW(attention_scores_cpu(b, s.data()), std::invalid_argument);
+}
+
+TEST(CpuReference, DecoderSelfAttention) {
+  // 2 rows, 1 head of size 2, capacity 3, step 1. Row 0's position 0 lives in cache row 1.
+  const std::vector<float> qkv = {1, 0, 5, 6, 7, 8,    // row 0: q | k | v
+                                  0, 1, 1, 2, 3, 4};   // row 1
+  const std::vector<float> bias = {0, 0, 0, 0, 0, 0};
+  std::vector<float> kc(12, 0.f), vc(12, 0.f);
+  kc[2 * 3 + 0] = 1;  // cache row 1, position 0: key (1, 0), value (10, 20)
+  vc[2 * 3 + 0] = 10;
+  vc[2 * 3 + 1] = 20;
+  const int key_rows[] = {1, -1, -1, 1, -1, -1};
+  const int step = 1;
+  std::vector<float> out(4, -7.f);
+  DecoderSelfAttentionArgs<float> a;
+  a.qkv = qkv.data(); a.bias = bias.data(); a.k_cache = kc.data(); a.v_cache = vc.data();
+  a.key_rows = key_rows; a.step = &step; a.out = out.data();
+  a.rows = 2; a.capacity = 3; a.heads = 1; a.head_dim = 2;
+  decoder_self_attention_cpu(a);
+  EXPECT_EQ(kc[0 * 6 + 2], 5.f);  // appended at (row 0, position 1)
+  EXPECT_EQ(vc[1 * 6 + 3], 4.f);  // and (row 1, position 1)
+  // row 0: q (1, 0) . keys (1, 0), (5, 6) = 1, 5: weights 1 / (1 + e^4), e^4 / (1 + e^4)
+  const float w = 0.98201379f;
+  EXPECT_NEAR(out[0], (1 - w) * 10 + w * 7, 1e-5f);
+  EXPECT_NEAR(out[1], (1 - w) * 20 + w * 8, 1e-5f);
+  // row 1: q (0, 1) . keys (1, 0), (1, 2) = 0, 2
+  const float w1 = 0.88079708f;
+  EXPECT_NEAR(out[2], (1 - w1) * 10 + w1 * 3, 1e-5f);
 }
 
 TEST(CpuReference, Elementwise) {
@@ -158,19 +199,16 @@ TEST(CpuReference, Elementwise) {
   EXPECT_EQ(out, (std::vector<float>{40, 52, 12, 24}));
   add_bias_cpu(out.data(), std::vector<float>{1, -1}.data(), 2, 2);
   EXPECT_EQ(out, (std::vector<float>{41, 51, 13, 23}));
-  // gather the used prefix (2 of 3 elements) of rows {1, 1, 0}
-  const std::vector<float> src = {1, 2, 3, 4, 5, 6};
-  std::vector<float> dst(9, 0.f);
-  const int index[] = {1, 1, 0};
-  gather_rows_cpu(src.data(), dst.data(), index, 3, 3, 3, 2);
-  EXPECT_EQ(dst, (std::vector<float>{4, 5, 0, 4, 5, 0, 1, 2, 0}));
-  // append step 1 of 2 rows into caches of max_len 3, d_model 2; new rows have stride 4
-  const std::vector<float> kn = {1, 2, 0, 0, 3, 4, 0, 0}, vn = {5, 6, 0, 0, 7, 8, 0, 0};
-  std::vector<float> kc(12, 0.f), vc(12, 0.f);
-  kv_append_cpu(kn.data(), vn.data(), 4, kc.data(), vc.data(), 2, 1, 3, 2);
-  EXPECT_EQ(kc, (std::vector<float>{0, 0, 1, 2, 0, 0, 0, 0, 3, 4, 0, 0}));
-  EXPECT_EQ(vc[2], 5.f);
-  EXPECT_EQ(vc[9], 8.f);
+  // a decode step: every row at position *step
+  const int step = 1;
+  embed_positions_cpu(ids, emb.data(), pos.data(), nullptr, out.data(), 2, 2, 1.f, &step);
+  EXPECT_EQ(out, (std::vector<float>{35, 46, 31, 42}));
+  // key-row table after step 2: rows take parents {1, 1, 0}; position 2 is each row's own
+  const std::vector<int> old_rows = {0, 0, -1, -1, 1, 1, -1, -1, 2, 0, -1, -1};
+  std::vector<int> new_rows(12, -1);
+  const int parent[] = {1, 1, 0}, t = 2;
+  beam_reorder_key_rows_cpu(old_rows.data(), new_rows.data(), parent, 3, 4, &t);
+  EXPECT_EQ(new_rows, (std::vector<int>{1, 1, 0, -1, 1, 1, 1, -1, 0, 0, 2, -1}));
 }
 
 TEST(CpuReference, BeamTopk) {
@@ -206,11 +244,6 @@ TEST(CpuReference, BeamTopk) {
   EXPECT_EQ(s[0], 0.f);
   EXPECT_EQ(s[1], -1.f);
   EXPECT_EQ(s[2], -kInf);
-  force.forced_eos_keeps_logp = true;  // row 0: -ln 3 + 0, row 1: ln(5/8) - 1
-  beam_topk_cpu(logits.data(), nullptr, running.data(), 1, 2, 3, 3, force, s.data(), idx.data());
-  EXPECT_EQ(idx, (std::vector<int>{2, 5, 0}));
-  EXPECT_NEAR(s[0], third, 1e-6f);
-  EXPECT_NEAR(s[1], l58 - 1, 1e-6f);
   TopkMasks no_eos;
   no_eos.eos_id = 2;
   no_eos.mask_eos = true;

@@ -84,64 +84,51 @@ TYPED_TEST(ElementwiseCuda, EmbedPositions) {
       ids[r] = int(gen() % vocab);
       positions[r] = int(gen() % max_pos);
     }
+    const int step = int(gen() % max_pos);
     for (bool with_pos : {true, false}) {
-      std::vector<float> ref(size_t(rows * d));
-      embed_positions_cpu(ids.data(), emb.data(), with_pos ? pos.data() : nullptr,
-                          positions.data(), ref.data(), rows, d, 22.627417f);
-      DeviceBuffer<T> demb(emb), dpos(pos), dout(ref.size());
-      DeviceInts dids(ids), dpositions(positions);
-      embed_positions_cuda<T>(dids.get(), demb.get(), with_pos ? dpos.get() : nullptr,
-                              dpositions.get(), dout.get(), rows, d, 22.627417f, nullptr);
-      NMT_CHECK_CUDA(cudaDeviceSynchronize());
-      NMT_EXPECT_CLOSE(dout.download(), ref, tolerance<T>(),
-                       what(with_pos ? "embed+positions" : "embed", type_name<T>(), d));
+      for (bool device_step : {false, true}) {  // positions[r], or *step for every row
+        std::vector<float> ref(size_t(rows * d));
+        embed_positions_cpu(ids.data(), emb.data(), with_pos ? pos.data() : nullptr,
+                            positions.data(), ref.data(), rows, d, 22.627417f,
+                            device_step ? &step : nullptr);
+        DeviceBuffer<T> demb(emb), dpos(pos), dout(ref.size());
+        DeviceInts dids(ids), dpositions(positions), dstep(std::vector<int>{step});
+        embed_positions_cuda<T>(dids.get(), demb.get(), with_pos ? dpos.get() : nullptr,
+                                dpositions.get(), dout.get(), rows, d, 22.627417f, nullptr,
+                                device_step ? dstep.get() : nullptr);
+        NMT_CHECK_CUDA(cudaDeviceSynchronize());
+        NMT_EXPECT_CLOSE(dout.download(), ref, tolerance<T>(),
+                         what(device_step ? "embed (device step)"
+                              : with_pos  ? "embed+positions"
+                                          : "embed",
+                              type_name<T>(), d));
+      }
     }
   }
 }
 
-TYPED_TEST(ElementwiseCuda, GatherRowsAndKvAppend) {
-  using T = TypeParam;
-  uint32_t seed = 120;
-  for (int d : kCols) {
-    // beam reorder of a cache [rows, max_len, d]: copy only the used prefix of each row
-    const int64_t rows = 12, max_len = 9, used = 5;
-    const int64_t stride = max_len * d;
-    auto src = random_vector(size_t(rows * stride), -1.f, 1.f, seed++);
-    round_to<T>(src);
-    std::vector<int> index(rows);
-    std::mt19937 gen(seed);
-    for (auto& i : index) i = int(gen() % rows);
-    std::vector<float> ref(src.size(), std::nanf(""));
-    gather_rows_cpu(src.data(), ref.data(), index.data(), rows, stride, stride, used * d);
-    DeviceBuffer<T> dsrc(src), ddst(src.size());
-    DeviceInts dindex(index);
-    gather_rows_cuda<T>(dsrc.get(), ddst.get(), dindex.get(), rows, stride, stride, used * d,
-                        nullptr);
-    NMT_CHECK_CUDA(cudaDeviceSynchronize());
-    auto got = ddst.download();
-    std::vector<float> got_used, ref_used;
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (int64_t(i) % stride < used * d) {
-        got_used.push_back(got[i]);
-        ref_used.push_back(ref[i]);
-      } else {
-        EXPECT_TRUE(std::isnan(got[i])) << "gather wrote past the used prefix at " << i;
-      }
+// The key-row table of the beam reorder: fresh random parents each step, the table carried
+// from step to step, entries past the step never written.
+TEST(ElementwiseCudaInts, BeamReorderKeyRows) {
+  NMT_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(140);
+  for (int rows : {1, 12, 256}) {
+    const int capacity = 37;
+    std::vector<int> table(size_t(rows) * capacity, -1), next(table.size(), -1);
+    DeviceInts a(table), b(table);
+    DeviceInts *cur = &a, *nxt = &b;
+    for (int step = 0; step < capacity; ++step) {
+      std::vector<int> parent(static_cast<size_t>(rows));
+      for (auto& p : parent) p = int(gen() % rows);
+      beam_reorder_key_rows_cpu(table.data(), next.data(), parent.data(), rows, capacity, &step);
+      DeviceInts dparent(parent), dstep(std::vector<int>{step});
+      beam_reorder_key_rows_cuda(cur->get(), nxt->get(), dparent.get(), rows, capacity,
+                                 dstep.get(), nullptr);
+      NMT_CHECK_CUDA(cudaDeviceSynchronize());
+      ASSERT_EQ(nxt->download(), next) << "rows=" << rows << " step=" << step;
+      std::swap(table, next);
+      std::swap(cur, nxt);
     }
-    NMT_EXPECT_CLOSE(got_used, ref_used, 0.f, what("gather_rows", type_name<T>(), d));
-
-    // append step 4 from a fused K|V projection output [rows, 2 * d]
-    auto kv_new = random_vector(size_t(rows * 2 * d), -1.f, 1.f, seed++);
-    round_to<T>(kv_new);
-    auto kc = src, vc = src;
-    kv_append_cpu(kv_new.data(), kv_new.data() + d, 2 * d, kc.data(), vc.data(), rows, 4, max_len,
-                  d);
-    DeviceBuffer<T> dnew(kv_new), dk(src), dv(src);
-    kv_append_cuda<T>(dnew.get(), dnew.get() + d, 2 * d, dk.get(), dv.get(), rows, 4, max_len, d,
-                      nullptr);
-    NMT_CHECK_CUDA(cudaDeviceSynchronize());
-    NMT_EXPECT_CLOSE(dk.download(), kc, 0.f, what("kv_append K", type_name<T>(), d));
-    NMT_EXPECT_CLOSE(dv.download(), vc, 0.f, what("kv_append V", type_name<T>(), d));
   }
 }
 

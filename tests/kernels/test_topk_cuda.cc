@@ -20,11 +20,11 @@ struct Case {
   int beam, vocab, k;
   bool bias;
   TopkMasks masks;
+  int pad = 0;  // logits row stride = vocab + pad (padding columns hold huge values)
 };
 
-TopkMasks masks(int pad, int eos, bool mask_eos, bool force_eos, bool keep = false) {
+TopkMasks masks(int pad, int eos, bool mask_eos, bool force_eos) {
   TopkMasks m;
-  m.forced_eos_keeps_logp = keep;
   m.pad_id = pad;
   m.eos_id = eos;
   m.mask_eos = mask_eos;
@@ -39,7 +39,9 @@ const Case kCases[] = {
     {2, 16, 3001, 32, true, masks(3, 2, false, false)},      // the largest k
     {7, 1, 32003, 1, false, masks(5, 6, false, false)},      // greedy
     {4, 3, 5000, 5, true, masks(0, 4999, false, true)},      // forced EOS (scores 0)
-    {4, 3, 5000, 5, true, masks(0, 7, false, true, true)},   // forced EOS keeps its log-prob
+    {64, 4, 8001, 8, true, masks(1, 0, false, true), 7},     // demo model at max length
+    {32, 4, 8001, 8, true, masks(1, 0, false, false), 7},    // one chunk per row, padded rows
+    {64, 4, 58101, 8, true, masks(58100, 0, true, false), 3},
     {1, 4, 70000, 3, true, masks(1, 0, false, false)},       // many chunks per row
 };
 
@@ -56,14 +58,19 @@ void check(const Case& c, uint32_t seed) {
   beam_topk_cpu(logits.data(), c.bias ? bias.data() : nullptr, running.data(), c.sentences,
                 c.beam, c.vocab, c.k, c.masks, ref_s.data(), ref_i.data());
 
-  DeviceBuffer<T> dlogits(logits);
+  const int64_t stride = c.vocab + c.pad;
+  std::vector<float> strided(size_t(rows * stride), 6e4f);
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(logits.begin() + r * c.vocab, logits.begin() + (r + 1) * c.vocab,
+              strided.begin() + r * stride);
+  DeviceBuffer<T> dlogits(strided);
   DeviceBuffer<float> dbias(bias), drunning(running), dscores(ref_s.size());
   DeviceInts dindex(ref_i.size());
   const size_t ws_bytes = beam_topk_workspace_bytes(c.sentences, c.beam, c.vocab, c.k);
   DeviceBuffer<char> ws(ws_bytes);
   beam_topk_cuda<T>(dlogits.get(), c.bias ? dbias.get() : nullptr, drunning.get(), c.sentences,
                     c.beam, c.vocab, c.k, c.masks, dscores.get(), dindex.get(), ws.get(),
-                    ws_bytes, nullptr);
+                    ws_bytes, nullptr, c.pad ? stride : 0);
   NMT_CHECK_CUDA(cudaDeviceSynchronize());
   const std::string what = std::string(type_name<T>()) + " sentences=" +
                            std::to_string(c.sentences) + " beam=" + std::to_string(c.beam) +
