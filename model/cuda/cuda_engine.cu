@@ -90,6 +90,7 @@ class CudaEngine final : public Engine {
     embed_scale_ = c.scale_embedding ? std::sqrt(float(d_)) : 1.f;
     try {
       init(w);
+      warm_up();
     } catch (...) {
       cublasDestroy(cublas_);
       cudaStreamDestroy(stream_);
@@ -112,6 +113,20 @@ class CudaEngine final : public Engine {
     workspace_ = DeviceBuffer<char>(&alloc_, kCublasWorkspace);
     check_cublas(cublasSetWorkspace(cublas_, workspace_.get(), kCublasWorkspace), "cublasSetWorkspace");
     upload_weights(w);
+  }
+
+  // One sentence through encode and a step: CUDA loads kernels lazily and cuBLAS sets up on
+  // first use, which made the first batch a server saw take ~190 ms on H100.
+  void warm_up() {
+    encode({{c_.eos_id}}, 1);
+    const std::vector<int> tokens{c_.decoder_start_id};
+    const std::vector<float> running{0.f};
+    StepInput in;
+    in.tokens = &tokens;
+    in.running_scores = &running;
+    StepOutput out;
+    step(in, &out);
+    profile_stats_ = StepProfile();
   }
 
   ~CudaEngine() override {
@@ -239,9 +254,14 @@ class CudaEngine final : public Engine {
     }
     // All layers' cross-attention K/V projections in one GEMM per encode: [L * 2d, d].
     cross_kv_w_ = upload(concat(cross_kv));
+    // The output projection with zero rows up to logits_ld(), uploaded first so that tied
+    // embeddings share it (they read rows < vocab only).
+    const HostTensor& proj = w.output_projection();
+    std::vector<float> padded(size_t(logits_ld()) * d_, 0.f);
+    std::copy(proj.data.begin(), proj.data.end(), padded.begin());
+    out_proj_ = uploaded_[&proj] = upload(padded);
     enc_emb_ = upload(w.encoder_embeddings());
     dec_emb_ = upload(w.decoder_embeddings());
-    out_proj_ = upload(w.output_projection());
     enc_pos_ = upload(w.encoder_positions());
     dec_pos_ = upload(w.decoder_positions());
     const std::vector<float>& bias = w.output_bias().data;
@@ -327,9 +347,10 @@ class CudaEngine final : public Engine {
     rows_cap_ = rows;
   }
   static size_t step_in_ints(int rows) { return 4 + 4 * size_t(rows); }
-  // Row stride of the logits: the vocabulary rounded up to 8 floats, so that every row is
-  // 16-byte aligned (with an odd vocabulary cuBLAS falls back to unaligned kernels: on H100
-  // 23 us instead of a few for 256 x 8001 x 256, 250 us for 256 x 58101 x 512).
+  // Row stride of the logits and rows of the output projection: the vocabulary rounded up to
+  // 8, so that the GEMM's output dimension and rows are 16-byte aligned (with an odd
+  // vocabulary cuBLAS falls back to an unaligned sm75 kernel: on H100 23 us for
+  // 256 x 8001 x 256, 243 us for 256 x 58101 x 512). The padding columns are never read.
   int logits_ld() const { return (c_.vocab_size + 7) / 8 * 8; }
 
   // Doubles the caches' positions (up to max_positions) keeping their contents.
@@ -409,7 +430,7 @@ class CudaEngine final : public Engine {
 
       feed_forward(L.fc1, L.fc2, L.ffn_norm, y, hidden_.get(), tmp_.get(), rows);
     }
-    gemm(y, d, out_proj_, logits_.get(), logits_ld(), rows, c_.vocab_size, d);
+    gemm(y, d, out_proj_, logits_.get(), logits_ld(), rows, logits_ld(), d);
     kernels::TopkMasks masks;
     masks.pad_id = c_.pad_id; masks.eos_id = c_.eos_id;
     masks.mask_eos = mask_eos; masks.force_eos = force_eos;
