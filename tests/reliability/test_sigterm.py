@@ -22,7 +22,9 @@ def main():
     tmp, pb, pb_grpc, health_pb2, health_pb2_grpc = rel.setup(repo, "nmt-sigterm-")
     config = os.path.join(tmp, "config.yaml")
     rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"))
-    server = rel.json_server(binary, config)
+    # The grace period bounds the drain; generous here so that slow builds (TSan: 10-20x)
+    # still drain everything that was accepted. What runs past the grace is cancelled.
+    server = rel.json_server(binary, config, ["--shutdown-grace-seconds", "300"])
     results, lock = [], threading.Lock()
     stop = threading.Event()
     try:
@@ -41,7 +43,7 @@ def main():
 
         def streamer(i):
             def messages():
-                for k in range(40):
+                for k in range(20):
                     yield pb.TranslateRequest(texts=[rel.SENTENCES[k % len(rel.SENTENCES)].encode()])
                     time.sleep(0.05)
             try:
@@ -56,11 +58,17 @@ def main():
         threads += [threading.Thread(target=streamer, args=(i,)) for i in range(4)]
         for t in threads:
             t.start()
-        time.sleep(3)
+        # SIGTERM once every client has had answers (the load is established), at most 120 s.
+        rel.wait_for(lambda: len(results) >= 64, 120, 0.2)
         with lock:
             before = len(results)
         server.proc.send_signal(signal.SIGTERM)
-        time.sleep(1.0)
+        time.sleep(0.5)
+        with rel.grpc.insecure_channel(server.target) as fresh:
+            code, _, _, _ = rel.call(pb_grpc.TranslationServiceStub(fresh).Translate,
+                                     pb.TranslateRequest(texts=[b"A dog runs."]), timeout=10)
+        check(code == "UNAVAILABLE", f"a new call after SIGTERM is refused: {code}")
+        time.sleep(0.5)
         stop.set()
         for t in threads:
             t.join(timeout=120)
