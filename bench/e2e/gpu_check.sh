@@ -109,7 +109,7 @@ if want kernel-bench; then
 step kernel-bench
 timeout 120 nmt-bench-kernels > "$out/ours.csv" 2> /tmp/bench.log
 timeout 120 python3 bench/kernels/torch_baseline.py --ours "$out/ours.csv" > "$out/tables.md" 2>> /tmp/bench.log
-tail -5 /tmp/bench.log >> "$log"
+tail -8 /tmp/bench.log >> "$log"
 fi
 
 if want memcheck; then

@@ -291,10 +291,13 @@ void bench_qk(int64_t d) {
   for (T* p : {q, k, qt, kt, s}) CHECK(cudaFree(p));
 }
 
-void bench_topk() {
-  const int64_t sentences = 16;
-  const int beam = 4, vocab = 58101, k = 8;
-  __half* logits = alloc_random<__half>(size_t(sentences * beam * vocab), 9);
+// Returns us per call of beam_topk_cuda<T> on sentences x beam rows of vocab logits, with the
+// logits rows padded to a multiple of 8 when padded (as the CUDA engine lays them out).
+template <typename T>
+double time_topk(int64_t sentences, int beam, int vocab, bool padded) {
+  const int k = 2 * beam;
+  const int64_t stride = padded ? (vocab + 7) / 8 * 8 : vocab;
+  T* logits = alloc_random<T>(size_t(sentences * beam * stride), 9);
   float* bias = alloc_random<float>(size_t(vocab), 10);
   float* running = alloc_random<float>(size_t(sentences * beam), 11);
   float* scores;
@@ -305,22 +308,33 @@ void bench_topk() {
   void* ws;
   CHECK(cudaMalloc(&ws, ws_bytes));
   TopkMasks masks;
-  masks.pad_id = 58100;
+  masks.pad_id = vocab - 1;
   const double us = time_us(
       [&] {
-        beam_topk_cuda<__half>(logits, bias, running, sentences, beam, vocab, k, masks, scores,
-                               index, ws, ws_bytes, g_stream);
+        beam_topk_cuda<T>(logits, bias, running, sentences, beam, vocab, k, masks, scores, index,
+                          ws, ws_bytes, g_stream, stride);
       },
       200);
-  row("beam_topk_fp16", vocab, "ours", us, 2.0 * sentences * beam * vocab / us / 1e3);
-  std::fprintf(stderr, "\nbeam top-k 16 x 4 x %d, k = 8 (log-softmax + masks + top-k): %.2f us\n",
-               vocab, us);
   CHECK(cudaFree(logits));
   CHECK(cudaFree(bias));
   CHECK(cudaFree(running));
   CHECK(cudaFree(scores));
   CHECK(cudaFree(index));
   CHECK(cudaFree(ws));
+  return us;
+}
+
+void bench_topk() {
+  const int64_t sentences = 16;
+  const int beam = 4, vocab = 58101;
+  const double us = time_topk<__half>(sentences, beam, vocab, false);
+  row("beam_topk_fp16", vocab, "ours", us, 2.0 * sentences * beam * vocab / us / 1e3);
+  std::fprintf(stderr, "\nbeam top-k 16 x 4 x %d, k = 8 (log-softmax + masks + top-k): %.2f us\n",
+               vocab, us);
+  // The CUDA engine's batch-64 decode step: float32 logits, rows padded to 8.
+  for (int v : {8001, 58101})
+    std::fprintf(stderr, "beam top-k 64 x 4 x %d float32, k = 8 (engine batch 64): %.2f us\n", v,
+                 time_topk<float>(64, 4, v, true));
 }
 
 }  // namespace

@@ -4,10 +4,13 @@
 //      (logit + bias - lse, masked, + running score), computed exactly as the reference does,
 //      and the chunk's kp best (score, index) pairs; the logits are re-read from L2;
 //   3. one block per sentence: the k best of its beam x splits x kp candidates.
-// With enough rows to fill the GPU (one chunk per row), 1 and 2 are one launch (topk_row_kernel).
+// With enough rows to fill the GPU and rows of at most 16384 tokens, 1 and 2 are one launch
+// (topk_row_kernel, the row held in registers).
 // Selecting on the final score (not on the logit) keeps torch.topk's tie rule exact even where
 // float rounding makes different logits collide. kp = k rounded up to a power of two.
+#include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/topk.h"
@@ -204,8 +207,16 @@ __global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits
     ws.lse_parts[row * gridDim.x + blockIdx.x] = make_float2(total.m, total.s);
 }
 
-// The chunk's kK best final scores (logit + bias - lse, masked, + running score), computed
-// exactly as the reference does, into the workspace slot of (row, chunk).
+// A token's final score: logit + bias - lse, masked, + running score, exactly as the reference.
+__device__ __forceinline__ float final_score(int t, float v, float lse, float running,
+                                             const TopkMasks& masks) {
+  float logp = v - lse;
+  if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) logp = -INFINITY;
+  if (masks.force_eos) logp = t != masks.eos_id ? -INFINITY : 0.f;
+  return logp + running;
+}
+
+// The chunk's kK best final scores into the workspace slot of (row, chunk).
 template <typename T, int kK>
 __device__ __forceinline__ void select_chunk(const T* x, const float* bias, Chunk chunk,
                                              float lse, float running, int base,
@@ -214,10 +225,7 @@ __device__ __forceinline__ void select_chunk(const T* x, const float* bias, Chun
   TopList<kK> list;
   list.clear();
   for_each_logit(x, bias, chunk, [&](int t, float v) {
-    float logp = v - lse;
-    if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) logp = -INFINITY;
-    if (masks.force_eos) logp = t != masks.eos_id ? -INFINITY : 0.f;
-    list.push(logp + running, base + t);
+    list.push(final_score(t, v, lse, running, masks), base + t);
   });
   block_merge<kK>(list, kK, [&](int r, float v, int i) {
     ws.scores[out + r] = v;
@@ -248,23 +256,44 @@ __global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
                       (row * splits + blockIdx.x) * kK);
 }
 
-// One block per row (a single chunk): the row's log-sum-exp, then its kK best, in one launch;
-// the second pass reads the row back from L1/L2.
-template <typename T, int kK>
+// One block per row (a single chunk) for rows of at most kRowTokens tokens: each thread loads
+// its kPer logits into registers at once (one memory round trip), then the row's log-sum-exp
+// and its kK best come from the registers, in one launch.
+constexpr int kRowTokens = 16384;
+constexpr int kRowMaxK = 8;  // larger k: two launches (the unrolled lists would bloat the code)
+
+template <typename T, int kK, int kPer>
 __global__ void __launch_bounds__(kChunkThreads) topk_row_kernel(
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
     int beam, int vocab, TopkMasks masks, Workspace ws) {
   const int64_t row = blockIdx.y;
   const T* x = logits + row * row_stride;
-  const Chunk all(vocab, vocab);  // gridDim.x == 1
+  float z[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int t = threadIdx.x + u * kChunkThreads;
+    z[u] = t < vocab ? to_float(x[t]) + (bias ? bias[t] : 0.f) : -INFINITY;
+  }
   OnlineLse lse;
-  for_each_logit(x, bias, all, [&](int, float v) { lse.add(v); });
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) lse.add(z[u]);  // -inf (past the row) adds nothing
   __shared__ float s_lse;
   const OnlineLse total = block_lse(lse);
   if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
   __syncthreads();
-  select_chunk<T, kK>(x, bias, all, s_lse, running_scores[row], int(row % beam) * vocab, masks,
-                      ws, row * kK);
+  const float row_lse = s_lse, running = running_scores[row];
+  const int base = int(row % beam) * vocab;
+  TopList<kK> list;
+  list.clear();
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int t = threadIdx.x + u * kChunkThreads;
+    if (t < vocab) list.push(final_score(t, z[u], row_lse, running, masks), base + t);
+  }
+  block_merge<kK>(list, kK, [&](int r, float v, int i) {
+    ws.scores[row * kK + r] = v;
+    ws.index[row * kK + r] = i;
+  });
 }
 
 // One block per sentence: every thread takes a few of the beam x splits x kp candidates.
@@ -296,9 +325,16 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
   const int chunk = (vocab + splits - 1) / splits;
   const Workspace ws(workspace, rows * splits, kK);
   const dim3 grid{unsigned(splits), unsigned(rows)};
-  if (splits == 1) {
-    topk_row_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(
-        logits, row_stride, bias, running_scores, beam, vocab, masks, ws);
+  if (splits == 1 && vocab <= kRowTokens && kK <= kRowMaxK) {
+    auto go = [&](auto per) {
+      topk_row_kernel<T, std::min(kK, kRowMaxK), decltype(per)::value>
+          <<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, running_scores, beam,
+                                               vocab, masks, ws);
+    };
+    if (vocab <= 32 * kChunkThreads)
+      go(std::integral_constant<int, 32>());
+    else
+      go(std::integral_constant<int, 64>());
     NMT_CUDA_CHECK_LAUNCH();
   } else {
     topk_lse_kernel<T><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, vocab,

@@ -42,6 +42,9 @@ const Case kCases[] = {
     {64, 4, 8001, 8, true, masks(1, 0, false, true), 7},     // demo model at max length
     {32, 4, 8001, 8, true, masks(1, 0, false, false), 7},    // one chunk per row, padded rows
     {64, 4, 58101, 8, true, masks(58100, 0, true, false), 3},
+    {32, 4, 3001, 8, false, masks(0, 1, true, false)},       // row path, short rows
+    {128, 1, 16384, 1, true, masks(2, 3, false, false), 5},  // row path, 64 a thread, greedy
+    {8, 16, 12000, 32, true, masks(0, 1, false, false)},     // one chunk a row, k > 8
     {1, 4, 70000, 3, true, masks(1, 0, false, false)},       // many chunks per row
 };
 
