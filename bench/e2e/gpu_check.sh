@@ -9,8 +9,10 @@
 # $OUT gets tests.log (tests, server, summaries), e2e/{results.jsonl,e2e.log}, ncu.txt,
 # ours.csv and tables.md (the device tool returns at most 8 files).
 # usage (device run, repository root, bundle made by
-#   ../shared/tools/device-bundle.sh build-cuda .devbundle-cuda with the golden/Multi30k files
-#   copied to .devbundle-cuda/shared):  bench/e2e/gpu_check.sh [PARTS]
+#   ../shared/tools/device-bundle.sh DIR .devbundle-cuda with the golden/Multi30k files
+#   copied to .devbundle-cuda/shared; DIR = build-cuda, or a folder holding only the
+#   executables the PARTS need when all nine make the travelling tree exceed 64 MiB):
+#   bench/e2e/gpu_check.sh [PARTS]
 # PARTS: any of tests e2e server ncu kernel-bench memcheck (default: all).
 set -uo pipefail
 out=${OUT:-/tmp/out}
