@@ -28,9 +28,8 @@ def bounded_queue(server, stub, pb, seconds=8.0, clients=48):
     request = pb.TranslateRequest(texts=[s.encode() for s in rel.SENTENCES],
                                   options=pb.TranslateOptions(beam_size=4))
     # One request alone: the unit of work. The 64-sentence queue holds 8 of them, so an
-    # accepted request waits for at most ~9 units; 20 leaves room for the 48 clients sharing the
-    # CPU (sanitizer builds are 10-20x slower: the
-    # bound scales with the build's own speed).
+    # accepted request waits for at most ~9 units; 20 leaves room for the 48 clients sharing
+    # the CPU. Scaled by the build's own speed (sanitizer builds are 10-20x slower).
     _, unit, _, _ = rel.call(stub.Translate, request, timeout=120)
     bound = 20 * unit + 5.0
     stop = time.monotonic() + seconds
