@@ -30,7 +30,7 @@ struct BatchingOptions {
   // A sentence that alone exceeds it still runs, alone.
   int max_batch_tokens = 8192;
   int max_batch_sentences = 128;
-  int max_wait_ms = 5;             // how long the oldest sentence may wait for company
+  int max_wait_ms = 1;             // how long the oldest sentence may wait for company
   int max_queue_sentences = 4096;  // waiting sentences; beyond it submit() refuses
 };
 

@@ -50,7 +50,7 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.limits.max_sentences_per_request, 64);
   EXPECT_EQ(c.limits.max_input_tokens, 256);
   EXPECT_EQ(c.batching.max_batch_tokens, 8192);
-  EXPECT_EQ(c.batching.max_wait_ms, 5);
+  EXPECT_EQ(c.batching.max_wait_ms, 1);
   ASSERT_EQ(c.models.size(), 1u);
   EXPECT_EQ(c.models[0].name, "m30k-en-de-small");
   // Relative to the config file's folder, not the working directory.
