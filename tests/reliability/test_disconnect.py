@@ -83,7 +83,7 @@ def main():
             codes = {}
             for line in lines:
                 codes[line["code"]] = codes.get(line["code"], 0) + 1
-            check(set(codes) <= {"OK", "CANCELLED"} and codes.get("CANCELLED", 0) > 0 and codes.get("OK") == 2,
+            check(set(codes) <= {"OK", "CANCELLED"} and codes.get("CANCELLED", 0) > 0 and codes.get("OK", 0) >= 2,
                   f"every request the server took was answered and logged: {codes}")
             health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
             check(health.status == health_pb2.HealthCheckResponse.SERVING, "still SERVING")
