@@ -112,9 +112,13 @@ class Job {
   JobResult result_;
 };
 
-Batcher::Batcher(TranslateBatchFn translate, BatchingOptions options, BatchHook on_batch)
-    : translate_(std::move(translate)), options_(options), on_batch_(std::move(on_batch)) {
-  worker_ = std::thread([this] { run(); });
+Batcher::Batcher(std::vector<TranslateBatchFn> translators, BatchingOptions options,
+                 BatchHook on_batch)
+    : translators_(std::move(translators)), options_(options), on_batch_(std::move(on_batch)) {
+  if (translators_.empty()) throw Error(ErrorCode::kInternal, "a batcher needs a translator");
+  for (const TranslateBatchFn& translate : translators_) {
+    workers_.emplace_back([this, &translate] { run(translate); });
+  }
 }
 
 Batcher::~Batcher() { stop(); }
@@ -179,7 +183,9 @@ void Batcher::stop() {
     stopping_ = true;
   }
   wake_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  for (std::thread& worker : workers_) {
+    if (worker.joinable()) worker.join();
+  }
 }
 
 size_t Batcher::queued_sentences() const {
@@ -257,7 +263,7 @@ std::vector<Batcher::Item> Batcher::take_batch(const std::vector<size_t>& group)
   return batch;
 }
 
-void Batcher::run() {
+void Batcher::run(const TranslateBatchFn& translate) {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     const Clock::time_point now = Clock::now();
@@ -278,12 +284,12 @@ void Batcher::run() {
     }
     std::vector<Item> batch = take_batch(group);
     lock.unlock();
-    execute(batch);
+    execute(batch, translate);
     lock.lock();
   }
 }
 
-void Batcher::execute(std::vector<Item>& batch) {
+void Batcher::execute(std::vector<Item>& batch, const TranslateBatchFn& translate) {
   const Clock::time_point start = Clock::now();
   std::vector<std::vector<int>> ids;
   ids.reserve(batch.size());
@@ -293,7 +299,7 @@ void Batcher::execute(std::vector<Item>& batch) {
   BatchStats stats;
   std::vector<Translation> translations;
   try {
-    translations = translate_(ids, batch.front().job->options, &stats, cancelled);
+    translations = translate(ids, batch.front().job->options, &stats, cancelled);
     if (translations.size() != batch.size()) {
       throw Error(ErrorCode::kInternal, "the engine returned " +
                                             std::to_string(translations.size()) +

@@ -1,6 +1,6 @@
 #pragma once
-// Dynamic batching across concurrent requests (DESIGN.md §2, §6): one queue and one worker
-// thread per model/device. The worker takes the oldest waiting sentence, gathers the queued
+// Dynamic batching across concurrent requests (DESIGN.md §2, §6): one queue per model and
+// one worker thread per translator of that model (models[].workers). The worker takes the oldest waiting sentence, gathers the queued
 // sentences whose DecodeOptions equal its own, and once max_wait_ms has passed for the
 // oldest (or enough work is waiting) runs the batch of similar lengths that holds it: the
 // group sorted by length and cut into chunks within max_batch_tokens and
@@ -57,7 +57,12 @@ class Job;
 
 class Batcher {
  public:
-  Batcher(TranslateBatchFn translate, BatchingOptions options, BatchHook on_batch = {});
+  // One worker thread per function: each drives its own translator, so that one batch's host
+  // work (beam bookkeeping, tokenization) overlaps another batch's device work.
+  Batcher(std::vector<TranslateBatchFn> translators, BatchingOptions options,
+          BatchHook on_batch = {});
+  Batcher(TranslateBatchFn translate, BatchingOptions options, BatchHook on_batch = {})
+      : Batcher(std::vector<TranslateBatchFn>{std::move(translate)}, options, std::move(on_batch)) {}
   ~Batcher();  // stop()
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -89,13 +94,13 @@ class Batcher {
     Clock::time_point enqueued;
   };
 
-  void run();
+  void run(const TranslateBatchFn& translate);
   void purge_stopped(Clock::time_point now);
   bool ready(const std::vector<size_t>& group, Clock::time_point now) const;
   std::vector<Item> take_batch(const std::vector<size_t>& group);
-  void execute(std::vector<Item>& batch);
+  void execute(std::vector<Item>& batch, const TranslateBatchFn& translate);
 
-  TranslateBatchFn translate_;
+  std::vector<TranslateBatchFn> translators_;
   BatchingOptions options_;
   BatchHook on_batch_;
 
@@ -103,7 +108,7 @@ class Batcher {
   std::condition_variable wake_;
   std::deque<Item> queue_;  // arrival order
   bool stopping_ = false;
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace nmt::server

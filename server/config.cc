@@ -162,7 +162,8 @@ ModelEntry parse_model(const YAML::Node& node, size_t index, const fs::path& bas
     else if (key == "device") m.device = to_choice(kv.second, full, kDevices);
     else if (key == "precision") m.precision = to_choice(kv.second, full, kPrecisions);
     else if (key == "device_memory_limit_mb") m.device_memory_limit_mb = to_int(kv.second, full, 0, kMaxInt);
-    else fail("unknown key '" + full + "' (known: name, path, device, precision, device_memory_limit_mb)");
+    else if (key == "workers") m.workers = to_int(kv.second, full, 1, 16);
+    else fail("unknown key '" + full + "' (known: name, path, device, precision, device_memory_limit_mb, workers)");
   }
   if (m.name.empty()) fail(where + ".name is missing");
   if (m.path.empty()) fail(where + ".path is missing");

@@ -25,6 +25,10 @@ struct ModelEntry {
   // Working memory one batch may use (the CUDA engine's allocations; on the CPU the
   // estimated per-batch buffers). A batch over it fails RESOURCE_EXHAUSTED. 0 = no cap.
   int device_memory_limit_mb = 0;
+  // Translators (engine copies) serving the model's queue, each on its own worker thread:
+  // one batch's host-side work overlaps another's device work (GPU), or batches run on
+  // separate cores (CPU, one BLAS thread each).
+  int workers = 1;
 };
 
 struct ServerConfig {

@@ -28,14 +28,17 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : met
     served->precision = entry.precision;
     served->is_default = models_.empty();
     try {
-      served->translator = Translator::load(entry.path, translator_options(entry));
+      for (int w = 0; w < entry.workers; ++w) {
+        served->translators.push_back(Translator::load(entry.path, translator_options(entry)));
+      }
     } catch (const std::exception& e) {
       throw std::runtime_error("cannot load model '" + entry.name + "' from " + entry.path +
                                ": " + e.what());
     }
+    const Translator& first = *served->translators.front();
     // The model's position table bounds source and target lengths; refuse limits beyond it
     // here rather than failing batches later.
-    const int positions = served->translator->config().max_positions;
+    const int positions = first.config().max_positions;
     if (config.limits.max_input_tokens > positions ||
         config.limits.max_decoding_length > positions) {
       throw std::runtime_error(
@@ -44,27 +47,37 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : met
           std::to_string(config.limits.max_input_tokens) + ") and limits.max_decoding_length (" +
           std::to_string(config.limits.max_decoding_length) + ") must not exceed it");
     }
-    served->device = device_name(served->translator->device());
-    if (served->translator->device() == Device::kCpu) served->precision = "float32";  // always
+    served->device = device_name(first.device());
+    if (first.device() == Device::kCpu) served->precision = "float32";  // always
 
-    Translator* translator = served->translator.get();
+    const ServedModel* model = served.get();
     const std::string name = served->name, device = served->device;
-    TranslateBatchFn translate = [translator, &metrics, name, device](
-                                     const std::vector<std::vector<int>>& ids,
-                                     const DecodeOptions& options, BatchStats* stats,
-                                     const CancelFn& cancelled) {
-      auto result = translator->translate_ids(ids, options, stats, cancelled);
-      metrics.gpu_memory(name, device, static_cast<double>(translator->device_memory_used()));
-      return result;
-    };
+    std::vector<TranslateBatchFn> translators;
+    for (auto& t : served->translators) {
+      Translator* translator = t.get();
+      translators.push_back([translator, model, &metrics, name, device](
+                                const std::vector<std::vector<int>>& ids,
+                                const DecodeOptions& options, BatchStats* stats,
+                                const CancelFn& cancelled) {
+        auto result = translator->translate_ids(ids, options, stats, cancelled);
+        metrics.gpu_memory(name, device, static_cast<double>(model->device_memory_used()));
+        return result;
+      });
+    }
     BatchHook on_batch = [&metrics, name](size_t sentences, const BatchStats& stats) {
       metrics.batch(name, sentences, stats);
     };
-    served->batcher = std::make_unique<Batcher>(translate, config.batching, on_batch);
+    served->batcher = std::make_unique<Batcher>(std::move(translators), config.batching, on_batch);
     metrics.model_loaded(name, device, true);
-    metrics.gpu_memory(name, device, static_cast<double>(translator->device_memory_used()));
+    metrics.gpu_memory(name, device, static_cast<double>(served->device_memory_used()));
     models_.push_back(std::move(served));
   }
+}
+
+size_t ServedModel::device_memory_used() const {
+  size_t bytes = 0;
+  for (const auto& t : translators) bytes += t->device_memory_used();
+  return bytes;
 }
 
 ModelRegistry::~ModelRegistry() { stop(); }

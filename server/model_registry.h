@@ -1,6 +1,6 @@
 #pragma once
-// The models the server serves: for each entry of the config a Translator on its device and
-// the Batcher whose worker thread is the only one driving that Translator.
+// The models the server serves: for each entry of the config `workers` Translators on its
+// device and the Batcher whose worker threads drive them, one thread per Translator.
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,8 +17,10 @@ struct ServedModel {
   std::string device;     // resolved: cpu | cuda
   std::string precision;  // computed in: float32 on the CPU, else as configured
   bool is_default = false;
-  std::unique_ptr<Translator> translator;
-  std::unique_ptr<Batcher> batcher;  // declared last: stops before the translator goes
+  std::vector<std::unique_ptr<Translator>> translators;
+  std::unique_ptr<Batcher> batcher;  // declared last: stops before the translators go
+  const Tokenizer& tokenizer() const { return translators.front()->tokenizer(); }
+  size_t device_memory_used() const;
 };
 
 class ModelRegistry {

@@ -89,7 +89,7 @@ TranslationService::Admitted TranslationService::admit(const v1::TranslateReques
   Admitted admitted;
   admitted.model = &models_.find(request.model());
   call.model = admitted.model->name;
-  const Tokenizer& tokenizer = admitted.model->translator->tokenizer();
+  const Tokenizer& tokenizer = admitted.model->tokenizer();
   ValidRequest valid =
       validator_.validate(request, [&](const std::string& text) { return tokenizer.encode(text); });
   call.input_tokens = valid.input_tokens;
@@ -258,7 +258,7 @@ grpc::Status TranslationService::ListModels(grpc::ServerContext* context,
     info->set_device(m->device);
     info->set_precision(m->precision);
     info->set_is_default(m->is_default);
-    info->set_vocab_size(m->translator->tokenizer().vocab_size());
+    info->set_vocab_size(m->tokenizer().vocab_size());
   }
   return grpc::Status::OK;
 }

@@ -3,7 +3,7 @@
 #   1. kernel tests (CPU references, CUDA kernels) and CUDA engine tests (CPU engine, golden);
 #   2. end-to-end benchmark with transformers in the same run (run_e2e.sh);
 #   3. the server on the GPU: offline nmt-translate batch 64 against nmt-loadgen with 64
-#      concurrent single-sentence clients (default batching, then max_wait_ms 1);
+#      concurrent single-sentence clients (default batching, max_wait_ms 1, then 5);
 #   4. where a batch-64 decode step's GPU time goes (ncu, per kernel);
 #   5. kernel benchmarks with the PyTorch baseline, compute-sanitizer memcheck of the kernel tests.
 # $OUT gets tests.log (tests, server, summaries), e2e/{results.jsonl,e2e.log}, ncu.txt,
@@ -68,7 +68,7 @@ serve() {  # config, port: a cold pass (graph captures, first-use setup), then a
   head -5 /tmp/server-$2.log >> "$log"
 }
 serve configs/default.yaml 50800
-sed 's/max_wait_ms: 5/max_wait_ms: 1/' configs/default.yaml > configs/.gpu_check_wait1.yaml
+sed "s/max_wait_ms: 1 /max_wait_ms: 5 /" configs/default.yaml > configs/.gpu_check_wait1.yaml  # the previous default, for comparison
 serve configs/.gpu_check_wait1.yaml 50810
 rm -f configs/.gpu_check_wait1.yaml
 fi

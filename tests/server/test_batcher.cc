@@ -340,3 +340,26 @@ TEST(Batcher, StopFinishesQueuedWork) {
   EXPECT_TRUE(r.ok);
   EXPECT_THROW(batcher->submit({sentence(2, 3)}, beam(1)), nmt::Error);
 }
+
+// With two translators, two batches run at the same time: each worker drives its own.
+TEST(Batcher, WorkersRunBatchesConcurrently) {
+  std::atomic<int> running{0}, most{0};
+  auto slow = [&](const std::vector<std::vector<int>>& ids, const nmt::DecodeOptions&,
+                  nmt::BatchStats*, const nmt::CancelFn&) {
+    const int now = ++running;
+    int seen = most.load();
+    while (now > seen && !most.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    --running;
+    return std::vector<nmt::Translation>(ids.size());
+  };
+  nmt::server::BatchingOptions o;
+  o.max_batch_sentences = 1;  // one sentence per batch: two requests need two batches
+  nmt::server::Batcher batcher({slow, slow}, o);
+  auto a = batcher.submit({{5, 0}}, nmt::DecodeOptions{});
+  auto b = batcher.submit({{6, 0}}, nmt::DecodeOptions{});
+  EXPECT_TRUE(batcher.wait(a).ok);
+  EXPECT_TRUE(batcher.wait(b).ok);
+  EXPECT_EQ(most.load(), 2);
+}

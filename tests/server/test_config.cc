@@ -127,7 +127,7 @@ TEST(Config, YamlErrorsNameTheKey) {
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    device: tpu\n"),
             "models[0].device: must be one of auto | cpu | cuda, got 'tpu'");
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    colour: red\n"),
-            "unknown key 'models[0].colour' (known: name, path, device, precision, device_memory_limit_mb)");
+            "unknown key 'models[0].colour' (known: name, path, device, precision, device_memory_limit_mb, workers)");
   EXPECT_EQ(error_of("models:\n  - path: p\n"), "models[0].name is missing");
   EXPECT_EQ(error_of("models: []\n"), "models: at least one model is required");
   EXPECT_EQ(error_of("models:\n  - {name: a, path: p}\n  - {name: a, path: q}\n"),
