@@ -153,10 +153,12 @@ class CpuEngine : public Engine {
     if (in.parent_rows) reorder(*in.parent_rows, in.step);
     ensure_capacity(rows, in.step + 1);
 
-    std::vector<float> y(size_t(rows * d));
-    embed(w_.decoder_embeddings(), w_.decoder_positions(), *in.tokens,
-          std::vector<int>(size_t(rows), in.step), y.data());
-    std::vector<float> q(y.size()), k(y.size()), v(y.size()), ctx(y.size()), tmp(y.size());
+    // Step buffers are members: a decode step allocates nothing once they have grown.
+    for (auto* b : {&y_, &q_, &k_, &v_, &ctx_, &tmp_}) b->resize(size_t(rows * d));
+    std::vector<float>& y = y_;
+    std::vector<float>&q = q_, &k = k_, &v = v_, &ctx = ctx_, &tmp = tmp_;
+    positions_.assign(size_t(rows), in.step);
+    embed(w_.decoder_embeddings(), w_.decoder_positions(), *in.tokens, positions_, y.data());
     const int64_t heads = c_.decoder_heads, hd = d / heads, cap = cache_capacity_;
     for (size_t l = 0; l < decoder_.size(); ++l) {
       const DecoderLayer& L = decoder_[l];
@@ -221,12 +223,14 @@ class CpuEngine : public Engine {
     const int64_t d = c_.d_model, cap = cache_capacity_;
     for (size_t l = 0; l < decoder_.size(); ++l) {
       for (auto* cache : {&cache_k_[l], &cache_v_[l]}) {
-        std::vector<float> next(parent.size() * size_t(cap * d));
+        // Gather into the spare buffer and swap: the buffers trade places every step
+        // instead of being allocated anew.
+        spare_.resize(parent.size() * size_t(cap * d));
         for (size_t r = 0; r < parent.size(); ++r) {
           std::copy_n(cache->data() + int64_t(parent[r]) * cap * d, int64_t(step) * d,
-                      next.data() + int64_t(r) * cap * d);
+                      spare_.data() + int64_t(r) * cap * d);
         }
-        cache->swap(next);
+        cache->swap(spare_);
       }
     }
     std::vector<int64_t> alive;
@@ -306,6 +310,8 @@ class CpuEngine : public Engine {
   std::vector<std::vector<float>> cache_k_, cache_v_;  // per layer [rows, capacity, d]
   int64_t cache_capacity_ = 0;
   std::vector<float> scratch_, hidden_, ffn_out_, logits_;
+  std::vector<float> y_, q_, k_, v_, ctx_, tmp_, spare_;  // decode-step buffers
+  std::vector<int> positions_;
 };
 
 }  // namespace
