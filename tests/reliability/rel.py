@@ -36,6 +36,16 @@ def setup(repo, prefix):
     return tmp, pb, pb_grpc, health_pb2, health_pb2_grpc
 
 
+def finish(check, server):
+    """The end of every test: the server must exit 0 on SIGTERM; its log is shown when a check
+    failed; the process exits with the checks' verdict."""
+    rc = server.stop()
+    check(rc == 0, f"exit 0 on SIGTERM (got {rc})")
+    if check.failures:
+        print(server.output()[-4000:])
+    check.exit()
+
+
 def json_server(binary, config, extra_args=()):
     """nmt-server with JSON logs (one object per line), so tests can count request lines."""
     return Server(binary, config, ["--log-format", "json", *extra_args])

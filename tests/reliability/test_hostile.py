@@ -65,11 +65,7 @@ def main():
     except Exception as e:
         check(False, f"unexpected {type(e).__name__}: {e}")
     finally:
-        rc = server.stop()
-        check(rc == 0, f"exit 0 on SIGTERM (got {rc})")
-        if check.failures:
-            print(server.output()[-4000:])
-    check.exit()
+        rel.finish(check, server)
 
 
 if __name__ == "__main__":
