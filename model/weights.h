@@ -45,8 +45,6 @@ class Weights {
   // vector, cosines of the odd-index ones in the second half; positions start at 0.
   static HostTensor sinusoidal_positions(int positions, int dim);
 
-  std::map<std::string, HostTensor>& tensors() { return tensors_; }
-
  private:
   const std::string& resolve(const std::string& name) const;
   std::map<std::string, HostTensor> tensors_;
