@@ -1,25 +1,64 @@
 #pragma once
-// Host-side decoding that reproduces transformers' generate(): greedy search for beam 1 and
-// the vectorized beam search (with its early-stop heuristic, early_stopping=False) otherwise.
-// The engine does the per-step math; this file only keeps hypotheses.
+// Host-side search of one sentence that reproduces transformers' generate(): greedy search
+// for beam 1 and the vectorized beam search (with its early-stop heuristic,
+// early_stopping=False) otherwise. The engine does the per-step math; this class only keeps
+// the sentence's hypotheses, so that each sentence of a decode loop advances on its own.
 #include <vector>
 
 #include "model/decode_options.h"
-#include "model/engine.h"
 #include "model/model_config.h"
-#include "model/translator.h"
 
 namespace nmt {
 
 struct DecodeResult {
   std::vector<std::vector<int>> ids;  // best first, num_hypotheses of them; EOS included
   std::vector<float> scores;
-  bool cancelled = false;
 };
 
-// Decodes the sentences that `engine` has just encoded (in that order).
-std::vector<DecodeResult> decode(Engine& engine, size_t sentences, const ModelConfig& config,
-                                 const DecodeOptions& options, const CancelFn& cancelled,
-                                 BatchStats* stats);
+class SentenceSearch {
+ public:
+  SentenceSearch(const DecodeOptions& options, const ModelConfig& config);
+
+  int beam() const { return options_.beam_size; }
+  int k() const;         // candidates asked of the engine per step
+  int position() const { return step_; }  // decoder position of the next step's tokens
+  bool mask_eos() const { return step_ < options_.min_decoding_length; }
+  bool force_eos() const { return step_ + 1 >= options_.max_decoding_length; }
+
+  // The next step's rows, beam of them: token fed, the beam (row in the sentence) whose
+  // history it continues, and the running score.
+  const std::vector<int>& tokens() const { return tokens_; }
+  const std::vector<int>& parents() const { return parents_; }
+  const std::vector<float>& running_scores() const { return running_scores_; }
+
+  // Takes the step's k candidates (best first; candidate = beam_row * vocab + token) and
+  // returns true when the sentence is finished.
+  bool advance(const float* scores, const int* candidates, int vocab);
+
+  DecodeResult result() const;  // once finished
+
+ private:
+  struct Beam {
+    std::vector<int> ids;
+    float score = 0.f;
+  };
+  struct Finished {
+    std::vector<int> ids;
+    float score;
+    bool done;  // transformers' is_sent_finished for this slot
+  };
+  bool advance_greedy(const float* scores, const int* candidates, int vocab);
+  bool advance_beam(const float* scores, const int* candidates, int vocab);
+  void set_next_rows(const std::vector<int>& parents);
+
+  const DecodeOptions options_;
+  const int eos_id_;
+  int step_ = 0;
+  std::vector<Beam> running_;       // beam_size beams, best first
+  std::vector<Finished> finished_;  // beam_size slots, best first
+  bool improvable_ = true;          // transformers' is_early_stop_heuristic_unsatisfied
+  std::vector<int> tokens_, parents_;
+  std::vector<float> running_scores_;
+};
 
 }  // namespace nmt

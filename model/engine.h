@@ -1,32 +1,59 @@
 #pragma once
 // The device side of translation: the Transformer forward passes plus the per-step
-// log-softmax and top-k over beam x vocab. The beam search bookkeeping (finished hypotheses,
-// stopping) stays on the host in beam_search.cc and drives an Engine through this interface,
-// so the CPU and CUDA engines share one decoding algorithm.
+// log-softmax and top-k over beam x vocab, over a persistent decode state that sentences
+// join and leave at any step (DESIGN.md §2). The beam search bookkeeping stays on the host
+// (beam_search.cc, decode_loop.cc) and drives an Engine through this interface, so the CPU
+// and CUDA engines share one decoding algorithm.
+//
+// The persistent state is sized once by reserve():
+//   - sentence slots: a sentence's encoder output (its cross-attention keys/values) and its
+//     source length live in one slot from its encode() until the loop frees the slot;
+//   - cache rows: one per beam of an active sentence, holding its self-attention keys/values.
+//     Row r writes its key/value at position p into cache row cache_rows[r]; positions < p
+//     are those of cache row parent_rows[r] (the beam it continues). A cache row's position p
+//     is written once, at the sentence's step p, so other beams of the sentence that still
+//     read it never see it change; the loop gives a freed row to a new sentence only.
 #include <cstddef>
 #include <memory>
 #include <vector>
 
 namespace nmt {
 
-struct StepInput {
-  // Per alive row (rows = alive sentences x beam, sentence-major): the token fed at this step.
-  const std::vector<int>* tokens = nullptr;
-  // Per alive row: the old row this row continues (cache reorder, finished sentences leave).
-  // Null on the first step (identity).
-  const std::vector<int>* parent_rows = nullptr;
-  // Per alive row: the running sum of log-probs, added to the new log-probs before top-k.
-  const std::vector<float>* running_scores = nullptr;
-  int step = 0;         // decoder position of `tokens` (0 = decoder start token)
-  int beam = 1;         // rows per sentence
-  int k = 1;            // candidates returned per sentence
+struct EngineCapacity {
+  int sentences = 0;      // sentence slots
+  int rows = 0;           // KV-cache rows
+  int source_tokens = 0;  // the longest source a slot holds (</s> included)
+};
+
+// One sentence to encode into a free slot.
+struct EncodeItem {
+  const std::vector<int>* ids = nullptr;  // unpadded, ending in </s>
+  int slot = 0;
+};
+
+// One sentence of a decode step: rows [first_row, first_row + beam) of the step, in the
+// order of StepInput::groups (first_row is the sum of the earlier groups' beams).
+struct StepGroup {
+  int slot = 0;            // its sentence slot (cross-attention)
+  int position = 0;        // decoder position of its tokens (0 = decoder start token)
+  int beam = 1;            // its rows
+  int k = 1;               // candidates returned
   bool mask_eos = false;   // min_decoding_length not reached: EOS gets -inf
   bool force_eos = false;  // max length reached: EOS gets log-prob 0, everything else -inf
 };
 
+struct StepInput {
+  std::vector<StepGroup> groups;
+  // Per row (sum of the groups' beams):
+  std::vector<int> tokens;            // the token fed at the group's position
+  std::vector<int> cache_rows;        // the cache row it writes at its position
+  std::vector<int> parent_rows;       // the cache row holding its positions < position
+  std::vector<float> running_scores;  // sum of log-probs so far, added before the top-k
+};
+
 struct StepOutput {
-  // [alive sentences x k], best first: running score + log p(token), and the candidate as
-  // row_in_sentence * vocab + token.
+  // Per group, k entries each, concatenated in group order, best first: running score +
+  // log p(token), and the candidate as row_in_group * vocab + token.
   std::vector<float> scores;
   std::vector<int> candidates;
 };
@@ -34,11 +61,15 @@ struct StepOutput {
 class Engine {
  public:
   virtual ~Engine() = default;
-  // Encodes the sentences (unpadded ids, each ending in </s>) and resets the decoder state
-  // for `beam` rows per sentence.
-  virtual void encode(const std::vector<std::vector<int>>& source_ids, int beam) = 0;
-  // One decoder step. After parent_rows is applied, sentence g of this step is the one whose
-  // rows parent_rows[g * beam ...] came from.
+  // Sizes the persistent state (slots, rows, source length). Only grows; a growth forgets
+  // every active sentence, so the caller reserves before the first encode. Throws
+  // nmt::Error(kResourceExhausted) when the memory limit is hit (the engine stays usable
+  // at its previous capacity).
+  virtual void reserve(const EngineCapacity& capacity) = 0;
+  virtual EngineCapacity capacity() const = 0;
+  // Encodes the sentences (one batched pass) into their slots.
+  virtual void encode(const std::vector<EncodeItem>& items) = 0;
+  // One decoder step over the given rows.
   virtual void step(const StepInput& in, StepOutput* out) = 0;
   virtual int vocab_size() const = 0;
   // The encoder's float32 output of sentence i of the last encode(), [length, d_model]: for
@@ -47,5 +78,9 @@ class Engine {
   // Bytes of device memory held (0 on the CPU).
   virtual size_t memory_used() const { return 0; }
 };
+
+// The candidates a sentence asks the top-k for: 1 for greedy search, 2 x beam otherwise
+// (so that `beam` of them go on even when the best `beam` all end in EOS).
+inline int topk_for_beam(int beam) { return beam == 1 ? 1 : 2 * beam; }
 
 }  // namespace nmt

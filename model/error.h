@@ -12,6 +12,7 @@ enum class ErrorCode {
   kResourceExhausted,  // out of device memory, queue full
   kCancelled,
   kDeadlineExceeded,
+  kUnavailable,        // shutting down
   kInternal,
 };
 

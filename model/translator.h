@@ -24,8 +24,8 @@ struct TranslatorOptions {
   Device device = Device::kAuto;  // auto = cuda when available, else cpu
   Precision precision = Precision::kFloat16;  // the CPU always computes in float32
   int device_index = 0;
-  // Bytes the CUDA engine may hold; on the CPU, the estimated working memory of one batch
-  // (caches, logits, activations). Over it: nmt::Error(kResourceExhausted). 0 = no cap.
+  // Bytes the CUDA engine may hold; on the CPU, the bytes of its persistent decode state
+  // (cross-attention keys/values, caches). Over it: nmt::Error(kResourceExhausted). 0 = no cap.
   size_t device_memory_limit = 0;
 };
 
@@ -37,7 +37,6 @@ struct Hypothesis {
 
 struct Translation {
   std::vector<Hypothesis> hypotheses;  // best first; num_hypotheses of them
-  bool cancelled = false;              // dropped by the cancel callback: no hypotheses
 };
 
 struct BatchStats {
@@ -48,11 +47,10 @@ struct BatchStats {
   int decode_steps = 0;
 };
 
-// Polled once per decode step for each sentence still decoding: return true to drop it.
-using CancelFn = std::function<bool(size_t sentence_index)>;
-
+class DecodeLoop;
 class Engine;
 class Weights;
+struct EngineCapacity;
 
 class Translator {
  public:
@@ -66,14 +64,17 @@ class Translator {
   const Tokenizer& tokenizer() const;
   Device device() const { return device_; }  // resolved: kCpu or kCuda
 
-  // Translates one batch (the caller chooses its size; sentences are sorted by length
-  // inside). Not thread-safe: one thread drives a Translator. Throws nmt::Error.
+  // Translates the sentences through a decode loop that holds all of them at once (the
+  // caller chooses how many: the offline batch size); each sentence leaves the loop when it
+  // finishes. Not thread-safe: one thread drives a Translator. Throws nmt::Error.
   std::vector<Translation> translate(const std::vector<std::string>& sources,
-                                     const DecodeOptions& options, BatchStats* stats = nullptr,
-                                     const CancelFn& cancelled = {});
+                                     const DecodeOptions& options, BatchStats* stats = nullptr);
   std::vector<Translation> translate_ids(const std::vector<std::vector<int>>& source_ids,
-                                         const DecodeOptions& options, BatchStats* stats = nullptr,
-                                         const CancelFn& cancelled = {});
+                                         const DecodeOptions& options, BatchStats* stats = nullptr);
+
+  // A decode loop over this translator's engine (the server's scheduler drives it). One
+  // loop at a time per translator: the engine's decode state is the loop's.
+  std::unique_ptr<DecodeLoop> make_loop(const EngineCapacity& capacity);
   size_t device_memory_used() const;
 
  private:
@@ -83,13 +84,6 @@ class Translator {
   std::unique_ptr<Weights> weights_;  // kept while the engine computes from host memory
   std::unique_ptr<Engine> engine_;
   Device device_ = Device::kCpu;
-  size_t cpu_batch_memory_limit_ = 0;  // bytes; 0 = no cap (TranslatorOptions)
 };
-
-// Working memory the CPU engine allocates for one batch (bytes, float32 buffers at their
-// largest: encoder activations, cross-attention keys/values, the doubled self-attention
-// cache and its reorder copy, decoder activations and logits).
-size_t cpu_batch_memory_bytes(const ModelConfig& config, const std::vector<std::vector<int>>& source_ids,
-                              const DecodeOptions& options);
 
 }  // namespace nmt

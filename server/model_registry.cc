@@ -1,5 +1,6 @@
 #include "server/model_registry.h"
 
+#include <atomic>
 #include <stdexcept>
 
 #include "model/error.h"
@@ -50,34 +51,45 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : met
     served->device = device_name(first.device());
     if (first.device() == Device::kCpu) served->precision = "float32";  // always
 
-    const ServedModel* model = served.get();
     const std::string name = served->name, device = served->device;
-    std::vector<TranslateBatchFn> translators;
-    for (auto& t : served->translators) {
-      Translator* translator = t.get();
-      translators.push_back([translator, model, &metrics, name, device](
-                                const std::vector<std::vector<int>>& ids,
-                                const DecodeOptions& options, BatchStats* stats,
-                                const CancelFn& cancelled) {
-        auto result = translator->translate_ids(ids, options, stats, cancelled);
-        metrics.gpu_memory(name, device, static_cast<double>(model->device_memory_used()));
-        return result;
-      });
+    // Every slot holds the longest source a request may send.
+    const EngineCapacity capacity{config.batching.max_active_sentences, config.batching.max_active_rows,
+                                  config.limits.max_input_tokens};
+    std::vector<DecodeLoop*> loops;
+    try {
+      for (auto& t : served->translators) {
+        served->loops.push_back(t->make_loop(capacity));
+        loops.push_back(served->loops.back().get());
+      }
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot reserve the decode state of model '" + entry.name +
+                               "' (batching.max_active_sentences, max_active_rows, limits.max_input_tokens): " +
+                               e.what());
     }
-    BatchHook on_batch = [&metrics, name](size_t sentences, const BatchStats& stats) {
-      metrics.batch(name, sentences, stats);
+    std::vector<Translator*> translators;
+    for (auto& t : served->translators) translators.push_back(t.get());
+    SchedulerHooks hooks;
+    // Each loop reads its own engine's memory on its own thread (engines are not
+    // thread-safe) and publishes it here; the gauge shows the model's sum.
+    auto held = std::make_shared<std::vector<std::atomic<size_t>>>(translators.size());
+    hooks.on_step = [&metrics, name, device, translators, held](int loop, int rows, int sentences,
+                                                                int admitted, double step_seconds,
+                                                                double encode_seconds) {
+      metrics.loop_step(name, loop, rows, sentences, admitted, step_seconds, encode_seconds);
+      if (admitted == 0) return;  // memory grows only when sentences join
+      (*held)[size_t(loop)] = translators[size_t(loop)]->device_memory_used();
+      size_t total = 0;
+      for (const auto& bytes : *held) total += bytes;
+      metrics.gpu_memory(name, device, static_cast<double>(total));
     };
-    served->batcher = std::make_unique<Batcher>(std::move(translators), config.batching, on_batch);
+    hooks.on_first_step = [&metrics, name](double seconds) { metrics.first_step(name, seconds); };
+    served->scheduler = std::make_unique<Scheduler>(std::move(loops), config.batching, std::move(hooks));
+    size_t reserved = 0;
+    for (Translator* t : translators) reserved += t->device_memory_used();
+    metrics.gpu_memory(name, device, static_cast<double>(reserved));
     metrics.model_loaded(name, device, true);
-    metrics.gpu_memory(name, device, static_cast<double>(served->device_memory_used()));
     models_.push_back(std::move(served));
   }
-}
-
-size_t ServedModel::device_memory_used() const {
-  size_t bytes = 0;
-  for (const auto& t : translators) bytes += t->device_memory_used();
-  return bytes;
 }
 
 ModelRegistry::~ModelRegistry() { stop(); }
@@ -94,7 +106,7 @@ ServedModel& ModelRegistry::find(const std::string& name) {
 
 void ModelRegistry::stop() {
   for (auto& m : models_) {
-    m->batcher->stop();
+    m->scheduler->stop();
     metrics_.model_loaded(m->name, m->device, false);
   }
 }

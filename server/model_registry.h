@@ -1,14 +1,15 @@
 #pragma once
 // The models the server serves: for each entry of the config `workers` Translators on its
-// device and the Batcher whose worker threads drive them, one thread per Translator.
+// device, a decode loop over each, and the Scheduler whose threads drive the loops.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "model/decode_loop.h"
 #include "model/translator.h"
-#include "server/batcher.h"
 #include "server/config.h"
 #include "server/metrics.h"
+#include "server/scheduler.h"
 
 namespace nmt::server {
 
@@ -18,9 +19,9 @@ struct ServedModel {
   std::string precision;  // computed in: float32 on the CPU, else as configured
   bool is_default = false;
   std::vector<std::unique_ptr<Translator>> translators;
-  std::unique_ptr<Batcher> batcher;  // declared last: stops before the translators go
+  std::vector<std::unique_ptr<DecodeLoop>> loops;  // one per translator
+  std::unique_ptr<Scheduler> scheduler;  // declared last: stops before the loops go
   const Tokenizer& tokenizer() const { return translators.front()->tokenizer(); }
-  size_t device_memory_used() const;
 };
 
 class ModelRegistry {
@@ -34,7 +35,7 @@ class ModelRegistry {
   ServedModel& find(const std::string& name);
   const std::vector<std::unique_ptr<ServedModel>>& models() const { return models_; }
 
-  // Finishes queued work and stops every batcher (shutdown).
+  // Finishes queued and decoding work and stops every scheduler (shutdown).
   void stop();
 
  private:

@@ -9,6 +9,7 @@ grpc::StatusCode to_grpc_code(ErrorCode code) {
     case ErrorCode::kResourceExhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
     case ErrorCode::kCancelled: return grpc::StatusCode::CANCELLED;
     case ErrorCode::kDeadlineExceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case ErrorCode::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
     case ErrorCode::kInternal: return grpc::StatusCode::INTERNAL;
   }
   return grpc::StatusCode::INTERNAL;

@@ -55,7 +55,8 @@ struct DecoderLayer {
 
 class CpuEngine : public Engine {
  public:
-  CpuEngine(const ModelConfig& c, const Weights& w) : c_(c), w_(w) {
+  CpuEngine(const ModelConfig& c, const Weights& w, size_t memory_limit)
+      : c_(c), w_(w), memory_limit_(memory_limit) {
     for (int l = 0; l < c.encoder_layers; ++l) {
       const std::string p = layer_prefix(false, l);
       encoder_.push_back({AttentionWeights::from(w, p + "self_attn."),
@@ -74,6 +75,7 @@ class CpuEngine : public Engine {
   }
 
   int vocab_size() const override { return c_.vocab_size; }
+  EngineCapacity capacity() const override { return cap_; }
 
   std::vector<float> encoder_output(size_t sentence) const override {
     const int64_t d = c_.d_model;
@@ -81,26 +83,50 @@ class CpuEngine : public Engine {
     return std::vector<float>(begin, begin + lengths_.at(sentence) * d);
   }
 
-  void encode(const std::vector<std::vector<int>>& source_ids, int beam) override {
+  void reserve(const EngineCapacity& want) override {
+    EngineCapacity next{std::max(cap_.sentences, want.sentences), std::max(cap_.rows, want.rows),
+                        std::max(cap_.source_tokens, want.source_tokens)};
+    if (next.source_tokens > c_.max_positions) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "decode slots of " + std::to_string(next.source_tokens) + " source tokens exceed the model's " +
+                      std::to_string(c_.max_positions) + " positions");
+    }
+    if (next.sentences == cap_.sentences && next.rows == cap_.rows && next.source_tokens == cap_.source_tokens) return;
+    check_memory(next, std::max<int64_t>(cache_capacity_, kMinCachePositions));
     const int64_t d = c_.d_model;
-    sentences_ = int64_t(source_ids.size());
+    const size_t cross = size_t(next.sentences) * size_t(next.source_tokens) * size_t(d);
+    cross_k_.assign(decoder_.size(), std::vector<float>(cross));
+    cross_v_.assign(decoder_.size(), std::vector<float>(cross));
+    slot_lengths_.assign(size_t(next.sentences), 0);
+    cap_ = next;
+    cache_capacity_ = 0;  // allocated at the first step
+    cache_k_.assign(decoder_.size(), {});
+    cache_v_.assign(decoder_.size(), {});
+  }
+
+  void encode(const std::vector<EncodeItem>& items) override {
+    const int64_t d = c_.d_model;
+    const int64_t n = int64_t(items.size());
     src_len_ = 0;
     lengths_.clear();
-    for (const auto& s : source_ids) {
-      if (int64_t(s.size()) > c_.max_positions) {
+    for (const EncodeItem& item : items) {
+      const int64_t len = int64_t(item.ids->size());
+      if (len == 0) throw Error(ErrorCode::kInvalidArgument, "empty source sentence (no tokens)");
+      if (len > cap_.source_tokens) {
         throw Error(ErrorCode::kInvalidArgument,
-                    "source sentence has " + std::to_string(s.size()) +
-                        " tokens, more than the model's " + std::to_string(c_.max_positions) + " positions");
+                    "source sentence has " + std::to_string(len) + " tokens, more than the " +
+                        std::to_string(cap_.source_tokens) + " a decode slot holds");
       }
-      src_len_ = std::max<int64_t>(src_len_, int64_t(s.size()));
-      lengths_.push_back(int64_t(s.size()));
+      if (item.slot < 0 || item.slot >= cap_.sentences) throw Error(ErrorCode::kInternal, "encode: slot out of range");
+      src_len_ = std::max(src_len_, len);
+      lengths_.push_back(len);
     }
-    const int64_t rows = sentences_ * src_len_;
+    const int64_t rows = n * src_len_;
     std::vector<int> ids(size_t(rows), c_.pad_id);
     std::vector<int> positions(static_cast<size_t>(rows));
-    for (int64_t s = 0; s < sentences_; ++s) {
+    for (int64_t s = 0; s < n; ++s) {
       for (int64_t t = 0; t < src_len_; ++t) {
-        if (t < lengths_[s]) ids[s * src_len_ + t] = source_ids[s][t];
+        if (t < lengths_[s]) ids[s * src_len_ + t] = (*items[size_t(s)].ids)[size_t(t)];
         positions[s * src_len_ + t] = int(t);
       }
     }
@@ -113,10 +139,12 @@ class CpuEngine : public Engine {
       L.self_attn.q(x.data(), rows, q.data());
       L.self_attn.k(x.data(), rows, k.data());
       L.self_attn.v(x.data(), rows, v.data());
-      for (int64_t s = 0; s < sentences_; ++s) {
+      for (int64_t s = 0; s < n; ++s) {
         const int64_t o = s * src_len_ * d;
+        // Keys up to the sentence's own length: its result does not depend on the padding
+        // that other sentences of the admission bring.
         cpu::attention(q.data() + o, k.data() + o, v.data() + o, ctx.data() + o,
-                       AttentionShape{src_len_, src_len_, lengths_[s], heads, d / heads, d, d, d},
+                       AttentionShape{src_len_, lengths_[s], lengths_[s], heads, d / heads, d, d, d},
                        &scratch_);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
@@ -125,40 +153,38 @@ class CpuEngine : public Engine {
       feed_forward(L.fc1, L.fc2, L.final_norm, x.data(), rows);
     }
     encoder_out_ = x;
-    // Cross-attention keys/values: once per sentence, shared by its beams.
-    cross_k_.assign(decoder_.size(), std::vector<float>(x.size()));
-    cross_v_.assign(decoder_.size(), std::vector<float>(x.size()));
+    // Cross-attention keys/values: once per sentence, shared by its beams, into its slot.
     for (size_t l = 0; l < decoder_.size(); ++l) {
-      decoder_[l].cross_attn.k(x.data(), rows, cross_k_[l].data());
-      decoder_[l].cross_attn.v(x.data(), rows, cross_v_[l].data());
+      decoder_[l].cross_attn.k(x.data(), rows, k.data());
+      decoder_[l].cross_attn.v(x.data(), rows, v.data());
+      for (int64_t s = 0; s < n; ++s) {
+        const int64_t slot = items[size_t(s)].slot, len = lengths_[s];
+        std::copy_n(k.data() + s * src_len_ * d, len * d, cross_k_[l].data() + slot * cap_.source_tokens * d);
+        std::copy_n(v.data() + s * src_len_ * d, len * d, cross_v_[l].data() + slot * cap_.source_tokens * d);
+      }
     }
-    beam_ = beam;
-    alive_.resize(size_t(sentences_));
-    std::iota(alive_.begin(), alive_.end(), 0);
-    cache_k_.assign(decoder_.size(), {});
-    cache_v_.assign(decoder_.size(), {});
-    cache_capacity_ = 0;
+    for (int64_t s = 0; s < n; ++s) slot_lengths_[size_t(items[size_t(s)].slot)] = lengths_[s];
   }
 
   void step(const StepInput& in, StepOutput* out) override {
     const int64_t d = c_.d_model;
-    const int64_t rows = int64_t(in.tokens->size());
-    if (in.beam != beam_ || rows % beam_ != 0) {
-      throw Error(ErrorCode::kInternal, "engine step: rows do not match the beam size");
+    const int64_t rows = check_step(in);
+    int max_position = 0;
+    row_position_.clear();
+    row_slot_.clear();
+    for (const StepGroup& g : in.groups) {
+      max_position = std::max(max_position, g.position);
+      row_position_.insert(row_position_.end(), size_t(g.beam), g.position);
+      row_slot_.insert(row_slot_.end(), size_t(g.beam), g.slot);
     }
-    if (in.step >= c_.max_positions) {
-      throw Error(ErrorCode::kInvalidArgument, "decoding past the model's " +
-                                                   std::to_string(c_.max_positions) + " positions");
-    }
-    if (in.parent_rows) reorder(*in.parent_rows, in.step);
-    ensure_capacity(rows, in.step + 1);
+    ensure_capacity(max_position + 1);
+    reorder(in);
 
     // Step buffers are members: a decode step allocates nothing once they have grown.
     for (auto* b : {&y_, &q_, &k_, &v_, &ctx_, &tmp_}) b->resize(size_t(rows * d));
     std::vector<float>& y = y_;
     std::vector<float>&q = q_, &k = k_, &v = v_, &ctx = ctx_, &tmp = tmp_;
-    positions_.assign(size_t(rows), in.step);
-    embed(w_.decoder_embeddings(), w_.decoder_positions(), *in.tokens, positions_, y.data());
+    embed(w_.decoder_embeddings(), w_.decoder_positions(), in.tokens, row_position_, y.data());
     const int64_t heads = c_.decoder_heads, hd = d / heads, cap = cache_capacity_;
     for (size_t l = 0; l < decoder_.size(); ++l) {
       const DecoderLayer& L = decoder_[l];
@@ -168,10 +194,11 @@ class CpuEngine : public Engine {
       float* ck = cache_k_[l].data();
       float* cv = cache_v_[l].data();
       for (int64_t r = 0; r < rows; ++r) {
-        std::copy_n(k.data() + r * d, d, ck + (r * cap + in.step) * d);
-        std::copy_n(v.data() + r * d, d, cv + (r * cap + in.step) * d);
-        cpu::attention(q.data() + r * d, ck + r * cap * d, cv + r * cap * d, ctx.data() + r * d,
-                       AttentionShape{1, in.step + 1, in.step + 1, heads, hd, d, d, d}, &scratch_);
+        const int64_t c = in.cache_rows[size_t(r)], t = row_position_[size_t(r)];
+        std::copy_n(k.data() + r * d, d, ck + (c * cap + t) * d);
+        std::copy_n(v.data() + r * d, d, cv + (c * cap + t) * d);
+        cpu::attention(q.data() + r * d, ck + c * cap * d, cv + c * cap * d, ctx.data() + r * d,
+                       AttentionShape{1, t + 1, t + 1, heads, hd, d, d, d}, &scratch_);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
       kernels::layer_norm_cpu(tmp.data(), y.data(), nullptr, L.self_norm.gamma, L.self_norm.beta,
@@ -179,11 +206,10 @@ class CpuEngine : public Engine {
 
       L.cross_attn.q(y.data(), rows, q.data());
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t s = alive_[size_t(r / beam_)];
-        const int64_t o = s * src_len_ * d;
+        const int64_t s = row_slot_[size_t(r)], len = slot_lengths_[size_t(s)];
+        const int64_t o = s * cap_.source_tokens * d;
         cpu::attention(q.data() + r * d, cross_k_[l].data() + o, cross_v_[l].data() + o,
-                       ctx.data() + r * d,
-                       AttentionShape{1, src_len_, lengths_[s], heads, hd, d, d, d}, &scratch_);
+                       ctx.data() + r * d, AttentionShape{1, len, len, heads, hd, d, d, d}, &scratch_);
       }
       L.cross_attn.out(ctx.data(), rows, tmp.data());
       kernels::layer_norm_cpu(tmp.data(), y.data(), nullptr, L.cross_norm.gamma, L.cross_norm.beta,
@@ -218,33 +244,63 @@ class CpuEngine : public Engine {
                             c_.layer_norm_eps);
   }
 
-  // Keeps row parent[i] of the caches as row i; finished sentences' rows disappear.
-  void reorder(const std::vector<int>& parent, int step) {
-    const int64_t d = c_.d_model, cap = cache_capacity_;
-    for (size_t l = 0; l < decoder_.size(); ++l) {
-      for (auto* cache : {&cache_k_[l], &cache_v_[l]}) {
-        // Gather into the spare buffer and swap: the buffers trade places every step
-        // instead of being allocated anew.
-        spare_.resize(parent.size() * size_t(cap * d));
-        for (size_t r = 0; r < parent.size(); ++r) {
-          std::copy_n(cache->data() + int64_t(parent[r]) * cap * d, int64_t(step) * d,
-                      spare_.data() + int64_t(r) * cap * d);
-        }
-        cache->swap(spare_);
-      }
+  static constexpr int64_t kMinCachePositions = 16;
+
+  // Rows must match the groups, cache rows and slots be in range, positions in the model.
+  int64_t check_step(const StepInput& in) const {
+    size_t rows = 0;
+    for (const StepGroup& g : in.groups) {
+      if (g.slot < 0 || g.slot >= cap_.sentences || g.beam < 1 || g.k < 1 || g.k > g.beam * c_.vocab_size)
+        throw Error(ErrorCode::kInternal, "engine step: a group's slot, beam or k is out of range");
+      if (g.position >= c_.max_positions)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "decoding past the model's " + std::to_string(c_.max_positions) + " positions");
+      rows += size_t(g.beam);
     }
-    std::vector<int64_t> alive;
-    for (size_t g = 0; g * size_t(beam_) < parent.size(); ++g) {
-      alive.push_back(alive_[size_t(parent[g * size_t(beam_)] / beam_)]);
+    if (in.tokens.size() != rows || in.cache_rows.size() != rows || in.parent_rows.size() != rows ||
+        in.running_scores.size() != rows)
+      throw Error(ErrorCode::kInternal, "engine step: rows do not match the groups");
+    for (size_t r = 0; r < rows; ++r) {
+      if (in.cache_rows[r] < 0 || in.cache_rows[r] >= cap_.rows || in.parent_rows[r] < 0 ||
+          in.parent_rows[r] >= cap_.rows)
+        throw Error(ErrorCode::kInternal, "engine step: cache row out of range");
     }
-    alive_.swap(alive);
+    return int64_t(rows);
   }
 
-  // Grows the [rows, capacity, d] caches (doubling) so that `positions` fit; rows already
-  // match the step's rows (set by encode or reorder).
-  void ensure_capacity(int64_t rows, int64_t positions) {
+  // Row r continues cache row parent_rows[r]: its positions before this step's are copied
+  // into its own cache row (through a spare buffer: beams may swap histories).
+  void reorder(const StepInput& in) {
+    const int64_t d = c_.d_model, cap = cache_capacity_;
+    moved_.clear();
+    for (size_t r = 0; r < in.cache_rows.size(); ++r) {
+      if (in.parent_rows[r] != in.cache_rows[r] && row_position_[r] > 0) moved_.push_back(r);
+    }
+    if (moved_.empty()) return;
+    spare_.resize(moved_.size() * size_t(cap * d));
+    for (size_t l = 0; l < decoder_.size(); ++l) {
+      for (auto* cache : {&cache_k_[l], &cache_v_[l]}) {
+        for (size_t m = 0; m < moved_.size(); ++m) {
+          const size_t r = moved_[m];
+          std::copy_n(cache->data() + int64_t(in.parent_rows[r]) * cap * d, int64_t(row_position_[r]) * d,
+                      spare_.data() + int64_t(m) * cap * d);
+        }
+        for (size_t m = 0; m < moved_.size(); ++m) {
+          const size_t r = moved_[m];
+          std::copy_n(spare_.data() + int64_t(m) * cap * d, int64_t(row_position_[r]) * d,
+                      cache->data() + int64_t(in.cache_rows[r]) * cap * d);
+        }
+      }
+    }
+  }
+
+  // Grows the [rows, capacity, d] caches (doubling) so that `positions` fit, keeping their
+  // contents.
+  void ensure_capacity(int64_t positions) {
     if (positions <= cache_capacity_) return;
-    const int64_t d = c_.d_model, cap = std::max<int64_t>(16, 2 * positions);
+    const int64_t d = c_.d_model, rows = cap_.rows;
+    const int64_t cap = std::min<int64_t>(std::max<int64_t>(kMinCachePositions, 2 * positions), c_.max_positions);
+    check_memory(cap_, cap);
     for (size_t l = 0; l < decoder_.size(); ++l) {
       for (auto* cache : {&cache_k_[l], &cache_v_[l]}) {
         std::vector<float> next(size_t(rows * cap * d), 0.f);
@@ -257,6 +313,21 @@ class CpuEngine : public Engine {
     cache_capacity_ = cap;
   }
 
+  // The persistent buffers at this capacity (cross K/V and self-attention caches with their
+  // reorder spare), against the configured limit.
+  void check_memory(const EngineCapacity& cap, int64_t cache_positions) const {
+    if (memory_limit_ == 0) return;
+    const size_t d = size_t(c_.d_model), layers = decoder_.size();
+    const size_t floats = 2 * layers * size_t(cap.sentences) * size_t(cap.source_tokens) * d +
+                          (2 * layers + 1) * size_t(cap.rows) * size_t(cache_positions) * d;
+    const size_t need = floats * sizeof(float);
+    if (need > memory_limit_) {
+      throw Error(ErrorCode::kResourceExhausted,
+                  "out of memory: the decode state needs about " + std::to_string(need >> 20) +
+                      " MiB, over the limit of " + std::to_string(memory_limit_ >> 20) + " MiB");
+    }
+  }
+
   void select_candidates(const float* y, int64_t rows, const StepInput& in, StepOutput* out) {
     const int64_t vocab = c_.vocab_size;
     const Linear proj{w_.output_projection().data.data(), w_.output_bias().data.data(), c_.d_model, vocab};
@@ -266,32 +337,32 @@ class CpuEngine : public Engine {
     opt.log = true;
     kernels::softmax_cpu(logits_.data(), logits_.data(), rows, vocab, opt);
     const float neg_inf = -std::numeric_limits<float>::infinity();
-    for (int64_t r = 0; r < rows; ++r) {
-      float* lp = logits_.data() + r * vocab;
-      const float running = (*in.running_scores)[size_t(r)];
-      if (in.force_eos) {  // as transformers' ForcedEOSTokenLogitsProcessor: EOS gets log p = 0
-        std::fill(lp, lp + vocab, neg_inf);
-        lp[c_.eos_id] = 0.f;
+    out->scores.clear();
+    out->candidates.clear();
+    int64_t first = 0;
+    for (const StepGroup& g : in.groups) {
+      for (int64_t r = first; r < first + g.beam; ++r) {
+        float* lp = logits_.data() + r * vocab;
+        const float running = in.running_scores[size_t(r)];
+        if (g.force_eos) {  // as transformers' ForcedEOSTokenLogitsProcessor: EOS gets log p = 0
+          std::fill(lp, lp + vocab, neg_inf);
+          lp[c_.eos_id] = 0.f;
+        }
+        lp[c_.pad_id] = neg_inf;
+        if (g.mask_eos) lp[c_.eos_id] = neg_inf;
+        for (int64_t t = 0; t < vocab; ++t) lp[t] += running;
       }
-      lp[c_.pad_id] = neg_inf;
-      if (in.mask_eos) lp[c_.eos_id] = neg_inf;
-      for (int64_t t = 0; t < vocab; ++t) lp[t] += running;
-    }
-    const int64_t per_sentence = in.beam * vocab;
-    const int64_t groups = rows / in.beam;
-    out->scores.resize(size_t(groups * in.k));
-    out->candidates.resize(size_t(groups * in.k));
-    std::vector<int> order(static_cast<size_t>(per_sentence));
-    for (int64_t g = 0; g < groups; ++g) {
-      const float* s = logits_.data() + g * per_sentence;
-      std::iota(order.begin(), order.end(), 0);
+      const float* s = logits_.data() + first * vocab;
+      order_.resize(size_t(g.beam * vocab));
+      std::iota(order_.begin(), order_.end(), 0);
       // Best first; equal scores keep the lower index first, as torch.topk does.
-      std::partial_sort(order.begin(), order.begin() + in.k, order.end(),
+      std::partial_sort(order_.begin(), order_.begin() + g.k, order_.end(),
                         [s](int a, int b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
-      for (int j = 0; j < in.k; ++j) {
-        out->scores[size_t(g * in.k + j)] = s[order[size_t(j)]];
-        out->candidates[size_t(g * in.k + j)] = order[size_t(j)];
+      for (int j = 0; j < g.k; ++j) {
+        out->scores.push_back(s[order_[size_t(j)]]);
+        out->candidates.push_back(order_[size_t(j)]);
       }
+      first += g.beam;
     }
   }
 
@@ -301,27 +372,32 @@ class CpuEngine : public Engine {
   std::vector<DecoderLayer> decoder_;
   float embed_scale_ = 1.f;
 
-  int64_t sentences_ = 0, src_len_ = 0;
+  const size_t memory_limit_;  // bytes of persistent decode state; 0 = no cap
+  EngineCapacity cap_;
+  // last encode(), for encoder_output()
+  int64_t src_len_ = 0;
   std::vector<int64_t> lengths_;
-  std::vector<int64_t> alive_;  // batch index of each alive sentence, in row-group order
-  int beam_ = 1;
   std::vector<float> encoder_out_;                     // [sentences, src_len, d]
-  std::vector<std::vector<float>> cross_k_, cross_v_;  // per layer [sentences, src_len, d]
+  // persistent decode state
+  std::vector<int64_t> slot_lengths_;                  // source length of each slot
+  std::vector<std::vector<float>> cross_k_, cross_v_;  // per layer [slots, source_tokens, d]
   std::vector<std::vector<float>> cache_k_, cache_v_;  // per layer [rows, capacity, d]
   int64_t cache_capacity_ = 0;
   std::vector<float> scratch_, hidden_, ffn_out_, logits_;
   std::vector<float> y_, q_, k_, v_, ctx_, tmp_, spare_;  // decode-step buffers
-  std::vector<int> positions_;
+  std::vector<int> row_position_, row_slot_, order_;
+  std::vector<size_t> moved_;
 };
 
 }  // namespace
 
-std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& config, const Weights& weights) {
+std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& config, const Weights& weights,
+                                        size_t memory_limit) {
   // A decode step multiplies a few rows at a time, where OpenBLAS's threads cost more than
   // they save (measured on 2 cores: 3x slower at batch 1, 1.4x at batch 32). One thread
   // unless the user asks otherwise through OPENBLAS_NUM_THREADS.
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
-  return std::make_unique<CpuEngine>(config, weights);
+  return std::make_unique<CpuEngine>(config, weights, memory_limit);
 }
 
 }  // namespace nmt

@@ -1,156 +1,171 @@
-// The host decoding loop against a scripted engine: stopping rules, length limits,
-// cancellation, and finished sentences leaving the batch.
+// The host search (SentenceSearch) and the decode loop against a scripted engine: stopping
+// rules, length limits, n-best, sentences joining and leaving at any step, slots and cache
+// rows reused, results independent of the other sentences in the loop.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <limits>
-#include <numeric>
+#include <map>
 
-#include "model/beam_search.h"
+#include "model/decode_loop.h"
+#include "tests/support/scripted_engine.h"
 
 using namespace nmt;
+using nmt::test::ScriptedEngine;
 
 namespace {
 
-constexpr int kVocab = 6, kEos = 0, kPad = 5;
+constexpr int kEos = ScriptedEngine::kEos;
+const ModelConfig kConfig = ScriptedEngine::config();
 
-// Sentence s prefers EOS from step eos_step[s] on; before that token 1 + (step % 4) is
-// likeliest. Records the rows of every step.
-class ScriptedEngine : public Engine {
- public:
-  explicit ScriptedEngine(std::vector<int> eos_step) : eos_step_(std::move(eos_step)) {}
-  void encode(const std::vector<std::vector<int>>& src, int) override {
-    alive_.resize(src.size());
-    std::iota(alive_.begin(), alive_.end(), 0);
-  }
-  int vocab_size() const override { return kVocab; }
-  std::vector<float> encoder_output(size_t) const override { return {}; }
-  void step(const StepInput& in, StepOutput* out) override {
-    const size_t rows = in.tokens->size();
-    if (in.parent_rows) {
-      std::vector<size_t> alive;
-      for (size_t g = 0; g * size_t(in.beam) < rows; ++g) {
-        alive.push_back(alive_[size_t((*in.parent_rows)[g * size_t(in.beam)] / in.beam)]);
-      }
-      alive_ = alive;
-    }
-    rows_per_step.push_back(rows);
-    out->scores.clear();
-    out->candidates.clear();
-    for (size_t g = 0; g < rows / size_t(in.beam); ++g) {
-      std::vector<float> s(size_t(in.beam) * kVocab);
-      for (int b = 0; b < in.beam; ++b) {
-        std::vector<float> lp(kVocab, std::log(0.02f));
-        lp[size_t(1 + (in.step % 4))] = std::log(0.6f);
-        lp[size_t(1 + ((in.step + 1) % 4))] = std::log(0.2f);
-        lp[kEos] = in.step >= eos_step_[alive_[g]] ? std::log(0.9f) : std::log(0.1f);
-        lp[kPad] = -std::numeric_limits<float>::infinity();
-        if (in.mask_eos) lp[kEos] = -std::numeric_limits<float>::infinity();
-        if (in.force_eos) {  // as transformers: only EOS, with log-prob 0
-          for (int t = 1; t < kVocab; ++t) lp[size_t(t)] = -std::numeric_limits<float>::infinity();
-          lp[kEos] = 0.f;
-        }
-        for (int t = 0; t < kVocab; ++t) {
-          s[size_t(b * kVocab + t)] = lp[size_t(t)] + (*in.running_scores)[g * size_t(in.beam) + size_t(b)];
-        }
-      }
-      std::vector<int> order(s.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return s[size_t(a)] > s[size_t(b)]; });
-      for (int j = 0; j < in.k; ++j) {
-        out->scores.push_back(s[size_t(order[size_t(j)])]);
-        out->candidates.push_back(order[size_t(j)]);
-      }
-    }
-  }
-  std::vector<size_t> rows_per_step;
-
- private:
-  std::vector<int> eos_step_;
-  std::vector<size_t> alive_;
-};
-
-ModelConfig scripted_config() {
-  ModelConfig c;
-  c.vocab_size = kVocab;
-  c.eos_id = kEos;
-  c.pad_id = kPad;
-  c.decoder_start_id = kPad;
-  return c;
+DecodeOptions beam(int k) {
+  DecodeOptions o;
+  o.beam_size = k;
+  return o;
 }
 
-std::vector<DecodeResult> run(ScriptedEngine& e, size_t n, const DecodeOptions& o, const CancelFn& cancel = {}) {
-  e.encode(std::vector<std::vector<int>>(n, {1, kEos}), o.beam_size);
-  return decode(e, n, scripted_config(), o, cancel, nullptr);
+// Runs sentences (eos_step values) through a fresh loop, all admitted at once.
+std::map<uint64_t, FinishedSentence> run(ScriptedEngine& e, const std::vector<int>& eos_steps,
+                                         const DecodeOptions& o, EngineCapacity cap = {16, 64, 4}) {
+  DecodeLoop loop(e, kConfig, {}, cap);
+  std::vector<LoopSentence> in;
+  for (size_t i = 0; i < eos_steps.size(); ++i) in.push_back({i, {eos_steps[i], kEos}, o});
+  loop.admit(in);
+  std::map<uint64_t, FinishedSentence> out;
+  while (!loop.idle()) {
+    for (auto& f : loop.step()) out[f.id] = std::move(f);
+  }
+  return out;
 }
 
 }  // namespace
 
-TEST(BeamSearch, FinishedSentencesLeaveTheBatch) {
-  ScriptedEngine e({2, 9});
-  DecodeOptions o;
-  const auto r = run(e, 2, o);
+TEST(BeamSearch, FinishedSentencesLeaveTheLoop) {
+  ScriptedEngine e;
+  const auto r = run(e, {2, 9}, beam(4));
   ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[0].ids[0].back(), kEos);
-  EXPECT_EQ(r[1].ids[0].back(), kEos);
-  EXPECT_LT(r[0].ids[0].size(), r[1].ids[0].size());
+  EXPECT_EQ(r.at(0).translation.hypotheses[0].ids.back(), kEos);
+  EXPECT_EQ(r.at(1).translation.hypotheses[0].ids.back(), kEos);
+  EXPECT_LT(r.at(0).steps, r.at(1).steps);
   // Both sentences at first (2 x beam 4 rows), only the long one at the end.
-  EXPECT_EQ(e.rows_per_step.front(), 8u);
-  EXPECT_EQ(e.rows_per_step.back(), 4u);
+  EXPECT_EQ(e.steps().front(), 8u);
+  EXPECT_EQ(e.steps().back(), 4u);
 }
 
 TEST(BeamSearch, GreedyFollowsTheArgmaxAndStopsAtEos) {
-  ScriptedEngine e({3});
-  DecodeOptions o;
-  o.beam_size = 1;
-  const auto r = run(e, 1, o);
-  EXPECT_EQ(r[0].ids[0], (std::vector<int>{1, 2, 3, kEos}));
+  ScriptedEngine e;
+  const auto r = run(e, {3}, beam(1));
+  const Hypothesis& h = r.at(0).translation.hypotheses.at(0);
+  // Token 1 + ((step + previous token) % 4): start token 5 -> 2, then 4, then 3, then EOS.
+  EXPECT_EQ(h.ids, (std::vector<int>{2, 4, 3, kEos}));
   // Score: (log .6 * 3 + log .9) / 4 tokens.
-  EXPECT_NEAR(r[0].scores[0], (3 * std::log(0.6f) + std::log(0.9f)) / 4, 1e-5);
+  EXPECT_NEAR(h.score, (3 * std::log(0.6f) + std::log(0.9f)) / 4, 1e-5);
 }
 
 TEST(BeamSearch, MinAndMaxDecodingLength) {
-  for (int beam : {1, 4}) {
-    ScriptedEngine e({1});
-    DecodeOptions o;
-    o.beam_size = beam;
+  for (int k : {1, 4}) {
+    ScriptedEngine e;
+    DecodeOptions o = beam(k);
     o.min_decoding_length = 6;
-    auto r = run(e, 1, o);
-    EXPECT_EQ(r[0].ids[0].size(), 7u) << "beam " << beam << ": 6 tokens, then EOS";
-    ScriptedEngine never_eos({1000});
+    auto r = run(e, {1}, o);
+    EXPECT_EQ(r.at(0).translation.hypotheses[0].ids.size(), 7u) << "beam " << k << ": 6 tokens, then EOS";
+    ScriptedEngine never_eos;
     o.min_decoding_length = 0;
     o.max_decoding_length = 5;
-    r = run(never_eos, 1, o);
-    EXPECT_EQ(r[0].ids[0].size(), 5u) << "beam " << beam << ": EOS forced at the limit";
-    EXPECT_EQ(r[0].ids[0].back(), kEos);
+    r = run(never_eos, {1000}, o);
+    const Hypothesis& h = r.at(0).translation.hypotheses[0];
+    EXPECT_EQ(h.ids.size(), 5u) << "beam " << k << ": EOS forced at the limit";
+    EXPECT_EQ(h.ids.back(), kEos);
     // The forced EOS adds log-prob 0: four tokens of log .6, normalized by 5 tokens.
-    EXPECT_NEAR(r[0].scores[0], 4 * std::log(0.6f) / 5, 1e-5) << "beam " << beam;
+    EXPECT_NEAR(h.score, 4 * std::log(0.6f) / 5, 1e-5) << "beam " << k;
   }
 }
 
 TEST(BeamSearch, NBestIsSortedAndDistinct) {
-  ScriptedEngine e({4});
-  DecodeOptions o;
+  ScriptedEngine e;
+  DecodeOptions o = beam(4);
   o.num_hypotheses = 4;
-  const auto r = run(e, 1, o);
-  ASSERT_EQ(r[0].ids.size(), 4u);
+  const auto r = run(e, {4}, o);
+  const auto& hyps = r.at(0).translation.hypotheses;
+  ASSERT_EQ(hyps.size(), 4u);
   for (size_t h = 1; h < 4; ++h) {
-    EXPECT_GE(r[0].scores[h - 1], r[0].scores[h]);
-    EXPECT_NE(r[0].ids[h - 1], r[0].ids[h]);
+    EXPECT_GE(hyps[h - 1].score, hyps[h].score);
+    EXPECT_NE(hyps[h - 1].ids, hyps[h].ids);
   }
 }
 
-TEST(BeamSearch, CancelledSentenceLeavesAndReturnsNothing) {
-  ScriptedEngine e({50, 50});
-  DecodeOptions o;
+TEST(DecodeLoop, RemovedSentenceLeavesAtTheNextStep) {
+  ScriptedEngine e;
+  DecodeLoop loop(e, kConfig, {}, {4, 16, 4});
+  DecodeOptions o = beam(4);
   o.max_decoding_length = 20;
-  int polls = 0;
-  const auto r = run(e, 2, o, [&](size_t i) { return i == 1 && ++polls >= 3; });
-  EXPECT_TRUE(r[1].cancelled);
-  EXPECT_TRUE(r[1].ids.empty());
-  EXPECT_FALSE(r[0].cancelled);
-  EXPECT_EQ(r[0].ids[0].size(), 20u);
-  EXPECT_EQ(e.rows_per_step[2], 8u);
-  EXPECT_EQ(e.rows_per_step[3], 4u);
+  loop.admit({{1, {50, kEos}, o}, {2, {50, kEos}, o}});
+  loop.step();
+  loop.step();
+  loop.remove(2);
+  EXPECT_EQ(loop.active_rows(), 4);
+  while (!loop.idle()) {
+    for (const auto& f : loop.step()) EXPECT_EQ(f.id, 1u);
+  }
+  EXPECT_EQ(e.steps()[1], 8u);
+  EXPECT_EQ(e.steps()[2], 4u);
+}
+
+TEST(DecodeLoop, SentencesJoinAtAnyStepWithTheSameResultAsAlone) {
+  // Alone: each sentence in its own loop.
+  const std::vector<int> eos_steps{3, 12, 1, 7, 20, 5, 9, 2};
+  const std::vector<DecodeOptions> options{beam(4), beam(1), beam(2), beam(4), beam(3), beam(1), beam(4), beam(2)};
+  std::vector<Translation> alone;
+  for (size_t i = 0; i < eos_steps.size(); ++i) {
+    ScriptedEngine e;
+    alone.push_back(run(e, {eos_steps[i]}, options[i]).at(0).translation);
+  }
+  // Together: one joins every other step, with too few slots and rows for all, so slots and
+  // rows freed by finished sentences are reused.
+  ScriptedEngine e;
+  DecodeLoop loop(e, kConfig, {}, {3, 9, 4});
+  std::map<uint64_t, Translation> together;
+  size_t next = 0;
+  for (int step = 0; together.size() < eos_steps.size(); ++step) {
+    if (next < eos_steps.size() && step % 2 == 0 && loop.can_admit(options[next])) {
+      loop.admit({{next, {eos_steps[next], kEos}, options[next]}});
+      ++next;
+    }
+    EXPECT_LE(loop.active_rows(), 9);
+    EXPECT_LE(loop.active_sentences(), 3);
+    for (auto& f : loop.step()) together[f.id] = std::move(f.translation);
+  }
+  for (size_t i = 0; i < eos_steps.size(); ++i) {
+    ASSERT_EQ(together[i].hypotheses.size(), alone[i].hypotheses.size()) << i;
+    EXPECT_EQ(together[i].hypotheses[0].ids, alone[i].hypotheses[0].ids) << i;
+    EXPECT_EQ(together[i].hypotheses[0].score, alone[i].hypotheses[0].score) << i;
+  }
+}
+
+TEST(DecodeLoop, RefusesWhatCanNeverFit) {
+  ScriptedEngine e;
+  DecodeLoop loop(e, kConfig, {}, {2, 4, 8});
+  std::string why;
+  EXPECT_FALSE(loop.fits(9, beam(1), &why));
+  EXPECT_NE(why.find("9 tokens"), std::string::npos) << why;
+  EXPECT_FALSE(loop.fits(3, beam(5), &why));
+  EXPECT_NE(why.find("beam 5"), std::string::npos) << why;
+  EXPECT_TRUE(loop.fits(8, beam(4)));
+  loop.admit({{1, {30, kEos}, beam(4)}});
+  EXPECT_FALSE(loop.can_admit(beam(1)));  // rows are all taken
+  EXPECT_THROW(loop.admit({{2, {30, kEos}, beam(1)}}), Error);
+  EXPECT_EQ(loop.active_sentences(), 1);
+}
+
+TEST(DecodeLoop, EngineFailureEmptiesTheLoopAndItKeepsServing) {
+  ScriptedEngine e;
+  DecodeLoop loop(e, kConfig, {}, {2, 8, 4});
+  loop.admit({{1, {30, kEos}, beam(4)}});
+  e.fail_next_step = true;
+  EXPECT_THROW(loop.step(), Error);
+  EXPECT_TRUE(loop.idle());
+  EXPECT_EQ(loop.active_rows(), 0);
+  loop.admit({{2, {2, kEos}, beam(4)}, {3, {2, kEos}, beam(4)}});
+  int finished = 0;
+  while (!loop.idle()) finished += int(loop.step().size());
+  EXPECT_EQ(finished, 2);
 }

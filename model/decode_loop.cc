@@ -1,0 +1,162 @@
+#include "model/decode_loop.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "model/error.h"
+
+namespace nmt {
+
+struct DecodeLoop::Active {
+  Active(uint64_t id, const DecodeOptions& options, const ModelConfig& config)
+      : id(id), search(options, config) {}
+  uint64_t id;
+  SentenceSearch search;
+  int slot = -1;
+  std::vector<int> rows;  // cache row of each beam
+};
+
+DecodeLoop::DecodeLoop(Engine& engine, const ModelConfig& config, DetokenizeFn detokenize,
+                       const EngineCapacity& capacity)
+    : engine_(engine), config_(config), detokenize_(std::move(detokenize)), capacity_(capacity) {
+  if (capacity.sentences < 1 || capacity.rows < 1 || capacity.source_tokens < 1)
+    throw Error(ErrorCode::kInvalidArgument, "a decode loop needs at least one slot, row and token");
+  engine_.reserve(capacity);
+  // Stacks popped from the back: slots and rows are handed out lowest first.
+  free_slots_.resize(size_t(capacity.sentences));
+  std::iota(free_slots_.rbegin(), free_slots_.rend(), 0);
+  free_rows_.resize(size_t(capacity.rows));
+  std::iota(free_rows_.rbegin(), free_rows_.rend(), 0);
+}
+
+DecodeLoop::~DecodeLoop() = default;
+
+bool DecodeLoop::fits(size_t source_tokens, const DecodeOptions& options, std::string* why) const {
+  std::string reason;
+  if (source_tokens > size_t(capacity_.source_tokens))
+    reason = "a sentence of " + std::to_string(source_tokens) + " tokens exceeds the " +
+             std::to_string(capacity_.source_tokens) + " tokens a decode slot holds";
+  else if (options.beam_size > capacity_.rows)
+    reason = "beam " + std::to_string(options.beam_size) + " exceeds the " +
+             std::to_string(capacity_.rows) + " cache rows of a decode loop";
+  if (why) *why = reason;
+  return reason.empty();
+}
+
+bool DecodeLoop::can_admit(const DecodeOptions& options) const {
+  return !free_slots_.empty() && int(free_rows_.size()) >= options.beam_size;
+}
+
+void DecodeLoop::admit(std::vector<LoopSentence> sentences) {
+  if (sentences.empty()) return;
+  std::vector<std::unique_ptr<Active>> admitted;
+  std::vector<EncodeItem> items;
+  auto give_back = [&] {
+    for (auto& a : admitted) release(*a);
+  };
+  for (LoopSentence& s : sentences) {
+    std::string why;
+    if (!fits(s.source_ids.size(), s.options, &why) || !can_admit(s.options)) {
+      give_back();
+      throw Error(ErrorCode::kInternal, "decode loop: admitted a sentence that does not fit: " +
+                                            (why.empty() ? "no free slot or rows" : why));
+    }
+    auto a = std::make_unique<Active>(s.id, s.options, config_);
+    a->slot = free_slots_.back();
+    free_slots_.pop_back();
+    for (int b = 0; b < s.options.beam_size; ++b) {
+      a->rows.push_back(free_rows_.back());
+      free_rows_.pop_back();
+    }
+    items.push_back({&s.source_ids, a->slot});
+    admitted.push_back(std::move(a));
+  }
+  try {
+    engine_.encode(items);
+  } catch (...) {
+    give_back();
+    throw;
+  }
+  for (auto& a : admitted) {
+    // Keep sentences ordered by beam: the engine runs one top-k per run of equal beams.
+    const int beam = a->search.beam();
+    auto at = std::upper_bound(active_.begin(), active_.end(), beam,
+                               [](int b, const std::unique_ptr<Active>& x) { return b < x->search.beam(); });
+    active_.insert(at, std::move(a));
+  }
+}
+
+std::vector<FinishedSentence> DecodeLoop::step() {
+  std::vector<FinishedSentence> finished;
+  if (active_.empty()) return finished;
+  in_.groups.clear();
+  in_.tokens.clear();
+  in_.cache_rows.clear();
+  in_.parent_rows.clear();
+  in_.running_scores.clear();
+  for (const auto& a : active_) {
+    const SentenceSearch& s = a->search;
+    in_.groups.push_back({a->slot, s.position(), s.beam(), s.k(), s.mask_eos(), s.force_eos()});
+    for (int b = 0; b < s.beam(); ++b) {
+      in_.tokens.push_back(s.tokens()[size_t(b)]);
+      in_.cache_rows.push_back(a->rows[size_t(b)]);
+      in_.parent_rows.push_back(a->rows[size_t(s.parents()[size_t(b)])]);
+      in_.running_scores.push_back(s.running_scores()[size_t(b)]);
+    }
+  }
+  try {
+    engine_.step(in_, &out_);
+  } catch (...) {
+    for (auto& a : active_) release(*a);
+    active_.clear();
+    throw;
+  }
+  const int vocab = engine_.vocab_size();
+  size_t offset = 0, kept = 0;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    Active& a = *active_[i];
+    const int k = a.search.k();
+    const bool done = a.search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab);
+    offset += size_t(k);
+    if (!done) {
+      if (kept != i) active_[kept] = std::move(active_[i]);
+      ++kept;
+      continue;
+    }
+    FinishedSentence f;
+    f.id = a.id;
+    f.steps = a.search.position();
+    const DecodeResult r = a.search.result();
+    for (size_t h = 0; h < r.ids.size(); ++h) {
+      f.translation.hypotheses.push_back({r.ids[h], detokenize_ ? detokenize_(r.ids[h]) : "", r.scores[h]});
+    }
+    finished.push_back(std::move(f));
+    release(a);
+  }
+  active_.resize(kept);
+  return finished;
+}
+
+void DecodeLoop::remove(uint64_t id) {
+  for (auto it = active_.begin(); it != active_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    release(**it);
+    active_.erase(it);
+    return;
+  }
+}
+
+std::vector<uint64_t> DecodeLoop::active_ids() const {
+  std::vector<uint64_t> ids;
+  for (const auto& a : active_) ids.push_back(a->id);
+  return ids;
+}
+
+void DecodeLoop::release(Active& a) {
+  if (a.slot >= 0) free_slots_.push_back(a.slot);
+  free_rows_.insert(free_rows_.end(), a.rows.begin(), a.rows.end());
+  a.slot = -1;
+  a.rows.clear();
+}
+
+}  // namespace nmt

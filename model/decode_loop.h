@@ -1,0 +1,82 @@
+#pragma once
+// The decode loop of one engine (DESIGN.md §2): sentences join at any decoder step and
+// leave as soon as they finish. It owns the host side of the persistent decode state: which
+// sentence slot and which cache rows each active sentence holds, and each sentence's beam
+// search (beam_search.h). admit() encodes new sentences into free slots in one batched
+// encoder pass; step() runs one decoder step over every active sentence, each at its own
+// position with its own options, and returns those that finished. A sentence's result
+// never depends on what else is in the loop.
+//
+// Not thread-safe: one thread drives a loop (the server's Scheduler, or Translator).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/beam_search.h"
+#include "model/decode_options.h"
+#include "model/engine.h"
+#include "model/model_config.h"
+#include "model/translator.h"
+
+namespace nmt {
+
+using DetokenizeFn = std::function<std::string(const std::vector<int>& ids)>;
+
+struct LoopSentence {
+  uint64_t id = 0;  // the caller's name for it (unique among active sentences)
+  std::vector<int> source_ids;  // </s> included
+  DecodeOptions options;
+};
+
+struct FinishedSentence {
+  uint64_t id = 0;
+  Translation translation;
+  int steps = 0;  // decoder steps it took
+};
+
+class DecodeLoop {
+ public:
+  // Reserves `capacity` in the engine (throws nmt::Error(kResourceExhausted) when it does
+  // not fit its memory limit). The engine must outlive the loop.
+  DecodeLoop(Engine& engine, const ModelConfig& config, DetokenizeFn detokenize,
+             const EngineCapacity& capacity);
+  ~DecodeLoop();
+
+  const EngineCapacity& capacity() const { return capacity_; }
+  // Whether the sentence could ever be admitted (empty loop); else why not.
+  bool fits(size_t source_tokens, const DecodeOptions& options, std::string* why = nullptr) const;
+  // Whether it can be admitted now.
+  bool can_admit(const DecodeOptions& options) const;
+
+  // Encodes the sentences into free slots (one encoder pass); each must pass can_admit()
+  // in turn. Throws nmt::Error (the sentences are not admitted; the loop is unchanged).
+  void admit(std::vector<LoopSentence> sentences);
+  // One decoder step over every active sentence; returns the sentences that finished.
+  // Throws nmt::Error when the engine fails: the active sentences are then dropped
+  // (active_ids() before the call names them) and the loop is empty.
+  std::vector<FinishedSentence> step();
+  // Drops an active sentence now (cancelled, expired); its slot and rows are free again.
+  void remove(uint64_t id);
+
+  bool idle() const { return active_.empty(); }
+  int active_sentences() const { return int(active_.size()); }
+  int active_rows() const { return capacity_.rows - int(free_rows_.size()); }
+  std::vector<uint64_t> active_ids() const;
+
+ private:
+  struct Active;
+  void release(Active& a);
+
+  Engine& engine_;
+  const ModelConfig& config_;
+  DetokenizeFn detokenize_;
+  EngineCapacity capacity_;
+  std::vector<std::unique_ptr<Active>> active_;  // ordered by beam (the engine's top-k runs)
+  std::vector<int> free_slots_, free_rows_;      // stacks
+  StepInput in_;
+  StepOutput out_;
+};
+
+}  // namespace nmt

@@ -1,0 +1,113 @@
+#pragma once
+// Step-level batching across concurrent requests (DESIGN.md §2, §6): one bounded queue per
+// model and one decode loop per replica (engine copy), each on its own thread. Between two
+// decoder steps a loop admits waiting sentences, oldest first, while it has free sentence
+// slots and cache rows, within an encoder token budget per admission; finished sentences
+// leave at once, and a request is answered as soon as its last sentence is done. Cancelled
+// and expired sentences leave the loop (or the queue) at the next step.
+//
+// Nothing here waits on a request: submit() returns at once and the request's callback runs
+// exactly once, on a loop thread (or on the caller's thread when the job is cancelled
+// before it started), so the gRPC layer holds no thread per request.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/decode_loop.h"
+#include "model/decode_options.h"
+#include "model/error.h"
+#include "model/translator.h"
+#include "server/scheduling_options.h"
+
+namespace nmt::server {
+
+using Clock = std::chrono::steady_clock;
+
+// The outcome of one request.
+struct JobResult {
+  bool ok = false;
+  ErrorCode code = ErrorCode::kInternal;  // when !ok
+  std::string message;                     // when !ok
+  std::vector<Translation> translations;   // when ok: one per sentence, in request order
+  double queue_seconds = 0;   // longest wait of its sentences before they were admitted
+  double encode_seconds = 0;  // summed over the admissions that encoded its sentences
+  double decode_seconds = 0;  // from its first admission to its last sentence's end
+};
+
+using JobCallback = std::function<void(JobResult result)>;
+
+// Observes the loops (metrics); called on loop threads.
+struct SchedulerHooks {
+  // After each step of loop `loop` (its index in the constructor's list), on its thread:
+  // active rows and sentences during the step, sentences admitted just before it, its
+  // duration (the admission's encode excluded) and the encode time.
+  std::function<void(int loop, int rows, int sentences, int admitted, double step_seconds,
+                     double encode_seconds)>
+      on_step;
+  // A sentence's first decoder step finished this long after it was submitted.
+  std::function<void(double seconds)> on_first_step;
+};
+
+class Job;
+
+class Scheduler {
+ public:
+  // One thread per loop; the loops (and their engines) must outlive the scheduler.
+  Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, SchedulerHooks hooks = {});
+  ~Scheduler();  // stop()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues one request's sentences (token ids, </s> included). Throws nmt::Error at once:
+  // kResourceExhausted when the queue cannot take them all or a sentence can never fit a
+  // loop (its beam over the rows, its source over the slot length), kInvalidArgument when
+  // there are none, kUnavailable after stop(). Otherwise `done` runs exactly once later.
+  std::shared_ptr<Job> submit(std::vector<std::vector<int>> source_ids,
+                              const DecodeOptions& options, Clock::time_point deadline,
+                              JobCallback done);
+
+  // The client went away: the job ends CANCELLED (its callback runs unless it already
+  // did); its sentences leave the queue or their loop at the next step.
+  void cancel(const std::shared_ptr<Job>& job);
+
+  // Refuses new work, finishes every queued and active sentence, joins the loops.
+  // Idempotent.
+  void stop();
+
+  size_t queued_sentences() const;
+  int active_sentences() const;
+
+ private:
+  struct Waiting {
+    std::shared_ptr<Job> job;
+    size_t index;  // sentence within the job
+    Clock::time_point enqueued;
+  };
+  struct Running;  // a sentence in a loop
+
+  void run(int index);
+  std::vector<Waiting> take_admissible(const DecodeLoop& loop, Clock::time_point now);
+  void purge_queue(Clock::time_point now);
+  void check_fits(const std::vector<std::vector<int>>& source_ids, const DecodeOptions& options) const;
+
+  std::vector<DecodeLoop*> loops_;
+  SchedulingOptions options_;
+  SchedulerHooks hooks_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Waiting> queue_;  // arrival order
+  bool stopping_ = false;
+  std::atomic<int> active_{0};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace nmt::server

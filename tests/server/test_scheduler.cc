@@ -1,0 +1,240 @@
+// The step-level scheduler over decode loops with a scripted engine (no model): every
+// sentence answered in request order with the result it gets alone, short requests never
+// wait for long ones, admission within slots, rows and the encoder token budget, the
+// bounded queue, cancellation and deadlines at the next step, engine failures, shutdown.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <random>
+#include <map>
+
+#include "server/scheduler.h"
+#include "tests/support/scripted_engine.h"
+
+using namespace nmt;
+using namespace nmt::server;
+using nmt::test::ScriptedEngine;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr int kEos = ScriptedEngine::kEos;
+const ModelConfig kConfig = ScriptedEngine::config();
+
+DecodeOptions beam(int k, int max_length = 255) {
+  DecodeOptions o;
+  o.beam_size = k;
+  o.max_decoding_length = max_length;
+  return o;
+}
+
+std::vector<int> sentence(int eos_step) { return {eos_step, 1, 2, kEos}; }
+
+// A loop over its own scripted engine, and the scheduler over `loops` of them.
+struct Fixture {
+  explicit Fixture(SchedulingOptions o = {}, int loops = 1, milliseconds delay = milliseconds(0)) {
+    for (int i = 0; i < loops; ++i) {
+      engines.push_back(std::make_unique<ScriptedEngine>());
+      engines.back()->step_delay = delay;
+      this->loops.push_back(std::make_unique<DecodeLoop>(
+          *engines.back(), kConfig, DetokenizeFn(), EngineCapacity{o.max_active_sentences, o.max_active_rows, 8}));
+      raw.push_back(this->loops.back().get());
+    }
+    SchedulerHooks hooks;
+    hooks.on_step = [this](int, int rows, int sentences, int admitted, double, double) {
+      std::lock_guard<std::mutex> lock(mutex);
+      max_rows = std::max(max_rows, rows);
+      max_sentences = std::max(max_sentences, sentences);
+      max_admitted = std::max(max_admitted, admitted);
+    };
+    scheduler = std::make_unique<Scheduler>(raw, o, hooks);
+  }
+  std::future<JobResult> submit(std::vector<std::vector<int>> ids, const DecodeOptions& o,
+                                Clock::time_point deadline = Clock::time_point::max(),
+                                std::shared_ptr<Job>* job = nullptr) {
+    auto promise = std::make_shared<std::promise<JobResult>>();
+    auto j = scheduler->submit(std::move(ids), o, deadline,
+                               [promise](JobResult r) { promise->set_value(std::move(r)); });
+    if (job) *job = j;
+    return promise->get_future();
+  }
+  std::vector<std::unique_ptr<ScriptedEngine>> engines;
+  std::vector<std::unique_ptr<DecodeLoop>> loops;
+  std::vector<DecodeLoop*> raw;
+  std::unique_ptr<Scheduler> scheduler;
+  std::mutex mutex;
+  int max_rows = 0, max_sentences = 0, max_admitted = 0;
+};
+
+// The sentence's translation alone in a loop of its own.
+Translation alone(const std::vector<int>& ids, const DecodeOptions& o) {
+  ScriptedEngine e;
+  DecodeLoop loop(e, kConfig, {}, {1, 16, 8});
+  loop.admit({{0, ids, o}});
+  while (true) {
+    auto done = loop.step();
+    if (!done.empty()) return done[0].translation;
+  }
+}
+
+SchedulingOptions options(int sentences, int rows, int admit_tokens = 2048, int queue = 4096) {
+  SchedulingOptions o;
+  o.max_active_sentences = sentences;
+  o.max_active_rows = rows;
+  o.max_admit_tokens = admit_tokens;
+  o.max_queue_sentences = queue;
+  return o;
+}
+
+}  // namespace
+
+TEST(Scheduler, ConcurrentMixedRequestsGetTheirAloneResultsInOrder) {
+  Fixture f(options(6, 16), 2, milliseconds(1));
+  std::mt19937 rng(7);
+  std::vector<std::vector<std::vector<int>>> requests;
+  std::vector<DecodeOptions> opts;
+  std::vector<std::future<JobResult>> futures;
+  for (int r = 0; r < 40; ++r) {
+    std::vector<std::vector<int>> ids;
+    for (int s = 0, n = 1 + int(rng() % 4); s < n; ++s) ids.push_back(sentence(1 + int(rng() % 25)));
+    DecodeOptions o = beam(1 + int(rng() % 4), 5 + int(rng() % 30));
+    o.num_hypotheses = 1 + int(rng() % o.beam_size);
+    o.length_penalty = (rng() % 2) ? 1.0f : 0.6f;
+    requests.push_back(ids);
+    opts.push_back(o);
+    futures.push_back(f.submit(ids, o));
+    if (rng() % 3 == 0) std::this_thread::sleep_for(milliseconds(rng() % 5));
+  }
+  for (size_t r = 0; r < futures.size(); ++r) {
+    const JobResult result = futures[r].get();
+    ASSERT_TRUE(result.ok) << result.message;
+    ASSERT_EQ(result.translations.size(), requests[r].size());
+    for (size_t s = 0; s < requests[r].size(); ++s) {
+      const Translation expected = alone(requests[r][s], opts[r]);
+      ASSERT_EQ(result.translations[s].hypotheses.size(), expected.hypotheses.size());
+      for (size_t h = 0; h < expected.hypotheses.size(); ++h) {
+        EXPECT_EQ(result.translations[s].hypotheses[h].ids, expected.hypotheses[h].ids) << r << "/" << s;
+        EXPECT_EQ(result.translations[s].hypotheses[h].score, expected.hypotheses[h].score) << r << "/" << s;
+      }
+    }
+  }
+  EXPECT_LE(f.max_rows, 16);
+  EXPECT_LE(f.max_sentences, 6);
+}
+
+TEST(Scheduler, AShortRequestDoesNotWaitForLongOnes) {
+  Fixture f(options(8, 32), 1, milliseconds(2));
+  auto long1 = f.submit({sentence(200)}, beam(4));
+  auto long2 = f.submit({sentence(200)}, beam(4));
+  std::this_thread::sleep_for(milliseconds(20));
+  const auto start = Clock::now();
+  const JobResult s = f.submit({sentence(2)}, beam(4)).get();
+  const double short_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  ASSERT_TRUE(s.ok);
+  // The long ones need ~200 steps of 2 ms; the short one a few steps.
+  EXPECT_EQ(long1.wait_for(milliseconds(0)), std::future_status::timeout);
+  EXPECT_LT(short_ms, 100.0);
+  EXPECT_TRUE(long1.get().ok);
+  EXPECT_TRUE(long2.get().ok);
+}
+
+TEST(Scheduler, AdmissionIsBoundedBySlotsRowsAndTokenBudget) {
+  Fixture f(options(4, 10, /*admit_tokens=*/8), 1, milliseconds(1));
+  std::vector<std::future<JobResult>> futures;
+  for (int i = 0; i < 12; ++i) futures.push_back(f.submit({sentence(5 + i)}, beam(3)));
+  for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
+  EXPECT_LE(f.max_rows, 9);  // three sentences of beam 3 fit in 10 rows, a fourth does not
+  EXPECT_EQ(f.max_sentences, 3);
+  EXPECT_LE(f.max_admitted, 2);  // 4 tokens each, 8 per admission
+}
+
+TEST(Scheduler, RefusesAtOnceWhatCanNeverFitOrOverflowsTheQueue) {
+  Fixture f(options(2, 4, 2048, /*queue=*/3), 1, milliseconds(5));
+  try {
+    f.submit({sentence(3)}, beam(5));
+    FAIL() << "beam 5 over 4 rows was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("beam 5"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(f.submit({std::vector<int>(9, 3)}, beam(1)), Error);  // over the 8-token slots
+  auto busy = f.submit({sentence(100)}, beam(4));                    // takes every row
+  std::this_thread::sleep_for(milliseconds(30));
+  auto queued = f.submit({sentence(2), sentence(2), sentence(2)}, beam(1));
+  EXPECT_EQ(f.scheduler->queued_sentences(), 3u);
+  try {
+    f.submit({sentence(2)}, beam(1));
+    FAIL() << "a full queue accepted more";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+  }
+  EXPECT_TRUE(queued.get().ok);
+  EXPECT_TRUE(busy.get().ok);
+}
+
+TEST(Scheduler, CancelledAndExpiredSentencesLeaveAtTheNextStep) {
+  Fixture f(options(8, 32), 1, milliseconds(2));
+  std::shared_ptr<Job> cancelled_job;
+  auto cancelled = f.submit({sentence(500)}, beam(4), Clock::time_point::max(), &cancelled_job);
+  auto expiring = f.submit({sentence(500)}, beam(4), Clock::now() + milliseconds(60));
+  auto kept = f.submit({sentence(30)}, beam(4));
+  std::this_thread::sleep_for(milliseconds(30));
+  const auto cancel_at = Clock::now();
+  f.scheduler->cancel(cancelled_job);
+  const JobResult c = cancelled.get();
+  EXPECT_EQ(c.code, ErrorCode::kCancelled);
+  EXPECT_LT(Clock::now() - cancel_at, milliseconds(50));
+  const JobResult e = expiring.get();
+  EXPECT_EQ(e.code, ErrorCode::kDeadlineExceeded);
+  EXPECT_TRUE(kept.get().ok);
+  // The loop went on with the kept sentence alone: its rows only.
+  for (int i = 0; i < 100 && f.scheduler->active_sentences() > 0; ++i) std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_EQ(f.scheduler->active_sentences(), 0);
+  EXPECT_LT(f.engines[0]->steps().size(), 200u);  // nobody decoded to 500
+}
+
+TEST(Scheduler, ExpiredWorkNeverEntersALoop) {
+  Fixture f(options(1, 4), 1, milliseconds(2));
+  auto busy = f.submit({sentence(40)}, beam(4));
+  std::this_thread::sleep_for(milliseconds(10));
+  const int encoded = f.engines[0]->encoded;
+  const JobResult r = f.submit({sentence(3)}, beam(1), Clock::now() + milliseconds(20)).get();
+  EXPECT_EQ(r.code, ErrorCode::kDeadlineExceeded);
+  EXPECT_TRUE(busy.get().ok);
+  EXPECT_EQ(f.engines[0]->encoded, encoded);
+}
+
+TEST(Scheduler, EngineFailureFailsTheActiveSentencesAndServingGoesOn) {
+  Fixture f(options(8, 32), 1, milliseconds(2));
+  auto a = f.submit({sentence(50)}, beam(4));
+  std::this_thread::sleep_for(milliseconds(20));
+  f.engines[0]->fail_next_step = true;
+  const JobResult r = a.get();
+  EXPECT_EQ(r.code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(r.message.find("scripted out of memory"), std::string::npos);
+  EXPECT_TRUE(f.submit({sentence(3)}, beam(4)).get().ok);
+}
+
+TEST(Scheduler, StopFinishesQueuedAndActiveWorkThenRefuses) {
+  Fixture f(options(1, 4), 1, milliseconds(1));
+  auto first = f.submit({sentence(20)}, beam(4));
+  auto second = f.submit({sentence(5)}, beam(4));
+  f.scheduler->stop();
+  EXPECT_TRUE(first.get().ok);
+  EXPECT_TRUE(second.get().ok);
+  try {
+    f.submit({sentence(2)}, beam(1));
+    FAIL() << "accepted after stop";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+  }
+}
+
+TEST(Scheduler, SeveralLoopsShareTheQueue) {
+  Fixture f(options(2, 8), 2, milliseconds(2));
+  std::vector<std::future<JobResult>> futures;
+  for (int i = 0; i < 8; ++i) futures.push_back(f.submit({sentence(20)}, beam(4)));
+  for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
+  EXPECT_GT(f.engines[0]->encoded, 0);
+  EXPECT_GT(f.engines[1]->encoded, 0);
+}

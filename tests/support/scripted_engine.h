@@ -1,0 +1,115 @@
+#pragma once
+// An Engine without a model, for the decode loop and scheduler tests: the log-probs of a
+// row depend only on its own sentence and state, as a real engine's do, so a sentence's
+// result must not depend on its neighbours. Sentence s (its source ids) prefers EOS from
+// step eos_step = source[0] on; before that token 1 + ((step + token) % 4) is likeliest.
+// It records the rows of every step, can sleep per step (an engine's time) and fail on
+// request.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "model/engine.h"
+#include "model/error.h"
+#include "model/model_config.h"
+
+namespace nmt::test {
+
+class ScriptedEngine : public Engine {
+ public:
+  static constexpr int kVocab = 6, kEos = 0, kPad = 5;
+
+  static ModelConfig config() {
+    ModelConfig c;
+    c.vocab_size = kVocab;
+    c.eos_id = kEos;
+    c.pad_id = kPad;
+    c.decoder_start_id = kPad;
+    c.max_positions = 1024;
+    return c;
+  }
+
+  void reserve(const EngineCapacity& c) override {
+    cap_ = {std::max(cap_.sentences, c.sentences), std::max(cap_.rows, c.rows),
+            std::max(cap_.source_tokens, c.source_tokens)};
+    eos_step_.resize(size_t(cap_.sentences));
+  }
+  EngineCapacity capacity() const override { return cap_; }
+  int vocab_size() const override { return kVocab; }
+  std::vector<float> encoder_output(size_t) const override { return {}; }
+
+  void encode(const std::vector<EncodeItem>& items) override {
+    for (const EncodeItem& item : items) {
+      if (item.slot < 0 || item.slot >= cap_.sentences) throw std::logic_error("slot out of range");
+      eos_step_[size_t(item.slot)] = item.ids->front();
+    }
+    encoded += int(items.size());
+  }
+
+  void step(const StepInput& in, StepOutput* out) override {
+    if (fail_next_step.exchange(false)) throw Error(ErrorCode::kResourceExhausted, "scripted out of memory");
+    if (step_delay.count() > 0) std::this_thread::sleep_for(step_delay);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      rows_per_step.push_back(in.tokens.size());
+    }
+    out->scores.clear();
+    out->candidates.clear();
+    size_t first = 0;
+    for (const StepGroup& g : in.groups) {
+      std::vector<float> s(size_t(g.beam) * kVocab);
+      for (int b = 0; b < g.beam; ++b) {
+        const size_t r = first + size_t(b);
+        const std::vector<float> lp = log_probs(g, in.tokens[r], eos_step_[size_t(g.slot)]);
+        for (int t = 0; t < kVocab; ++t) s[size_t(b * kVocab + t)] = lp[size_t(t)] + in.running_scores[r];
+      }
+      std::vector<int> order(s.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return s[size_t(a)] > s[size_t(b)]; });
+      for (int j = 0; j < g.k; ++j) {
+        out->scores.push_back(s[size_t(order[size_t(j)])]);
+        out->candidates.push_back(order[size_t(j)]);
+      }
+      first += size_t(g.beam);
+    }
+  }
+
+  std::vector<size_t> steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return rows_per_step;
+  }
+
+  std::chrono::milliseconds step_delay{0};
+  std::atomic<bool> fail_next_step{false};
+  std::atomic<int> encoded{0};
+
+ private:
+  static std::vector<float> log_probs(const StepGroup& g, int token, int eos_step) {
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    std::vector<float> lp(kVocab, std::log(0.02f));
+    lp[size_t(1 + ((g.position + token) % 4))] = std::log(0.6f);
+    lp[size_t(1 + ((g.position + token + 1) % 4))] = std::log(0.2f);
+    lp[kEos] = g.position >= eos_step ? std::log(0.9f) : std::log(0.1f);
+    lp[kPad] = neg_inf;
+    if (g.mask_eos) lp[kEos] = neg_inf;
+    if (g.force_eos) {  // as transformers: only EOS, with log-prob 0
+      std::fill(lp.begin(), lp.end(), neg_inf);
+      lp[kEos] = 0.f;
+    }
+    return lp;
+  }
+
+  EngineCapacity cap_;
+  std::vector<int> eos_step_;  // per slot
+  mutable std::mutex mutex_;
+  std::vector<size_t> rows_per_step;
+};
+
+}  // namespace nmt::test
