@@ -12,7 +12,7 @@
 //     For models without a tokenizer (e.g. a random-weight Transformer-base written by
 //     run_e2e.sh): random source ids, exactly tgt-len decode steps per sentence
 //     (min_decoding_length = tgt-len - 1, max_decoding_length = tgt-len), through the engine
-//     and the host beam search directly.
+//     and the host beam search directly (a decode loop holding one batch).
 //
 // Every measurement is also printed as one JSON line starting with "RESULT ".
 #include <algorithm>
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "kernels/stream.h"
-#include "model/beam_search.h"
+#include "model/decode_loop.h"
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
 #include "model/error.h"
@@ -174,12 +174,15 @@ int run_ids(const Args& a) {
   d.min_decoding_length = a.tgt_len - 1;
   int steps = 0;
   auto translate = [&](const std::vector<std::vector<int>>& b) {
-    engine->encode(b, a.beam);
-    BatchStats stats;
-    const auto r = decode(*engine, b.size(), config, d, {}, &stats);
-    steps = stats.decode_steps;
+    const int n = int(b.size());
+    DecodeLoop loop(*engine, config, {}, {n, n * a.beam, a.src_len});
+    std::vector<LoopSentence> sentences;
+    for (int i = 0; i < n; ++i) sentences.push_back({uint64_t(i), b[size_t(i)], d});
+    loop.admit(std::move(sentences));
     long tok = 0;
-    for (const auto& x : r) tok += long(x.ids[0].size());
+    for (steps = 0; !loop.idle(); ++steps) {
+      for (const FinishedSentence& f : loop.step()) tok += long(f.translation.hypotheses[0].ids.size());
+    }
     return tok;
   };
   for (int batch : a.batches) {

@@ -2,8 +2,7 @@
 # Everything the GPU machine checks in one device run, logs under $OUT:
 #   1. kernel tests (CPU references, CUDA kernels) and CUDA engine tests (CPU engine, golden);
 #   2. end-to-end benchmark with transformers in the same run (run_e2e.sh);
-#   3. the server on the GPU: offline nmt-translate batch 64 against nmt-loadgen with 64
-#      concurrent single-sentence clients (default batching, max_wait_ms 1, then 5);
+#   3. the server on the GPU against the engine's offline throughput (serve_bench.sh);
 #   4. where a batch-64 decode step's GPU time goes (ncu, per kernel);
 #   5. kernel benchmarks with the PyTorch baseline, compute-sanitizer memcheck of the kernel tests.
 # $OUT gets tests.log (tests, server, summaries), e2e/{results.jsonl,e2e.log}, ncu.txt,
@@ -49,28 +48,8 @@ fi
 
 if want server; then
 step server
-# offline: as a user runs it (its timing includes the first batches' warm-up), then on the
-# input twice over (the second half warm)
-for input in $src /tmp/test2016x2.en; do
-  [ -e $input ] || cat $src $src > $input
-  timeout 60 nmt-translate --model models/m30k-en-de-small --device cuda --beam 4 --batch-size 64 --input $input 2>&1 > /dev/null | tr '\r' '\n' | tail -1 >> "$log"
-done
-serve() {  # config, port: a cold pass (graph captures, first-use setup), then a warm one
-  nmt-server --config "$1" --device cuda --host 127.0.0.1 --port "$2" --metrics-port $(($2 + 1)) > /tmp/server-$2.log 2>&1 &
-  local pid=$!
-  for _ in $(seq 60); do nmt-loadgen --health-check --target 127.0.0.1:"$2" > /dev/null 2>&1 && break; sleep 0.5; done
-  for pass in cold warm; do
-    echo "loadgen $pass:" >> "$log"
-    timeout 60 nmt-loadgen --target 127.0.0.1:"$2" --input $src --beam 4 --clients 64 --count 1000 >> "$log" 2>&1
-  done
-  curl -s 127.0.0.1:$(($2 + 1))/metrics | grep -E "^nmt_batch_size_(sum|count)" >> "$log"
-  kill "$pid"; wait "$pid"
-  head -5 /tmp/server-$2.log >> "$log"
-}
-serve configs/default.yaml 50800
-sed "s/max_wait_ms: 1 /max_wait_ms: 5 /" configs/default.yaml > configs/.gpu_check_wait1.yaml  # the previous default, for comparison
-serve configs/.gpu_check_wait1.yaml 50810
-rm -f configs/.gpu_check_wait1.yaml
+# served throughput and latency against the engine's offline figures, in this run
+timeout 420 bash bench/e2e/serve_bench.sh "$out/serve" 1 2 >> "$log" 2>&1
 fi
 
 if want ncu; then

@@ -12,6 +12,25 @@
 
 using namespace nmt;
 
+namespace {
+
+// Encodes one sentence into slot 0 and runs the first decoder step of one row.
+StepOutput first_step(Engine& engine, const ModelConfig& config, const std::vector<int>& ids, int k,
+                      float running = 0.f, bool mask_eos = false, bool force_eos = false) {
+  engine.reserve({1, 1, int(ids.size())});
+  engine.encode({{&ids, 0}});
+  StepInput step;
+  step.groups = {{/*slot=*/0, /*position=*/0, /*beam=*/1, k, mask_eos, force_eos}};
+  step.tokens = {config.decoder_start_id};
+  step.cache_rows = step.parent_rows = {0};
+  step.running_scores = {running};
+  StepOutput out;
+  engine.step(step, &out);
+  return out;
+}
+
+}  // namespace
+
 TEST(DebugVectors, EncoderOutputAndFirstStepLogProbs) {
   const std::string path = test::golden_dir() + "/debug_vectors.json";
   std::ifstream in(path);
@@ -23,7 +42,7 @@ TEST(DebugVectors, EncoderOutputAndFirstStepLogProbs) {
   auto engine = make_cpu_engine(config, weights);
   for (const auto& c : cases) {
     const auto ids = c.at("source_ids").get<std::vector<int>>();
-    engine->encode({ids}, 1);
+    const StepOutput out = first_step(*engine, config, ids, 10);
     const auto enc = engine->encoder_output(0);
     ASSERT_EQ(enc.size(), ids.size() * size_t(config.d_model));
     const auto first8 = c.at("encoder_out_first8").get<std::vector<float>>();
@@ -38,14 +57,6 @@ TEST(DebugVectors, EncoderOutputAndFirstStepLogProbs) {
     EXPECT_NEAR(sum / n, c.at("encoder_out_sum").get<double>() / n, 1e-4);
     EXPECT_NEAR(abs_sum / n, c.at("encoder_out_abs_sum").get<double>() / n, 1e-4);
 
-    const std::vector<int> tokens{config.decoder_start_id};
-    const std::vector<float> running{0.f};
-    StepInput step;
-    step.tokens = &tokens;
-    step.running_scores = &running;
-    step.k = 10;
-    StepOutput out;
-    engine->step(step, &out);
     const auto top_ids = c.at("step1_top10_ids").get<std::vector<int>>();
     const auto top_lp = c.at("step1_top10_logprobs").get<std::vector<float>>();
     for (int j = 0; j < 10; ++j) {
@@ -61,25 +72,13 @@ TEST(CpuEngineStep, MasksFollowTransformersProcessors) {
   const auto config = ModelConfig::load(test::demo_model_dir());
   const auto weights = Weights::load(test::demo_model_dir(), config);
   auto engine = make_cpu_engine(config, weights);
-  engine->encode({{5, 17, 4, 24, 168, 2, 0}}, 1);
-  const std::vector<int> tokens{config.decoder_start_id};
-  const std::vector<float> running{-1.5f};
-  StepInput step;
-  step.tokens = &tokens;
-  step.running_scores = &running;
-  step.k = 3;
-  StepOutput out;
-  step.force_eos = true;
-  engine->step(step, &out);
+  const std::vector<int> ids{5, 17, 4, 24, 168, 2, 0};
+  StepOutput out = first_step(*engine, config, ids, 3, -1.5f, false, /*force_eos=*/true);
   EXPECT_EQ(out.candidates[0], config.eos_id);
   EXPECT_FLOAT_EQ(out.scores[0], -1.5f);  // running score + log-prob 0
   EXPECT_TRUE(std::isinf(out.scores[1]) && out.scores[1] < 0);
 
-  engine->encode({{5, 17, 4, 24, 168, 2, 0}}, 1);
-  step.force_eos = false;
-  step.mask_eos = true;
-  step.k = config.vocab_size;
-  engine->step(step, &out);
+  out = first_step(*engine, config, ids, config.vocab_size, -1.5f, /*mask_eos=*/true);
   for (int j = 0; j < config.vocab_size; ++j) {
     if (out.candidates[size_t(j)] == config.eos_id || out.candidates[size_t(j)] == config.pad_id) {
       EXPECT_TRUE(std::isinf(out.scores[size_t(j)])) << "token " << out.candidates[size_t(j)];

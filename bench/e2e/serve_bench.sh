@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Served throughput against the engine's offline throughput, in one device run (issue:
+# step-level batching). On the GPU machine, with nmt-bench-e2e, nmt-server and nmt-loadgen
+# on PATH and the Multi30k test2016 source in $NMT_SHARED (default ../shared):
+#   1. offline: nmt-bench-e2e on test2016 x 4, batches 64 and 256 (sentences/s), and one
+#      sentence at a time (p50 latency);
+#   2. served, for each WORKERS value (decode loops of the model): nmt-loadgen with 1 client,
+#      64 and 256 single-sentence clients, and 64 clients of 8 sentences per request, each
+#      after a warm-up pass.
+# Every figure is a RESULT line (JSON, with device, commit and date) appended to
+# OUT_DIR/results.jsonl; a summary with the served/offline ratios goes to stdout.
+# usage: bench/e2e/serve_bench.sh OUT_DIR [WORKERS...]   (default workers: 1 2)
+set -uo pipefail
+out=${1:?usage: serve_bench.sh OUT_DIR [WORKERS...]}
+shift
+workers=${*:-1 2}
+precision=${PRECISION:-float16}
+seconds=${SECONDS_PER_PASS:-10}
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+shared=${NMT_SHARED:-$repo/../shared}
+model=$repo/models/m30k-en-de-small
+mkdir -p "$out"
+work=$(mktemp -d)
+src=$work/test2016.en
+gzip -dc "$shared/data/multi30k/test_2016_flickr.en.gz" > "$src"
+for _ in 1 2 3 4; do cat "$src"; done > "$work/test2016x4.en"
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "${NMT_COMMIT:-unknown}")
+stamp() {  # adds device, commit and date to a JSON object
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(device=sys.argv[2], commit=sys.argv[3], date=sys.argv[4]); print(json.dumps(r))' \
+    "$1" "$device" "$commit" "$(date -u +%F)"
+}
+results=$out/results.jsonl
+
+echo "=== offline ($precision)"
+nmt-bench-e2e --model "$model" --source "$work/test2016x4.en" --precision "$precision" --batches 64,256 --repeat 2 \
+  2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done
+nmt-bench-e2e --model "$model" --source "$src" --precision "$precision" --batches 1 --latency-sentences 300 \
+  2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done
+
+port=50900
+for w in $workers; do
+  echo "=== served, workers $w"
+  config=$work/serve-$w.yaml
+  sed -e "s/^    workers: .*/    workers: $w/" -e "s|path: ../models|path: $repo/models|" \
+    "$repo/configs/default.yaml" > "$config"
+  nmt-server --config "$config" --device cuda --precision "$precision" --host 127.0.0.1 --port $port \
+    --metrics-port $((port + 1)) > "$out/server-$w.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
+  load() {  # name clients sentences_per_request
+    nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
+      --sentences-per-request "$3" --duration 3 > /dev/null 2>&1  # warm-up
+    local r
+    r=$(nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
+      --sentences-per-request "$3" --duration "$seconds" --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
+    stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name=sys.argv[2], workers=int(sys.argv[3]), precision=sys.argv[4]); print(json.dumps(r))' "$r" "$1" "$w" "$precision")" >> "$results"
+  }
+  load single-client 1 1
+  load clients-64 64 1
+  load clients-256 256 1
+  load clients-64x8 64 8
+  curl -s 127.0.0.1:$((port + 1))/metrics | grep -E "^nmt_(admitted_sentences|step_duration_seconds|time_to_first_step_seconds)_(sum|count)" > "$out/metrics-$w.txt"
+  kill "$pid"; wait "$pid"
+  port=$((port + 10))
+done
+python3 "$here/serve_summary.py" "$results"

@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""Markdown summary of serve_bench.sh's results.jsonl: served sentences/s against the engine's
+offline throughput at the matching batch size, latency against the offline batch-1 p50.
+usage: serve_summary.py results.jsonl"""
+import json
+import sys
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+offline = {r["batch"]: r for r in rows if r.get("engine") == "nmt-serve"}
+served = [r for r in rows if r.get("engine") == "nmt-server"]
+b1 = offline.get(1, {}).get("p50_ms")
+print(f"offline: " + ", ".join(
+    f"batch {b} {r['sentences_per_s']:,.0f} sentences/s" for b, r in sorted(offline.items()) if b > 1)
+    + (f", batch 1 p50 {b1:.2f} ms" if b1 else ""))
+print()
+print("| workers | load | sentences/s | vs offline | p50 ms | p99 ms | p99/p50 | errors |")
+print("|---|---|---|---|---|---|---|---|")
+for r in served:
+    clients = r["clients"]
+    match = offline.get(256 if clients >= 256 else 64)
+    ratio = f"{100 * r['sentences_per_s'] / match['sentences_per_s']:.0f}% of batch {match['batch']}" \
+        if match and clients > 1 else (f"p50 - offline p50 = {r['latency_ms']['p50'] - b1:+.2f} ms" if b1 else "")
+    lat = r["latency_ms"]
+    print(f"| {r['workers']} | {r['name']} | {r['sentences_per_s']:,.0f} | {ratio} | {lat['p50']:.2f} | "
+          f"{lat['p99']:.2f} | {lat['p99'] / lat['p50']:.2f} | {r['errors']} |")
