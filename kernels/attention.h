@@ -77,23 +77,29 @@ void attention_cpu(const AttentionArgs<float>& a);
 void attention_scores_cpu(const AttentionArgs<float>& a, float* scores);
 
 // Decoder self-attention of one decode step with the KV-cache append and the beam reorder
-// fused, one warp per (row, head), t = *step read from memory (one captured CUDA graph serves
-// every step):
+// fused, one warp per (row, head). Row r is at position t = positions[r] (rows of sentences at
+// different lengths), or t = *step for every row when positions is null; both are read from
+// memory, so one captured CUDA graph serves every step. Row r owns cache row
+// c = cache_rows[r] (c = r when null):
 //   q = (qkv[r, 0:d] + bias[0:d]) * scale
-//   k_cache/v_cache at (cache row r, position t) = qkv[r, d:2d] / qkv[r, 2d:3d] + bias
+//   k_cache/v_cache at (cache row c, position t) = qkv[r, d:2d] / qkv[r, 2d:3d] + bias
 //   out[r] = softmax_j(q . K_j) V_j over j = 0..t, where position j of row r lives in cache row
-//   key_rows[r * capacity + j] (see beam_reorder_key_rows in elementwise.h; position t is r's
+//   key_rows[c * capacity + j] (see beam_reorder_key_rows in elementwise.h; position t is c's
 //   own, just written).
 // Caches are [cache rows][capacity][d] with d = heads * head_dim; head_dim 32, 64 or 128.
+// Index arrays are device pointers for CUDA, host pointers for the CPU twin.
 template <typename T>
 struct DecoderSelfAttentionArgs {
   const T* qkv = nullptr;   // [rows, 3d]: q | k | v of this step
   const T* bias = nullptr;  // [3d]
   T* k_cache = nullptr;
   T* v_cache = nullptr;
-  const int* key_rows = nullptr;  // [rows, capacity]
-  const int* step = nullptr;      // t (device for CUDA, host for the CPU twin); t < capacity
-  T* out = nullptr;               // [rows, d]
+  const int* key_rows = nullptr;    // [cache rows, capacity]
+  const int* step = nullptr;        // t of every row (unused when positions is set)
+  const int* positions = nullptr;   // [rows]: t of each row; t < capacity
+  const int* cache_rows = nullptr;  // [rows]: each row's cache row (null: r); rows that share
+                                    // one (padding) race on its position t
+  T* out = nullptr;                 // [rows, d]
   int64_t rows = 0;
   int capacity = 0, heads = 0, head_dim = 0;
   float scale = 1.0f;

@@ -3,7 +3,8 @@
 //   logp[row, t]  = log_softmax(logits[row, :] + bias)[t]        (float32 math)
 //   masks on logp: pad -> -inf always; mask_eos -> eos -inf;
 //                  force_eos -> every token but eos -inf, eos = 0 (transformers'
-//                  ForcedEOSTokenLogitsProcessor; the CPU engine does the same)
+//                  ForcedEOSTokenLogitsProcessor; the CPU engine does the same);
+//                  mask_eos / force_eos per sentence when sentence_flags is set
 //   cand[row, t]  = logp[row, t] + running_scores[row]
 //   per sentence (beam consecutive rows), the k best of its beam x vocab candidates, sorted
 //   descending, ties broken by the lower index (as torch.topk on CPU);
@@ -15,11 +16,19 @@
 
 namespace nmt::kernels {
 
+// Bits of TopkMasks::sentence_flags.
+constexpr unsigned char kTopkMaskEos = 1;
+constexpr unsigned char kTopkForceEos = 2;
+
 struct TopkMasks {
   int pad_id = -1;  // < 0: no pad masking
   int eos_id = -1;
   bool mask_eos = false;   // e.g. before min_length
   bool force_eos = false;  // at max_length
+  // One byte per sentence (kTopkMaskEos | kTopkForceEos), replacing mask_eos / force_eos
+  // when set: sentences of one call at different lengths (step-level batching). A device
+  // pointer for beam_topk_cuda (one captured CUDA graph serves every step), host for the CPU.
+  const unsigned char* sentence_flags = nullptr;
 };
 
 constexpr int kMaxBeamTopk = 32;  // largest k beam_topk supports

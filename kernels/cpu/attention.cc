@@ -97,20 +97,24 @@ void attention_cpu(const AttentionArgs<float>& a) {
 }
 
 void decoder_self_attention_cpu(const DecoderSelfAttentionArgs<float>& a) {
-  const int64_t d = int64_t(a.heads) * a.head_dim, t = *a.step;
+  const int64_t d = int64_t(a.heads) * a.head_dim;
   const int64_t row_stride = int64_t(a.capacity) * d;
+  auto position = [&](int64_t r) -> int64_t { return a.positions ? a.positions[r] : *a.step; };
+  auto cache_row = [&](int64_t r) -> int64_t { return a.cache_rows ? a.cache_rows[r] : r; };
   for (int64_t r = 0; r < a.rows; ++r) {  // appends first: rows read others' earlier positions
     const float* src = a.qkv + r * 3 * d;
+    const int64_t at = cache_row(r) * row_stride + position(r) * d;
     for (int64_t c = 0; c < d; ++c) {
-      a.k_cache[r * row_stride + t * d + c] = src[d + c] + a.bias[d + c];
-      a.v_cache[r * row_stride + t * d + c] = src[2 * d + c] + a.bias[2 * d + c];
+      a.k_cache[at + c] = src[d + c] + a.bias[d + c];
+      a.v_cache[at + c] = src[2 * d + c] + a.bias[2 * d + c];
     }
   }
   std::vector<float> q(size_t(a.head_dim));
   for (int64_t r = 0; r < a.rows; ++r) {
-    const int* key_rows = a.key_rows + r * a.capacity;
+    const int64_t t = position(r), own = cache_row(r);
+    const int* key_rows = a.key_rows + own * a.capacity;
     auto at = [&](const float* cache, int64_t h, int64_t j) {
-      const int64_t kr = j == t ? r : key_rows[j];
+      const int64_t kr = j == t ? own : key_rows[j];
       return cache + kr * row_stride + j * d + h * a.head_dim;
     };
     for (int h = 0; h < a.heads; ++h) {

@@ -7,6 +7,13 @@
 #include <vector>
 
 namespace nmt::kernels {
+namespace {
+// Sentence s's kTopkMaskEos / kTopkForceEos bits.
+unsigned sentence_flags(const TopkMasks& m, int64_t s) {
+  if (m.sentence_flags) return m.sentence_flags[s];
+  return (m.mask_eos ? kTopkMaskEos : 0u) | (m.force_eos ? kTopkForceEos : 0u);
+}
+}  // namespace
 
 void beam_topk_cpu(const float* logits, const float* bias, const float* running_scores,
                    int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
@@ -15,6 +22,8 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
   std::vector<float> cand(size_t(beam) * vocab);
   std::vector<int> order(cand.size());
   for (int64_t s = 0; s < sentences; ++s) {
+    const unsigned flags = sentence_flags(masks, s);
+    const bool mask_eos = flags & kTopkMaskEos, force_eos = flags & kTopkForceEos;
     for (int b = 0; b < beam; ++b) {
       const int64_t row = s * beam + b;
       const float* x = logits + row * vocab;
@@ -30,8 +39,8 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
       for (int t = 0; t < vocab; ++t) {
         float logp = c[t] - lse;
         if (t == masks.pad_id) logp = neg_inf;
-        if (masks.mask_eos && t == masks.eos_id) logp = neg_inf;
-        if (masks.force_eos) logp = t != masks.eos_id ? neg_inf : 0.f;
+        if (mask_eos && t == masks.eos_id) logp = neg_inf;
+        if (force_eos) logp = t != masks.eos_id ? neg_inf : 0.f;
         c[t] = logp + running_scores[row];
       }
     }

@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
 }
 
 // decoder_self_attention: the lanes of row_lane 0 append the row's new key/value at position t
-// of its own cache row, then the warp attends over positions 0..t through the key-row table
+// of its cache row c, then the warp attends over positions 0..t through c's key-row table
 // (each position's cache row is kept in shared memory for the value pass).
 template <typename T, int kD>
 __global__ void __launch_bounds__(kStepWarps * 32)
@@ -191,7 +191,8 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   if (task >= a.rows * a.heads) return;
   const int h = int(task % a.heads);
   const int64_t r = task / a.heads;
-  const int t = *a.step;
+  const int t = a.positions ? a.positions[r] : *a.step;
+  const int64_t own = a.cache_rows ? a.cache_rows[r] : r;
   const int64_t d = int64_t(a.heads) * kD, row_stride = int64_t(a.capacity) * d;
   const L lanes(lane);
   const int64_t hd = int64_t(h) * kD + lanes.d0;
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   load_query<T, kVec>(src, a.bias + hd, a.scale, q);
   if (lanes.row_lane == 0) {
     float kv[kVec], b[kVec];
-    const int64_t at = r * row_stride + int64_t(t) * d + hd;
+    const int64_t at = own * row_stride + int64_t(t) * d + hd;
     load_pack<T, kVec>(src + d, kv);
     load_pack<T, kVec>(a.bias + d + hd, b);
 #pragma unroll
@@ -215,11 +216,11 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   __syncwarp();  // other lanes read the new key/value back below
   float* p = step_smem + int64_t(warp) * 2 * a.capacity;
   int* cache_row = reinterpret_cast<int*>(p + a.capacity);
-  const int* key_rows = a.key_rows + r * a.capacity;
+  const int* key_rows = a.key_rows + own * a.capacity;
   warp_attend<T, kD>(
       q, int64_t(t) + 1,
       [&](int64_t j) {
-        const int64_t kr = j == t ? r : key_rows[j];
+        const int64_t kr = j == t ? own : key_rows[j];
         if (lanes.d0 == 0) cache_row[j] = int(kr);  // published by warp_attend's __syncwarp
         return a.k_cache + kr * row_stride + j * d + hd;
       },

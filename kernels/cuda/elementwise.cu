@@ -116,14 +116,17 @@ struct EmbedPositions {
   }
 };
 
-// One block per row: row r's table after the reorder (see beam_reorder_key_rows_cpu).
+// One block per row: the table of row r's cache row after the reorder (see
+// beam_reorder_key_rows_cpu).
 __global__ void reorder_key_rows_kernel(const int* old_rows, int* new_rows, const int* parent,
-                                        int capacity, const int* step) {
+                                        int capacity, const int* step, const int* positions,
+                                        const int* cache_rows) {
   const int64_t r = blockIdx.x;
-  const int t = *step;
+  const int t = positions ? positions[r] : *step;
+  const int c = cache_rows ? cache_rows[r] : int(r);
   const int* src = old_rows + int64_t(parent[r]) * capacity;
-  int* dst = new_rows + r * capacity;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) dst[j] = j < t ? src[j] : int(r);
+  int* dst = new_rows + int64_t(c) * capacity;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) dst[j] = j < t ? src[j] : c;
 }
 
 template <typename From, typename To, int N>
@@ -166,11 +169,13 @@ void embed_positions_cuda(const int* ids, const T* embeddings, const T* position
 
 void beam_reorder_key_rows_cuda(const int* old_rows, int* new_rows, const int* parent,
                                 int64_t rows, int capacity, const int* step,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, const int* positions,
+                                const int* cache_rows) {
   using namespace cuda;
   if (rows <= 0) return;
   reorder_key_rows_kernel<<<unsigned(rows), 64, 0, stream>>>(old_rows, new_rows, parent,
-                                                             capacity, step);
+                                                             capacity, step, positions,
+                                                             cache_rows);
   NMT_CUDA_CHECK_LAUNCH();
 }
 

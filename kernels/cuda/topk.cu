@@ -207,12 +207,18 @@ __global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits
     ws.lse_parts[row * gridDim.x + blockIdx.x] = make_float2(total.m, total.s);
 }
 
+// The kTopkMaskEos / kTopkForceEos bits of the sentence that row belongs to.
+__device__ __forceinline__ unsigned row_flags(const TopkMasks& masks, int64_t row, int beam) {
+  if (masks.sentence_flags) return masks.sentence_flags[row / beam];
+  return (masks.mask_eos ? kTopkMaskEos : 0u) | (masks.force_eos ? kTopkForceEos : 0u);
+}
+
 // A token's final score: logit + bias - lse, masked, + running score, exactly as the reference.
 __device__ __forceinline__ float final_score(int t, float v, float lse, float running,
-                                             const TopkMasks& masks) {
+                                             const TopkMasks& masks, unsigned flags) {
   float logp = v - lse;
-  if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) logp = -INFINITY;
-  if (masks.force_eos) logp = t != masks.eos_id ? -INFINITY : 0.f;
+  if (t == masks.pad_id || ((flags & kTopkMaskEos) && t == masks.eos_id)) logp = -INFINITY;
+  if (flags & kTopkForceEos) logp = t != masks.eos_id ? -INFINITY : 0.f;
   return logp + running;
 }
 
@@ -220,12 +226,12 @@ __device__ __forceinline__ float final_score(int t, float v, float lse, float ru
 template <typename T, int kK>
 __device__ __forceinline__ void select_chunk(const T* x, const float* bias, Chunk chunk,
                                              float lse, float running, int base,
-                                             const TopkMasks& masks, Workspace ws,
-                                             int64_t out) {
+                                             const TopkMasks& masks, unsigned flags,
+                                             Workspace ws, int64_t out) {
   TopList<kK> list;
   list.clear();
   for_each_logit(x, bias, chunk, [&](int t, float v) {
-    list.push(final_score(t, v, lse, running, masks), base + t);
+    list.push(final_score(t, v, lse, running, masks, flags), base + t);
   });
   block_merge<kK>(list, kK, [&](int r, float v, int i) {
     ws.scores[out + r] = v;
@@ -252,8 +258,8 @@ __global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
   }
   __syncthreads();
   select_chunk<T, kK>(logits + row * row_stride, bias, Chunk(vocab, chunk), s_lse,
-                      running_scores[row], int(row % beam) * vocab, masks, ws,
-                      (row * splits + blockIdx.x) * kK);
+                      running_scores[row], int(row % beam) * vocab, masks,
+                      row_flags(masks, row, beam), ws, (row * splits + blockIdx.x) * kK);
 }
 
 // One block per row (a single chunk) for rows of at most kRowTokens tokens: each thread loads
@@ -283,12 +289,13 @@ __global__ void __launch_bounds__(kChunkThreads) topk_row_kernel(
   __syncthreads();
   const float row_lse = s_lse, running = running_scores[row];
   const int base = int(row % beam) * vocab;
+  const unsigned flags = row_flags(masks, row, beam);
   TopList<kK> list;
   list.clear();
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
     const int t = threadIdx.x + u * kChunkThreads;
-    if (t < vocab) list.push(final_score(t, z[u], row_lse, running, masks), base + t);
+    if (t < vocab) list.push(final_score(t, z[u], row_lse, running, masks, flags), base + t);
   }
   block_merge<kK>(list, kK, [&](int r, float v, int i) {
     ws.scores[row * kK + r] = v;

@@ -344,12 +344,14 @@ class CpuEngine : public Engine {
       for (int64_t r = first; r < first + g.beam; ++r) {
         float* lp = logits_.data() + r * vocab;
         const float running = in.running_scores[size_t(r)];
-        if (g.force_eos) {  // as transformers' ForcedEOSTokenLogitsProcessor: EOS gets log p = 0
+        lp[c_.pad_id] = neg_inf;
+        if (g.mask_eos) lp[c_.eos_id] = neg_inf;
+        // Last, as transformers' ForcedEOSTokenLogitsProcessor (after its min-length one):
+        // EOS gets log p = 0, whatever the masks said.
+        if (g.force_eos) {
           std::fill(lp, lp + vocab, neg_inf);
           lp[c_.eos_id] = 0.f;
         }
-        lp[c_.pad_id] = neg_inf;
-        if (g.mask_eos) lp[c_.eos_id] = neg_inf;
         for (int64_t t = 0; t < vocab; ++t) lp[t] += running;
       }
       const float* s = logits_.data() + first * vocab;

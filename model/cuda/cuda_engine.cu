@@ -2,28 +2,34 @@
 // projections (float32 accumulation), the kernels of kernels/ for everything else (embedding,
 // attention, LayerNorm with the residual and bias fused, bias + activation, beam top-k).
 //
-// Decode steps: one packed H2D upload (step, tokens, parent rows, row -> sentence, running
-// scores), the forward pass, log-softmax + top-k on the device, one small D2H copy. A step's
-// kernels read the step and the per-row indices from device memory (the optional device
-// pointers of kernels/: embed_positions_cuda's step, decoder_self_attention's step and key-row
-// table, attention's kv_index), so the whole step is captured once as a CUDA graph per
-// (sentence bucket, beam, k, masks, key-row table parity) and replayed; buffers the graphs use
-// are persistent and only grow (a growth drops them). The beam reorder moves only the key-row
-// table (kernels::beam_reorder_key_rows_cuda), never the KV caches.
+// Persistent decode state (reserve(), model/engine.h): sentence slots holding the
+// cross-attention K/V of every decoder layer and the source length, KV-cache rows, and the
+// step buffers. Sentences join and leave at any step: every row of a step carries its own
+// position, cache row, parent cache row and slot.
+//
+// Decode steps: one packed H2D upload (per row: token, cache row, parent cache row, position,
+// slot, running score; per sentence: its EOS flags), the forward pass, log-softmax + top-k on
+// the device, one small D2H copy. A step's kernels read all of these from device memory (the
+// optional device pointers of kernels/), so the whole step is captured once as a CUDA graph
+// per shape and replayed. A step's shape: its sentences form runs of equal (beam, k) (one
+// top-k launch each), each run padded to bucket(sentences) with padding sentences whose rows
+// write a scratch cache row and whose results are dropped; the graph key is the runs'
+// (beam, k, padded sentences) plus the key-row table parity. Buffers the graphs use only
+// change in reserve() and when the caches grow, which drop the graphs. The beam reorder moves
+// only the key-row table (kernels::beam_reorder_key_rows_cuda), never the KV caches.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "kernels/activation.h"
@@ -56,6 +62,10 @@ int bucket(int n) {
   return b;
 }
 
+// The most rows a step over `rows` real rows has once every run is padded to bucket()
+// sentences: bucket(n) - n < n / 2, so padding adds less than half of each run's rows.
+int padded_rows_bound(int rows) { return rows + rows / 2; }
+
 // NMT_CUDA_PROFILE=1: the engine measures its decode steps (GPU time between the step's first
 // and last operation, host time of step()) and prints the averages when destroyed.
 bool profile_enabled() {
@@ -73,6 +83,58 @@ bool graphs_enabled() {
   return !(v && std::string(v) == "0");
 }
 
+// One top-k launch of a step: consecutive sentences of equal (beam, k), padded to
+// bucket(sentences). Offsets count padded rows, sentences and outputs of the whole step.
+struct Run {
+  int beam = 1, k = 1;
+  int sentences = 0;  // real ones (StepInput groups)
+  int padded = 0;     // bucket(sentences): the rest are padding
+  int first_row = 0, first_sentence = 0, first_output = 0;
+};
+
+// What the device does in a step: fixes every launch and copy, so it keys the graphs.
+struct StepShape {
+  std::vector<Run> runs;
+  int rows = 0, sentences = 0, outputs = 0;  // padded totals
+};
+
+StepShape shape_of(const std::vector<StepGroup>& groups) {
+  StepShape s;
+  for (const StepGroup& g : groups) {
+    if (s.runs.empty() || s.runs.back().beam != g.beam || s.runs.back().k != g.k)
+      s.runs.push_back(Run{g.beam, g.k});
+    ++s.runs.back().sentences;
+  }
+  for (Run& r : s.runs) {
+    r.padded = bucket(r.sentences);
+    r.first_row = s.rows;
+    r.first_sentence = s.sentences;
+    r.first_output = s.outputs;
+    s.rows += r.padded * r.beam;
+    s.sentences += r.padded;
+    s.outputs += r.padded * r.k;
+  }
+  return s;
+}
+
+// The packed per-step upload over `rows` padded rows: six [rows] arrays of 4-byte values, then
+// one top-k flag byte per padded sentence (kernels::kTopkMaskEos | kTopkForceEos).
+struct StepUpload {
+  int *tokens, *cache_rows, *parents, *positions, *slots;
+  float* running;
+  unsigned char* flags;
+  StepUpload(void* base, int rows) {
+    tokens = static_cast<int*>(base);
+    cache_rows = tokens + rows;
+    parents = cache_rows + rows;
+    positions = parents + rows;
+    slots = positions + rows;
+    running = reinterpret_cast<float*>(slots + rows);
+    flags = reinterpret_cast<unsigned char*>(running + rows);
+  }
+  static size_t bytes(int rows, int sentences) { return 6 * sizeof(int) * size_t(rows) + sentences; }
+};
+
 template <typename T>
 class CudaEngine final : public Engine {
  public:
@@ -83,6 +145,7 @@ class CudaEngine final : public Engine {
     check_cublas(cublasCreate(&cublas_), "cublasCreate");
     check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
     d_ = c.d_model;
+    cache_cap_ = std::min(32, c.max_positions);
     if (profile_) {
       cudaEventCreate(&ev_start_);
       cudaEventCreate(&ev_end_);
@@ -116,14 +179,18 @@ class CudaEngine final : public Engine {
   }
 
   // One sentence through encode and a step: CUDA loads kernels lazily and cuBLAS sets up on
-  // first use, which made the first batch a server saw take ~190 ms on H100.
+  // first use, which made the first batch a server saw take ~190 ms on H100. The caller's
+  // reserve() grows the small capacity this takes.
   void warm_up() {
-    encode({{c_.eos_id}}, 1);
-    const std::vector<int> tokens{c_.decoder_start_id};
-    const std::vector<float> running{0.f};
+    reserve(EngineCapacity{1, 1, 1});
+    const std::vector<int> source{c_.eos_id};
+    encode({EncodeItem{&source, 0}});
     StepInput in;
-    in.tokens = &tokens;
-    in.running_scores = &running;
+    in.groups.push_back(StepGroup{});  // slot 0, position 0, beam 1, k 1
+    in.tokens = {c_.decoder_start_id};
+    in.cache_rows = {0};
+    in.parent_rows = {0};
+    in.running_scores = {0.f};
     StepOutput out;
     step(in, &out);
     profile_stats_ = StepProfile();
@@ -149,21 +216,25 @@ class CudaEngine final : public Engine {
 
   int vocab_size() const override { return c_.vocab_size; }
   size_t memory_used() const override { return alloc_.held(); }
+  EngineCapacity capacity() const override { return cap_; }
 
   std::vector<float> encoder_output(size_t sentence) const override {
     cudaSetDevice(device_);
-    if (sentence >= lengths_.size()) throw Error(ErrorCode::kInvalidArgument, "encoder_output: no such sentence");
-    const size_t n = size_t(lengths_[sentence]) * d_;
+    if (sentence >= enc_lengths_.size())
+      throw Error(ErrorCode::kInvalidArgument, "encoder_output: no such sentence");
+    const size_t n = size_t(enc_lengths_[sentence]) * d_;
+    const T* src = enc_out_.get() + size_t(enc_batch_index_[sentence]) * enc_len_ * d_;
     std::vector<T> dev(n);
-    check_cuda(cudaMemcpyAsync(dev.data(), enc_out_.get() + sentence * size_t(src_len_) * d_,
-                               n * sizeof(T), cudaMemcpyDeviceToHost, stream_), "encoder_output copy");
+    check_cuda(cudaMemcpyAsync(dev.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_),
+               "encoder_output copy");
     check_cuda(cudaStreamSynchronize(stream_), "encoder_output sync");
     std::vector<float> out(n);
     for (size_t i = 0; i < n; ++i) out[i] = float(dev[i]);
     return out;
   }
 
-  void encode(const std::vector<std::vector<int>>& source_ids, int beam) override;
+  void reserve(const EngineCapacity& capacity) override;
+  void encode(const std::vector<EncodeItem>& items) override;
   void step(const StepInput& in, StepOutput* out) override;
 
  private:
@@ -187,8 +258,8 @@ class CudaEngine final : public Engine {
     const T* cross_v_bias = nullptr;
     Norm self_norm, cross_norm, ffn_norm;
   };
-  // Graph key: sentence bucket, beam, k, mask_eos, force_eos, key-row table parity.
-  using GraphKey = std::tuple<int, int, int, bool, bool, int>;
+  // Graph key: the key-row table parity, then (beam, k, padded sentences) of every run.
+  using GraphKey = std::vector<int>;
 
   // ---------------------------------------------------------------- weights
 
@@ -295,16 +366,75 @@ class CudaEngine final : public Engine {
   }
   void linear(const T* x, const Dense& L, T* y, int rows) { gemm(x, L.in, L.w, y, L.out, rows, L.out, L.in); }
 
-  // ---------------------------------------------------------------- persistent buffers
+  // ---------------------------------------------------------------- persistent decode state
 
-  // Grows `buf` to at least n elements; a growth invalidates the captured graphs.
-  template <typename U>
-  void ensure(DeviceBuffer<U>& buf, size_t n) {
-    if (buf.size() >= n) return;
-    drop_graphs();
-    buf.reset();
-    buf = DeviceBuffer<U>(&alloc_, n);
+  // Everything reserve() sizes; the graphs point into it.
+  struct DecodeState {
+    DeviceBuffer<T> cross_kv;        // [sentences][source_tokens][L * 2d]: K | V of each layer
+    DeviceBuffer<int> slot_lengths;  // [sentences]: source length of each slot
+    DeviceBuffer<T> cache;           // [L * 2][rows + 1][cache_cap][d]
+    DeviceBuffer<int> key_rows[2];   // ping-pong [rows + 1][cache_cap]: cache row of a position
+    DeviceBuffer<T> y, qkv, ctx, tmp, hidden;  // [padded rows][d, 3d, d, d, ffn]
+    DeviceBuffer<float> logits;                // [padded rows][logits_ld()]
+    DeviceBuffer<char> topk_ws, step_in;
+    DeviceBuffer<int> step_out;  // [outputs] scores (float), then [outputs] candidates
+  };
+
+  // Cache rows hold one beam each; cache row cap_.rows, past the caller's, is the padding
+  // rows' scratch row (they all write and read its position 0 only; their results are
+  // dropped).
+  int scratch_row() const { return cap_.rows; }
+  int64_t cache_plane() const { return int64_t(cap_.rows + 1) * cache_cap_ * d_; }
+  T* cache(int layer, int kv) const {
+    return state_.cache.get() + (int64_t(layer) * 2 + kv) * cache_plane();
   }
+  int kv_cols() const { return 2 * c_.decoder_layers * d_; }
+  // Row stride of the logits and rows of the output projection: the vocabulary rounded up to
+  // 8, so that the GEMM's output dimension and rows are 16-byte aligned (with an odd
+  // vocabulary cuBLAS falls back to an unaligned sm75 kernel: on H100 23 us for
+  // 256 x 8001 x 256, 243 us for 256 x 58101 x 512). The padding columns are never read.
+  int logits_ld() const { return (c_.vocab_size + 7) / 8 * 8; }
+
+  // Top-k scratch for a run of up to `rows` padded rows and any k; the runs of a step share it
+  // (they run one after another on the stream).
+  size_t topk_workspace_bound(int rows) const {
+    size_t most = 0;
+    for (int r = 1; r <= rows; ++r)
+      most = std::max(most, kernels::beam_topk_workspace_bytes(r, 1, c_.vocab_size, kMaxTopk));
+    return most;
+  }
+
+  // Allocates the state of `cap` (the old one is released) with every slot length 0, so that
+  // padding rows reading slot 0 see no keys before anything was encoded.
+  void allocate_state(const EngineCapacity& cap) {
+    const int rows = padded_rows_bound(cap.rows), cache_rows = cap.rows + 1;
+    const size_t d = size_t(d_);
+    DecodeState s;
+    s.cross_kv = DeviceBuffer<T>(&alloc_, size_t(cap.sentences) * cap.source_tokens * kv_cols());
+    s.slot_lengths = DeviceBuffer<int>(&alloc_, size_t(cap.sentences));
+    s.cache = DeviceBuffer<T>(&alloc_, size_t(2) * c_.decoder_layers * cache_rows * cache_cap_ * d);
+    for (auto& t : s.key_rows) t = DeviceBuffer<int>(&alloc_, size_t(cache_rows) * cache_cap_);
+    s.y = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
+    s.qkv = DeviceBuffer<T>(&alloc_, size_t(rows) * 3 * d);
+    s.ctx = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
+    s.tmp = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
+    s.hidden = DeviceBuffer<T>(&alloc_, size_t(rows) * std::max(c_.decoder_ffn_dim, 1));
+    s.logits = DeviceBuffer<float>(&alloc_, size_t(rows) * logits_ld());
+    s.topk_ws = DeviceBuffer<char>(&alloc_, topk_workspace_bound(rows));
+    s.step_in = DeviceBuffer<char>(&alloc_, StepUpload::bytes(rows, rows));
+    s.step_out = DeviceBuffer<int>(&alloc_, size_t(2) * rows * kMaxTopk);
+    step_in_.reserve(StepUpload::bytes(rows, rows));
+    step_out_.reserve(size_t(2) * rows * kMaxTopk * sizeof(int));
+    if (cap.sentences > 0)
+      check_cuda(cudaMemsetAsync(s.slot_lengths.get(), 0, size_t(cap.sentences) * sizeof(int),
+                                 stream_), "slot lengths");
+    state_ = std::move(s);
+    slot_lengths_.assign(size_t(cap.sentences), 0);
+    cap_ = cap;
+    padded_rows_cap_ = rows;
+    parity_ = 0;
+  }
+
   void drop_graphs() {
     if (graphs_.empty()) return;
     cudaStreamSynchronize(stream_);
@@ -312,136 +442,256 @@ class CudaEngine final : public Engine {
     graphs_.clear();
   }
 
-  int64_t cache_plane() const { return int64_t(rows_cap_) * cache_cap_ * d_; }
-  T* cache(int layer, int kv) const { return cache_.get() + (int64_t(layer) * 2 + kv) * cache_plane(); }
-
-  // Room for `rows` decoder rows (KV caches keep their contents only when rows do not grow,
-  // which holds within one batch: encode sizes them).
-  void ensure_rows(int rows) {
-    if (rows <= rows_cap_) return;
-    drop_graphs();
-    // Release first (lower peak); rows_cap_ stays 0 until everything is allocated, so a
-    // failed allocation (kResourceExhausted) leaves a consistent engine that retries later.
-    rows_cap_ = 0;
-    cache_.reset();
-    for (auto& t : key_rows_) t.reset();
-    for (auto* b : {&y_, &qkv_, &ctx_, &tmp_, &hidden_}) b->reset();
-    logits_.reset();
-    step_in_dev_.reset();
-    step_out_dev_.reset();
-    const int cap = std::min(std::max(cache_cap_, 32), c_.max_positions);
-    const size_t cache_elems = size_t(2) * c_.decoder_layers * rows * cap * d_;
-    cache_ = DeviceBuffer<T>(&alloc_, cache_elems);
-    for (auto& t : key_rows_) t = DeviceBuffer<int>(&alloc_, size_t(rows) * cap);
-    y_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
-    qkv_ = DeviceBuffer<T>(&alloc_, size_t(rows) * 3 * d_);
-    ctx_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
-    tmp_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d_);
-    hidden_ = DeviceBuffer<T>(&alloc_, size_t(rows) * std::max(c_.decoder_ffn_dim, 1));
-    logits_ = DeviceBuffer<float>(&alloc_, size_t(rows) * logits_ld());
-    step_in_dev_ = DeviceBuffer<int>(&alloc_, step_in_ints(rows));
-    step_out_dev_ = DeviceBuffer<int>(&alloc_, size_t(rows) * 2 * kMaxTopk);
-    step_in_.reserve(step_in_ints(rows) * sizeof(int));
-    step_out_.reserve(size_t(rows) * 2 * kMaxTopk * sizeof(int));
-    cache_cap_ = cap;
-    rows_cap_ = rows;
-  }
-  static size_t step_in_ints(int rows) { return 4 + 4 * size_t(rows); }
-  // Row stride of the logits and rows of the output projection: the vocabulary rounded up to
-  // 8, so that the GEMM's output dimension and rows are 16-byte aligned (with an odd
-  // vocabulary cuBLAS falls back to an unaligned sm75 kernel: on H100 23 us for
-  // 256 x 8001 x 256, 243 us for 256 x 58101 x 512). The padding columns are never read.
-  int logits_ld() const { return (c_.vocab_size + 7) / 8 * 8; }
-
-  // Doubles the caches' positions (up to max_positions) keeping their contents.
+  // Doubles the caches' positions (up to max_positions) keeping their contents and the
+  // current key-row table.
   void grow_cache(int positions) {
     if (positions <= cache_cap_) return;
     int cap = cache_cap_;
     while (cap < positions) cap *= 2;
     cap = std::min(cap, c_.max_positions);
-    const int64_t rows = int64_t(2) * c_.decoder_layers * rows_cap_;
-    DeviceBuffer<T> next(&alloc_, size_t(rows) * cap * d_);
-    DeviceBuffer<int> next_rows(&alloc_, size_t(rows_cap_) * cap), spare(&alloc_, size_t(rows_cap_) * cap);
+    const int64_t rows = cap_.rows + 1, planes = int64_t(2) * c_.decoder_layers * rows;
+    DeviceBuffer<T> next(&alloc_, size_t(planes) * cap * d_);
+    DeviceBuffer<int> next_rows(&alloc_, size_t(rows) * cap), spare(&alloc_, size_t(rows) * cap);
     drop_graphs();
-    check_cuda(cudaMemcpy2DAsync(next.get(), size_t(cap) * d_ * sizeof(T), cache_.get(),
+    check_cuda(cudaMemcpy2DAsync(next.get(), size_t(cap) * d_ * sizeof(T), state_.cache.get(),
                                  size_t(cache_cap_) * d_ * sizeof(T),
-                                 size_t(cache_cap_) * d_ * sizeof(T), rows,
+                                 size_t(cache_cap_) * d_ * sizeof(T), planes,
                                  cudaMemcpyDeviceToDevice, stream_), "cache growth");
-    check_cuda(cudaMemcpy2DAsync(next_rows.get(), size_t(cap) * sizeof(int), key_rows_[parity_].get(),
-                                 size_t(cache_cap_) * sizeof(int), size_t(cache_cap_) * sizeof(int),
-                                 rows_cap_, cudaMemcpyDeviceToDevice, stream_), "cache growth");
-    cache_ = std::move(next);
-    key_rows_[parity_] = std::move(next_rows);
-    key_rows_[1 - parity_] = std::move(spare);
+    check_cuda(cudaMemcpy2DAsync(next_rows.get(), size_t(cap) * sizeof(int),
+                                 state_.key_rows[parity_].get(), size_t(cache_cap_) * sizeof(int),
+                                 size_t(cache_cap_) * sizeof(int), rows,
+                                 cudaMemcpyDeviceToDevice, stream_), "cache growth");
+    state_.cache = std::move(next);
+    state_.key_rows[parity_] = std::move(next_rows);
+    state_.key_rows[1 - parity_] = std::move(spare);
     cache_cap_ = cap;
+  }
+
+  // ---------------------------------------------------------------- encode
+
+  // kInvalidArgument for bad sources (as the CPU engine), kInternal for bad slots.
+  void check_sources(const std::vector<EncodeItem>& items) const {
+    std::vector<char> taken(size_t(cap_.sentences), 0);
+    for (const EncodeItem& item : items) {
+      if (!item.ids || item.ids->empty())
+        throw Error(ErrorCode::kInvalidArgument, "empty source sentence");
+      const std::vector<int>& s = *item.ids;
+      if (int64_t(s.size()) > c_.max_positions)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "source sentence has " + std::to_string(s.size()) +
+                        " tokens, more than the model's " + std::to_string(c_.max_positions) + " positions");
+      if (int64_t(s.size()) > cap_.source_tokens)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "source sentence has " + std::to_string(s.size()) + " tokens, more than the " +
+                        std::to_string(cap_.source_tokens) + " the CUDA engine reserved");
+      for (int id : s)
+        if (id < 0 || id >= c_.vocab_size)
+          throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(id) + " is outside the vocabulary");
+      if (item.slot < 0 || item.slot >= cap_.sentences || taken[size_t(item.slot)]++)
+        throw Error(ErrorCode::kInternal, "CUDA engine encode: slot " + std::to_string(item.slot) +
+                                              " is out of range or given twice");
+    }
+  }
+
+  // Cross-attention K/V of every decoder layer from the encoder output x ([n][S][d], in slot
+  // order): one batched GEMM per run of consecutive slots, straight into the slots.
+  void cross_kv_into_slots(const T* x, int S, const std::vector<int>& slots) {
+    const int n = int(slots.size()), cols = kv_cols();
+    const int64_t slot_stride = int64_t(cap_.source_tokens) * cols;
+    for (int b = 0; b < n;) {
+      int e = b + 1;
+      while (e < n && slots[size_t(e)] == slots[size_t(e - 1)] + 1) ++e;
+      gemm(x + int64_t(b) * S * d_, d_, cross_kv_w_, state_.cross_kv.get() + slots[size_t(b)] * slot_stride,
+           cols, S, cols, d_, e - b, int64_t(S) * d_, slot_stride);
+      b = e;
+    }
   }
 
   // ---------------------------------------------------------------- decode step
 
+  // kInvalidArgument as the CPU engine (positions past the model, k, token ids), kInternal for
+  // inputs the decode loop never gives (row counts, slots and cache rows out of range, one
+  // cache row written twice).
+  void check_step(const StepInput& in) const {
+    size_t rows = 0;
+    for (const StepGroup& g : in.groups) {
+      if (g.position >= c_.max_positions)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "decoding past the model's " + std::to_string(c_.max_positions) + " positions");
+      if (g.beam < 1 || g.position < 0 || g.slot < 0 || g.slot >= cap_.sentences)
+        throw Error(ErrorCode::kInternal, "CUDA engine step: a sentence's beam, position or slot is out of range");
+      if (g.k < 1 || g.k > kMaxTopk || int64_t(g.k) > int64_t(g.beam) * c_.vocab_size)
+        throw Error(ErrorCode::kInvalidArgument, "CUDA engine: k = " + std::to_string(g.k) +
+                                                     " candidates per sentence is not supported");
+      rows += size_t(g.beam);
+    }
+    if (in.tokens.size() != rows || in.cache_rows.size() != rows ||
+        in.parent_rows.size() != rows || in.running_scores.size() != rows)
+      throw Error(ErrorCode::kInternal, "CUDA engine step: per-row inputs do not match the sentences' beams");
+    std::vector<char> written(size_t(cap_.rows), 0);
+    auto in_range = [&](int row) { return row >= 0 && row < cap_.rows; };
+    size_t r = 0;
+    for (const StepGroup& g : in.groups) {
+      for (int b = 0; b < g.beam; ++b, ++r) {
+        const int c = in.cache_rows[r];
+        // a parent is read from position 1 on
+        if (!in_range(c) || written[size_t(c)]++ || (g.position > 0 && !in_range(in.parent_rows[r])))
+          throw Error(ErrorCode::kInternal, "CUDA engine step: cache row out of range or written twice");
+        if (in.tokens[r] < 0 || in.tokens[r] >= c_.vocab_size)
+          throw Error(ErrorCode::kInvalidArgument, "token id outside the vocabulary");
+      }
+    }
+  }
+
+  // The packed upload of a step into the pinned buffer: the real sentences of each run, then
+  // its padding sentences.
+  void fill_upload(const StepInput& in, const StepShape& shape) {
+    const StepUpload h(step_in_.get(), shape.rows);
+    size_t group = 0, row = 0;  // next real sentence and row of `in`
+    for (const Run& run : shape.runs) {
+      int r = run.first_row;
+      for (int s = 0; s < run.padded; ++s) {
+        const bool real = s < run.sentences;
+        const StepGroup* g = real ? &in.groups[group++] : nullptr;
+        h.flags[run.first_sentence + s] =
+            real ? (g->mask_eos ? kernels::kTopkMaskEos : 0) | (g->force_eos ? kernels::kTopkForceEos : 0) : 0;
+        for (int b = 0; b < run.beam; ++b, ++r) {
+          h.tokens[r] = real ? in.tokens[row] : c_.pad_id;
+          h.cache_rows[r] = real ? in.cache_rows[row] : scratch_row();
+          // position 0 reads no history: its parent row is never read
+          h.parents[r] = real && g->position > 0 ? in.parent_rows[row] : h.cache_rows[r];
+          h.positions[r] = real ? g->position : 0;
+          h.slots[r] = real ? g->slot : 0;
+          h.running[r] = real ? in.running_scores[row] : 0.f;
+          row += real;
+        }
+      }
+    }
+  }
+
   // Everything a step enqueues, between the packed upload and the top-k download.
-  void enqueue_step(int sentences, int beam, int k, bool mask_eos, bool force_eos) {
-    const int rows = sentences * beam;
-    const size_t in_ints = step_in_ints(rows);
-    check_cuda(cudaMemcpyAsync(step_in_dev_.get(), step_in_.get(), in_ints * sizeof(int),
-                               cudaMemcpyHostToDevice, stream_), "step upload");
-    const int* dev = step_in_dev_.get();
-    const int* step = dev;
-    const int* tokens = dev + 4;
-    const int* parents = tokens + rows;
-    const int* row_sentence = parents + rows;
-    const float* running = reinterpret_cast<const float*>(row_sentence + rows);
+  void enqueue_step(const StepShape& shape) {
+    const int rows = shape.rows;
+    check_cuda(cudaMemcpyAsync(state_.step_in.get(), step_in_.get(),
+                               StepUpload::bytes(rows, shape.sentences), cudaMemcpyHostToDevice,
+                               stream_), "step upload");
+    const StepUpload dev(state_.step_in.get(), rows);
     // Beam reorder: only the small table of which cache row holds each position moves.
-    kernels::beam_reorder_key_rows_cuda(key_rows_[parity_].get(), key_rows_[1 - parity_].get(),
-                                        parents, rows, cache_cap_, step, stream_);
+    kernels::beam_reorder_key_rows_cuda(state_.key_rows[parity_].get(),
+                                        state_.key_rows[1 - parity_].get(), dev.parents, rows,
+                                        cache_cap_, nullptr, stream_, dev.positions, dev.cache_rows);
     parity_ = 1 - parity_;
     const int d = d_, hd = d_ / c_.decoder_heads;
-    T* y = y_.get();
-    kernels::embed_positions_cuda<T>(tokens, dec_emb_, dec_pos_, nullptr, y, rows, d, embed_scale_,
-                                     stream_, step);
+    T* y = state_.y.get();
+    kernels::embed_positions_cuda<T>(dev.tokens, dec_emb_, dec_pos_, dev.positions, y, rows, d,
+                                     embed_scale_, stream_);
     for (int l = 0; l < c_.decoder_layers; ++l) {
       const DecoderLayer& L = decoder_[size_t(l)];
-      linear(y, L.qkv, qkv_.get(), rows);
+      linear(y, L.qkv, state_.qkv.get(), rows);
       kernels::DecoderSelfAttentionArgs<T> self;
-      self.qkv = qkv_.get(); self.bias = L.qkv.b;
+      self.qkv = state_.qkv.get(); self.bias = L.qkv.b;
       self.k_cache = cache(l, 0); self.v_cache = cache(l, 1);
-      self.key_rows = key_rows_[parity_].get(); self.step = step;
-      self.out = ctx_.get();
+      self.key_rows = state_.key_rows[parity_].get();
+      self.positions = dev.positions; self.cache_rows = dev.cache_rows;
+      self.out = state_.ctx.get();
       self.rows = rows; self.capacity = cache_cap_; self.heads = c_.decoder_heads; self.head_dim = hd;
       self.scale = 1.f / std::sqrt(float(hd));
       kernels::decoder_self_attention_cuda(self, stream_);
-      linear(ctx_.get(), L.out, tmp_.get(), rows);
-      layer_norm(tmp_.get(), L.out.b, L.self_norm, y, rows);
+      linear(state_.ctx.get(), L.out, state_.tmp.get(), rows);
+      layer_norm(state_.tmp.get(), L.out.b, L.self_norm, y, rows);
 
-      linear(y, L.cross_q, tmp_.get(), rows);
+      linear(y, L.cross_q, state_.tmp.get(), rows);
       kernels::AttentionArgs<T> cross;
-      cross.q = tmp_.get(); cross.q_bias = L.cross_q.b;
+      cross.q = state_.tmp.get(); cross.q_bias = L.cross_q.b;
       cross.q_batch_stride = cross.q_row_stride = d;
-      cross.k = cross_kv_.get() + int64_t(l) * 2 * d; cross.v = cross.k + d;
-      cross.kv_row_stride = int64_t(c_.decoder_layers) * 2 * d;
-      cross.kv_batch_stride = int64_t(src_cap_) * cross.kv_row_stride;
+      cross.k = state_.cross_kv.get() + int64_t(l) * 2 * d; cross.v = cross.k + d;
+      cross.kv_row_stride = kv_cols();
+      cross.kv_batch_stride = int64_t(cap_.source_tokens) * cross.kv_row_stride;
       cross.v_bias = L.cross_v_bias;
-      cross.kv_index = row_sentence; cross.key_lengths = src_len_dev_.get();
-      cross.out = ctx_.get(); cross.out_batch_stride = cross.out_row_stride = d;
+      cross.kv_index = dev.slots; cross.key_lengths = state_.slot_lengths.get();
+      cross.out = state_.ctx.get(); cross.out_batch_stride = cross.out_row_stride = d;
       cross.batch = rows; cross.q_len = 1; cross.heads = c_.decoder_heads; cross.head_dim = hd;
-      cross.kv_len = src_cap_; cross.scale = self.scale;
+      cross.kv_len = cap_.source_tokens; cross.scale = self.scale;
       kernels::attention_cuda(cross, stream_);
-      linear(ctx_.get(), L.cross_out, tmp_.get(), rows);
-      layer_norm(tmp_.get(), L.cross_out.b, L.cross_norm, y, rows);
+      linear(state_.ctx.get(), L.cross_out, state_.tmp.get(), rows);
+      layer_norm(state_.tmp.get(), L.cross_out.b, L.cross_norm, y, rows);
 
-      feed_forward(L.fc1, L.fc2, L.ffn_norm, y, hidden_.get(), tmp_.get(), rows);
+      feed_forward(L.fc1, L.fc2, L.ffn_norm, y, state_.hidden.get(), state_.tmp.get(), rows);
     }
-    gemm(y, d, out_proj_, logits_.get(), logits_ld(), rows, logits_ld(), d);
-    kernels::TopkMasks masks;
-    masks.pad_id = c_.pad_id; masks.eos_id = c_.eos_id;
-    masks.mask_eos = mask_eos; masks.force_eos = force_eos;
-    float* out_scores = reinterpret_cast<float*>(step_out_dev_.get());
-    int* out_index = step_out_dev_.get() + size_t(sentences) * k;
-    kernels::beam_topk_cuda<float>(logits_.get(), out_bias_.get(), running, sentences, beam,
-                                   c_.vocab_size, k, masks, out_scores, out_index, topk_ws_.get(),
-                                   topk_ws_.size(), stream_, logits_ld());
-    check_cuda(cudaMemcpyAsync(step_out_.get(), step_out_dev_.get(),
-                               size_t(sentences) * k * 2 * sizeof(int), cudaMemcpyDeviceToHost,
+    gemm(y, d, out_proj_, state_.logits.get(), logits_ld(), rows, logits_ld(), d);
+    enqueue_topk(shape, dev);
+    check_cuda(cudaMemcpyAsync(step_out_.get(), state_.step_out.get(),
+                               size_t(shape.outputs) * 2 * sizeof(int), cudaMemcpyDeviceToHost,
                                stream_), "step download");
+  }
+
+  // One top-k launch per run, on its rows, with its sentences' flags.
+  void enqueue_topk(const StepShape& shape, const StepUpload& dev) {
+    float* scores = reinterpret_cast<float*>(state_.step_out.get());
+    int* index = state_.step_out.get() + shape.outputs;
+    kernels::TopkMasks masks;
+    masks.pad_id = c_.pad_id;
+    masks.eos_id = c_.eos_id;
+    for (const Run& run : shape.runs) {
+      masks.sentence_flags = dev.flags + run.first_sentence;
+      kernels::beam_topk_cuda<float>(
+          state_.logits.get() + int64_t(run.first_row) * logits_ld(), out_bias_.get(),
+          dev.running + run.first_row, run.padded, run.beam, c_.vocab_size, run.k, masks,
+          scores + run.first_output, index + run.first_output, state_.topk_ws.get(),
+          state_.topk_ws.size(), stream_, logits_ld());
+    }
+  }
+
+  GraphKey graph_key(const StepShape& shape) const {
+    GraphKey key{parity_};
+    for (const Run& r : shape.runs) key.insert(key.end(), {r.beam, r.k, r.padded});
+    return key;
+  }
+
+  // The step on the stream: its graph when captured, else plain launches. A shape's first use
+  // runs plain (lazy module loading, cuBLAS heuristics); it is captured the next time.
+  void launch_step(const StepShape& shape) {
+    if (!use_graphs_) return enqueue_step(shape);
+    const GraphKey key = graph_key(shape);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      if (seen_.insert(key).second) return enqueue_step(shape);
+      it = graphs_.emplace(key, capture(shape)).first;
+    }
+    check_cuda(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    parity_ = 1 - parity_;
+  }
+
+  cudaGraphExec_t capture(const StepShape& shape) {
+    const int parity_before = parity_;  // capturing runs nothing: the parity stays
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
+    try {
+      enqueue_step(shape);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      parity_ = parity_before;
+      throw;
+    }
+    parity_ = parity_before;
+    check_cuda(cudaStreamEndCapture(stream_, &graph), "graph capture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check_cuda(status, "cudaGraphInstantiate");
+    return exec;
+  }
+
+  // The real sentences' k best of the downloaded step output, in group order.
+  void collect(const StepShape& shape, StepOutput* out) const {
+    const float* scores = static_cast<const float*>(step_out_.get());
+    const int* index = static_cast<const int*>(step_out_.get()) + shape.outputs;
+    for (const Run& run : shape.runs) {
+      const size_t first = size_t(run.first_output), n = size_t(run.sentences) * run.k;
+      out->scores.insert(out->scores.end(), scores + first, scores + first + n);
+      out->candidates.insert(out->candidates.end(), index + first, index + first + n);
+    }
   }
 
   // x = LN(x + fc2(act(fc1 x + b1)) + b2), hidden: [rows, ffn] scratch
@@ -477,26 +727,20 @@ class CudaEngine final : public Engine {
   const T *enc_pos_ = nullptr, *dec_pos_ = nullptr;
   DeviceBuffer<float> out_bias_;
 
-  // encoder state of the current batch
-  std::vector<int> lengths_;
-  int src_len_ = 0;
-  int beam_ = 1;
+  // the last encode(): its encoder output [n][enc_len_][d] in slot order
   DeviceBuffer<T> enc_out_;
+  int enc_len_ = 0;
+  std::vector<int> enc_lengths_, enc_batch_index_;  // per encode() item
   PinnedBuffer enc_in_;
 
-  // persistent decode state (sized by capacity; only grows)
-  int src_cap_ = 0, sentences_cap_ = 0, rows_cap_ = 0, cache_cap_ = 0;
-  DeviceBuffer<T> cross_kv_;      // [sentences_cap, src_cap, L * 2d]
-  DeviceBuffer<int> src_len_dev_;  // [sentences_cap]
-  DeviceBuffer<T> cache_;         // [L * 2][rows_cap][cap][d]: position j of row r written at step j
-  DeviceBuffer<int> key_rows_[2];  // ping-pong [rows_cap][cap]: cache row of each row's position
-  int parity_ = 0;
-  DeviceBuffer<T> y_, qkv_, ctx_, tmp_, hidden_;
-  DeviceBuffer<float> logits_;
-  DeviceBuffer<char> topk_ws_;
-  DeviceBuffer<int> step_in_dev_, step_out_dev_;
+  // persistent decode state (reserve(); only grows)
+  EngineCapacity cap_;
+  int cache_cap_ = 0;        // positions per cache row: doubles up to max_positions
+  int padded_rows_cap_ = 0;  // rows of the step buffers
+  DecodeState state_;
+  std::vector<int> slot_lengths_;  // host mirror of state_.slot_lengths
+  int parity_ = 0;                 // the key-row table the next step reorders from
   PinnedBuffer step_in_, step_out_;
-  std::vector<int> row_sentence_;  // batch index of each alive row
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> seen_;  // keys run once without a graph
   const bool profile_ = profile_enabled();
@@ -505,72 +749,77 @@ class CudaEngine final : public Engine {
 };
 
 template <typename T>
-void CudaEngine<T>::encode(const std::vector<std::vector<int>>& source_ids, int beam) {
+void CudaEngine<T>::reserve(const EngineCapacity& want) {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  const EngineCapacity next{std::max(cap_.sentences, want.sentences), std::max(cap_.rows, want.rows),
+                            std::max(cap_.source_tokens, want.source_tokens)};
+  if (next.sentences == cap_.sentences && next.rows == cap_.rows &&
+      next.source_tokens == cap_.source_tokens)
+    return;
+  const EngineCapacity previous = cap_;
+  drop_graphs();
+  // Release first (lower peak); when the new state does not fit, the previous one again (the
+  // memory it held a moment ago), so the engine stays usable.
+  state_ = DecodeState();
+  cap_ = EngineCapacity();
+  try {
+    allocate_state(next);
+  } catch (const Error&) {
+    allocate_state(previous);
+    throw;
+  }
+}
+
+template <typename T>
+void CudaEngine<T>::encode(const std::vector<EncodeItem>& items) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   const auto wall0 = std::chrono::steady_clock::now();
-  const int n = int(source_ids.size());
-  lengths_.clear();
-  int S = 0;
-  for (const auto& s : source_ids) {
-    if (s.empty()) throw Error(ErrorCode::kInvalidArgument, "empty source sentence");
-    if (int64_t(s.size()) > c_.max_positions)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "source sentence has " + std::to_string(s.size()) +
-                      " tokens, more than the model's " + std::to_string(c_.max_positions) + " positions");
-    for (int id : s)
-      if (id < 0 || id >= c_.vocab_size)
-        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(id) + " is outside the vocabulary");
-    lengths_.push_back(int(s.size()));
-    S = std::max(S, int(s.size()));
-  }
-  src_len_ = S;
-  beam_ = beam;
-  parity_ = 0;
-  row_sentence_.resize(size_t(n) * beam);
-  for (size_t r = 0; r < row_sentence_.size(); ++r) row_sentence_[r] = int(r / beam);
+  check_sources(items);
+  enc_lengths_.clear();
+  enc_batch_index_.clear();
+  const int n = int(items.size());
   if (n == 0) return;
-
-  // Persistent capacities (rounded up so that later batches rarely regrow them).
-  const int rows_needed = bucket(n) * beam;
-  int src_cap = src_cap_;
-  if (S > src_cap) src_cap = std::max(std::min(std::max(src_cap, (S + 31) / 32 * 32), c_.max_positions), S);
-  const int sentences_cap = std::max(sentences_cap_, bucket(n));
-  if (src_cap != src_cap_) {  // the cross K/V layout moves: graphs read it
-    drop_graphs();
-    cross_kv_.reset();
+  // The batch in slot order: runs of consecutive slots take one cross K/V GEMM each.
+  std::vector<int> order(static_cast<size_t>(n)), slots, lengths;
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return items[size_t(a)].slot < items[size_t(b)].slot; });
+  int S = 0;
+  for (int i : order) {
+    slots.push_back(items[size_t(i)].slot);
+    lengths.push_back(int(items[size_t(i)].ids->size()));
+    S = std::max(S, lengths.back());
   }
-  ensure(cross_kv_, size_t(sentences_cap) * src_cap * 2 * c_.decoder_layers * d_);
-  ensure(src_len_dev_, size_t(sentences_cap));
-  src_cap_ = src_cap;
-  sentences_cap_ = sentences_cap;
-  ensure_rows(rows_needed);
-  size_t ws = 0;
-  for (int g = 1; g <= bucket(n); g = bucket(g + 1))
-    for (int k = 1; k <= kMaxTopk; k *= 2)
-      ws = std::max(ws, kernels::beam_topk_workspace_bytes(g, beam, c_.vocab_size, k));
-  ensure(topk_ws_, ws);
 
-  // One upload: padded ids [n, S], their positions [n, S], then the lengths.
   const int d = d_, rows = n * S;
-  cudaStreamSynchronize(stream_);  // the pinned buffer may still feed the previous upload
-  enc_in_.reserve(size_t(2 * rows + n) * sizeof(int));
-  int* host = static_cast<int*>(enc_in_.get());
-  for (int s = 0; s < n; ++s) {
-    for (int t = 0; t < S; ++t) {
-      host[s * S + t] = t < lengths_[size_t(s)] ? source_ids[size_t(s)][size_t(t)] : c_.pad_id;
-      host[rows + s * S + t] = t;
-    }
-    host[2 * rows + s] = lengths_[size_t(s)];
-  }
-  DeviceBuffer<int> ids(&alloc_, size_t(2 * rows));
-  check_cuda(cudaMemcpyAsync(ids.get(), host, size_t(2 * rows) * sizeof(int), cudaMemcpyHostToDevice, stream_), "encode upload");
-  check_cuda(cudaMemcpyAsync(src_len_dev_.get(), host + 2 * rows, size_t(n) * sizeof(int), cudaMemcpyHostToDevice, stream_), "encode upload");
-
   enc_out_.reset();
   enc_out_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
+  DeviceBuffer<int> ids(&alloc_, size_t(2 * rows + n));
   DeviceBuffer<T> qkv(&alloc_, size_t(rows) * 3 * d), ctx(&alloc_, size_t(rows) * d),
       tmp(&alloc_, size_t(rows) * d),
       hidden(&alloc_, size_t(rows) * std::max(c_.encoder_ffn_dim, 1));
+
+  // One upload: padded ids [n, S], their positions [n, S], the lengths [n]; then every slot's
+  // source length (the mirror updated) into the persistent table the steps read.
+  cudaStreamSynchronize(stream_);  // the pinned buffer may still feed the previous upload
+  enc_in_.reserve(size_t(2 * rows + n + cap_.sentences) * sizeof(int));
+  int* host = static_cast<int*>(enc_in_.get());
+  for (int b = 0; b < n; ++b) {
+    const std::vector<int>& src = *items[size_t(order[size_t(b)])].ids;
+    for (int t = 0; t < S; ++t) {
+      host[b * S + t] = t < lengths[size_t(b)] ? src[size_t(t)] : c_.pad_id;
+      host[rows + b * S + t] = t;
+    }
+    host[2 * rows + b] = lengths[size_t(b)];
+    slot_lengths_[size_t(slots[size_t(b)])] = lengths[size_t(b)];
+  }
+  std::copy(slot_lengths_.begin(), slot_lengths_.end(), host + 2 * rows + n);
+  check_cuda(cudaMemcpyAsync(ids.get(), host, size_t(2 * rows + n) * sizeof(int),
+                             cudaMemcpyHostToDevice, stream_), "encode upload");
+  check_cuda(cudaMemcpyAsync(state_.slot_lengths.get(), host + 2 * rows + n,
+                             slot_lengths_.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
+             "encode upload");
+
   T* x = enc_out_.get();
   kernels::embed_positions_cuda<T>(ids.get(), enc_emb_, enc_pos_, ids.get() + rows, x, rows, d,
                                    embed_scale_, stream_);
@@ -582,7 +831,7 @@ void CudaEngine<T>::encode(const std::vector<std::vector<int>>& source_ids, int 
     a.k = qkv.get() + d; a.v = qkv.get() + 2 * d; a.v_bias = L.qkv.b + 2 * d;
     a.q_batch_stride = a.kv_batch_stride = int64_t(S) * 3 * d;
     a.q_row_stride = a.kv_row_stride = 3 * d;
-    a.key_lengths = src_len_dev_.get();
+    a.key_lengths = ids.get() + 2 * rows;
     a.out = ctx.get(); a.out_batch_stride = int64_t(S) * d; a.out_row_stride = d;
     a.batch = n; a.q_len = a.kv_len = S; a.heads = c_.encoder_heads; a.head_dim = hd;
     a.scale = 1.f / std::sqrt(float(hd));
@@ -591,10 +840,12 @@ void CudaEngine<T>::encode(const std::vector<std::vector<int>>& source_ids, int 
     layer_norm(tmp.get(), L.out.b, L.attn_norm, x, rows);
     feed_forward(L.fc1, L.fc2, L.ffn_norm, x, hidden.get(), tmp.get(), rows);
   }
-  // Cross-attention K/V of every decoder layer, once per sentence: [n][src_cap][L * 2d].
-  const int kv_cols = 2 * c_.decoder_layers * d;
-  gemm(x, d, cross_kv_w_, cross_kv_.get(), kv_cols, S, kv_cols, d, n, int64_t(S) * d,
-       int64_t(src_cap_) * kv_cols);
+  cross_kv_into_slots(x, S, slots);
+
+  enc_len_ = S;
+  enc_batch_index_.resize(size_t(n));
+  for (int b = 0; b < n; ++b) enc_batch_index_[size_t(order[size_t(b)])] = b;
+  for (const EncodeItem& item : items) enc_lengths_.push_back(int(item.ids->size()));
   if (profile_) {
     cudaStreamSynchronize(stream_);
     profile_stats_.encodes++;
@@ -607,93 +858,23 @@ template <typename T>
 void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   const auto wall0 = std::chrono::steady_clock::now();
-  const int rows = int(in.tokens->size());
-  const int beam = in.beam;
-  if (beam != beam_ || rows % beam != 0 || rows > int(row_sentence_.size()) ||
-      int(in.running_scores->size()) != rows || (in.parent_rows && int(in.parent_rows->size()) != rows))
-    throw Error(ErrorCode::kInternal, "CUDA engine step: rows do not match the encoded batch");
-  if (in.step >= c_.max_positions)
-    throw Error(ErrorCode::kInvalidArgument,
-                "decoding past the model's " + std::to_string(c_.max_positions) + " positions");
-  if (in.k < 1 || in.k > kMaxTopk || in.k > beam * c_.vocab_size)
-    throw Error(ErrorCode::kInvalidArgument, "CUDA engine: k = " + std::to_string(in.k) +
-                                                 " candidates per sentence is not supported");
-  const int sentences = rows / beam;
+  check_step(in);
   out->scores.clear();
   out->candidates.clear();
-  if (rows == 0) return;
-  const int padded = bucket(sentences);
-  const int padded_rows = padded * beam;
-  ensure_rows(padded_rows);
-  grow_cache(in.step + 1);
-
-  // Row -> batch sentence after the reorder; finished sentences are gone.
-  std::vector<int> row_sentence(static_cast<size_t>(rows));
-  for (int r = 0; r < rows; ++r)
-    row_sentence[size_t(r)] = in.parent_rows ? row_sentence_[size_t((*in.parent_rows)[size_t(r)])] : row_sentence_[size_t(r)];
-  row_sentence_.swap(row_sentence);
-
-  // The packed upload; padding rows read row 0's state and their results are ignored.
-  int* h = static_cast<int*>(step_in_.get());
-  h[0] = in.step;
-  h[1] = rows;
-  h[2] = h[3] = 0;
-  int* tokens = h + 4;
-  int* parents = tokens + padded_rows;
-  int* sent = parents + padded_rows;
-  float* running = reinterpret_cast<float*>(sent + padded_rows);
-  for (int r = 0; r < padded_rows; ++r) {
-    const bool real = r < rows;
-    tokens[r] = real ? (*in.tokens)[size_t(r)] : c_.pad_id;
-    if (tokens[r] < 0 || tokens[r] >= c_.vocab_size)
-      throw Error(ErrorCode::kInvalidArgument, "token id outside the vocabulary");
-    parents[r] = !real ? 0 : in.parent_rows ? (*in.parent_rows)[size_t(r)] : r;
-    sent[r] = real ? row_sentence_[size_t(r)] : row_sentence_[0];
-    running[r] = real ? (*in.running_scores)[size_t(r)] : 0.f;
-  }
+  if (in.groups.empty()) return;
+  const StepShape shape = shape_of(in.groups);
+  if (shape.rows > padded_rows_cap_)  // cannot happen: check_step bounds the rows by cap_.rows
+    throw Error(ErrorCode::kInternal, "CUDA engine step: padded rows exceed the step buffers");
+  int last_position = 0;
+  for (const StepGroup& g : in.groups) last_position = std::max(last_position, g.position);
+  grow_cache(last_position + 1);
+  fill_upload(in, shape);  // the previous step's upload is done: step() ends synchronized
 
   if (profile_) cudaEventRecord(ev_start_, stream_);
-  if (use_graphs_) {
-    const GraphKey key{padded, beam, in.k, in.mask_eos, in.force_eos, parity_};
-    auto it = graphs_.find(key);
-    if (it == graphs_.end() && seen_.insert(key).second) {
-      // First use of this shape: plain launches (lazy module loading, cuBLAS heuristics);
-      // the graph is captured the next time.
-      enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos);
-    } else if (it == graphs_.end()) {
-      const int parity_before = parity_;
-      cudaGraph_t graph = nullptr;
-      check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
-      try {
-        enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos);
-      } catch (...) {
-        cudaStreamEndCapture(stream_, &graph);
-        if (graph) cudaGraphDestroy(graph);
-        parity_ = parity_before;
-        throw;
-      }
-      check_cuda(cudaStreamEndCapture(stream_, &graph), "graph capture");
-      parity_ = parity_before;
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      check_cuda(status, "cudaGraphInstantiate");
-      it = graphs_.emplace(key, exec).first;
-    }
-    if (it != graphs_.end()) {
-      check_cuda(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
-      parity_ = 1 - parity_;
-    }
-  } else {
-    enqueue_step(padded, beam, in.k, in.mask_eos, in.force_eos);
-  }
+  launch_step(shape);
   if (profile_) cudaEventRecord(ev_end_, stream_);
   check_cuda(cudaStreamSynchronize(stream_), "decode step");
-
-  const float* scores = static_cast<const float*>(step_out_.get());
-  const int* index = static_cast<const int*>(step_out_.get()) + size_t(padded) * in.k;
-  out->scores.assign(scores, scores + size_t(sentences) * in.k);
-  out->candidates.assign(index, index + size_t(sentences) * in.k);
+  collect(shape, out);
   if (profile_) {
     float ms = 0;
     cudaEventElapsedTime(&ms, ev_start_, ev_end_);

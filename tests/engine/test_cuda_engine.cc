@@ -1,6 +1,8 @@
 // The CUDA engine step by step against the float32 CPU engine on the embedded demo model:
-// encoder outputs, then decoder steps driven with identical inputs (beam reorder, sentences
-// leaving the batch, EOS masks), comparing the returned top-k log-probs.
+// encoder outputs, then decoder steps driven with identical inputs through the persistent
+// decode state (sentences in arbitrary slots and cache rows, beam reorder, sentences joining
+// at later steps and leaving, a newcomer reusing a leaver's slot and rows, mixed beams,
+// per-sentence EOS masks), comparing the returned top-k log-probs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,31 +59,95 @@ struct Diff {
   int ranks = 0, same_ids = 0;
 };
 
-// Runs `steps` decoder steps on both engines with the same inputs (taken from the reference's
-// choices) and compares every step's output. Sentence 1 leaves after step 2.
-Diff drive(Engine& ref, Engine& gpu, int beam, int steps, double tol) {
-  const int vocab = ref.vocab_size();
-  const int k = beam == 1 ? 1 : 2 * beam;
-  ref.encode(kSources, beam);
-  gpu.encode(kSources, beam);
-  Diff diff;
-  std::vector<int> tokens(kSources.size() * beam, models().config.decoder_start_id);
+// One sentence of a driven decode: kSources[source], joining at step `join`, leaving after
+// step `leave` (-1: stays to the end).
+struct Plan {
+  int source, join, leave, beam;
+};
+
+// Every sentence with `beam`: sentence 2 joins at step 1 (sentences at different positions
+// from then on), sentence 1 leaves after step 2 and sentence 3 takes its slot and cache rows.
+std::vector<Plan> join_and_leave(int beam) {
+  return {{0, 0, -1, beam}, {1, 0, 2, beam}, {2, 1, -1, beam}, {3, 3, -1, beam}};
+}
+// Beams 4, 1 and 2 in one step: three top-k runs.
+const std::vector<Plan> kMixedBeams = {{0, 0, -1, 4}, {1, 0, 2, 1}, {2, 1, -1, 2}, {3, 3, -1, 4}};
+
+// What the decode loop holds for an active sentence.
+struct Active {
+  Plan plan;
+  int slot = 0, position = 0;
+  std::vector<int> rows, tokens, parents;  // cache rows; parents are cache rows too
   std::vector<float> running;
-  for (size_t s = 0; s < kSources.size(); ++s)
-    for (int b = 0; b < beam; ++b) running.push_back(b == 0 ? 0.f : -1e9f);
-  std::vector<int> parents;
-  std::vector<int> alive(kSources.size());
-  for (size_t i = 0; i < alive.size(); ++i) alive[i] = int(i);
+};
+
+EngineCapacity capacity_for(const std::vector<Plan>& plans) {
+  EngineCapacity c;
+  for (const Plan& p : plans) {
+    c.sentences += 1;
+    c.rows += p.beam;
+    c.source_tokens = std::max(c.source_tokens, int(kSources[size_t(p.source)].size()));
+  }
+  return c;
+}
+
+// Pops the last free index: free lists start ascending, so the first sentence gets the
+// highest slot and rows (slot != sentence, cache row != step row).
+int pop(std::vector<int>& free) {
+  const int i = free.back();
+  free.pop_back();
+  return i;
+}
+
+// Drives both engines with the same inputs for `steps` steps, the next inputs taken from the
+// reference's choices (the first `beam` candidates of each sentence go on), groups ordered by
+// beam as the decode loop does. mask_eos below position 2, force_eos at the last step.
+Diff drive(Engine& ref, Engine& gpu, const std::vector<Plan>& plans, int steps, double tol) {
+  const int vocab = ref.vocab_size();
+  const EngineCapacity cap = capacity_for(plans);
+  ref.reserve(cap);
+  gpu.reserve(cap);
+  std::vector<int> free_slots(size_t(cap.sentences)), free_rows(size_t(cap.rows));
+  for (size_t i = 0; i < free_slots.size(); ++i) free_slots[i] = int(i);
+  for (size_t i = 0; i < free_rows.size(); ++i) free_rows[i] = int(i);
+  std::vector<Active> active;
+  Diff diff;
   for (int t = 0; t < steps; ++t) {
+    std::vector<EncodeItem> items;
+    for (const Plan& p : plans) {
+      if (p.join != t) continue;
+      Active a;
+      a.plan = p;
+      a.slot = pop(free_slots);
+      for (int b = 0; b < p.beam; ++b) a.rows.push_back(pop(free_rows));
+      a.tokens.assign(size_t(p.beam), models().config.decoder_start_id);
+      a.parents = a.rows;
+      for (int b = 0; b < p.beam; ++b) a.running.push_back(b == 0 ? 0.f : -1e9f);
+      items.push_back({&kSources[size_t(p.source)], a.slot});
+      active.push_back(std::move(a));
+    }
+    if (!items.empty()) {
+      ref.encode(items);
+      gpu.encode(items);
+    }
+    std::stable_sort(active.begin(), active.end(),
+                     [](const Active& x, const Active& y) { return x.plan.beam > y.plan.beam; });
+
     StepInput in;
-    in.tokens = &tokens;
-    in.parent_rows = t == 0 ? nullptr : &parents;
-    in.running_scores = &running;
-    in.step = t;
-    in.beam = beam;
-    in.k = k;
-    in.mask_eos = t < 2;
-    in.force_eos = t == steps - 1;
+    for (const Active& a : active) {
+      StepGroup g;
+      g.slot = a.slot;
+      g.position = a.position;
+      g.beam = a.plan.beam;
+      g.k = topk_for_beam(a.plan.beam);
+      g.mask_eos = a.position < 2;
+      g.force_eos = t == steps - 1;
+      in.groups.push_back(g);
+      in.tokens.insert(in.tokens.end(), a.tokens.begin(), a.tokens.end());
+      in.cache_rows.insert(in.cache_rows.end(), a.rows.begin(), a.rows.end());
+      in.parent_rows.insert(in.parent_rows.end(), a.parents.begin(), a.parents.end());
+      in.running_scores.insert(in.running_scores.end(), a.running.begin(), a.running.end());
+    }
     StepOutput a, b;
     ref.step(in, &a);
     gpu.step(in, &b);
@@ -100,39 +166,59 @@ Diff drive(Engine& ref, Engine& gpu, int beam, int steps, double tol) {
       EXPECT_LE(d, tol) << "step " << t << " entry " << i << " ref " << a.scores[i] << " gpu "
                         << b.scores[i];
     }
-    // Next inputs from the reference: the first `beam` candidates of each sentence go on;
-    // sentence 1 (when still there) leaves after step 2.
-    std::vector<int> next_tokens, next_parents, next_alive;
-    std::vector<float> next_running;
-    for (size_t g = 0; g < alive.size(); ++g) {
-      if (t == 2 && alive[g] == 1) continue;
-      for (int j = 0; j < beam; ++j) {
-        const int c = a.candidates[g * k + j];
-        next_tokens.push_back(c % vocab);
-        next_parents.push_back(int(g) * beam + c / vocab);
-        next_running.push_back(a.scores[g * k + j]);
+
+    size_t first = 0;  // the sentence's first output
+    for (Active& s : active) {
+      const int k = topk_for_beam(s.plan.beam);
+      for (int j = 0; j < s.plan.beam; ++j) {
+        const int c = a.candidates[first + size_t(j)];
+        s.tokens[size_t(j)] = c % vocab;
+        s.parents[size_t(j)] = s.rows[size_t(c / vocab)];
+        s.running[size_t(j)] = a.scores[first + size_t(j)];
       }
-      next_alive.push_back(alive[g]);
+      ++s.position;
+      first += size_t(k);
     }
-    tokens.swap(next_tokens);
-    parents.swap(next_parents);
-    running.swap(next_running);
-    alive.swap(next_alive);
+    for (auto it = active.begin(); it != active.end();) {
+      if (it->plan.leave != t) {
+        ++it;
+        continue;
+      }
+      free_slots.push_back(it->slot);
+      free_rows.insert(free_rows.end(), it->rows.begin(), it->rows.end());
+      it = active.erase(it);
+    }
   }
   return diff;
 }
 
+// Encoded into slots 3, 2, 1, 0: encoder_output(i) is item i's whatever the slots.
 double encoder_diff(Engine& ref, Engine& gpu) {
-  ref.encode(kSources, 1);
-  gpu.encode(kSources, 1);
+  std::vector<EncodeItem> items;
+  int longest = 0;
+  for (size_t s = 0; s < kSources.size(); ++s) {
+    items.push_back({&kSources[s], int(kSources.size() - 1 - s)});
+    longest = std::max(longest, int(kSources[s].size()));
+  }
+  const EngineCapacity cap{int(kSources.size()), int(kSources.size()), longest};
+  ref.reserve(cap);
+  gpu.reserve(cap);
+  ref.encode(items);
+  gpu.encode(items);
   double worst = 0;
   for (size_t s = 0; s < kSources.size(); ++s) {
     const auto a = ref.encoder_output(s), b = gpu.encoder_output(s);
     EXPECT_EQ(a.size(), b.size());
+    EXPECT_EQ(b.size(), kSources[s].size() * size_t(models().config.d_model));
     for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
       worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
   }
   return worst;
+}
+
+void report(const char* what, const Diff& d) {
+  std::cout << what << ": max |log-prob diff| " << d.max_score << ", same ids " << d.same_ids
+            << " / " << d.ranks << "\n";
 }
 
 }  // namespace
@@ -145,11 +231,13 @@ TEST(CudaEngine, Float32StepsMatchCpuEngine) {
   std::cout << "fp32 encoder output max |diff|: " << enc << "\n";
   EXPECT_LE(enc, 1e-4);
   for (int beam : {1, 4, 16}) {  // 16: the serving limit, k = 32
-    const Diff d = drive(*ref, *gpu, beam, 8, 1e-4);
-    std::cout << "fp32 beam " << beam << ": max |log-prob diff| " << d.max_score << ", same ids "
-              << d.same_ids << " / " << d.ranks << "\n";
+    const Diff d = drive(*ref, *gpu, join_and_leave(beam), 8, 1e-4);
+    report(("fp32 beam " + std::to_string(beam)).c_str(), d);
     EXPECT_GE(d.same_ids, d.ranks * 98 / 100);
   }
+  const Diff d = drive(*ref, *gpu, kMixedBeams, 8, 1e-4);
+  report("fp32 mixed beams", d);
+  EXPECT_GE(d.same_ids, d.ranks * 98 / 100);
   std::cout << "fp32 engine holds " << (gpu->memory_used() >> 20) << " MiB\n";
 }
 
@@ -161,64 +249,86 @@ TEST(CudaEngine, Float16StepsMatchCpuEngine) {
   std::cout << "fp16 encoder output max |diff|: " << enc << "\n";
   EXPECT_LE(enc, 0.1);
   for (int beam : {1, 4}) {
-    const Diff d = drive(*ref, *gpu, beam, 8, 5e-2);
-    std::cout << "fp16 beam " << beam << ": max |log-prob diff| " << d.max_score << ", same ids "
-              << d.same_ids << " / " << d.ranks << "\n";
+    const Diff d = drive(*ref, *gpu, join_and_leave(beam), 8, 5e-2);
+    report(("fp16 beam " + std::to_string(beam)).c_str(), d);
     EXPECT_GE(d.same_ids, d.ranks * 80 / 100);
   }
+  const Diff d = drive(*ref, *gpu, kMixedBeams, 8, 5e-2);
+  report("fp16 mixed beams", d);
+  EXPECT_GE(d.same_ids, d.ranks * 80 / 100);
   std::cout << "fp16 engine holds " << (gpu->memory_used() >> 20) << " MiB\n";
 }
 
-// EOS forced at max length scores log-prob 0 (transformers' ForcedEOSTokenLogitsProcessor), on
-// both engines: every sentence's candidates are its beams' EOS at exactly their running score.
-TEST(CudaEngine, ForcedEosScoresLogProbZero) {
+// Per-sentence EOS flags in one step: sentences 0 and 2 at max length (EOS forced, log-prob 0,
+// as transformers' ForcedEOSTokenLogitsProcessor), sentence 1 below min length (EOS masked),
+// sentence 3 neither; on both engines.
+TEST(CudaEngine, PerSentenceEosFlags) {
   SKIP_WITHOUT_GPU();
   auto ref = make_cpu_engine(models().config, models().weights);
   for (Precision p : {Precision::kFloat32, Precision::kFloat16}) {
     auto gpu = cuda_engine(p);
     const int beam = 4, k = 8, vocab = ref->vocab_size(), eos = models().config.eos_id;
-    ref->encode(kSources, beam);
-    gpu->encode(kSources, beam);
-    std::vector<int> tokens(kSources.size() * beam, models().config.decoder_start_id);
-    std::vector<float> running;
-    for (size_t s = 0; s < kSources.size(); ++s)
-      for (int b = 0; b < beam; ++b) running.push_back(-1.5f * float(b + s));
+    const int n = int(kSources.size());
+    std::vector<EncodeItem> items;
+    for (int s = 0; s < n; ++s) items.push_back({&kSources[size_t(s)], n - 1 - s});
+    const EngineCapacity cap{n, n * beam, int(kSources[1].size())};
+    ref->reserve(cap);
+    gpu->reserve(cap);
+    ref->encode(items);
+    gpu->encode(items);
     StepInput in;
-    in.tokens = &tokens;
-    in.running_scores = &running;
-    in.step = 0;
-    in.beam = beam;
-    in.k = k;
-    in.force_eos = true;
+    for (int s = 0; s < n; ++s) {
+      StepGroup g;
+      g.slot = n - 1 - s;
+      g.beam = beam;
+      g.k = k;
+      g.force_eos = s % 2 == 0;
+      g.mask_eos = s == 1;
+      in.groups.push_back(g);
+      for (int b = 0; b < beam; ++b) {
+        in.tokens.push_back(models().config.decoder_start_id);
+        in.cache_rows.push_back(n * beam - 1 - (s * beam + b));
+        in.parent_rows.push_back(in.cache_rows.back());
+        in.running_scores.push_back(-1.5f * float(b + s));
+      }
+    }
     StepOutput a, b;
     ref->step(in, &a);
     gpu->step(in, &b);
-    ASSERT_EQ(a.candidates, b.candidates);
-    ASSERT_EQ(a.scores.size(), kSources.size() * k);
-    for (size_t s = 0; s < kSources.size(); ++s) {
+    ASSERT_EQ(a.scores.size(), size_t(n * k));
+    ASSERT_EQ(b.scores.size(), size_t(n * k));
+    for (int s = 0; s < n; ++s) {
       for (int j = 0; j < k; ++j) {
-        const size_t i = s * k + size_t(j);
+        const size_t i = size_t(s * k + j);
+        if (s == 1) {
+          EXPECT_NE(b.candidates[i] % vocab, eos) << "sentence 1 rank " << j;
+        }
+        if (s % 2 == 1) continue;
+        EXPECT_EQ(a.candidates[i], b.candidates[i]) << "sentence " << s << " rank " << j;
+        EXPECT_EQ(a.scores[i], b.scores[i]) << "sentence " << s << " rank " << j;
         if (j < beam) {
           EXPECT_EQ(b.candidates[i], j * vocab + eos) << "sentence " << s << " rank " << j;
-          EXPECT_EQ(b.scores[i], running[s * beam + size_t(j)]) << "sentence " << s << " rank " << j;
+          EXPECT_EQ(b.scores[i], in.running_scores[size_t(s * beam + j)]);
         } else {
           EXPECT_TRUE(std::isinf(b.scores[i]) && b.scores[i] < 0);
         }
-        EXPECT_EQ(a.scores[i], b.scores[i]) << "sentence " << s << " rank " << j;
       }
     }
   }
 }
 
-// The captured decode graphs replay exactly what the plain stream launches compute.
+// The captured decode graphs replay exactly what the plain stream launches compute, with rows
+// moving between positions, slots and cache rows from step to step.
 TEST(CudaEngine, GraphsEqualPlainLaunches) {
   SKIP_WITHOUT_GPU();
   setenv("NMT_CUDA_GRAPHS", "0", 1);
   auto plain = cuda_engine(Precision::kFloat16);
   unsetenv("NMT_CUDA_GRAPHS");
   auto graphed = cuda_engine(Precision::kFloat16);
-  const Diff d = drive(*plain, *graphed, 4, 8, 0.0);
-  EXPECT_EQ(d.same_ids, d.ranks);
+  for (const auto& plans : {join_and_leave(4), kMixedBeams}) {
+    const Diff d = drive(*plain, *graphed, plans, 8, 0.0);
+    EXPECT_EQ(d.same_ids, d.ranks);
+  }
 }
 
 TEST(CudaEngine, MemoryLimitGivesResourceExhausted) {
@@ -230,24 +340,75 @@ TEST(CudaEngine, MemoryLimitGivesResourceExhausted) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
     std::cout << "weights over the limit: " << e.what() << "\n";
   }
-  // Weights fit, a large batch's decode buffers do not; the engine stays usable afterwards
-  // (the server answers RESOURCE_EXHAUSTED and goes on with smaller batches).
+  // Weights fit, a large decode state does not; the engine stays usable at its previous
+  // capacity afterwards (the server answers RESOURCE_EXHAUSTED and goes on).
   const size_t weights = cuda_engine(Precision::kFloat16)->memory_used();
   const size_t limit = weights + (size_t(4) << 20);
   auto gpu = cuda_engine(Precision::kFloat16, limit);
-  std::vector<std::vector<int>> many(256, kSources[1]);
+  const EngineCapacity before = gpu->capacity();
   try {
-    gpu->encode(many, 8);
-    ADD_FAILURE() << "encoding 256 sentences x beam 8 should exceed the limit";
+    gpu->reserve({256, 256 * 8, int(kSources[1].size())});
+    ADD_FAILURE() << "reserving 256 sentences x beam 8 should exceed the limit";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
-    std::cout << "batch over the limit: " << e.what() << "\n";
+    std::cout << "decode state over the limit: " << e.what() << "\n";
   }
+  EXPECT_EQ(gpu->capacity().sentences, before.sentences);
+  EXPECT_EQ(gpu->capacity().rows, before.rows);
+  EXPECT_EQ(gpu->capacity().source_tokens, before.source_tokens);
   EXPECT_LE(gpu->memory_used(), limit);
   auto ref = make_cpu_engine(models().config, models().weights);
-  const Diff d = drive(*ref, *gpu, 1, 4, 5e-2);
+  const Diff d = drive(*ref, *gpu, join_and_leave(1), 4, 5e-2);
   EXPECT_EQ(d.same_ids, d.ranks);
   EXPECT_LE(gpu->memory_used(), limit);
+}
+
+// Bad requests are kInvalidArgument, inputs the decode loop never gives kInternal; the engine
+// goes on afterwards.
+TEST(CudaEngine, RejectsBadInputs) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda_engine(Precision::kFloat16);
+  gpu->reserve({2, 2, 16});
+  auto code = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    ADD_FAILURE() << "no nmt::Error thrown";
+    return ErrorCode::kUnavailable;
+  };
+  const std::vector<int> too_long(17, 5), empty, bad_id{models().config.vocab_size, 0};
+  EXPECT_EQ(code([&] { gpu->encode({{&too_long, 0}}); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code([&] { gpu->encode({{&empty, 0}}); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code([&] { gpu->encode({{&bad_id, 0}}); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code([&] { gpu->encode({{&kSources[2], 2}}); }), ErrorCode::kInternal);
+  EXPECT_EQ(code([&] { gpu->encode({{&kSources[2], 1}, {&kSources[0], 1}}); }),
+            ErrorCode::kInternal);
+
+  gpu->encode({{&kSources[2], 1}});
+  auto one_row = [&](int position, int cache_row) {
+    StepInput in;
+    StepGroup g;
+    g.slot = 1;
+    g.position = position;
+    in.groups.push_back(g);
+    in.tokens = {models().config.decoder_start_id};
+    in.cache_rows = {cache_row};
+    in.parent_rows = {cache_row};
+    in.running_scores = {0.f};
+    return in;
+  };
+  StepOutput out;
+  EXPECT_EQ(code([&] { gpu->step(one_row(models().config.max_positions, 0), &out); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code([&] { gpu->step(one_row(0, 2), &out); }), ErrorCode::kInternal);
+  StepInput two = one_row(0, 0);
+  two.cache_rows.push_back(1);
+  EXPECT_EQ(code([&] { gpu->step(two, &out); }), ErrorCode::kInternal);  // 2 rows, beam 1
+  gpu->step(one_row(0, 1), &out);
+  ASSERT_EQ(out.scores.size(), 1u);
+  EXPECT_TRUE(std::isfinite(out.scores[0]));
 }
 
 TEST(CudaEngine, DeviceCountAndBadIndex) {

@@ -1,10 +1,12 @@
 // attention_cuda / attention_scores_cuda against attention_cpu / attention_scores_cpu on every
 // path (decoder step, tiled, cuBLAS) with strided (fused-projection) layouts, shared K/V per
 // beam group, key lengths and causal masks; the fused q/v biases with a kv_index table; and
-// decoder_self_attention_cuda (KV append + key-row table) against decoder_self_attention_cpu.
+// decoder_self_attention_cuda (KV append + key-row table, one step or per-row positions and
+// cache rows) against decoder_self_attention_cpu.
 #include "tests/kernels/cuda_test_util.h"
 
 #if NMT_WITH_CUDA
+#include <algorithm>
 #include <tuple>
 
 #include "kernels/attention.h"
@@ -191,6 +193,27 @@ TYPED_TEST(AttentionCuda, BiasesAndKvIndex) {
   for (const Shape& s : kShapes) check<TypeParam>(s, AttentionPath::kAuto, seed += 7, true);
 }
 
+// The caches after a decoder step: appended positions as the reference (exactly: a T rounding
+// of the same float sum), the rest untouched (NaN stays NaN).
+template <typename T>
+void expect_caches(const DeviceBuffer<T>& dk, const DeviceBuffer<T>& dv,
+                   const std::vector<float>& ref_k, const std::vector<float>& ref_v,
+                   const std::string& what) {
+  for (auto [got, want, name] : {std::tuple{dk.download(), ref_k, "K"},
+                                 std::tuple{dv.download(), ref_v, "V"}}) {
+    std::vector<float> g, w;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << what << ": " << name << " cache written at " << i;
+      } else {
+        g.push_back(got[i]);
+        w.push_back(want[i]);
+      }
+    }
+    NMT_EXPECT_CLOSE(g, w, tolerance<T>(), what + " " + name + " cache");
+  }
+}
+
 struct CacheShape {
   int64_t rows;
   int heads, head_dim, capacity, step;
@@ -236,21 +259,7 @@ void check_decoder_self_attention(const CacheShape& s, uint32_t seed) {
                            " h=" + std::to_string(s.heads) + " d=" + std::to_string(s.head_dim) +
                            " step=" + std::to_string(s.step);
   NMT_EXPECT_CLOSE(dout.download(), ref, tolerance<T>(), what);
-  // caches: position step appended (exactly: a T rounding of the same float sum), the rest
-  // untouched (NaN stays NaN)
-  for (auto [got, want, name] : {std::tuple{dk.download(), ref_k, "K"},
-                                 std::tuple{dv.download(), ref_v, "V"}}) {
-    std::vector<float> g, w;
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (std::isnan(want[i])) {
-        EXPECT_TRUE(std::isnan(got[i])) << what << ": " << name << " cache written at " << i;
-      } else {
-        g.push_back(got[i]);
-        w.push_back(want[i]);
-      }
-    }
-    NMT_EXPECT_CLOSE(g, w, tolerance<T>(), what + " " + name + " cache");
-  }
+  expect_caches<T>(dk, dv, ref_k, ref_v, what);
 }
 
 TYPED_TEST(AttentionCuda, DecoderSelfAttention) {
@@ -260,6 +269,78 @@ TYPED_TEST(AttentionCuda, DecoderSelfAttention) {
   };
   uint32_t seed = 1011;
   for (const CacheShape& s : shapes) check_decoder_self_attention<TypeParam>(s, seed += 5);
+}
+
+// Step-level batching: every row at its own position, writing its own cache row out of a larger
+// cache (cache row != row), no common step. A cache row's positions from its row's position on
+// are NaN (not written yet); the table points only at positions that are written.
+template <typename T>
+void check_decoder_self_attention_per_row(const CacheShape& s, uint32_t seed) {
+  const int64_t d = int64_t(s.heads) * s.head_dim, cache_rows_n = s.rows + 3;
+  const int64_t plane = cache_rows_n * s.capacity * d;
+  auto qkv = random_vector(size_t(s.rows * 3 * d), -1.f, 1.f, seed);
+  auto bias = random_vector(size_t(3 * d), -1.f, 1.f, seed + 1);
+  auto kc = random_vector(size_t(plane), -1.f, 1.f, seed + 2);
+  auto vc = random_vector(size_t(plane), -1.f, 1.f, seed + 3);
+  for (auto* v : {&qkv, &bias, &kc, &vc}) round_to<T>(*v);
+  std::mt19937 gen(seed);
+  std::vector<int> order(static_cast<size_t>(cache_rows_n));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+  std::shuffle(order.begin(), order.end(), gen);
+  std::vector<int> cache_rows(order.begin(), order.begin() + s.rows), positions;
+  // position written up to (exclusive) per cache row: unowned rows are full
+  std::vector<int> written(static_cast<size_t>(cache_rows_n), s.capacity);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const int t = r == 0 ? 0 : r == 1 ? s.capacity - 1 : int(gen() % s.capacity);
+    positions.push_back(t);
+    written[size_t(cache_rows[size_t(r)])] = t;
+    for (int64_t j = t; j < s.capacity; ++j)
+      for (int64_t c = 0; c < d; ++c) {
+        const size_t at = size_t((cache_rows[size_t(r)] * s.capacity + j) * d + c);
+        kc[at] = vc[at] = std::nanf("");
+      }
+  }
+  std::vector<int> key_rows(size_t(cache_rows_n * s.capacity), -1);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int j = 0; j < positions[size_t(r)]; ++j) {
+      int from;
+      do from = int(gen() % cache_rows_n); while (written[size_t(from)] <= j);
+      key_rows[size_t(cache_rows[size_t(r)] * s.capacity + j)] = from;
+    }
+  }
+  std::vector<float> ref(size_t(s.rows * d)), ref_k = kc, ref_v = vc;
+  DecoderSelfAttentionArgs<float> c;
+  c.qkv = qkv.data(); c.bias = bias.data(); c.k_cache = ref_k.data(); c.v_cache = ref_v.data();
+  c.key_rows = key_rows.data(); c.positions = positions.data(); c.cache_rows = cache_rows.data();
+  c.out = ref.data();
+  c.rows = s.rows; c.capacity = s.capacity; c.heads = s.heads; c.head_dim = s.head_dim;
+  c.scale = 1.f / std::sqrt(float(s.head_dim));
+  decoder_self_attention_cpu(c);
+
+  DeviceBuffer<T> dqkv(qkv), dbias(bias), dk(kc), dv(vc), dout(ref.size());
+  DeviceInts drows(key_rows), dpositions(positions), dcache_rows(cache_rows);
+  DecoderSelfAttentionArgs<T> a;
+  a.qkv = dqkv.get(); a.bias = dbias.get(); a.k_cache = dk.get(); a.v_cache = dv.get();
+  a.key_rows = drows.get(); a.positions = dpositions.get(); a.cache_rows = dcache_rows.get();
+  a.out = dout.get();
+  a.rows = c.rows; a.capacity = c.capacity; a.heads = c.heads; a.head_dim = c.head_dim;
+  a.scale = c.scale;
+  decoder_self_attention_cuda(a, nullptr);
+  NMT_CHECK_CUDA(cudaDeviceSynchronize());
+  const std::string what = std::string(type_name<T>()) + " per-row rows=" +
+                           std::to_string(s.rows) + " h=" + std::to_string(s.heads) +
+                           " d=" + std::to_string(s.head_dim) +
+                           " capacity=" + std::to_string(s.capacity);
+  NMT_EXPECT_CLOSE(dout.download(), ref, tolerance<T>(), what);
+  expect_caches<T>(dk, dv, ref_k, ref_v, what);
+}
+
+TYPED_TEST(AttentionCuda, DecoderSelfAttentionPerRow) {
+  const CacheShape shapes[] = {
+      {64, 8, 64, 32, 0}, {7, 2, 128, 40, 0}, {5, 4, 32, 9, 0}, {16, 8, 64, 512, 0},
+  };
+  uint32_t seed = 1211;
+  for (const CacheShape& s : shapes) check_decoder_self_attention_per_row<TypeParam>(s, seed += 5);
 }
 
 TEST(AttentionCudaArgs, DecoderSelfAttentionRejectsHeadDim) {

@@ -191,6 +191,35 @@ TEST(CpuReference, DecoderSelfAttention) {
   EXPECT_NEAR(out[2], (1 - w1) * 10 + w1 * 3, 1e-5f);
 }
 
+TEST(CpuReference, DecoderSelfAttentionPerRow) {
+  // Step-level batching: row 0 owns cache row 1 at position 1 (its position 0 is its own,
+  // key (1, 0), value (10, 20)); row 1 owns cache row 0 at position 0 (a sentence that just
+  // joined). No common step.
+  const std::vector<float> qkv = {1, 0, 5, 6, 7, 8,    // row 0: q | k | v
+                                  0, 1, 1, 2, 3, 4};   // row 1
+  const std::vector<float> bias = {0, 0, 0, 0, 0, 0};
+  std::vector<float> kc(12, 0.f), vc(12, 0.f);
+  kc[3 * 2 + 0] = 1;  // cache row 1, position 0
+  vc[3 * 2 + 0] = 10;
+  vc[3 * 2 + 1] = 20;
+  const int key_rows[] = {-1, -1, -1, 1, -1, -1};
+  const int positions[] = {1, 0}, cache_rows[] = {1, 0};
+  std::vector<float> out(4, -7.f);
+  DecoderSelfAttentionArgs<float> a;
+  a.qkv = qkv.data(); a.bias = bias.data(); a.k_cache = kc.data(); a.v_cache = vc.data();
+  a.key_rows = key_rows; a.positions = positions; a.cache_rows = cache_rows; a.out = out.data();
+  a.rows = 2; a.capacity = 3; a.heads = 1; a.head_dim = 2;
+  decoder_self_attention_cpu(a);
+  EXPECT_EQ(kc[(1 * 3 + 1) * 2 + 1], 6.f);  // row 0 appended at (cache row 1, position 1)
+  EXPECT_EQ(vc[(0 * 3 + 0) * 2 + 0], 3.f);  // row 1 at (cache row 0, position 0)
+  EXPECT_EQ(kc[(0 * 3 + 1) * 2], 0.f);      // and nowhere else
+  const float w = 0.98201379f;  // as above: scores 1, 5
+  EXPECT_NEAR(out[0], (1 - w) * 10 + w * 7, 1e-5f);
+  EXPECT_NEAR(out[1], (1 - w) * 20 + w * 8, 1e-5f);
+  EXPECT_FLOAT_EQ(out[2], 3.f);  // one key: its own value
+  EXPECT_FLOAT_EQ(out[3], 4.f);
+}
+
 TEST(CpuReference, Elementwise) {
   const std::vector<float> emb = {1, 2, 3, 4, 5, 6}, pos = {10, 20, 30, 40};
   const int ids[] = {2, 0}, positions[] = {1, 0};
@@ -209,6 +238,13 @@ TEST(CpuReference, Elementwise) {
   const int parent[] = {1, 1, 0}, t = 2;
   beam_reorder_key_rows_cpu(old_rows.data(), new_rows.data(), parent, 3, 4, &t);
   EXPECT_EQ(new_rows, (std::vector<int>{1, 1, 0, -1, 1, 1, 1, -1, 0, 0, 2, -1}));
+  // per-row positions and cache rows: row 0 (cache row 2, position 2) continues cache row 1;
+  // row 1 (cache row 0, position 0) just joined; cache row 1's table is not touched
+  const int row_positions[] = {2, 0}, cache_rows[] = {2, 0}, parents[] = {1, 0};
+  new_rows.assign(12, -1);
+  beam_reorder_key_rows_cpu(old_rows.data(), new_rows.data(), parents, 2, 4, nullptr,
+                            row_positions, cache_rows);
+  EXPECT_EQ(new_rows, (std::vector<int>{0, -1, -1, -1, -1, -1, -1, -1, 1, 1, 2, -1}));
 }
 
 TEST(CpuReference, BeamTopk) {
@@ -251,6 +287,20 @@ TEST(CpuReference, BeamTopk) {
   idx.assign(2, -1);
   beam_topk_cpu(logits.data(), nullptr, running.data(), 1, 2, 3, 2, no_eos, s.data(), idx.data());
   EXPECT_EQ(idx, (std::vector<int>{0, 1}));
+  // per-sentence flags (two sentences of one row each) override the global force_eos:
+  // sentence 0 forced to EOS, sentence 1 (probabilities 1/8, 2/8, 5/8) with EOS masked
+  const unsigned char flags[] = {kTopkForceEos, kTopkMaskEos};
+  TopkMasks per_sentence = force;
+  per_sentence.sentence_flags = flags;
+  s.assign(4, 0.f);
+  idx.assign(4, -1);
+  beam_topk_cpu(logits.data(), nullptr, running.data(), 2, 1, 3, 2, per_sentence, s.data(),
+                idx.data());
+  EXPECT_EQ(idx, (std::vector<int>{2, 0, 1, 0}));
+  EXPECT_EQ(s[0], 0.f);
+  EXPECT_EQ(s[1], -kInf);
+  EXPECT_NEAR(s[2], l28 - 1, 1e-6f);
+  EXPECT_NEAR(s[3], -2.0794415f - 1, 1e-6f);  // log(1/8) - 1
 }
 
 }  // namespace

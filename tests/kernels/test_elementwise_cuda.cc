@@ -3,6 +3,8 @@
 #include "tests/kernels/cuda_test_util.h"
 
 #if NMT_WITH_CUDA
+#include <algorithm>
+
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
 
@@ -126,6 +128,38 @@ TEST(ElementwiseCudaInts, BeamReorderKeyRows) {
                                  dstep.get(), nullptr);
       NMT_CHECK_CUDA(cudaDeviceSynchronize());
       ASSERT_EQ(nxt->download(), next) << "rows=" << rows << " step=" << step;
+      std::swap(table, next);
+      std::swap(cur, nxt);
+    }
+  }
+}
+
+// Step-level batching: each row at its own position (no common step), owning a cache row out
+// of a larger table (a random subset, reshuffled every step), continuing a random cache row.
+TEST(ElementwiseCudaInts, BeamReorderKeyRowsPerRow) {
+  NMT_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(141);
+  for (int rows : {1, 12, 256}) {
+    const int capacity = 37, cache_rows_n = rows + 5;
+    std::vector<int> table(size_t(cache_rows_n) * capacity, -1), next(table.size(), -1);
+    DeviceInts a(table), b(table);
+    DeviceInts *cur = &a, *nxt = &b;
+    std::vector<int> order(static_cast<size_t>(cache_rows_n));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+    for (int round = 0; round < 20; ++round) {
+      std::shuffle(order.begin(), order.end(), gen);
+      std::vector<int> cache_rows(order.begin(), order.begin() + rows), parent, positions;
+      for (int r = 0; r < rows; ++r) {
+        parent.push_back(int(gen() % cache_rows_n));
+        positions.push_back(r == 0 ? 0 : r == 1 ? capacity - 1 : int(gen() % capacity));
+      }
+      beam_reorder_key_rows_cpu(table.data(), next.data(), parent.data(), rows, capacity,
+                                nullptr, positions.data(), cache_rows.data());
+      DeviceInts dparent(parent), dpositions(positions), dcache_rows(cache_rows);
+      beam_reorder_key_rows_cuda(cur->get(), nxt->get(), dparent.get(), rows, capacity, nullptr,
+                                 nullptr, dpositions.get(), dcache_rows.get());
+      NMT_CHECK_CUDA(cudaDeviceSynchronize());
+      ASSERT_EQ(nxt->download(), next) << "rows=" << rows << " round=" << round;
       std::swap(table, next);
       std::swap(cur, nxt);
     }

@@ -48,8 +48,9 @@ const Case kCases[] = {
     {1, 4, 70000, 3, true, masks(1, 0, false, false)},       // many chunks per row
 };
 
+// flags: one byte per sentence for TopkMasks::sentence_flags (empty: the global masks).
 template <typename T>
-void check(const Case& c, uint32_t seed) {
+void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags = {}) {
   const int64_t rows = c.sentences * c.beam;
   auto logits = random_vector(size_t(rows * c.vocab), -8.f, 8.f, seed);
   round_to<T>(logits);
@@ -58,8 +59,10 @@ void check(const Case& c, uint32_t seed) {
   running[1 % rows] = -1e9f;  // a dead beam, as at the first step
   std::vector<float> ref_s(size_t(c.sentences * c.k));
   std::vector<int> ref_i(ref_s.size());
+  TopkMasks host_masks = c.masks;
+  if (!flags.empty()) host_masks.sentence_flags = flags.data();
   beam_topk_cpu(logits.data(), c.bias ? bias.data() : nullptr, running.data(), c.sentences,
-                c.beam, c.vocab, c.k, c.masks, ref_s.data(), ref_i.data());
+                c.beam, c.vocab, c.k, host_masks, ref_s.data(), ref_i.data());
 
   const int64_t stride = c.vocab + c.pad;
   std::vector<float> strided(size_t(rows * stride), 6e4f);
@@ -70,14 +73,20 @@ void check(const Case& c, uint32_t seed) {
   DeviceBuffer<float> dbias(bias), drunning(running), dscores(ref_s.size());
   DeviceInts dindex(ref_i.size());
   const size_t ws_bytes = beam_topk_workspace_bytes(c.sentences, c.beam, c.vocab, c.k);
-  DeviceBuffer<char> ws(ws_bytes);
+  DeviceBuffer<char> ws(ws_bytes), dflags(flags.size());
+  TopkMasks device_masks = c.masks;
+  if (!flags.empty()) {
+    NMT_CHECK_CUDA(cudaMemcpy(dflags.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice));
+    device_masks.sentence_flags = reinterpret_cast<const unsigned char*>(dflags.get());
+  }
   beam_topk_cuda<T>(dlogits.get(), c.bias ? dbias.get() : nullptr, drunning.get(), c.sentences,
-                    c.beam, c.vocab, c.k, c.masks, dscores.get(), dindex.get(), ws.get(),
+                    c.beam, c.vocab, c.k, device_masks, dscores.get(), dindex.get(), ws.get(),
                     ws_bytes, nullptr, c.pad ? stride : 0);
   NMT_CHECK_CUDA(cudaDeviceSynchronize());
   const std::string what = std::string(type_name<T>()) + " sentences=" +
                            std::to_string(c.sentences) + " beam=" + std::to_string(c.beam) +
-                           " vocab=" + std::to_string(c.vocab) + " k=" + std::to_string(c.k);
+                           " vocab=" + std::to_string(c.vocab) + " k=" + std::to_string(c.k) +
+                           (flags.empty() ? "" : " per-sentence flags");
   EXPECT_EQ(dindex.download(), ref_i) << what;
   // scores are float32 sums of the same inputs: float32 tolerance for every T
   NMT_EXPECT_CLOSE(dscores.download(), ref_s, 1e-5f, what);
@@ -86,6 +95,24 @@ void check(const Case& c, uint32_t seed) {
 TYPED_TEST(BeamTopkCuda, MatchesReference) {
   uint32_t seed = 5;
   for (const Case& c : kCases) check<TypeParam>(c, seed += 11);
+}
+
+// Per-sentence masks (sentences at different lengths in one call): every combination of the
+// two bits, on the one-launch row path, the chunked path and the k > 8 path. The global masks
+// say force_eos, which the flags must override.
+TYPED_TEST(BeamTopkCuda, PerSentenceFlags) {
+  const Case cases[] = {
+      {64, 4, 8001, 8, true, masks(1, 0, false, true), 7},  // row path
+      {3, 4, 58101, 8, true, masks(58100, 0, false, true)},  // chunks
+      {6, 16, 3001, 32, true, masks(3, 2, true, true)},      // k > 8
+      {9, 1, 32003, 1, false, masks(5, 6, false, true)},     // greedy
+  };
+  uint32_t seed = 901;
+  for (const Case& c : cases) {
+    std::vector<unsigned char> flags(static_cast<size_t>(c.sentences));
+    for (size_t s = 0; s < flags.size(); ++s) flags[s] = (unsigned char)(s * 7 % 4);
+    check<TypeParam>(c, seed += 13, flags);
+  }
 }
 
 TEST(BeamTopkCudaArgs, RejectsBadK) {
