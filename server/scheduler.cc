@@ -83,7 +83,8 @@ class Job {
   // Its sentences of one admission: how long the longest waited, what the encode took.
   void admitted(double queue_seconds, double encode_seconds, Clock::time_point start) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (result_.encode_seconds == 0 && result_.queue_seconds == 0) first_admitted_ = start;
+    if (!was_admitted_) first_admitted_ = start;
+    was_admitted_ = true;
     result_.queue_seconds = std::max(result_.queue_seconds, queue_seconds);
     result_.encode_seconds += encode_seconds;
   }
@@ -103,6 +104,7 @@ class Job {
   size_t remaining_;
   JobResult result_;
   JobCallback done_callback_;
+  bool was_admitted_ = false;
   Clock::time_point first_admitted_;
 };
 

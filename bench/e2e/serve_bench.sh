@@ -26,7 +26,7 @@ src=$work/test2016.en
 gzip -dc "$shared/data/multi30k/test_2016_flickr.en.gz" > "$src"
 for _ in 1 2 3 4; do cat "$src"; done > "$work/test2016x4.en"
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "${NMT_COMMIT:-unknown}")
+commit=${NMT_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 stamp() {  # adds device, commit and date to a JSON object
   python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(device=sys.argv[2], commit=sys.argv[3], date=sys.argv[4]); print(json.dumps(r))' \
     "$1" "$device" "$commit" "$(date -u +%F)"
