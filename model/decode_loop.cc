@@ -1,6 +1,7 @@
 #include "model/decode_loop.h"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 
 #include "model/error.h"
@@ -48,16 +49,11 @@ bool DecodeLoop::can_admit(const DecodeOptions& options) const {
 }
 
 void DecodeLoop::admit(std::vector<LoopSentence> sentences) {
-  if (sentences.empty()) return;
   std::vector<std::unique_ptr<Active>> admitted;
-  std::vector<EncodeItem> items;
-  auto give_back = [&] {
-    for (auto& a : admitted) release(*a);
-  };
   for (LoopSentence& s : sentences) {
     std::string why;
     if (!fits(s.source_ids.size(), s.options, &why) || !can_admit(s.options)) {
-      give_back();
+      for (auto& a : admitted) release(*a);
       throw Error(ErrorCode::kInternal, "decode loop: admitted a sentence that does not fit: " +
                                             (why.empty() ? "no free slot or rows" : why));
     }
@@ -68,47 +64,49 @@ void DecodeLoop::admit(std::vector<LoopSentence> sentences) {
       a->rows.push_back(free_rows_.back());
       free_rows_.pop_back();
     }
-    items.push_back({&s.source_ids, a->slot});
     admitted.push_back(std::move(a));
   }
-  try {
-    engine_.encode(items);
-  } catch (...) {
-    give_back();
-    throw;
-  }
-  for (auto& a : admitted) {
-    // Keep sentences ordered by beam: the engine runs one top-k per run of equal beams.
-    const int beam = a->search.beam();
-    auto at = std::upper_bound(active_.begin(), active_.end(), beam,
-                               [](int b, const std::unique_ptr<Active>& x) { return b < x->search.beam(); });
-    active_.insert(at, std::move(a));
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    joining_.push_back(std::move(admitted[i]));
+    joining_sources_.push_back(std::move(sentences[i]));
   }
 }
 
-std::vector<FinishedSentence> DecodeLoop::step() {
-  std::vector<FinishedSentence> finished;
-  if (active_.empty()) return finished;
-  in_.groups.clear();
-  in_.tokens.clear();
-  in_.cache_rows.clear();
-  in_.parent_rows.clear();
-  in_.running_scores.clear();
-  for (const auto& a : active_) {
-    const SentenceSearch& s = a->search;
-    in_.groups.push_back({a->slot, s.position(), s.beam(), s.k(), s.mask_eos(), s.force_eos()});
-    for (int b = 0; b < s.beam(); ++b) {
-      in_.tokens.push_back(s.tokens()[size_t(b)]);
-      in_.cache_rows.push_back(a->rows[size_t(b)]);
-      in_.parent_rows.push_back(a->rows[size_t(s.parents()[size_t(b)])]);
-      in_.running_scores.push_back(s.running_scores()[size_t(b)]);
-    }
-  }
+StepReport DecodeLoop::step() {
+  StepReport report;
+  encode_items_.clear();
+  for (size_t i = 0; i < joining_.size(); ++i) encode_items_.push_back({&joining_sources_[i].source_ids, joining_[i]->slot});
+  report.encoded = int(encode_items_.size());
   try {
+    if (active_.empty() && !joining_.empty()) {
+      // Nothing decodes yet: encode first and take the newcomers' first step at once.
+      const auto start = std::chrono::steady_clock::now();
+      engine_.encode(encode_items_);
+      report.encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      join();
+      encode_items_.clear();
+    }
+    if (active_.empty()) return report;
+    in_.groups.clear();
+    in_.tokens.clear();
+    in_.cache_rows.clear();
+    in_.parent_rows.clear();
+    in_.running_scores.clear();
+    for (const auto& a : active_) {
+      const SentenceSearch& s = a->search;
+      in_.groups.push_back({a->slot, s.position(), s.beam(), s.k(), s.mask_eos(), s.force_eos()});
+      for (int b = 0; b < s.beam(); ++b) {
+        in_.tokens.push_back(s.tokens()[size_t(b)]);
+        in_.cache_rows.push_back(a->rows[size_t(b)]);
+        in_.parent_rows.push_back(a->rows[size_t(s.parents()[size_t(b)])]);
+        in_.running_scores.push_back(s.running_scores()[size_t(b)]);
+      }
+      if (s.position() == 0) report.first_step.push_back(a->id);
+    }
+    in_.encode = encode_items_.empty() ? nullptr : &encode_items_;
     engine_.step(in_, &out_);
   } catch (...) {
-    for (auto& a : active_) release(*a);
-    active_.clear();
+    drop_all();
     throw;
   }
   const int vocab = engine_.vocab_size();
@@ -130,11 +128,32 @@ std::vector<FinishedSentence> DecodeLoop::step() {
     for (size_t h = 0; h < r.ids.size(); ++h) {
       f.translation.hypotheses.push_back({r.ids[h], detokenize_ ? detokenize_(r.ids[h]) : "", r.scores[h]});
     }
-    finished.push_back(std::move(f));
+    report.finished.push_back(std::move(f));
     release(a);
   }
   active_.resize(kept);
-  return finished;
+  join();  // encoded during this step: they decode from the next one
+  return report;
+}
+
+void DecodeLoop::join() {
+  for (auto& a : joining_) {
+    // Keep sentences ordered by beam: the engine runs one top-k per run of equal beams.
+    const int beam = a->search.beam();
+    auto at = std::upper_bound(active_.begin(), active_.end(), beam,
+                               [](int b, const std::unique_ptr<Active>& x) { return b < x->search.beam(); });
+    active_.insert(at, std::move(a));
+  }
+  joining_.clear();
+  joining_sources_.clear();
+}
+
+void DecodeLoop::drop_all() {
+  for (auto& a : active_) release(*a);
+  for (auto& a : joining_) release(*a);
+  active_.clear();
+  joining_.clear();
+  joining_sources_.clear();
 }
 
 void DecodeLoop::remove(uint64_t id) {
@@ -144,11 +163,19 @@ void DecodeLoop::remove(uint64_t id) {
     active_.erase(it);
     return;
   }
+  for (size_t i = 0; i < joining_.size(); ++i) {
+    if (joining_[i]->id != id) continue;
+    release(*joining_[i]);
+    joining_.erase(joining_.begin() + long(i));
+    joining_sources_.erase(joining_sources_.begin() + long(i));
+    return;
+  }
 }
 
 std::vector<uint64_t> DecodeLoop::active_ids() const {
   std::vector<uint64_t> ids;
   for (const auto& a : active_) ids.push_back(a->id);
+  for (const auto& a : joining_) ids.push_back(a->id);
   return ids;
 }
 

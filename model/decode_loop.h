@@ -2,10 +2,13 @@
 // The decode loop of one engine (DESIGN.md §2): sentences join at any decoder step and
 // leave as soon as they finish. It owns the host side of the persistent decode state: which
 // sentence slot and which cache rows each active sentence holds, and each sentence's beam
-// search (beam_search.h). admit() encodes new sentences into free slots in one batched
-// encoder pass; step() runs one decoder step over every active sentence, each at its own
-// position with its own options, and returns those that finished. A sentence's result
-// never depends on what else is in the loop.
+// search (beam_search.h). admit() gives new sentences free slots and rows; the next step()
+// encodes them in one batched encoder pass, enqueued behind that step's own work so that
+// the encode does not delay the sentences already decoding (they then take their first
+// step at the step after; an idle loop encodes first and steps them at once). step() runs
+// one decoder step over every active sentence, each at its own position with its own
+// options, and returns those that finished. A sentence's result never depends on what
+// else is in the loop.
 //
 // Not thread-safe: one thread drives a loop (the server's Scheduler, or Translator).
 #include <cstdint>
@@ -36,6 +39,14 @@ struct FinishedSentence {
   int steps = 0;  // decoder steps it took
 };
 
+// What one step() did.
+struct StepReport {
+  std::vector<FinishedSentence> finished;
+  std::vector<uint64_t> first_step;  // sentences whose first decoder step this was
+  int encoded = 0;                   // admitted sentences encoded by this call
+  double encode_seconds = 0;         // an idle loop's encode before the step (else 0: overlapped)
+};
+
 class DecodeLoop {
  public:
   // Reserves `capacity` in the engine (throws nmt::Error(kResourceExhausted) when it does
@@ -50,30 +61,36 @@ class DecodeLoop {
   // Whether it can be admitted now.
   bool can_admit(const DecodeOptions& options) const;
 
-  // Encodes the sentences into free slots (one encoder pass); each must pass can_admit()
-  // in turn. Throws nmt::Error (the sentences are not admitted; the loop is unchanged).
+  // Gives the sentences free slots and rows (each must pass can_admit() in turn; throws
+  // nmt::Error otherwise, and the loop is unchanged); the next step() encodes them.
   void admit(std::vector<LoopSentence> sentences);
-  // One decoder step over every active sentence; returns the sentences that finished.
-  // Throws nmt::Error when the engine fails: the active sentences are then dropped
-  // (active_ids() before the call names them) and the loop is empty.
-  std::vector<FinishedSentence> step();
-  // Drops an active sentence now (cancelled, expired); its slot and rows are free again.
+  // One decoder step over every active sentence, with the admitted ones' encode.
+  // Throws nmt::Error when the engine fails: the active and admitted sentences are then
+  // dropped (active_ids() before the call names them) and the loop is empty.
+  StepReport step();
+  // Drops a sentence now (cancelled, expired); its slot and rows are free again.
   void remove(uint64_t id);
 
-  bool idle() const { return active_.empty(); }
-  int active_sentences() const { return int(active_.size()); }
+  bool idle() const { return active_.empty() && joining_.empty(); }
+  // Sentences holding slots (decoding, or admitted and not yet stepped).
+  int active_sentences() const { return int(active_.size() + joining_.size()); }
   int active_rows() const { return capacity_.rows - int(free_rows_.size()); }
   std::vector<uint64_t> active_ids() const;
 
  private:
   struct Active;
   void release(Active& a);
+  void join();  // the encoded newcomers become active, in beam order
+  void drop_all();
 
   Engine& engine_;
   const ModelConfig& config_;
   DetokenizeFn detokenize_;
   EngineCapacity capacity_;
   std::vector<std::unique_ptr<Active>> active_;  // ordered by beam (the engine's top-k runs)
+  std::vector<std::unique_ptr<Active>> joining_;  // admitted, encoded by the next step
+  std::vector<LoopSentence> joining_sources_;     // their sources, for that encode
+  std::vector<EncodeItem> encode_items_;
   std::vector<int> free_slots_, free_rows_;      // stacks
   StepInput in_;
   StepOutput out_;

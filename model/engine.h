@@ -49,6 +49,10 @@ struct StepInput {
   std::vector<int> cache_rows;        // the cache row it writes at its position
   std::vector<int> parent_rows;       // the cache row holding its positions < position
   std::vector<float> running_scores;  // sum of log-probs so far, added before the top-k
+  // Sentences to encode into their (free) slots while the step runs: they join at the next
+  // step. On the GPU the encoder's launches then overlap the step's device work instead of
+  // delaying every active sentence by an encode between two steps.
+  const std::vector<EncodeItem>* encode = nullptr;
 };
 
 struct StepOutput {
@@ -69,7 +73,7 @@ class Engine {
   virtual EngineCapacity capacity() const = 0;
   // Encodes the sentences (one batched pass) into their slots.
   virtual void encode(const std::vector<EncodeItem>& items) = 0;
-  // One decoder step over the given rows.
+  // One decoder step over the given rows (no groups: only the encode, if any).
   virtual void step(const StepInput& in, StepOutput* out) = 0;
   virtual int vocab_size() const = 0;
   // The encoder's float32 output of sentence i of the last encode(), [length, d_model]: for

@@ -58,11 +58,11 @@ const ModelConfig& Translator::config() const { return config_; }
 const Tokenizer& Translator::tokenizer() const { return *tokenizer_; }
 size_t Translator::device_memory_used() const { return engine_->memory_used(); }
 
-std::unique_ptr<DecodeLoop> Translator::make_loop(const EngineCapacity& capacity) {
+std::unique_ptr<DecodeLoop> Translator::make_loop(const EngineCapacity& capacity, bool detokenize) {
   const Tokenizer* tokenizer = tokenizer_.get();
-  return std::make_unique<DecodeLoop>(*engine_, config_,
-                                      [tokenizer](const std::vector<int>& ids) { return tokenizer->decode(ids); },
-                                      capacity);
+  DetokenizeFn fn;
+  if (detokenize) fn = [tokenizer](const std::vector<int>& ids) { return tokenizer->decode(ids); };
+  return std::make_unique<DecodeLoop>(*engine_, config_, std::move(fn), capacity);
 }
 
 std::vector<Translation> Translator::translate(const std::vector<std::string>& sources,
@@ -102,7 +102,7 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<Translation> out(source_ids.size());
   while (!loop->idle()) {
-    for (FinishedSentence& f : loop->step()) {
+    for (FinishedSentence& f : loop->step().finished) {
       for (const Hypothesis& h : f.translation.hypotheses) st.output_tokens += int64_t(h.ids.size());
       out[f.id] = std::move(f.translation);
     }

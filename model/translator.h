@@ -73,8 +73,9 @@ class Translator {
                                          const DecodeOptions& options, BatchStats* stats = nullptr);
 
   // A decode loop over this translator's engine (the server's scheduler drives it). One
-  // loop at a time per translator: the engine's decode state is the loop's.
-  std::unique_ptr<DecodeLoop> make_loop(const EngineCapacity& capacity);
+  // loop at a time per translator: the engine's decode state is the loop's. Without
+  // detokenize, hypotheses come back with ids only (the caller detokenizes elsewhere).
+  std::unique_ptr<DecodeLoop> make_loop(const EngineCapacity& capacity, bool detokenize = true);
   size_t device_memory_used() const;
 
  private:

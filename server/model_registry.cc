@@ -58,7 +58,7 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : met
     std::vector<DecodeLoop*> loops;
     try {
       for (auto& t : served->translators) {
-        served->loops.push_back(t->make_loop(capacity));
+        served->loops.push_back(t->make_loop(capacity, /*detokenize=*/false));
         loops.push_back(served->loops.back().get());
       }
     } catch (const std::exception& e) {
@@ -83,7 +83,12 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : met
       metrics.gpu_memory(name, device, static_cast<double>(total));
     };
     hooks.on_first_step = [&metrics, name](double seconds) { metrics.first_step(name, seconds); };
-    served->scheduler = std::make_unique<Scheduler>(std::move(loops), config.batching, std::move(hooks));
+    // The loops leave texts empty: the scheduler's responder thread detokenizes, off the
+    // loop threads.
+    const Tokenizer* tokenizer = &served->tokenizer();
+    served->scheduler = std::make_unique<Scheduler>(
+        std::move(loops), config.batching, std::move(hooks),
+        [tokenizer](const std::vector<int>& ids) { return tokenizer->decode(ids); });
     size_t reserved = 0;
     for (Translator* t : translators) reserved += t->device_memory_used();
     metrics.gpu_memory(name, device, static_cast<double>(reserved));

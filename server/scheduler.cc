@@ -12,6 +12,11 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
+constexpr int kResponders = 4;
+// An idle loop polls the queue this long before it sleeps: a condition variable's wake-up
+// costs tens of microseconds of a lone request's latency.
+constexpr std::chrono::microseconds kIdleSpin(200);
+
 }  // namespace
 
 // One request: its sentences, their results, and how it ended. Shared by the caller
@@ -80,13 +85,12 @@ class Job {
     finish(lock);
   }
 
-  // Its sentences of one admission: how long the longest waited, what the encode took.
-  void admitted(double queue_seconds, double encode_seconds, Clock::time_point start) {
+  // Its sentences of one admission: how long the longest waited.
+  void admitted(double queue_seconds, Clock::time_point start) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!was_admitted_) first_admitted_ = start;
     was_admitted_ = true;
     result_.queue_seconds = std::max(result_.queue_seconds, queue_seconds);
-    result_.encode_seconds += encode_seconds;
   }
 
  private:
@@ -112,12 +116,23 @@ class Job {
 struct Scheduler::Running {
   std::shared_ptr<Job> job;
   size_t index;
-  bool stepped = false;  // has finished a decoder step (time to first step reported)
 };
 
-Scheduler::Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, SchedulerHooks hooks)
-    : loops_(std::move(loops)), options_(options), hooks_(std::move(hooks)) {
+// A finished sentence on its way to its request.
+struct Scheduler::Done {
+  std::shared_ptr<Job> job;
+  size_t index;
+  Translation translation;
+  Clock::time_point at;
+};
+
+Scheduler::Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, SchedulerHooks hooks,
+                     DetokenizeFn detokenize)
+    : loops_(std::move(loops)), options_(options), hooks_(std::move(hooks)), detokenize_(std::move(detokenize)) {
   if (loops_.empty()) throw Error(ErrorCode::kInternal, "a scheduler needs a decode loop");
+  // A few responders: each answer fills a response, logs and finishes a gRPC call (tens of
+  // microseconds), and 256 clients end ~16 sentences a step.
+  for (int i = 0; i < kResponders; ++i) responders_.emplace_back([this] { respond(); });
   for (size_t i = 0; i < loops_.size(); ++i) threads_.emplace_back([this, i] { run(int(i)); });
 }
 
@@ -151,6 +166,7 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
                       std::to_string(options_.max_queue_sentences) + "); retry later");
     }
     for (size_t i = 0; i < n; ++i) queue_.push_back(Waiting{job, i, job->submitted});
+    queued_ = queue_.size();
   }
   wake_.notify_all();  // every idle loop: a large request spreads over them
   return job;
@@ -171,6 +187,14 @@ void Scheduler::stop() {
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
   }
+  {
+    std::lock_guard<std::mutex> lock(done_mutex_);
+    responder_stopping_ = true;
+  }
+  done_ready_.notify_all();
+  for (std::thread& t : responders_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 size_t Scheduler::queued_sentences() const {
@@ -186,14 +210,20 @@ void Scheduler::purge_queue(Clock::time_point now) {
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
                               [&](const Waiting& w) { return w.job->stop_if_needed(now); }),
                queue_.end());
+  queued_ = queue_.size();
 }
 
 // The oldest waiting sentences that fit the loop now, in arrival order, within the encoder
-// token budget (at least one). Strictly first come, first served: a sentence that does
-// not fit yet (a large beam) is not overtaken.
-std::vector<Scheduler::Waiting> Scheduler::take_admissible(const DecodeLoop& loop, Clock::time_point now) {
+// token budget (at least one), when an admission is due (see max_admit_delay_steps).
+// Strictly first come, first served: a sentence that does not fit yet (a large beam) is not
+// overtaken.
+std::vector<Scheduler::Waiting> Scheduler::take_admissible(const DecodeLoop& loop, int steps_since_admit,
+                                                           Clock::time_point now) {
   purge_queue(now);
   std::vector<Waiting> taken;
+  const bool due = loop.idle() || queue_.size() * 4 >= size_t(loop.active_sentences()) ||
+                   steps_since_admit >= options_.max_admit_delay_steps;
+  if (!due) return taken;
   int slots = loop.capacity().sentences - loop.active_sentences();
   int rows = loop.capacity().rows - loop.active_rows();
   int64_t tokens = 0;
@@ -209,13 +239,27 @@ std::vector<Scheduler::Waiting> Scheduler::take_admissible(const DecodeLoop& loo
     taken.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+  queued_ = queue_.size();
   return taken;
+}
+
+// An idle loop's wait: a short poll, then the condition variable. False when stopping with
+// nothing left to do.
+bool Scheduler::wait_for_work(std::unique_lock<std::mutex>& lock) {
+  if (stopping_ && queue_.empty()) return false;
+  lock.unlock();
+  const Clock::time_point until = Clock::now() + kIdleSpin;
+  while (queued_.load() == 0 && Clock::now() < until) std::this_thread::yield();
+  lock.lock();
+  if (queue_.empty() && !stopping_) wake_.wait(lock);
+  return true;
 }
 
 void Scheduler::run(int index) {
   DecodeLoop& loop = *loops_[size_t(index)];
   std::unordered_map<uint64_t, Running> running;
   uint64_t next_id = 0;
+  int steps_since_admit = 0;
   auto fail_running = [&](const Error& e) {
     for (auto& [id, r] : running) r.job->fail(e.code(), e.what());
     active_ -= int(running.size());
@@ -225,39 +269,34 @@ void Scheduler::run(int index) {
     std::vector<Waiting> admitted;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      admitted = take_admissible(loop, Clock::now());
+      admitted = take_admissible(loop, steps_since_admit, Clock::now());
       if (admitted.empty() && loop.idle()) {
-        if (stopping_ && queue_.empty()) return;
-        wake_.wait(lock);
+        if (!wait_for_work(lock)) return;
         continue;
       }
     }
-    // Admission: one encoder pass for what was taken.
-    double encode_seconds = 0;
+    // Admission: slots and rows now; the encode rides on the next step.
     if (!admitted.empty()) {
-      const Clock::time_point start = Clock::now();
+      const Clock::time_point now = Clock::now();
       std::vector<LoopSentence> sentences;
-      std::vector<uint64_t> ids;
-      for (const Waiting& w : admitted) {
-        ids.push_back(next_id);
-        sentences.push_back({next_id++, w.job->source_ids[w.index], w.job->options});
+      std::unordered_map<Job*, double> waited;  // per job: its longest wait
+      for (Waiting& w : admitted) {
+        const uint64_t id = next_id++;
+        sentences.push_back({id, w.job->source_ids[w.index], w.job->options});
+        running[id] = Running{w.job, w.index};
+        double& longest = waited[w.job.get()];
+        longest = std::max(longest, seconds_between(w.enqueued, now));
       }
       try {
         loop.admit(std::move(sentences));
-        encode_seconds = seconds_between(start, Clock::now());
-        std::unordered_map<Job*, double> waited;  // per job: its longest wait
-        for (size_t i = 0; i < admitted.size(); ++i) {
-          running[ids[i]] = Running{admitted[i].job, admitted[i].index};
-          double& w = waited[admitted[i].job.get()];
-          w = std::max(w, seconds_between(admitted[i].enqueued, start));
-        }
-        for (const auto& [job, seconds] : waited) job->admitted(seconds, encode_seconds, start);
-        active_ += int(admitted.size());
-      } catch (const Error& e) {
+      } catch (const Error& e) {  // take_admissible checked the room: cannot happen
         for (Waiting& w : admitted) w.job->fail(e.code(), e.what());
-      } catch (const std::exception& e) {
-        for (Waiting& w : admitted) w.job->fail(ErrorCode::kInternal, e.what());
+        for (uint64_t id = next_id - admitted.size(); id < next_id; ++id) running.erase(id);
+        continue;
       }
+      for (const auto& [job, seconds] : waited) job->admitted(seconds, now);
+      active_ += int(admitted.size());
+      steps_since_admit = 0;
     }
     // Cancelled and expired sentences leave before the step.
     const Clock::time_point now = Clock::now();
@@ -274,9 +313,9 @@ void Scheduler::run(int index) {
 
     const int rows = loop.active_rows(), sentences = loop.active_sentences();
     const Clock::time_point step_start = Clock::now();
-    std::vector<FinishedSentence> finished;
+    StepReport report;
     try {
-      finished = loop.step();
+      report = loop.step();
     } catch (const Error& e) {
       fail_running(e);
       continue;
@@ -285,23 +324,65 @@ void Scheduler::run(int index) {
       continue;
     }
     const Clock::time_point step_end = Clock::now();
+    ++steps_since_admit;
     if (hooks_.on_step) {
-      hooks_.on_step(index, rows, sentences, int(admitted.size()), seconds_between(step_start, step_end),
-                     encode_seconds);
+      hooks_.on_step(index, rows, sentences, report.encoded,
+                     seconds_between(step_start, step_end) - report.encode_seconds, report.encode_seconds);
     }
-    for (auto& [id, r] : running) {
-      if (r.stepped) continue;
-      r.stepped = true;
-      if (hooks_.on_first_step) hooks_.on_first_step(seconds_between(r.job->submitted, step_end));
+    if (hooks_.on_first_step) {
+      for (uint64_t id : report.first_step) {
+        auto it = running.find(id);
+        if (it != running.end()) hooks_.on_first_step(seconds_between(it->second.job->submitted, step_end));
+      }
     }
-    for (FinishedSentence& f : finished) {
+    if (report.finished.empty()) continue;
+    std::vector<Done> finished;
+    for (FinishedSentence& f : report.finished) {
       auto it = running.find(f.id);
       if (it == running.end()) continue;
-      it->second.job->complete(it->second.index, std::move(f.translation), step_end);
+      finished.push_back({it->second.job, it->second.index, std::move(f.translation), step_end});
       running.erase(it);
       --active_;
     }
+    if (loop.idle() && queued_.load() == 0) {
+      answer(finished);  // nothing else to do here: spare a lone request the hand-over
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(done_mutex_);
+      for (Done& d : finished) done_.push_back(std::move(d));
+    }
+    done_ready_.notify_one();
   }
+}
+
+// Answers finished sentences off the loop threads: detokenizing and completing a request
+// (its callback fills and sends the response) must not delay the next decoder step.
+void Scheduler::respond() {
+  std::unique_lock<std::mutex> lock(done_mutex_);
+  while (true) {
+    done_ready_.wait(lock, [&] { return !done_.empty() || responder_stopping_; });
+    if (done_.empty()) return;
+    // Take a share: the other responders take the rest.
+    std::vector<Done> batch;
+    const size_t n = std::max<size_t>(1, done_.size() / kResponders);
+    batch.assign(std::make_move_iterator(done_.begin()), std::make_move_iterator(done_.begin() + long(n)));
+    done_.erase(done_.begin(), done_.begin() + long(n));
+    if (!done_.empty()) done_ready_.notify_one();
+    lock.unlock();
+    answer(batch);  // jobs released outside the lock
+    lock.lock();
+  }
+}
+
+void Scheduler::answer(std::vector<Done>& finished) {
+  for (Done& d : finished) {
+    if (detokenize_) {
+      for (Hypothesis& h : d.translation.hypotheses) h.text = detokenize_(h.ids);
+    }
+    d.job->complete(d.index, std::move(d.translation), d.at);
+  }
+  finished.clear();
 }
 
 }  // namespace nmt::server

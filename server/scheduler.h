@@ -7,8 +7,9 @@
 // and expired sentences leave the loop (or the queue) at the next step.
 //
 // Nothing here waits on a request: submit() returns at once and the request's callback runs
-// exactly once, on a loop thread (or on the caller's thread when the job is cancelled
-// before it started), so the gRPC layer holds no thread per request.
+// exactly once, on the scheduler's responder thread (or a loop thread when a loop fails it,
+// or the caller's thread when cancel() ends it), so the gRPC layer holds no thread per
+// request.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -38,8 +39,8 @@ struct JobResult {
   std::string message;                     // when !ok
   std::vector<Translation> translations;   // when ok: one per sentence, in request order
   double queue_seconds = 0;   // longest wait of its sentences before they were admitted
-  double encode_seconds = 0;  // summed over the admissions that encoded its sentences
-  double decode_seconds = 0;  // from its first admission to its last sentence's end
+  double decode_seconds = 0;  // from its first admission to its last sentence's end (the
+                              // encode included: it rides on a decoder step)
 };
 
 using JobCallback = std::function<void(JobResult result)>;
@@ -47,8 +48,8 @@ using JobCallback = std::function<void(JobResult result)>;
 // Observes the loops (metrics); called on loop threads.
 struct SchedulerHooks {
   // After each step of loop `loop` (its index in the constructor's list), on its thread:
-  // active rows and sentences during the step, sentences admitted just before it, its
-  // duration (the admission's encode excluded) and the encode time.
+  // active rows and sentences, sentences encoded with the step, the step's duration and
+  // the time of an idle loop's encode before it (0 when the encode overlapped the step).
   std::function<void(int loop, int rows, int sentences, int admitted, double step_seconds,
                      double encode_seconds)>
       on_step;
@@ -60,8 +61,11 @@ class Job;
 
 class Scheduler {
  public:
-  // One thread per loop; the loops (and their engines) must outlive the scheduler.
-  Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, SchedulerHooks hooks = {});
+  // One thread per loop, and one that answers finished sentences (detokenized with
+  // `detokenize` when the loops leave the texts empty). The loops (and their engines) must
+  // outlive the scheduler.
+  Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, SchedulerHooks hooks = {},
+            DetokenizeFn detokenize = {});
   ~Scheduler();  // stop()
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -92,9 +96,14 @@ class Scheduler {
     Clock::time_point enqueued;
   };
   struct Running;  // a sentence in a loop
+  struct Done;     // a finished sentence on its way to its request
 
   void run(int index);
-  std::vector<Waiting> take_admissible(const DecodeLoop& loop, Clock::time_point now);
+  void respond();
+  std::vector<Waiting> take_admissible(const DecodeLoop& loop, int steps_since_admit,
+                                       Clock::time_point now);
+  bool wait_for_work(std::unique_lock<std::mutex>& lock);
+  void answer(std::vector<Done>& finished);
   void purge_queue(Clock::time_point now);
   void check_fits(const std::vector<std::vector<int>>& source_ids, const DecodeOptions& options) const;
 
@@ -105,9 +114,17 @@ class Scheduler {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Waiting> queue_;  // arrival order
+  std::atomic<size_t> queued_{0};  // queue_.size(), read without the lock by idle loops
   bool stopping_ = false;
   std::atomic<int> active_{0};
   std::vector<std::thread> threads_;
+
+  const DetokenizeFn detokenize_;
+  std::mutex done_mutex_;
+  std::condition_variable done_ready_;
+  std::vector<Done> done_;
+  bool responder_stopping_ = false;
+  std::vector<std::thread> responders_;
 };
 
 }  // namespace nmt::server

@@ -10,6 +10,11 @@ struct SchedulingOptions {
   // Source tokens encoded between two steps (at least one sentence is admitted whatever its
   // length): bounds how much an admission delays the sentences already decoding.
   int max_admit_tokens = 2048;
+  // A loop that is decoding admits newcomers once they number a quarter of its active
+  // sentences, or once the oldest has waited this many of its steps: every admission costs
+  // an encode, which is worth it only for enough sentences at once. An idle loop admits at
+  // once. 1 = admit between every two steps.
+  int max_admit_delay_steps = 8;
   int max_queue_sentences = 4096;  // waiting sentences; beyond it submit() refuses
 };
 

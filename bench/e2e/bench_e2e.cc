@@ -181,7 +181,7 @@ int run_ids(const Args& a) {
     loop.admit(std::move(sentences));
     long tok = 0;
     for (steps = 0; !loop.idle(); ++steps) {
-      for (const FinishedSentence& f : loop.step()) tok += long(f.translation.hypotheses[0].ids.size());
+      for (const FinishedSentence& f : loop.step().finished) tok += long(f.translation.hypotheses[0].ids.size());
     }
     return tok;
   };

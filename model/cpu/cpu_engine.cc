@@ -167,8 +167,17 @@ class CpuEngine : public Engine {
   }
 
   void step(const StepInput& in, StepOutput* out) override {
+    decoder_step(in, out);
+    if (in.encode) encode(*in.encode);  // one core: nothing to overlap
+  }
+
+ private:
+  void decoder_step(const StepInput& in, StepOutput* out) {
     const int64_t d = c_.d_model;
     const int64_t rows = check_step(in);
+    out->scores.clear();
+    out->candidates.clear();
+    if (rows == 0) return;
     int max_position = 0;
     row_position_.clear();
     row_slot_.clear();
@@ -219,7 +228,6 @@ class CpuEngine : public Engine {
     select_candidates(y.data(), rows, in, out);
   }
 
- private:
   void embed(const HostTensor& table, const HostTensor& pos, const std::vector<int>& ids,
              const std::vector<int>& positions, float* x) const {
     const int64_t d = c_.d_model;

@@ -144,6 +144,7 @@ class CudaEngine final : public Engine {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cublas(cublasCreate(&cublas_), "cublasCreate");
     check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
+    check_cuda(cudaEventCreateWithFlags(&enc_uploaded_, cudaEventDisableTiming), "cudaEventCreate");
     d_ = c.d_model;
     cache_cap_ = std::min(32, c.max_positions);
     if (profile_) {
@@ -156,6 +157,7 @@ class CudaEngine final : public Engine {
       warm_up();
     } catch (...) {
       cublasDestroy(cublas_);
+      cudaEventDestroy(enc_uploaded_);
       cudaStreamDestroy(stream_);
       throw;
     }
@@ -211,6 +213,7 @@ class CudaEngine final : public Engine {
     }
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     cublasDestroy(cublas_);
+    cudaEventDestroy(enc_uploaded_);
     cudaStreamDestroy(stream_);
   }
 
@@ -236,6 +239,8 @@ class CudaEngine final : public Engine {
   void reserve(const EngineCapacity& capacity) override;
   void encode(const std::vector<EncodeItem>& items) override;
   void step(const StepInput& in, StepOutput* out) override;
+  // encode() without the profile's synchronize: what a step enqueues behind its own work.
+  void enqueue_encode(const std::vector<EncodeItem>& items);
 
  private:
   static constexpr size_t kCublasWorkspace = 8u << 20;
@@ -732,6 +737,7 @@ class CudaEngine final : public Engine {
   int enc_len_ = 0;
   std::vector<int> enc_lengths_, enc_batch_index_;  // per encode() item
   PinnedBuffer enc_in_;
+  cudaEvent_t enc_uploaded_ = nullptr;  // enc_in_ may be refilled once this has passed
 
   // persistent decode state (reserve(); only grows)
   EngineCapacity cap_;
@@ -774,6 +780,17 @@ template <typename T>
 void CudaEngine<T>::encode(const std::vector<EncodeItem>& items) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   const auto wall0 = std::chrono::steady_clock::now();
+  enqueue_encode(items);
+  if (profile_) {
+    cudaStreamSynchronize(stream_);
+    profile_stats_.encodes++;
+    profile_stats_.encode_wall_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
+  }
+}
+
+template <typename T>
+void CudaEngine<T>::enqueue_encode(const std::vector<EncodeItem>& items) {
   check_sources(items);
   enc_lengths_.clear();
   enc_batch_index_.clear();
@@ -801,7 +818,9 @@ void CudaEngine<T>::encode(const std::vector<EncodeItem>& items) {
 
   // One upload: padded ids [n, S], their positions [n, S], the lengths [n]; then every slot's
   // source length (the mirror updated) into the persistent table the steps read.
-  cudaStreamSynchronize(stream_);  // the pinned buffer may still feed the previous upload
+  // The pinned buffer may still feed the previous encode's upload (an encode inside a step
+  // must not wait for the step itself: an event, not a stream synchronize).
+  check_cuda(cudaEventSynchronize(enc_uploaded_), "encode upload");
   enc_in_.reserve(size_t(2 * rows + n + cap_.sentences) * sizeof(int));
   int* host = static_cast<int*>(enc_in_.get());
   for (int b = 0; b < n; ++b) {
@@ -819,6 +838,7 @@ void CudaEngine<T>::encode(const std::vector<EncodeItem>& items) {
   check_cuda(cudaMemcpyAsync(state_.slot_lengths.get(), host + 2 * rows + n,
                              slot_lengths_.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
              "encode upload");
+  check_cuda(cudaEventRecord(enc_uploaded_, stream_), "encode upload");
 
   T* x = enc_out_.get();
   kernels::embed_positions_cuda<T>(ids.get(), enc_emb_, enc_pos_, ids.get() + rows, x, rows, d,
@@ -846,12 +866,6 @@ void CudaEngine<T>::encode(const std::vector<EncodeItem>& items) {
   enc_batch_index_.resize(size_t(n));
   for (int b = 0; b < n; ++b) enc_batch_index_[size_t(order[size_t(b)])] = b;
   for (const EncodeItem& item : items) enc_lengths_.push_back(int(item.ids->size()));
-  if (profile_) {
-    cudaStreamSynchronize(stream_);
-    profile_stats_.encodes++;
-    profile_stats_.encode_wall_ms +=
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
-  }
 }
 
 template <typename T>
@@ -861,7 +875,10 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
   check_step(in);
   out->scores.clear();
   out->candidates.clear();
-  if (in.groups.empty()) return;
+  if (in.groups.empty()) {
+    if (in.encode) encode(*in.encode);
+    return;
+  }
   const StepShape shape = shape_of(in.groups);
   if (shape.rows > padded_rows_cap_)  // cannot happen: check_step bounds the rows by cap_.rows
     throw Error(ErrorCode::kInternal, "CUDA engine step: padded rows exceed the step buffers");
@@ -873,6 +890,8 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
   if (profile_) cudaEventRecord(ev_start_, stream_);
   launch_step(shape);
   if (profile_) cudaEventRecord(ev_end_, stream_);
+  // Newcomers' encoder launches go in while the GPU runs the step; they join at the next.
+  if (in.encode) enqueue_encode(*in.encode);
   check_cuda(cudaStreamSynchronize(stream_), "decode step");
   collect(shape, out);
   if (profile_) {

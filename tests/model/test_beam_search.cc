@@ -32,7 +32,7 @@ std::map<uint64_t, FinishedSentence> run(ScriptedEngine& e, const std::vector<in
   loop.admit(in);
   std::map<uint64_t, FinishedSentence> out;
   while (!loop.idle()) {
-    for (auto& f : loop.step()) out[f.id] = std::move(f);
+    for (auto& f : loop.step().finished) out[f.id] = std::move(f);
   }
   return out;
 }
@@ -104,7 +104,7 @@ TEST(DecodeLoop, RemovedSentenceLeavesAtTheNextStep) {
   loop.remove(2);
   EXPECT_EQ(loop.active_rows(), 4);
   while (!loop.idle()) {
-    for (const auto& f : loop.step()) EXPECT_EQ(f.id, 1u);
+    for (const auto& f : loop.step().finished) EXPECT_EQ(f.id, 1u);
   }
   EXPECT_EQ(e.steps()[1], 8u);
   EXPECT_EQ(e.steps()[2], 4u);
@@ -132,7 +132,7 @@ TEST(DecodeLoop, SentencesJoinAtAnyStepWithTheSameResultAsAlone) {
     }
     EXPECT_LE(loop.active_rows(), 9);
     EXPECT_LE(loop.active_sentences(), 3);
-    for (auto& f : loop.step()) together[f.id] = std::move(f.translation);
+    for (auto& f : loop.step().finished) together[f.id] = std::move(f.translation);
   }
   for (size_t i = 0; i < eos_steps.size(); ++i) {
     ASSERT_EQ(together[i].hypotheses.size(), alone[i].hypotheses.size()) << i;
@@ -166,6 +166,6 @@ TEST(DecodeLoop, EngineFailureEmptiesTheLoopAndItKeepsServing) {
   EXPECT_EQ(loop.active_rows(), 0);
   loop.admit({{2, {2, kEos}, beam(4)}, {3, {2, kEos}, beam(4)}});
   int finished = 0;
-  while (!loop.idle()) finished += int(loop.step().size());
+  while (!loop.idle()) finished += int(loop.step().finished.size());
   EXPECT_EQ(finished, 2);
 }

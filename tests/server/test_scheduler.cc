@@ -72,7 +72,7 @@ Translation alone(const std::vector<int>& ids, const DecodeOptions& o) {
   DecodeLoop loop(e, kConfig, {}, {1, 16, 8});
   loop.admit({{0, ids, o}});
   while (true) {
-    auto done = loop.step();
+    auto done = loop.step().finished;
     if (!done.empty()) return done[0].translation;
   }
 }

@@ -79,6 +79,7 @@ class ScriptedEngine : public Engine {
       }
       first += size_t(g.beam);
     }
+    if (in.encode) encode(*in.encode);
   }
 
   std::vector<size_t> steps() const {
