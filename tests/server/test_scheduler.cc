@@ -238,3 +238,52 @@ TEST(Scheduler, SeveralLoopsShareTheQueue) {
   EXPECT_GT(f.engines[0]->encoded, 0);
   EXPECT_GT(f.engines[1]->encoded, 0);
 }
+
+TEST(Scheduler, ABusyLoopAdmitsOnceNewcomersAreWorthAnEncode) {
+  // 8 sentences decode; a lone newcomer (under a quarter of them) waits for
+  // max_admit_delay_steps steps, two more newcomers make it worth an encode at once.
+  SchedulingOptions o = options(16, 64);
+  o.max_admit_delay_steps = 30;
+  auto engine = std::make_unique<ScriptedEngine>();
+  engine->step_delay = milliseconds(1);
+  DecodeLoop loop(*engine, kConfig, DetokenizeFn(), {o.max_active_sentences, o.max_active_rows, 8});
+  std::mutex mutex;
+  std::vector<int> encoded_at;  // step numbers of the steps that encoded newcomers
+  std::atomic<int> steps{0};
+  SchedulerHooks hooks;
+  hooks.on_step = [&](int, int, int, int encoded, double, double) {
+    const int n = ++steps;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (encoded > 0) encoded_at.push_back(n);
+  };
+  Scheduler scheduler({&loop}, o, hooks);
+  auto submit = [&](int eos_step) {
+    auto p = std::make_shared<std::promise<JobResult>>();
+    scheduler.submit({sentence(eos_step)}, beam(1), Clock::time_point::max(),
+                     [p](JobResult r) { p->set_value(std::move(r)); });
+    return p->get_future();
+  };
+  std::vector<std::future<JobResult>> busy;
+  for (int i = 0; i < 8; ++i) busy.push_back(submit(150));
+  while (steps < 5) std::this_thread::sleep_for(milliseconds(1));
+  const int lone_at = steps;
+  auto lone = submit(3);
+  EXPECT_TRUE(lone.get().ok);
+  int lone_encoded = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (int s : encoded_at) if (s > lone_at) { lone_encoded = s; break; }
+  }
+  EXPECT_GE(lone_encoded - lone_at, 25) << "a lone newcomer was admitted before the delay";
+  const int pair_at = steps;
+  auto a = submit(3), b = submit(3);
+  EXPECT_TRUE(a.get().ok);
+  EXPECT_TRUE(b.get().ok);
+  int pair_encoded = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (int s : encoded_at) if (s > pair_at) { pair_encoded = s; break; }
+  }
+  EXPECT_LE(pair_encoded - pair_at, 5) << "two newcomers (a quarter of 8) waited";
+  for (auto& f : busy) EXPECT_TRUE(f.get().ok);
+}
