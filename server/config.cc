@@ -87,6 +87,9 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) { c.metrics_port = to_int(n, k, 1, 65535); }},
       {"server.max_message_bytes", "max-message-bytes", "largest gRPC message accepted",
        [](ServerConfig& c, N n, K k) { c.max_message_bytes = to_int(n, k, 1024, kMaxInt); }},
+      {"server.max_concurrent_calls", "max-concurrent-calls",
+       "calls and streams in flight on the server before RESOURCE_EXHAUSTED",
+       [](ServerConfig& c, N n, K k) { c.max_concurrent_calls = to_int(n, k, 1, kMaxInt); }},
       {"server.log_format", "log-format", "text | json",
        [](ServerConfig& c, N n, K k) { c.log_format = to_choice(n, k, kLogFormats); }},
       {"server.log_level", "log-level", "trace | debug | info | warn | error | critical | off",
@@ -113,15 +116,22 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) {
          c.limits.max_decoding_length = to_int(n, k, 1, kMaxInt);
        }},
-      {"batching.max_batch_tokens", "max-batch-tokens",
-       "padded source tokens x beam in one batch",
-       [](ServerConfig& c, N n, K k) { c.batching.max_batch_tokens = to_int(n, k, 1, kMaxInt); }},
-      {"batching.max_batch_sentences", "max-batch-sentences", "sentences in one batch",
+      {"batching.max_active_sentences", "max-active-sentences",
+       "sentences one decode loop decodes at once (its sentence slots)",
        [](ServerConfig& c, N n, K k) {
-         c.batching.max_batch_sentences = to_int(n, k, 1, kMaxInt);
+         c.batching.max_active_sentences = to_int(n, k, 1, kMaxInt);
        }},
-      {"batching.max_wait_ms", "max-wait-ms", "how long a sentence may wait to be batched",
-       [](ServerConfig& c, N n, K k) { c.batching.max_wait_ms = to_int(n, k, 0, 60000); }},
+      {"batching.max_active_rows", "max-active-rows",
+       "KV-cache rows of one decode loop (a sentence holds beam rows)",
+       [](ServerConfig& c, N n, K k) { c.batching.max_active_rows = to_int(n, k, 1, kMaxInt); }},
+      {"batching.max_admit_tokens", "max-admit-tokens",
+       "source tokens encoded in one admission into a decode loop",
+       [](ServerConfig& c, N n, K k) { c.batching.max_admit_tokens = to_int(n, k, 1, kMaxInt); }},
+      {"batching.max_admit_delay_steps", "max-admit-delay-steps",
+       "steps a decoding loop may defer newcomers to admit more at once (1 = every step)",
+       [](ServerConfig& c, N n, K k) {
+         c.batching.max_admit_delay_steps = to_int(n, k, 1, kMaxInt);
+       }},
       {"batching.max_queue_sentences", "max-queue-sentences",
        "queued sentences per model before RESOURCE_EXHAUSTED",
        [](ServerConfig& c, N n, K k) {
@@ -136,6 +146,7 @@ const std::vector<std::pair<std::string, std::string>> kModelFlags = {
     {"device", "auto | cpu | cuda, for every model"},
     {"precision", "float16 | float32, for every model (the CPU computes in float32)"},
     {"device-memory-limit-mb", "MiB of working memory per model, for every model (0 = no cap)"},
+    {"workers", "decode loops (engine copies, one thread each), for every model"},
 };
 
 // The YAML key of a models[] flag.

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "server/batcher.h"
 #include "server/limits.h"
+#include "server/scheduling_options.h"
 
 namespace nmt::server {
 
@@ -22,12 +22,14 @@ struct ModelEntry {
   std::string path;  // absolute, or relative to the working directory when given so
   std::string device = "auto";        // auto | cpu | cuda
   std::string precision = "float16";  // float16 | float32
-  // Working memory one batch may use (the CUDA engine's allocations; on the CPU the
-  // estimated per-batch buffers). A batch over it fails RESOURCE_EXHAUSTED. 0 = no cap.
+  // Memory each engine may hold (the CUDA engine's allocations; on the CPU its persistent
+  // decode state). A decode loop whose state does not fit stops the server at start; a
+  // KV-cache growth over it fails the loop's active sentences RESOURCE_EXHAUSTED. 0 = no cap.
   int device_memory_limit_mb = 0;
-  // Translators (engine copies) serving the model's queue, each on its own worker thread:
-  // one batch's host-side work overlaps another's device work (GPU), or batches run on
-  // separate cores (CPU, one BLAS thread each).
+  // Decode loops (engine copies) of this model, each on its own thread, all fed from the
+  // model's one queue: one loop's host-side beam bookkeeping overlaps another's device
+  // steps (GPU), or the loops run on separate cores (CPU, one BLAS thread each). Each loop
+  // has the batching.max_active_* capacity of its own.
   int workers = 1;
 };
 
@@ -46,8 +48,11 @@ struct ServerConfig {
   // Bearer-token authentication of TranslationService: a file with one accepted token per
   // line (rotation: list old and new). Empty = no authentication. Health stays open.
   std::string auth_token_file;
+  // Unary calls and streams in flight on the whole server; one more is refused with
+  // RESOURCE_EXHAUSTED at once (bounds the server's per-call memory, whatever the queue).
+  int max_concurrent_calls = 4096;
   Limits limits;
-  BatchingOptions batching;
+  SchedulingOptions batching;  // the `batching:` section: decode loop and queue capacity
   std::vector<ModelEntry> models;  // the first one is the default model
 };
 

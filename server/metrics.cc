@@ -16,8 +16,25 @@ const Histogram::BucketBoundaries& seconds_buckets() {
   return b;
 }
 
-const Histogram::BucketBoundaries& batch_buckets() {
-  static const Histogram::BucketBoundaries b = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+// One decoder step of a loop: from 0.1 ms (a small model's step on the GPU) to 1 s.
+const Histogram::BucketBoundaries& step_buckets() {
+  static const Histogram::BucketBoundaries b = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                0.005,  0.01,    0.025,  0.05,  0.1,
+                                                0.25,   0.5,     1.0};
+  return b;
+}
+
+// Submission to the end of a sentence's first step: from 0.5 ms to 10 s.
+const Histogram::BucketBoundaries& first_step_buckets() {
+  static const Histogram::BucketBoundaries b = {0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                0.025,  0.05,  0.1,    0.25,  0.5,
+                                                1.0,    2.5,   5.0,    10.0};
+  return b;
+}
+
+// Sentences admitted into a loop between two steps.
+const Histogram::BucketBoundaries& admitted_buckets() {
+  static const Histogram::BucketBoundaries b = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256};
   return b;
 }
 
@@ -35,19 +52,35 @@ Metrics::Metrics()
                             .Register(*registry_)),
       queue_wait_(prometheus::BuildHistogram()
                       .Name("nmt_queue_wait_seconds")
-                      .Help("Longest wait of a request's sentences before their batch started")
+                      .Help("Longest wait of a request's sentences before a decode loop admitted them")
                       .Register(*registry_)),
       encode_(prometheus::BuildHistogram()
                   .Name("nmt_encode_seconds")
-                  .Help("Encoder time per batch")
+                  .Help("Encoder time of an admission into an idle decode loop (into a decoding loop the encode rides on a step and counts in its duration)")
                   .Register(*registry_)),
       decode_(prometheus::BuildHistogram()
                   .Name("nmt_decode_seconds")
-                  .Help("Beam search time per batch")
+                  .Help("Decoding time per request, its first sentence's admission to its last sentence's end")
                   .Register(*registry_)),
-      batch_size_(prometheus::BuildHistogram()
-                      .Name("nmt_batch_size")
-                      .Help("Sentences per batch")
+      active_rows_(prometheus::BuildGauge()
+                       .Name("nmt_active_rows")
+                       .Help("KV-cache rows (sentences x beam) a decode loop used in its last step")
+                       .Register(*registry_)),
+      active_sentences_(prometheus::BuildGauge()
+                            .Name("nmt_active_sentences")
+                            .Help("Sentences a decode loop decoded in its last step")
+                            .Register(*registry_)),
+      admitted_sentences_(prometheus::BuildHistogram()
+                              .Name("nmt_admitted_sentences")
+                              .Help("Sentences a decode loop admitted and encoded with a step (steps with admissions only)")
+                              .Register(*registry_)),
+      step_duration_(prometheus::BuildHistogram()
+                         .Name("nmt_step_duration_seconds")
+                         .Help("Duration of one decoder step of a decode loop (with newcomers' encode when it rode on the step; an idle loop's encode excluded)")
+                         .Register(*registry_)),
+      first_step_(prometheus::BuildHistogram()
+                      .Name("nmt_time_to_first_step_seconds")
+                      .Help("Submission of a sentence to the end of its first decoder step")
                       .Register(*registry_)),
       input_tokens_(prometheus::BuildCounter()
                         .Name("nmt_input_tokens_total")
@@ -77,7 +110,8 @@ std::string Metrics::scrape() const {
   return out.str();
 }
 
-void Metrics::model_loaded(const std::string& model, const std::string& device, bool loaded) {
+void Metrics::model_loaded(const std::string& model, const std::string& device, bool loaded,
+                           int loops) {
   model_loaded_.Add({{"model", model}, {"device", device}}).Set(loaded ? 1 : 0);
   // Every family of the model appears on /metrics from the start, at zero.
   requests_.Add({{"model", model}, {"code", "OK"}});
@@ -85,7 +119,13 @@ void Metrics::model_loaded(const std::string& model, const std::string& device, 
   queue_wait_.Add({{"model", model}}, seconds_buckets());
   encode_.Add({{"model", model}}, seconds_buckets());
   decode_.Add({{"model", model}}, seconds_buckets());
-  batch_size_.Add({{"model", model}}, batch_buckets());
+  admitted_sentences_.Add({{"model", model}}, admitted_buckets());
+  step_duration_.Add({{"model", model}}, step_buckets());
+  first_step_.Add({{"model", model}}, first_step_buckets());
+  for (int loop = 0; loop < loops; ++loop) {
+    active_rows_.Add({{"model", model}, {"loop", std::to_string(loop)}});
+    active_sentences_.Add({{"model", model}, {"loop", std::to_string(loop)}});
+  }
   input_tokens_.Add({{"model", model}});
   output_tokens_.Add({{"model", model}});
   gpu_memory_.Add({{"model", model}, {"device", device}});
@@ -109,10 +149,28 @@ void Metrics::queue_wait(const std::string& model, double seconds) {
   queue_wait_.Add({{"model", model}}, seconds_buckets()).Observe(seconds);
 }
 
-void Metrics::batch(const std::string& model, size_t sentences, const BatchStats& stats) {
-  batch_size_.Add({{"model", model}}, batch_buckets()).Observe(static_cast<double>(sentences));
-  encode_.Add({{"model", model}}, seconds_buckets()).Observe(stats.encode_seconds);
-  decode_.Add({{"model", model}}, seconds_buckets()).Observe(stats.decode_seconds);
+void Metrics::decode_time(const std::string& model, double seconds) {
+  decode_.Add({{"model", model}}, seconds_buckets()).Observe(seconds);
+}
+
+void Metrics::loop_step(const std::string& model, int loop, int active_rows,
+                        int active_sentences, int admitted, double step_seconds,
+                        double encode_seconds) {
+  const prometheus::Labels labels = {{"model", model}, {"loop", std::to_string(loop)}};
+  active_rows_.Add(labels).Set(active_rows);
+  active_sentences_.Add(labels).Set(active_sentences);
+  if (active_sentences == 0) return;  // the loop went idle: no step ran
+  if (admitted > 0) {
+    admitted_sentences_.Add({{"model", model}}, admitted_buckets()).Observe(admitted);
+  }
+  if (encode_seconds > 0) {
+    encode_.Add({{"model", model}}, seconds_buckets()).Observe(encode_seconds);
+  }
+  step_duration_.Add({{"model", model}}, step_buckets()).Observe(step_seconds);
+}
+
+void Metrics::first_step(const std::string& model, double seconds) {
+  first_step_.Add({{"model", model}}, first_step_buckets()).Observe(seconds);
 }
 
 }  // namespace nmt::server

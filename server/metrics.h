@@ -7,10 +7,9 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
-
-#include "model/translator.h"
 
 namespace nmt::server {
 
@@ -21,13 +20,28 @@ class Metrics {
   // The text exposition format, as /metrics serves it.
   std::string scrape() const;
 
-  void model_loaded(const std::string& model, const std::string& device, bool loaded);
+  // Also shows every family of the model at zero, with the gauges of its `loops` decode
+  // loops (models[].workers).
+  void model_loaded(const std::string& model, const std::string& device, bool loaded,
+                    int loops = 1);
   void gpu_memory(const std::string& model, const std::string& device, double bytes);
   // One finished request (unary call or stream message); `code` as status_code_name().
   void request_done(const std::string& model, const std::string& code, double seconds);
   void tokens(const std::string& model, int64_t input_tokens, int64_t output_tokens);
   void queue_wait(const std::string& model, double seconds);
-  void batch(const std::string& model, size_t sentences, const BatchStats& stats);
+  // Per request: from its first sentence's admission to its last sentence's end.
+  void decode_time(const std::string& model, double seconds);
+
+  // One decoder step of decode loop `loop` (0-based) of the model: the rows and sentences
+  // it held (gauges nmt_active_rows / nmt_active_sentences{model,loop}), the sentences
+  // admitted and encoded with it (observed when there were any), its duration, and an idle
+  // loop's encode before it (observed when > 0; a decoding loop's encode rides on the step).
+  // A loop that goes idle may report 0 rows and 0 sentences: the gauges drop to 0 and
+  // nothing is observed.
+  void loop_step(const std::string& model, int loop, int active_rows, int active_sentences,
+                 int admitted, double step_seconds, double encode_seconds);
+  // A sentence's first decoder step ended this long after its request was submitted.
+  void first_step(const std::string& model, double seconds);
 
   // Counts a request in flight for its lifetime.
   class Inflight {
@@ -49,7 +63,11 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& queue_wait_;
   prometheus::Family<prometheus::Histogram>& encode_;
   prometheus::Family<prometheus::Histogram>& decode_;
-  prometheus::Family<prometheus::Histogram>& batch_size_;
+  prometheus::Family<prometheus::Gauge>& active_rows_;
+  prometheus::Family<prometheus::Gauge>& active_sentences_;
+  prometheus::Family<prometheus::Histogram>& admitted_sentences_;
+  prometheus::Family<prometheus::Histogram>& step_duration_;
+  prometheus::Family<prometheus::Histogram>& first_step_;
   prometheus::Family<prometheus::Counter>& input_tokens_;
   prometheus::Family<prometheus::Counter>& output_tokens_;
   prometheus::Gauge& inflight_;

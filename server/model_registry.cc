@@ -92,7 +92,7 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : met
     size_t reserved = 0;
     for (Translator* t : translators) reserved += t->device_memory_used();
     metrics.gpu_memory(name, device, static_cast<double>(reserved));
-    metrics.model_loaded(name, device, true);
+    metrics.model_loaded(name, device, true, int(translators.size()));
     models_.push_back(std::move(served));
   }
 }

@@ -260,6 +260,7 @@ void Scheduler::run(int index) {
   std::unordered_map<uint64_t, Running> running;
   uint64_t next_id = 0;
   int steps_since_admit = 0;
+  bool stepped_since_idle = false;
   auto fail_running = [&](const Error& e) {
     for (auto& [id, r] : running) r.job->fail(e.code(), e.what());
     active_ -= int(running.size());
@@ -271,6 +272,8 @@ void Scheduler::run(int index) {
       std::unique_lock<std::mutex> lock(mutex_);
       admitted = take_admissible(loop, steps_since_admit, Clock::now());
       if (admitted.empty() && loop.idle()) {
+        if (hooks_.on_step && stepped_since_idle) hooks_.on_step(index, 0, 0, 0, 0, 0);  // went idle
+        stepped_since_idle = false;
         if (!wait_for_work(lock)) return;
         continue;
       }
@@ -325,6 +328,7 @@ void Scheduler::run(int index) {
     }
     const Clock::time_point step_end = Clock::now();
     ++steps_since_admit;
+    stepped_since_idle = true;
     if (hooks_.on_step) {
       hooks_.on_step(index, rows, sentences, report.encoded,
                      seconds_between(step_start, step_end) - report.encode_seconds, report.encode_seconds);

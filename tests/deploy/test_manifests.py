@@ -131,22 +131,28 @@ def check_dashboard(repo, ds_uids):
         check(uid in ds_uids, f"dashboard panel '{p['title']}' uses the provisioned datasource uid ({uid})")
         unknown = df.nmt_metric_names(t["expr"]) - df.series_names()
         check(not unknown, f"dashboard panel '{p['title']}' reads only exported metrics {sorted(unknown) or ''}")
-    for family in ("nmt_request_duration_seconds", "nmt_queue_wait_seconds", "nmt_encode_seconds", "nmt_decode_seconds"):
-        for q in ("0.5", "0.95", "0.99"):
+    quantiles = {family: ("0.5", "0.95", "0.99") for family in (
+        "nmt_request_duration_seconds", "nmt_queue_wait_seconds", "nmt_encode_seconds", "nmt_decode_seconds")}
+    quantiles.update({family: ("0.5", "0.99") for family in (
+        "nmt_step_duration_seconds", "nmt_time_to_first_step_seconds", "nmt_admitted_sentences")})
+    for family, qs in quantiles.items():
+        for q in qs:
             check(any(f"histogram_quantile({q}," in e and f"{family}_bucket" in e for e in exprs),
                   f"dashboard has the p{int(float(q) * 100)} of {family}")
     wanted = {
         "requests/s by code": lambda e: "nmt_requests_total" in e and "by (code)" in e and "rate(" in e,
         "input tokens/s": lambda e: "rate(nmt_input_tokens_total" in e,
         "output tokens/s": lambda e: "rate(nmt_output_tokens_total" in e,
-        "batch size distribution": lambda e: "nmt_batch_size_bucket" in e,
+        "active rows by model": lambda e: "nmt_active_rows" in e and "by (model)" in e,
+        "active sentences by model": lambda e: "nmt_active_sentences" in e and "by (model)" in e,
+        "admitted sentences/s": lambda e: "rate(nmt_admitted_sentences_sum" in e,
         "in-flight requests": lambda e: "nmt_inflight_requests" in e,
         "GPU memory": lambda e: "nmt_gpu_memory_bytes" in e,
     }
     for what, match in wanted.items():
         check(any(match(e) for e in exprs), f"dashboard shows {what}")
-    check(any(p.get("type") == "heatmap" and any("nmt_batch_size_bucket" in t.get("expr", "") for t in p.get("targets", []))
-              for p in df.dashboard_panels(dash)), "dashboard shows the batch size distribution as a heatmap")
+    check(any(p.get("type") == "heatmap" and any("nmt_admitted_sentences_bucket" in t.get("expr", "") for t in p.get("targets", []))
+              for p in df.dashboard_panels(dash)), "dashboard shows the admitted sentences per step as a heatmap")
 
 
 def check_rules(repo):

@@ -49,13 +49,18 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.metrics_port, 9464);
   EXPECT_EQ(c.limits.max_sentences_per_request, 64);
   EXPECT_EQ(c.limits.max_input_tokens, 256);
-  EXPECT_EQ(c.batching.max_batch_tokens, 8192);
-  EXPECT_EQ(c.batching.max_wait_ms, 1);
+  EXPECT_EQ(c.max_concurrent_calls, 4096);
+  EXPECT_EQ(c.batching.max_active_sentences, 256);
+  EXPECT_EQ(c.batching.max_active_rows, 1024);
+  EXPECT_EQ(c.batching.max_admit_tokens, 2048);
+  EXPECT_EQ(c.batching.max_admit_delay_steps, 8);
+  EXPECT_EQ(c.batching.max_queue_sentences, 4096);
   ASSERT_EQ(c.models.size(), 1u);
   EXPECT_EQ(c.models[0].name, "m30k-en-de-small");
   // Relative to the config file's folder, not the working directory.
   EXPECT_EQ(c.models[0].path, std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small");
   EXPECT_EQ(c.models[0].device, "auto");
+  EXPECT_EQ(c.models[0].workers, 2);
 }
 
 TEST(Config, DefaultsWhenSectionsAreAbsent) {
@@ -64,11 +69,90 @@ TEST(Config, DefaultsWhenSectionsAreAbsent) {
   EXPECT_EQ(c.log_format, "text");
   EXPECT_EQ(c.models[0].path, "/etc/models/m");
   EXPECT_EQ(c.models[0].precision, "float16");
+  EXPECT_EQ(c.models[0].workers, 1);
+  // The struct defaults, as server/scheduling_options.h documents them.
+  const SchedulingOptions defaults;
+  EXPECT_EQ(c.max_concurrent_calls, 4096);
+  EXPECT_EQ(c.batching.max_active_sentences, defaults.max_active_sentences);
+  EXPECT_EQ(c.batching.max_active_rows, defaults.max_active_rows);
+  EXPECT_EQ(c.batching.max_admit_tokens, defaults.max_admit_tokens);
+  EXPECT_EQ(c.batching.max_admit_delay_steps, defaults.max_admit_delay_steps);
+  EXPECT_EQ(c.batching.max_queue_sentences, defaults.max_queue_sentences);
+}
+
+TEST(Config, BatchingKeysFromYaml) {
+  const ServerConfig c = parse_config(std::string(kMinimal) + R"(
+server:
+  max_concurrent_calls: 100
+batching:
+  max_active_sentences: 8
+  max_active_rows: 32
+  max_admit_tokens: 512
+  max_admit_delay_steps: 1
+  max_queue_sentences: 64
+)", "/etc/nmt");
+  EXPECT_EQ(c.max_concurrent_calls, 100);
+  EXPECT_EQ(c.batching.max_active_sentences, 8);
+  EXPECT_EQ(c.batching.max_active_rows, 32);
+  EXPECT_EQ(c.batching.max_admit_tokens, 512);
+  EXPECT_EQ(c.batching.max_admit_delay_steps, 1);
+  EXPECT_EQ(c.batching.max_queue_sentences, 64);
+}
+
+TEST(Config, BatchingFlagsOverrideTheYaml) {
+  const char* argv[] = {"nmt-server", "--config", "x.yaml",
+                        "--max-active-sentences", "3", "--max-active-rows=12",
+                        "--max-admit-tokens", "99", "--max-admit-delay-steps", "2",
+                        "--max-queue-sentences", "640",
+                        "--max-concurrent-calls", "7", "--workers", "4"};
+  const CommandLine cl = parse_command_line(sizeof argv / sizeof *argv, argv);
+  const std::string yaml = std::string(kMinimal) +
+                           "batching:\n  max_active_sentences: 256\n  max_active_rows: 1024\n";
+  const ServerConfig c = parse_config(yaml, "/etc/nmt", cl.overrides);
+  EXPECT_EQ(c.batching.max_active_sentences, 3);
+  EXPECT_EQ(c.batching.max_active_rows, 12);
+  EXPECT_EQ(c.batching.max_admit_tokens, 99);
+  EXPECT_EQ(c.batching.max_admit_delay_steps, 2);
+  EXPECT_EQ(c.batching.max_queue_sentences, 640);
+  EXPECT_EQ(c.max_concurrent_calls, 7);
+  EXPECT_EQ(c.models[0].workers, 4);
+}
+
+TEST(Config, BatchingKeysMustBePositive) {
+  const std::string m = kMinimal;
+  for (const char* key : {"max_active_sentences", "max_active_rows", "max_admit_tokens",
+                          "max_admit_delay_steps", "max_queue_sentences"}) {
+    EXPECT_EQ(error_of(m + "batching:\n  " + key + ": 0\n"),
+              std::string("batching.") + key + ": must be between 1 and 1073741824, got 0");
+  }
+  EXPECT_EQ(error_of(m + "server:\n  max_concurrent_calls: 0\n"),
+            "server.max_concurrent_calls: must be between 1 and 1073741824, got 0");
+  EXPECT_EQ(error_of(kMinimal, {{"max-active-rows", "many"}}),
+            "batching.max_active_rows: expected an integer, got 'many'");
+  EXPECT_EQ(error_of(kMinimal, {{"max-concurrent-calls", "-5"}}),
+            "server.max_concurrent_calls: must be between 1 and 1073741824, got -5");
+  EXPECT_EQ(error_of(kMinimal, {{"workers", "0"}}),
+            "models[0].workers: must be between 1 and 16, got 0");
+}
+
+TEST(Config, WholeBatchKeysAndFlagsAreGone) {
+  // The keys of whole-batch batching are unknown keys now, refused like any other.
+  const std::string m = kMinimal;
+  EXPECT_EQ(error_of(m + "batching:\n  max_batch_tokens: 8192\n"),
+            "unknown key 'batching.max_batch_tokens'");
+  EXPECT_EQ(error_of(m + "batching:\n  max_batch_sentences: 128\n"),
+            "unknown key 'batching.max_batch_sentences'");
+  EXPECT_EQ(error_of(m + "batching:\n  max_wait_ms: 1\n"), "unknown key 'batching.max_wait_ms'");
+  for (const char* flag : {"--max-batch-tokens", "--max-batch-sentences", "--max-wait-ms"}) {
+    EXPECT_EQ(command_line_error({"--config", "c.yaml", flag, "1"}),
+              std::string("unknown flag ") + flag + " (see --help)");
+  }
+  EXPECT_EQ(usage("nmt-server").find("max-wait-ms"), std::string::npos);
 }
 
 TEST(Config, FlagsOverrideTheYaml) {
   const char* argv[] = {"nmt-server", "--config", "x.yaml", "--port", "6000",
-                        "--host=127.0.0.1", "--max-wait-ms", "0", "--device", "cpu",
+                        "--host=127.0.0.1", "--max-admit-tokens", "1", "--device", "cpu",
                         "--precision", "float32", "--log-format", "json",
                         "--metrics-port", "9999", "--max-input-tokens", "32"};
   const CommandLine cl = parse_command_line(sizeof argv / sizeof *argv, argv);
@@ -77,7 +161,7 @@ TEST(Config, FlagsOverrideTheYaml) {
   const ServerConfig c = parse_config(yaml, "/etc/nmt", cl.overrides);
   EXPECT_EQ(c.port, 6000);
   EXPECT_EQ(c.host, "127.0.0.1");
-  EXPECT_EQ(c.batching.max_wait_ms, 0);
+  EXPECT_EQ(c.batching.max_admit_tokens, 1);
   EXPECT_EQ(c.models[0].device, "cpu");
   EXPECT_EQ(c.models[0].precision, "float32");
   EXPECT_EQ(c.log_format, "json");
@@ -89,8 +173,10 @@ TEST(Config, HelpListsEveryFlag) {
   const std::string help = usage("nmt-server");
   for (const char* flag : {"--config", "--help", "--host", "--port", "--metrics-host",
                            "--metrics-port", "--device", "--precision", "--log-format",
-                           "--log-level", "--max-wait-ms", "--max-batch-tokens",
-                           "--max-batch-sentences", "--max-queue-sentences",
+                           "--log-level", "--max-active-sentences", "--max-active-rows",
+                           "--max-admit-tokens", "--max-admit-delay-steps",
+                           "--max-queue-sentences",
+                           "--max-concurrent-calls", "--workers",
                            "--max-sentences-per-request", "--max-input-tokens",
                            "--max-beam-size", "--max-decoding-length",
                            "--shutdown-grace-seconds", "--max-message-bytes"}) {
@@ -122,8 +208,8 @@ TEST(Config, YamlErrorsNameTheKey) {
             "server.port: must be between 1 and 65535, got 70000");
   EXPECT_EQ(error_of(m + "server:\n  log_format: xml\n"),
             "server.log_format: must be one of text | json, got 'xml'");
-  EXPECT_EQ(error_of(m + "batching:\n  max_wait_ms: -1\n"),
-            "batching.max_wait_ms: must be between 0 and 60000, got -1");
+  EXPECT_EQ(error_of(m + "batching:\n  max_active_rows: -1\n"),
+            "batching.max_active_rows: must be between 1 and 1073741824, got -1");
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    device: tpu\n"),
             "models[0].device: must be one of auto | cpu | cuda, got 'tpu'");
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    colour: red\n"),

@@ -4,6 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "server/loadgen/latency_stats.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -13,15 +17,41 @@ using namespace nmt::server;
 
 TEST(Metrics, EveryFamilyIsExposedOnceAModelIsLoaded) {
   Metrics m;
-  m.model_loaded("m30k", "cpu", true);
+  m.model_loaded("m30k", "cpu", true, /*loops=*/2);
   const std::string text = m.scrape();
-  for (const char* family :
-       {"nmt_requests_total", "nmt_request_duration_seconds", "nmt_queue_wait_seconds",
-        "nmt_encode_seconds", "nmt_decode_seconds", "nmt_batch_size", "nmt_input_tokens_total",
-        "nmt_output_tokens_total", "nmt_inflight_requests", "nmt_gpu_memory_bytes",
-        "nmt_model_loaded"}) {
-    EXPECT_NE(text.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
+  for (const auto& [family, type] : std::vector<std::pair<std::string, std::string>>{
+           {"nmt_requests_total", "counter"},
+           {"nmt_request_duration_seconds", "histogram"},
+           {"nmt_queue_wait_seconds", "histogram"},
+           {"nmt_encode_seconds", "histogram"},
+           {"nmt_decode_seconds", "histogram"},
+           {"nmt_active_rows", "gauge"},
+           {"nmt_active_sentences", "gauge"},
+           {"nmt_admitted_sentences", "histogram"},
+           {"nmt_step_duration_seconds", "histogram"},
+           {"nmt_time_to_first_step_seconds", "histogram"},
+           {"nmt_input_tokens_total", "counter"},
+           {"nmt_output_tokens_total", "counter"},
+           {"nmt_inflight_requests", "gauge"},
+           {"nmt_gpu_memory_bytes", "gauge"},
+           {"nmt_model_loaded", "gauge"}}) {
+    EXPECT_NE(text.find("# TYPE " + family + " " + type + "\n"), std::string::npos) << family;
   }
+  EXPECT_EQ(text.find("nmt_batch_size"), std::string::npos) << "whole-batch metric is gone";
+  // Every loop's gauges exist from the start, at zero.
+  for (const char* loop : {"0", "1"}) {
+    for (const char* gauge : {"nmt_active_rows", "nmt_active_sentences"}) {
+      const std::string series =
+          std::string(gauge) + "{loop=\"" + loop + "\",model=\"m30k\"} 0\n";
+      EXPECT_NE(text.find(series), std::string::npos) << series << text;
+    }
+  }
+  EXPECT_NE(text.find("nmt_step_duration_seconds_bucket{model=\"m30k\",le=\"0.0001\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("nmt_step_duration_seconds_bucket{model=\"m30k\",le=\"1\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("nmt_time_to_first_step_seconds_bucket{model=\"m30k\",le=\"0.0005\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("nmt_time_to_first_step_seconds_bucket{model=\"m30k\",le=\"10\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("nmt_admitted_sentences_bucket{model=\"m30k\",le=\"0\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("nmt_admitted_sentences_bucket{model=\"m30k\",le=\"256\"} 0"), std::string::npos);
   EXPECT_NE(text.find("nmt_model_loaded{device=\"cpu\",model=\"m30k\"} 1"), std::string::npos) << text;
   EXPECT_NE(text.find("nmt_request_duration_seconds_bucket{model=\"m30k\",le=\"0.001\"} 0"), std::string::npos);
   EXPECT_NE(text.find("nmt_request_duration_seconds_bucket{model=\"m30k\",le=\"10\"} 0"), std::string::npos);
@@ -34,10 +64,7 @@ TEST(Metrics, ObservationsLandInTheirSeries) {
   m.request_done("m", "OK", 0.3);
   m.request_done("m", "INVALID_ARGUMENT", 0.0001);
   m.tokens("m", 12, 15);
-  nmt::BatchStats stats;
-  stats.encode_seconds = 0.004;
-  stats.decode_seconds = 0.04;
-  m.batch("m", 5, stats);
+  m.decode_time("m", 0.04);
   {
     Metrics::Inflight in(m.inflight_gauge());
     EXPECT_NE(m.scrape().find("nmt_inflight_requests 1"), std::string::npos);
@@ -49,9 +76,56 @@ TEST(Metrics, ObservationsLandInTheirSeries) {
   EXPECT_NE(text.find("nmt_request_duration_seconds_bucket{model=\"m\",le=\"0.025\"} 2"), std::string::npos);
   EXPECT_NE(text.find("nmt_input_tokens_total{model=\"m\"} 12"), std::string::npos);
   EXPECT_NE(text.find("nmt_output_tokens_total{model=\"m\"} 15"), std::string::npos);
-  EXPECT_NE(text.find("nmt_batch_size_bucket{model=\"m\",le=\"4\"} 0"), std::string::npos);
-  EXPECT_NE(text.find("nmt_batch_size_bucket{model=\"m\",le=\"8\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("nmt_decode_seconds_count{model=\"m\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("nmt_decode_seconds_bucket{model=\"m\",le=\"0.025\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("nmt_decode_seconds_bucket{model=\"m\",le=\"0.05\"} 1"), std::string::npos);
   EXPECT_NE(text.find("nmt_inflight_requests 0"), std::string::npos);
+}
+
+TEST(Metrics, DecodeLoopSteps) {
+  Metrics m;
+  m.model_loaded("m", "cpu", true, /*loops=*/2);
+  // Loop 0: 5 sentences admitted (3 ms to encode) before a step over 20 rows, then a step
+  // without admissions; loop 1: one step with 1 sentence admitted, then it goes idle.
+  m.loop_step("m", 0, 20, 5, 5, 0.0004, 0.003);
+  m.loop_step("m", 0, 24, 6, 0, 0.002, 0);
+  m.loop_step("m", 1, 4, 1, 1, 0.0003, 0.001);
+  m.loop_step("m", 1, 0, 0, 0, 0, 0);
+  m.first_step("m", 0.004);
+  m.first_step("m", 0.2);
+  const std::string text = m.scrape();
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(text.find(line + "\n"), std::string::npos) << line << "\n" << text;
+  };
+  // Gauges hold each loop's last step.
+  has(R"(nmt_active_rows{loop="0",model="m"} 24)");
+  has(R"(nmt_active_sentences{loop="0",model="m"} 6)");
+  has(R"(nmt_active_rows{loop="1",model="m"} 0)");
+  has(R"(nmt_active_sentences{loop="1",model="m"} 0)");
+  // Admissions only when a step had any: 5 and 1.
+  has(R"(nmt_admitted_sentences_count{model="m"} 2)");
+  has(R"(nmt_admitted_sentences_sum{model="m"} 6)");
+  has(R"(nmt_admitted_sentences_bucket{model="m",le="0"} 0)");
+  has(R"(nmt_admitted_sentences_bucket{model="m",le="1"} 1)");
+  has(R"(nmt_admitted_sentences_bucket{model="m",le="4"} 1)");
+  has(R"(nmt_admitted_sentences_bucket{model="m",le="8"} 2)");
+  // Three steps ran (the idle report is not a step): 0.3 ms, 0.4 ms, 2 ms.
+  has(R"(nmt_step_duration_seconds_count{model="m"} 3)");
+  has(R"(nmt_step_duration_seconds_bucket{model="m",le="0.00025"} 0)");
+  has(R"(nmt_step_duration_seconds_bucket{model="m",le="0.0005"} 2)");
+  has(R"(nmt_step_duration_seconds_bucket{model="m",le="0.001"} 2)");
+  has(R"(nmt_step_duration_seconds_bucket{model="m",le="0.0025"} 3)");
+  // Encode time once per admission: 3 ms and 1 ms.
+  has(R"(nmt_encode_seconds_count{model="m"} 2)");
+  has(R"(nmt_encode_seconds_bucket{model="m",le="0.001"} 1)");
+  has(R"(nmt_encode_seconds_bucket{model="m",le="0.005"} 2)");
+  // Time to first step.
+  has(R"(nmt_time_to_first_step_seconds_count{model="m"} 2)");
+  has(R"(nmt_time_to_first_step_seconds_bucket{model="m",le="0.0025"} 0)");
+  has(R"(nmt_time_to_first_step_seconds_bucket{model="m",le="0.005"} 1)");
+  has(R"(nmt_time_to_first_step_seconds_bucket{model="m",le="0.25"} 2)");
+  // Nothing here is a request.
+  has(R"(nmt_decode_seconds_count{model="m"} 0)");
 }
 
 TEST(Logging, TextAndJsonRendering) {
