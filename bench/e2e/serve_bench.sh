@@ -10,6 +10,8 @@
 # Every figure is a RESULT line (JSON, with device, commit and date) appended to
 # OUT_DIR/results.jsonl; a summary with the served/offline ratios goes to stdout.
 # usage: bench/e2e/serve_bench.sh OUT_DIR [WORKERS...]   (default workers: 1 2)
+#   SERVER_ARGS="--max-admit-delay-steps 4" adds flags to nmt-server (recorded in the results);
+#   OFFLINE=0 skips the offline figures (a second configuration in the same run).
 set -uo pipefail
 out=${1:?usage: serve_bench.sh OUT_DIR [WORKERS...]}
 shift
@@ -33,11 +35,13 @@ stamp() {  # adds device, commit and date to a JSON object
 }
 results=$out/results.jsonl
 
+if [ "${OFFLINE:-1}" = 1 ]; then
 echo "=== offline ($precision)"
 nmt-bench-e2e --model "$model" --source "$work/test2016x4.en" --precision "$precision" --batches 64,256 --repeat 2 \
   2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done
 nmt-bench-e2e --model "$model" --source "$src" --precision "$precision" --batches 1 --latency-sentences 300 \
   2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done
+fi
 
 port=50900
 for w in $workers; do
@@ -46,7 +50,7 @@ for w in $workers; do
   sed -e "s/^    workers: .*/    workers: $w/" -e "s|path: ../models|path: $repo/models|" \
     "$repo/configs/default.yaml" > "$config"
   nmt-server --config "$config" --device cuda --precision "$precision" --host 127.0.0.1 --port $port \
-    --metrics-port $((port + 1)) > "$out/server-$w.log" 2>&1 &
+    --metrics-port $((port + 1)) ${SERVER_ARGS:-} > "$out/server-$w.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
   load() {  # name clients sentences_per_request
@@ -55,7 +59,7 @@ for w in $workers; do
     local r
     r=$(nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
       --sentences-per-request "$3" --duration "$seconds" --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
-    stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name=sys.argv[2], workers=int(sys.argv[3]), precision=sys.argv[4]); print(json.dumps(r))' "$r" "$1" "$w" "$precision")" >> "$results"
+    stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name=sys.argv[2], workers=int(sys.argv[3]), precision=sys.argv[4], server_args=sys.argv[5]); print(json.dumps(r))' "$r" "$1" "$w" "$precision" "${SERVER_ARGS:-}")" >> "$results"
   }
   load single-client 1 1
   load clients-64 64 1

@@ -13,13 +13,13 @@ print(f"offline: " + ", ".join(
     f"batch {b} {r['sentences_per_s']:,.0f} sentences/s" for b, r in sorted(offline.items()) if b > 1)
     + (f", batch 1 p50 {b1:.2f} ms" if b1 else ""))
 print()
-print("| workers | load | sentences/s | vs offline | p50 ms | p99 ms | p99/p50 | errors |")
-print("|---|---|---|---|---|---|---|---|")
+print("| workers | flags | load | sentences/s | vs offline | p50 ms | p99 ms | p99/p50 | errors |")
+print("|---|---|---|---|---|---|---|---|---|")
 for r in served:
     clients = r["clients"]
     match = offline.get(256 if clients >= 256 else 64)
     ratio = f"{100 * r['sentences_per_s'] / match['sentences_per_s']:.0f}% of batch {match['batch']}" \
         if match and clients > 1 else (f"p50 - offline p50 = {r['latency_ms']['p50'] - b1:+.2f} ms" if b1 else "")
     lat = r["latency_ms"]
-    print(f"| {r['workers']} | {r['name']} | {r['sentences_per_s']:,.0f} | {ratio} | {lat['p50']:.2f} | "
+    print(f"| {r['workers']} | {r.get('server_args', '')} | {r['name']} | {r['sentences_per_s']:,.0f} | {ratio} | {lat['p50']:.2f} | "
           f"{lat['p99']:.2f} | {lat['p99'] / lat['p50']:.2f} | {r['errors']} |")

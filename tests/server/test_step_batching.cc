@@ -31,6 +31,8 @@ namespace {
 
 const std::string kModelDir = std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small";
 
+bool listening(int port);
+
 // nmt-server on loopback with one decode loop of few slots and rows (so that sentences
 // queue, join and leave all the time), SERVING when constructed.
 class Server {
@@ -49,9 +51,12 @@ class Server {
                                  "127.0.0.1", "--port", std::to_string(port_), "--metrics-port",
                                  std::to_string(nmt::test::free_port())},
         (dir_ / "server.log").string());
+    // The channel only once the port listens: a gRPC channel that finds nothing there backs
+    // off for seconds before it tries again.
+    const auto end = Clock::now() + std::chrono::seconds(90);
+    while (Clock::now() < end && process_->running() && !listening(port_)) std::this_thread::sleep_for(milliseconds(50));
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials());
     auto health = grpc::health::v1::Health::NewStub(channel_);
-    const auto end = Clock::now() + std::chrono::seconds(90);
     while (Clock::now() < end && process_->running()) {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(500));
@@ -64,6 +69,7 @@ class Server {
     throw std::runtime_error("nmt-server never became SERVING\n" + process_->log());
   }
   ~Server() {
+    channel_.reset();
     process_->stop(SIGTERM, 30);
     fs::remove_all(dir_);
   }
@@ -81,6 +87,17 @@ class Server {
   std::unique_ptr<nmt::test::ServerProcess> process_;
   std::shared_ptr<grpc::Channel> channel_;
 };
+
+bool listening(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
 
 nmt::v1::TranslateRequest request(const std::vector<std::string>& texts, const nmt::DecodeOptions& o) {
   nmt::v1::TranslateRequest r;
