@@ -2,7 +2,7 @@
 # Sanitizer runs of the test suite, CPU-only builds in their own folders:
 #   scripts/sanitize.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer on the unit and
 #                              integration tests (build-asan/)
-#   scripts/sanitize.sh tsan   ThreadSanitizer on the batcher and server concurrency tests
+#   scripts/sanitize.sh tsan   ThreadSanitizer on the scheduler and server concurrency tests
 #                              (build-tsan/)
 # Any sanitizer report fails the run (halt_on_error, and ctest sees the non-zero exit).
 set -euo pipefail
@@ -26,7 +26,7 @@ case "$mode" in
     # The batcher's unit tests, then the real server under concurrent load: integration,
     # lifecycle, overload, disconnect storms, SIGTERM under load, the memory cap, and the
     # 1000 concurrent streams.
-    select=(-R '^server\.(Batcher|.*Batch|integration|lifecycle)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams)')
+    select=(-R '^server\.(Scheduler|integration|lifecycle|callback_limits)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams)')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/reliability/tsan.supp"
     ;;
   *) echo "unknown mode $mode (asan|tsan)" >&2; exit 2 ;;

@@ -221,6 +221,8 @@ std::vector<Scheduler::Waiting> Scheduler::take_admissible(const DecodeLoop& loo
                                                            Clock::time_point now) {
   purge_queue(now);
   std::vector<Waiting> taken;
+  // A quarter: measured on H100 at 64 and 256 clients against an eighth, a sixteenth and
+  // every step (the last the slowest: 7.9k against 8.7k sentences/s with 64 clients).
   const bool due = loop.idle() || queue_.size() * 4 >= size_t(loop.active_sentences()) ||
                    steps_since_admit >= options_.max_admit_delay_steps;
   if (!due) return taken;

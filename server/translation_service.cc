@@ -1,21 +1,36 @@
 #include "server/translation_service.h"
 
 #include <cmath>
-#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <random>
-#include <thread>
+#include <vector>
 
 #include "server/logging.h"
 #include "server/status.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define NMT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define NMT_TSAN 1
+#endif
+#endif
+#ifdef NMT_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace nmt::server {
 namespace {
 
-// Stream messages read ahead of the one being answered (they are batched meanwhile).
+// Stream messages read ahead of the one being answered (they are decoded meanwhile).
 constexpr size_t kStreamReadAhead = 64;
+
+// gRPC cancels a call when its deadline passes (OnCancel), which races the scheduler's own
+// expiry of the job: a job cancelled this close to (or after) its deadline counts as
+// expired, as the client sees it.
+constexpr auto kDeadlineSlack = std::chrono::milliseconds(5);
 
 std::string random_prefix() {
   std::random_device rd;
@@ -25,7 +40,7 @@ std::string random_prefix() {
 }
 
 // The call's deadline on the steady clock (max() when the client set none).
-Clock::time_point steady_deadline(const grpc::ServerContext& context) {
+Clock::time_point steady_deadline(const grpc::ServerContextBase& context) {
   const auto deadline = context.deadline();
   if (deadline == std::chrono::system_clock::time_point::max()) return Clock::time_point::max();
   const auto remaining = deadline - std::chrono::system_clock::now();
@@ -36,6 +51,36 @@ Clock::time_point steady_deadline(const grpc::ServerContext& context) {
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
+
+// gRPC runs a call's reactions (OnReadDone, OnWriteDone, OnCancel) and OnDone after what
+// led to them (the method handler's return, StartRead, StartWrite, Finish), on its own
+// threads, ordered through its core, which ThreadSanitizer does not see (Debian's gRPC is
+// not instrumented). handoff() before such an operation and arrived() first thing in a
+// reaction show it that order; both are nothing outside ThreadSanitizer builds.
+inline void handoff([[maybe_unused]] void* reactor) {
+#ifdef NMT_TSAN
+  __tsan_release(reactor);
+#endif
+}
+inline void arrived([[maybe_unused]] void* reactor) {
+#ifdef NMT_TSAN
+  __tsan_acquire(reactor);
+#endif
+}
+
+// A stream refused before its first message (authentication, server busy).
+class RefusedStream final
+    : public grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) {
+    handoff(this);
+    Finish(status);
+  }
+  void OnDone() override {
+    arrived(this);
+    delete this;
+  }
+};
 
 }  // namespace
 
@@ -51,17 +96,389 @@ struct TranslationService::Call {
 
 struct TranslationService::Admitted {
   ServedModel* model = nullptr;
-  std::shared_ptr<Job> job;
   bool return_scores = false;
   bool return_token_ids = false;
 };
 
-TranslationService::TranslationService(ModelRegistry& models, const Limits& limits,
-                                       Metrics& metrics, BearerAuth auth)
-    : models_(models), validator_(limits), metrics_(metrics), auth_(std::move(auth)),
-      id_prefix_(random_prefix()) {}
+// One of max_concurrent_calls places, counted in the inflight gauge while held. Released
+// just before the call's Finish (its answer is complete), so that a client that sends its
+// next call on receipt of the answer finds the place free.
+class TranslationService::Slot {
+ public:
+  explicit Slot(TranslationService& service) : service_(service) {}
+  ~Slot() { release(); }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
 
-grpc::Status TranslationService::authenticate(grpc::ServerContext* context, const char* method) {
+  // False (and nothing held) when every place is taken.
+  bool acquire() {
+    if (service_.calls_.fetch_add(1, std::memory_order_relaxed) >= service_.max_calls_) {
+      service_.calls_.fetch_sub(1, std::memory_order_relaxed);
+      return false;
+    }
+    service_.metrics_.inflight_gauge().Increment();
+    held_ = true;
+    return true;
+  }
+  void release() {
+    if (!held_) return;
+    held_ = false;
+    service_.metrics_.inflight_gauge().Decrement();
+    service_.calls_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  grpc::Status busy() const {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "server busy: " + std::to_string(service_.max_calls_) +
+                            " calls in flight (server.max_concurrent_calls)");
+  }
+
+ private:
+  TranslationService& service_;
+  bool held_ = false;
+};
+
+// Translate: parsed, validated and submitted in the method handler; the job's callback (on
+// a scheduler thread) fills the response and finishes the call. A client's cancellation or
+// the deadline (OnCancel) cancels the job, whose callback then finishes the call.
+//
+// The method is registered raw (bytes in and out): gRPC 1.51's callback handler answers a
+// request that does not parse UNIMPLEMENTED, with no message, before any code of ours runs.
+class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
+ public:
+  UnaryCall(TranslationService& service, grpc::CallbackServerContext* context,
+            const grpc::ByteBuffer& request_bytes, grpc::ByteBuffer* response_bytes)
+      : service_(service), context_(context), response_bytes_(response_bytes), slot_(service),
+        deadline_(steady_deadline(*context)) {
+    service_.reactor_started();
+    start(request_bytes);
+    handoff(this);
+  }
+
+  void OnCancel() override {
+    arrived(this);
+    // The job's callback then arrives CANCELLED (unless it already did) and finishes the
+    // call, on this thread when the job had not started.
+    if (job_) admitted_.model->scheduler->cancel(job_);
+    handoff(this);
+  }
+  void OnDone() override {
+    arrived(this);
+    TranslationService& service = service_;
+    delete this;
+    service.reactor_done();
+  }
+
+ private:
+  void start(const grpc::ByteBuffer& request_bytes) {
+    v1::TranslateRequest request;
+    grpc::ByteBuffer bytes(request_bytes);  // shares the slices; parsing consumes it
+    const bool parsed =
+        grpc::SerializationTraits<v1::TranslateRequest>::Deserialize(&bytes, &request).ok();
+    // Nothing of a request that does not parse is trusted (its id included).
+    call_ = service_.begin("Translate", parsed ? request : v1::TranslateRequest());
+    if (!parsed) {
+      finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "the request is not an nmt.v1.TranslateRequest (protobuf parse failed)"));
+      return;
+    }
+    if (!slot_.acquire()) {
+      finish(slot_.busy());
+      return;
+    }
+    // The callback may run (and finish the call) before submit() returns: nothing here
+    // touches what it uses after this point but job_, which only OnCancel reads, and
+    // OnCancel comes after the handler has returned.
+    try {
+      job_ = service_.admit(request, deadline_, call_, admitted_,
+                            [this](JobResult result) { done(result); });
+    } catch (const Error& e) {
+      finish(to_grpc_status(e));
+    } catch (const std::exception& e) {
+      finish(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
+    }
+  }
+
+  void done(const JobResult& result) {
+    grpc::Status status = service_.respond(admitted_, result, deadline_, call_, &response_);
+    if (status.ok()) {
+      bool own_buffer = false;
+      status = grpc::SerializationTraits<v1::TranslateResponse>::Serialize(
+          response_, response_bytes_, &own_buffer);
+    }
+    finish(status);
+  }
+  void finish(const grpc::Status& status) {
+    context_->AddTrailingMetadata("x-request-id", call_.request_id);
+    service_.record(call_, status);
+    slot_.release();
+    handoff(this);
+    Finish(status);  // OnDone (delete this) may follow at once, on another thread
+  }
+
+  TranslationService& service_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_bytes_;
+  Slot slot_;
+  Call call_;
+  const Clock::time_point deadline_;
+  Admitted admitted_;
+  v1::TranslateResponse response_;
+  std::shared_ptr<Job> job_;  // written by the handler, read by OnCancel
+};
+
+// TranslateStream: each message read is admitted at once (or answered with its error), so
+// that messages read ahead decode together; answers are written in message order as they
+// complete, each with its own status. Reading pauses while kStreamReadAhead messages are
+// unanswered. A failed write or OnCancel cancels every pending job, and the stream finishes
+// CANCELLED once all their callbacks have come back.
+//
+// Threads: gRPC runs OnReadDone/OnWriteDone/OnCancel (each holding the call alive), the
+// scheduler runs the job callbacks (holding nothing). State is guarded by mutex_; gRPC
+// operations (StartRead, StartWrite, Finish) are started by one thread at a time, the
+// "actor" (pump()), never under mutex_. Finish is the actor's last act: nothing starts an
+// operation after it, and no job callback is left to touch the reactor, which OnDone deletes.
+class TranslationService::StreamCall final
+    : public grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse> {
+ public:
+  StreamCall(TranslationService& service, grpc::CallbackServerContext* context)
+      : service_(service), slot_(service), deadline_(steady_deadline(*context)) {}
+
+  // Takes a place and starts reading; false when the server is busy (nothing started: the
+  // reactor is not gRPC's).
+  bool start() {
+    if (!slot_.acquire()) return false;
+    service_.reactor_started();
+    reading_ = true;
+    handoff(this);
+    StartRead(&request_);
+    return true;
+  }
+  grpc::Status busy() const { return slot_.busy(); }
+
+  void OnReadDone(bool ok) override {
+    arrived(this);
+    read_done(ok);
+    handoff(this);
+  }
+  void OnWriteDone(bool ok) override {
+    arrived(this);
+    write_done(ok);
+    handoff(this);
+  }
+  void OnCancel() override {
+    arrived(this);
+    cancel_all();
+    handoff(this);
+  }
+  void OnDone() override {
+    arrived(this);
+    TranslationService& service = service_;
+    delete this;
+    service.reactor_done();
+  }
+
+ private:
+  struct Entry {
+    Call call;
+    Admitted admitted;
+    std::shared_ptr<Job> job;  // while its callback has not come back
+    bool done = false;         // answered: `response` is final
+    v1::TranslateStreamResponse response;
+  };
+
+  // A message, or the end of the client's messages (ok=false).
+  void read_done(bool ok) {
+    if (!ok) {  // the client half-closed, or the stream broke
+      std::unique_lock<std::mutex> lock(mutex_);
+      reading_ = false;
+      read_done_ = true;
+      pump(std::move(lock));
+      return;
+    }
+    auto entry = std::make_shared<Entry>();
+    entry->call = service_.begin("TranslateStream", request_);
+    entry->response.set_request_id(entry->call.request_id);
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cancelled = cancelled_;
+      if (!cancelled) {
+        pending_.push_back(entry);
+        ++outstanding_;
+      }
+    }
+    if (cancelled) {  // the stream is going away: recorded, and answered nowhere
+      service_.record(entry->call,
+                      grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed"));
+      std::unique_lock<std::mutex> lock(mutex_);
+      reading_ = false;
+      pump(std::move(lock));
+      return;
+    }
+    grpc::Status refused;
+    std::shared_ptr<Job> job;
+    try {
+      job = service_.admit(request_, deadline_, entry->call, entry->admitted,
+                           [this, entry](JobResult result) { completed(*entry, result); });
+    } catch (const Error& e) {
+      refused = to_grpc_status(e);
+    } catch (const std::exception& e) {
+      refused = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+    }
+    if (!refused.ok()) {
+      answer(*entry, refused);
+      service_.record(entry->call, refused);
+    }
+    bool cancel = false;
+    std::unique_lock<std::mutex> lock(mutex_);
+    reading_ = false;
+    if (!refused.ok()) {
+      entry->done = true;
+      --outstanding_;
+    } else if (!entry->done) {
+      entry->job = job;
+      cancel = cancelled_;  // OnCancel came while we were submitting
+    }
+    if (cancel) {
+      lock.unlock();
+      entry->admitted.model->scheduler->cancel(job);
+      lock.lock();
+    }
+    pump(std::move(lock));
+  }
+
+  void write_done(bool ok) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    writing_ = false;
+    if (ok) {
+      pending_.pop_front();
+      pump(std::move(lock));
+      return;
+    }
+    lock.unlock();
+    cancel_all();
+  }
+
+  static void answer(Entry& entry, const grpc::Status& status) {
+    entry.response.set_status_code(status.error_code());
+    entry.response.set_status_message(status.error_message());
+  }
+
+  // A job's callback: a scheduler thread, or the thread that cancelled the job.
+  void completed(Entry& entry, const JobResult& result) {
+    // Nobody else reads an entry before it is done.
+    const grpc::Status status = service_.respond(entry.admitted, result, deadline_, entry.call,
+                                                 entry.response.mutable_response());
+    if (!status.ok()) entry.response.clear_response();
+    answer(entry, status);
+    service_.record(entry.call, status);
+    std::unique_lock<std::mutex> lock(mutex_);
+    entry.done = true;
+    entry.job.reset();
+    --outstanding_;
+    pump(std::move(lock));  // the last touch of the reactor unless this thread acts
+  }
+
+  void cancel_all() {
+    std::vector<std::pair<Scheduler*, std::shared_ptr<Job>>> jobs;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!cancelled_) {
+        cancelled_ = true;
+        for (const auto& e : pending_) {
+          if (!e->done && e->job) jobs.emplace_back(e->admitted.model->scheduler.get(), e->job);
+        }
+      }
+    }
+    // Their callbacks may run here, on this thread.
+    for (auto& [scheduler, job] : jobs) scheduler->cancel(job);
+    pump(std::unique_lock<std::mutex>(mutex_));
+  }
+
+  // Starts what the state calls for. Called with mutex_ held; the first caller becomes the
+  // actor and loops until nothing changed meanwhile; later callers leave it a note (dirty_).
+  void pump(std::unique_lock<std::mutex> lock) {
+    if (acting_) {
+      dirty_ = true;
+      return;
+    }
+    acting_ = true;
+    while (true) {
+      dirty_ = false;
+      const v1::TranslateStreamResponse* write = nullptr;
+      bool read = false;
+      std::optional<grpc::Status> finish;
+      if (cancelled_) {
+        // Reads may be outstanding: they end (ok=false) once the call is finished.
+        if (outstanding_ == 0 && !writing_) {
+          finish = grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed");
+        }
+      } else {
+        if (!writing_ && !pending_.empty() && pending_.front()->done) {
+          writing_ = true;
+          write = &pending_.front()->response;
+        }
+        if (!reading_ && !read_done_ && pending_.size() < kStreamReadAhead) {
+          reading_ = true;
+          read = true;
+        }
+        if (read_done_ && !reading_ && !writing_ && pending_.empty()) finish = grpc::Status::OK;
+      }
+      if (finish) {
+        slot_.release();
+        lock.unlock();
+        handoff(this);
+        Finish(*finish);  // acting_ stays set: nothing starts after this
+        return;
+      }
+      lock.unlock();
+      if (write || read) handoff(this);
+      if (write) StartWrite(write);  // the entry stays at the front until OnWriteDone
+      if (read) StartRead(&request_);
+      lock.lock();
+      if (!dirty_) {
+        acting_ = false;
+        return;
+      }
+    }
+  }
+
+  TranslationService& service_;
+  Slot slot_;
+  const Clock::time_point deadline_;
+  v1::TranslateRequest request_;  // the read in flight
+
+  std::mutex mutex_;
+  std::deque<std::shared_ptr<Entry>> pending_;  // message order; the front is written next
+  int outstanding_ = 0;   // pending entries whose job callback has not come back
+  bool reading_ = false;  // a read in flight, or OnReadDone running
+  bool read_done_ = false;
+  bool writing_ = false;
+  bool cancelled_ = false;
+  bool acting_ = false;
+  bool dirty_ = false;
+};
+
+TranslationService::TranslationService(ModelRegistry& models, const Limits& limits,
+                                       Metrics& metrics, BearerAuth auth,
+                                       int max_concurrent_calls)
+    : models_(models), validator_(limits), metrics_(metrics), auth_(std::move(auth)),
+      id_prefix_(random_prefix()), max_calls_(max_concurrent_calls) {}
+
+void TranslationService::reactor_done() {
+  if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard<std::mutex> lock(live_mutex_);
+    no_live_.notify_all();
+  }
+}
+
+void TranslationService::wait_for_calls() {
+  std::unique_lock<std::mutex> lock(live_mutex_);
+  no_live_.wait(lock, [this] { return live_.load(std::memory_order_acquire) == 0; });
+}
+
+grpc::Status TranslationService::authenticate(grpc::CallbackServerContext* context,
+                                              const char* method) {
   if (auth_.allows(context->client_metadata())) return grpc::Status::OK;
   const grpc::Status status(grpc::StatusCode::UNAUTHENTICATED,
                             "missing or wrong bearer token (metadata 'authorization: Bearer TOKEN')");
@@ -84,9 +501,9 @@ TranslationService::Call TranslationService::begin(const char* method,
   return call;
 }
 
-TranslationService::Admitted TranslationService::admit(const v1::TranslateRequest& request,
-                                                       Clock::time_point deadline, Call& call) {
-  Admitted admitted;
+std::shared_ptr<Job> TranslationService::admit(const v1::TranslateRequest& request,
+                                               Clock::time_point deadline, Call& call,
+                                               Admitted& admitted, JobCallback done) {
   admitted.model = &models_.find(request.model());
   call.model = admitted.model->name;
   const Tokenizer& tokenizer = admitted.model->tokenizer();
@@ -95,12 +512,20 @@ TranslationService::Admitted TranslationService::admit(const v1::TranslateReques
   call.input_tokens = valid.input_tokens;
   admitted.return_scores = request.options().return_scores();
   admitted.return_token_ids = request.options().return_token_ids();
-  admitted.job = admitted.model->batcher->submit(std::move(valid.source_ids), valid.options, deadline);
-  return admitted;
+  return admitted.model->scheduler->submit(std::move(valid.source_ids), valid.options, deadline,
+                                           std::move(done));
 }
 
-void TranslationService::respond(const Admitted& admitted, const JobResult& result, Call& call,
-                                 v1::TranslateResponse* response) {
+grpc::Status TranslationService::respond(const Admitted& admitted, const JobResult& result,
+                                         Clock::time_point deadline, Call& call,
+                                         v1::TranslateResponse* response) {
+  if (!result.ok) {
+    if (result.code == ErrorCode::kCancelled && Clock::now() + kDeadlineSlack >= deadline) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "deadline exceeded before the translation finished");
+    }
+    return grpc::Status(to_grpc_code(result.code), result.message);
+  }
   response->set_request_id(call.request_id);
   response->set_model(admitted.model->name);
   for (const Translation& t : result.translations) {
@@ -117,19 +542,11 @@ void TranslationService::respond(const Admitted& admitted, const JobResult& resu
   response->set_output_tokens(call.output_tokens);
   v1::Timings* timings = response->mutable_timings();
   timings->set_queue_ms(result.queue_seconds * 1e3);
-  timings->set_encode_ms(result.encode_seconds * 1e3);
   timings->set_decode_ms(result.decode_seconds * 1e3);
   timings->set_total_ms(ms_since(call.start));
   metrics_.queue_wait(call.model, result.queue_seconds);
+  metrics_.decode_time(call.model, result.decode_seconds);
   metrics_.tokens(call.model, call.input_tokens, call.output_tokens);
-}
-
-grpc::Status TranslationService::complete(grpc::ServerContext* context, const Admitted& admitted,
-                                          Call& call, v1::TranslateResponse* response) {
-  const JobResult result =
-      admitted.model->batcher->wait(admitted.job, [context] { return context->IsCancelled(); });
-  if (!result.ok) return grpc::Status(to_grpc_code(result.code), result.message);
-  respond(admitted, result, call, response);
   return grpc::Status::OK;
 }
 
@@ -155,103 +572,37 @@ void TranslationService::record(const Call& call, const grpc::Status& status) {
   log_event(server_fault ? spdlog::level::err : spdlog::level::warn, "request failed", fields);
 }
 
-grpc::Status TranslationService::Translate(grpc::ServerContext* context,
-                                           const v1::TranslateRequest* request,
-                                           v1::TranslateResponse* response) {
-  if (grpc::Status denied = authenticate(context, "Translate"); !denied.ok()) return denied;
-  Metrics::Inflight inflight(metrics_.inflight_gauge());
-  Call call = begin("Translate", *request);
-  grpc::Status status;
-  try {
-    const Admitted admitted = admit(*request, steady_deadline(*context), call);
-    status = complete(context, admitted, call, response);
-  } catch (const Error& e) {
-    status = to_grpc_status(e);
-  } catch (const std::exception& e) {
-    status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+grpc::ServerUnaryReactor* TranslationService::Translate(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  if (grpc::Status denied = authenticate(context, "Translate"); !denied.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(denied);
+    return reactor;
   }
-  context->AddTrailingMetadata("x-request-id", call.request_id);
-  record(call, status);
-  return status;
+  return new UnaryCall(*this, context, *request, response);
 }
 
-grpc::Status TranslationService::TranslateStream(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::TranslateStreamResponse, v1::TranslateRequest>* stream) {
-  if (grpc::Status denied = authenticate(context, "TranslateStream"); !denied.ok()) return denied;
-  Metrics::Inflight inflight(metrics_.inflight_gauge());
-  struct Entry {
-    Call call;
-    std::optional<Admitted> admitted;
-    grpc::Status status;  // the admission error, when not admitted
-  };
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::deque<Entry> pending;
-  bool reading_done = false;
-  const Clock::time_point deadline = steady_deadline(*context);
-
-  // The reader admits messages as they arrive so that they batch while earlier ones are
-  // answered; the handler thread answers them in order.
-  std::thread reader([&] {
-    v1::TranslateRequest request;
-    while (true) {
-      {
-        std::unique_lock<std::mutex> lock(mutex);
-        changed.wait(lock, [&] { return pending.size() < kStreamReadAhead; });
-      }
-      if (!stream->Read(&request)) break;
-      Entry entry{begin("TranslateStream", request), std::nullopt, grpc::Status::OK};
-      try {
-        entry.admitted = admit(request, deadline, entry.call);
-      } catch (const Error& e) {
-        entry.status = to_grpc_status(e);
-      } catch (const std::exception& e) {
-        entry.status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
-      }
-      std::lock_guard<std::mutex> lock(mutex);
-      pending.push_back(std::move(entry));
-      changed.notify_all();
-    }
-    std::lock_guard<std::mutex> lock(mutex);
-    reading_done = true;
-    changed.notify_all();
-  });
-
-  bool writable = true;
-  while (true) {
-    std::optional<Entry> entry;
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      changed.wait(lock, [&] { return !pending.empty() || reading_done; });
-      if (pending.empty()) break;
-      entry.emplace(std::move(pending.front()));
-      pending.pop_front();
-      changed.notify_all();
-    }
-    v1::TranslateStreamResponse out;
-    out.set_request_id(entry->call.request_id);
-    if (entry->admitted) {
-      if (writable) {
-        entry->status = complete(context, *entry->admitted, entry->call, out.mutable_response());
-      } else {
-        entry->admitted->model->batcher->cancel(entry->admitted->job);
-        entry->status = grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed");
-      }
-    }
-    out.set_status_code(entry->status.error_code());
-    out.set_status_message(entry->status.error_message());
-    if (writable) writable = stream->Write(out);
-    record(entry->call, entry->status);
+grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse>*
+TranslationService::TranslateStream(grpc::CallbackServerContext* context) {
+  if (grpc::Status denied = authenticate(context, "TranslateStream"); !denied.ok()) {
+    return new RefusedStream(denied);
   }
-  reader.join();
-  return writable ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "stream closed");
+  auto stream = std::make_unique<StreamCall>(*this, context);
+  if (stream->start()) return stream.release();
+  const grpc::Status busy = stream->busy();
+  record(begin("TranslateStream", v1::TranslateRequest()), busy);
+  return new RefusedStream(busy);
 }
 
-grpc::Status TranslationService::ListModels(grpc::ServerContext* context,
-                                            const v1::ListModelsRequest*,
-                                            v1::ListModelsResponse* response) {
-  if (grpc::Status denied = authenticate(context, "ListModels"); !denied.ok()) return denied;
+grpc::ServerUnaryReactor* TranslationService::ListModels(grpc::CallbackServerContext* context,
+                                                         const v1::ListModelsRequest*,
+                                                         v1::ListModelsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status denied = authenticate(context, "ListModels"); !denied.ok()) {
+    reactor->Finish(denied);
+    return reactor;
+  }
   for (const auto& m : models_.models()) {
     v1::ModelInfo* info = response->add_models();
     info->set_name(m->name);
@@ -260,7 +611,8 @@ grpc::Status TranslationService::ListModels(grpc::ServerContext* context,
     info->set_is_default(m->is_default);
     info->set_vocab_size(m->tokenizer().vocab_size());
   }
-  return grpc::Status::OK;
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace nmt::server

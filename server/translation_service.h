@@ -1,11 +1,14 @@
 #pragma once
-// The gRPC face of the server: a thin layer that validates (RequestValidator), queues
-// (Batcher via ModelRegistry), waits, fills the response, and records one metrics update
-// and one log line per request.
+// The gRPC face of the server, on gRPC's callback API: a thin layer that validates
+// (RequestValidator), submits to its model's Scheduler, fills the response when the job's
+// callback arrives, and records one metrics update and one log line per request. A waiting
+// request holds no thread; a client's cancellation arrives as OnCancel and cancels its job.
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "nmt/v1/translation.grpc.pb.h"
@@ -16,34 +19,57 @@
 
 namespace nmt::server {
 
-class TranslationService final : public v1::TranslationService::Service {
- public:
-  TranslationService(ModelRegistry& models, const Limits& limits, Metrics& metrics,
-                     BearerAuth auth = BearerAuth());
+// Translate is registered raw (bytes in and out) and parsed here, so that a request that
+// is not a TranslateRequest gets INVALID_ARGUMENT like any other bad input (gRPC 1.51's
+// callback handler would answer UNIMPLEMENTED); the other two methods are typed.
+using TranslationServiceBase = v1::TranslationService::WithRawCallbackMethod_Translate<
+    v1::TranslationService::WithCallbackMethod_TranslateStream<
+        v1::TranslationService::WithCallbackMethod_ListModels<v1::TranslationService::Service>>>;
 
-  grpc::Status Translate(grpc::ServerContext* context, const v1::TranslateRequest* request,
-                         v1::TranslateResponse* response) override;
-  grpc::Status TranslateStream(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::TranslateStreamResponse, v1::TranslateRequest>* stream) override;
-  grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
-                          v1::ListModelsResponse* response) override;
+class TranslationService final : public TranslationServiceBase {
+ public:
+  // At most `max_concurrent_calls` Translate calls and streams at once
+  // (server.max_concurrent_calls); beyond it a new one is refused RESOURCE_EXHAUSTED.
+  TranslationService(ModelRegistry& models, const Limits& limits, Metrics& metrics,
+                     BearerAuth auth = BearerAuth(), int max_concurrent_calls = 4096);
+
+  grpc::ServerUnaryReactor* Translate(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse>* TranslateStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+
+  // Blocks until every Translate and TranslateStream reactor is gone. After
+  // grpc::Server::Wait() that is at once (gRPC has run every OnDone): called there, it
+  // orders the calls' last steps (a cancel into a scheduler, say) before the models stop,
+  // where ThreadSanitizer sees it too.
+  void wait_for_calls();
 
  private:
   struct Call;      // one request's bookkeeping, receipt to log line
-  struct Admitted;  // a validated request queued in its model's batcher
+  struct Admitted;  // a validated request and its model
+  class Slot;       // a place among max_concurrent_calls, and the inflight gauge
+  class UnaryCall;  // Translate's reactor
+  class StreamCall;  // TranslateStream's reactor
 
   Call begin(const char* method, const v1::TranslateRequest& request);
-  Admitted admit(const v1::TranslateRequest& request, Clock::time_point deadline, Call& call);
-  void respond(const Admitted& admitted, const JobResult& result, Call& call,
-               v1::TranslateResponse* response);
-  // Waits for the admitted request and fills the response; returns the request's status.
-  grpc::Status complete(grpc::ServerContext* context, const Admitted& admitted, Call& call,
-                        v1::TranslateResponse* response);
+  // Validates the request and resolves its model into `admitted` (everything the job's
+  // callback needs), then submits it; `done` may run before this returns. Throws
+  // nmt::Error (the request is refused; `done` never runs).
+  std::shared_ptr<Job> admit(const v1::TranslateRequest& request, Clock::time_point deadline,
+                             Call& call, Admitted& admitted, JobCallback done);
+  // The request's status from its job's result; fills the response when it is OK.
+  grpc::Status respond(const Admitted& admitted, const JobResult& result,
+                       Clock::time_point deadline, Call& call, v1::TranslateResponse* response);
   void record(const Call& call, const grpc::Status& status);
+  void reactor_started() { live_.fetch_add(1, std::memory_order_relaxed); }
+  void reactor_done();
   // OK, or UNAUTHENTICATED (recorded as one request of `method`) when the call lacks an
   // accepted bearer token.
-  grpc::Status authenticate(grpc::ServerContext* context, const char* method);
+  grpc::Status authenticate(grpc::CallbackServerContext* context, const char* method);
 
   ModelRegistry& models_;
   RequestValidator validator_;
@@ -51,6 +77,11 @@ class TranslationService final : public v1::TranslationService::Service {
   const BearerAuth auth_;
   const std::string id_prefix_;
   std::atomic<uint64_t> next_id_{1};
+  const int max_calls_;
+  std::atomic<int> calls_{0};  // Translate calls and streams holding a Slot
+  std::atomic<int> live_{0};   // UnaryCall and StreamCall reactors not yet deleted
+  std::mutex live_mutex_;
+  std::condition_variable no_live_;
 };
 
 }  // namespace nmt::server

@@ -2,12 +2,14 @@
 """Hostile requests over the network: bytes that are not a TranslateRequest, messages over
 server.max_message_bytes, request ids and model names with control characters (a request_id
 with a newline made gRPC abort the whole server before the validator refused it), invalid
-UTF-8, thousands of texts, absurd options. Each gets its own error status; the server never
-dies and answers a normal request afterwards.
+UTF-8, thousands of texts, absurd options, 200 open reflection streams. Each gets its own
+error status; the server never dies and answers a normal request afterwards.
 
     test_hostile.py REPO_ROOT NMT_SERVER
 """
+import collections
 import os
+import queue
 import sys
 
 import rel
@@ -57,6 +59,24 @@ def main():
             check([r.status_code for r in responses] == [3, 0] and responses[1].request_id == "fine"
                   and "\n" not in responses[0].request_id,
                   f"on a stream: the bad id is refused and not echoed ({[r.request_id for r in responses]})")
+            # Reflection is gRPC's synchronous kind of service (a thread per call in flight):
+            # 200 open reflection streams stay within the server's thread quota, the ones
+            # beyond it are refused, and translation does not notice.
+            reflect = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                            request_serializer=None, response_deserializer=None)
+            idle_threads = rel.proc_status(server.proc.pid)["Threads"]
+            queues = [queue.Queue() for _ in range(200)]
+            streams = [reflect(iter(q.get, None), timeout=60) for q in queues]
+            refused = rel.wait_for(lambda: sum(s.done() for s in streams) >= 150, 30)
+            threads = rel.proc_status(server.proc.pid)["Threads"]
+            code, _, _, _ = rel.call(stub.Translate, pb.TranslateRequest(texts=[b"A dog."]), timeout=30)
+            for q in queues:
+                q.put(None)
+            outcomes = collections.Counter(rel.call(list, s)[0] for s in streams)
+            check(refused and threads <= idle_threads + 24 and code == "OK"
+                  and set(outcomes) <= {"OK", "RESOURCE_EXHAUSTED"},
+                  f"200 reflection streams: threads {idle_threads} -> {threads}, {dict(outcomes)}; "
+                  f"a translation meanwhile: {code}")
             code, _, _, r = rel.call(stub.Translate, pb.TranslateRequest(texts=[b"A man is riding a bike."], request_id="after"), timeout=30)
             check(code == "OK" and r.request_id == "after", f"a normal request afterwards: {code}")
             check(server.proc.poll() is None, "the server is alive")

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """1000 concurrent TranslateStream streams: all open at once (each has its first answer before
-any sends its second message), every message answered OK, the server's threads and file
-descriptors stay within its limits and return to their idle level once the streams close.
+any sends its second message), every message answered OK, the server's threads stay bounded
+(no thread per stream) and its file descriptors return to their idle level once the streams
+close.
 
     test_streams.py REPO_ROOT NMT_SERVER [STREAMS]
 """
@@ -90,7 +91,10 @@ def main():
         check(all(a[1] == f"s{a[6]}-0" and a[3] == f"s{a[6]}-1" for a in answers),
               "each stream got its own answers, in order (request ids)")
         print(f"server idle: {idle}; peak during the streams: {peak}")
-        check(peak["Threads"] < 4 * n + 200, f"peak threads {peak['Threads']}")
+        # The callback API holds no thread per stream: gRPC's pools are bounded (they scale
+        # with the cores, its executor up to 2 threads per core).
+        bound = max(64, 3 * (os.cpu_count() or 1))
+        check(peak["Threads"] <= bound, f"peak threads {peak['Threads']} (at most {bound}: none per stream)")
         settled = rel.wait_for(lambda: rel.proc_status(server.proc.pid)["fds"] <= idle["fds"] + 16, 30)
         now = rel.proc_status(server.proc.pid)
         check(settled, f"fds back to idle after the streams: {idle['fds']} -> peak {peak['fds']} -> {now['fds']}")

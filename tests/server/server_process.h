@@ -117,6 +117,8 @@ class ServerProcess {
     return WIFEXITED(exit_status_) ? WEXITSTATUS(exit_status_) : 128 + WTERMSIG(exit_status_);
   }
 
+  pid_t pid() const { return pid_; }
+
   std::string log() const {
     std::ifstream in(log_path_);
     std::stringstream s;

@@ -58,7 +58,7 @@ class ServerTest : public ::testing::Test {
                           << "\n  max_input_tokens: " << kMaxInputTokens
                           << "\n  max_beam_size: " << kMaxBeam
                           << "\n  max_decoding_length: " << kMaxLength << "\n"
-                          << "batching:\n  max_wait_ms: 5\n  max_queue_sentences: 256\n"
+                          << "batching:\n  max_queue_sentences: 256\n"
                           << "models:\n  - name: m30k\n    path: " << kModelDir << "\n";
     port_ = nmt::test::free_port();
     metrics_port_ = nmt::test::free_port();
@@ -365,7 +365,9 @@ TEST_F(ServerTest, MetricsCountTheRequestsSent) {
   const std::string before = scrape();
   for (const char* family :
        {"nmt_requests_total", "nmt_request_duration_seconds", "nmt_queue_wait_seconds",
-        "nmt_encode_seconds", "nmt_decode_seconds", "nmt_batch_size", "nmt_input_tokens_total",
+        "nmt_encode_seconds", "nmt_decode_seconds", "nmt_active_rows", "nmt_active_sentences",
+        "nmt_admitted_sentences", "nmt_step_duration_seconds", "nmt_time_to_first_step_seconds",
+        "nmt_input_tokens_total",
         "nmt_output_tokens_total", "nmt_inflight_requests", "nmt_gpu_memory_bytes",
         "nmt_model_loaded"}) {
     EXPECT_NE(before.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
@@ -377,6 +379,8 @@ TEST_F(ServerTest, MetricsCountTheRequestsSent) {
   const std::string in_series = R"(nmt_input_tokens_total{model="m30k"})";
   const std::string out_series = R"(nmt_output_tokens_total{model="m30k"})";
   const std::string count_series = R"(nmt_request_duration_seconds_count{model="m30k"})";
+  const std::string decode_series = R"(nmt_decode_seconds_count{model="m30k"})";
+  const std::string step_series = R"(nmt_step_duration_seconds_count{model="m30k"})";
   auto value0 = [&](const std::string& series) { return std::max(0.0, metric_value(before, series)); };
 
   const std::vector<std::string> texts = sentences(7);
@@ -396,7 +400,8 @@ TEST_F(ServerTest, MetricsCountTheRequestsSent) {
   EXPECT_EQ(metric_value(after, count_series) - value0(count_series), 10);
   EXPECT_EQ(metric_value(after, in_series) - value0(in_series), input_tokens);
   EXPECT_EQ(metric_value(after, out_series) - value0(out_series), output_tokens);
-  EXPECT_GE(metric_value(after, R"(nmt_batch_size_count{model="m30k"})"), 7);
+  EXPECT_EQ(metric_value(after, decode_series) - value0(decode_series), 7);  // OK requests
+  EXPECT_GE(metric_value(after, step_series) - value0(step_series), 7);  // one after another
   EXPECT_EQ(metric_value(after, "nmt_inflight_requests"), 0);
 }
 
