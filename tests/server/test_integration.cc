@@ -16,6 +16,7 @@
 #include "nmt/v1/translation.grpc.pb.h"
 #include "server/loadgen/sentence_source.h"
 #include "server_process.h"
+#include "test_sentences.h"
 
 namespace fs = std::filesystem;
 using nmt::test::metric_value;
@@ -24,28 +25,9 @@ using std::chrono::milliseconds;
 namespace {
 
 const std::string kModelDir = std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small";
-const std::string kTest2016 =
-    std::string(NMT_REPO_ROOT) + "/../shared/data/multi30k/test_2016_flickr.en.gz";
 constexpr int kMaxSentences = 16, kMaxInputTokens = 48, kMaxBeam = 8, kMaxLength = 128;
 
-// Distinct English sentences: Multi30k test2016 when present, else built from templates.
-std::vector<std::string> sentences(size_t n) {
-  std::vector<std::string> out;
-  if (fs::exists(kTest2016)) {
-    for (const std::string& s : nmt::loadgen::read_sentences(kTest2016)) {
-      if (out.size() == n) break;
-      if (s.size() < 120) out.push_back(s);
-    }
-  }
-  const char* who[] = {"A man", "Two women", "A little girl", "A black dog", "Three boys", "An old man"};
-  const char* what[] = {"is riding a bike", "are playing soccer", "is eating an apple",
-                        "is running", "are sitting on a bench", "is swimming"};
-  const char* where[] = {"in the park.", "on the street.", "near the water."};
-  for (size_t i = 0; out.size() < n; ++i) {
-    out.push_back(std::string(who[i % 6]) + " " + what[(i / 6) % 6] + " " + where[(i / 36) % 3]);
-  }
-  return out;
-}
+using nmt::test::sentences;
 
 class ServerTest : public ::testing::Test {
  protected:
@@ -305,6 +287,9 @@ TEST_F(ServerTest, ThirtyTwoConcurrentClients) {
           "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials(), args));
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      // A fresh channel's first connect can fail transiently on a loaded machine (seen:
+      // "failed to connect to all addresses" while CI ran beside it): wait for it instead.
+      ctx.set_wait_for_ready(true);
       status[i] = s->Translate(&ctx, request({texts[i]}, 4), &got[i]);
     });
   }
