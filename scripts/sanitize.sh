@@ -23,7 +23,7 @@ case "$mode" in
     ;;
   tsan)
     dir=build-tsan; flags=thread
-    # The batcher's unit tests, then the real server under concurrent load: integration,
+    # The scheduler's unit tests, then the real server under concurrent load: integration,
     # lifecycle, overload, disconnect storms, SIGTERM under load, the memory cap, and the
     # 1000 concurrent streams.
     select=(-R '^server\.(Scheduler|integration|lifecycle|callback_limits)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams)')

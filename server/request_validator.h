@@ -14,7 +14,7 @@
 
 namespace nmt::server {
 
-// A request that passed every check: what the batcher needs.
+// A request that passed every check: what the scheduler needs.
 struct ValidRequest {
   std::vector<std::vector<int>> source_ids;  // one per text, </s> included
   DecodeOptions options;
