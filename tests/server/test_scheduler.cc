@@ -62,6 +62,16 @@ struct Fixture {
   std::vector<std::unique_ptr<DecodeLoop>> loops;
   std::vector<DecodeLoop*> raw;
   std::unique_ptr<Scheduler> scheduler;
+  // The largest rows, sentences and admission the loops reported, once they have stopped
+  // (a loop reports going idle after its last answer).
+  struct Maxima {
+    int rows, sentences, admitted;
+  };
+  Maxima stop_and_read() {
+    scheduler->stop();
+    std::lock_guard<std::mutex> lock(mutex);
+    return {max_rows, max_sentences, max_admitted};
+  }
   std::mutex mutex;
   int max_rows = 0, max_sentences = 0, max_admitted = 0;
 };
@@ -118,8 +128,9 @@ TEST(Scheduler, ConcurrentMixedRequestsGetTheirAloneResultsInOrder) {
       }
     }
   }
-  EXPECT_LE(f.max_rows, 16);
-  EXPECT_LE(f.max_sentences, 6);
+  const Fixture::Maxima m = f.stop_and_read();
+  EXPECT_LE(m.rows, 16);
+  EXPECT_LE(m.sentences, 6);
 }
 
 TEST(Scheduler, AShortRequestDoesNotWaitForLongOnes) {
@@ -143,9 +154,10 @@ TEST(Scheduler, AdmissionIsBoundedBySlotsRowsAndTokenBudget) {
   std::vector<std::future<JobResult>> futures;
   for (int i = 0; i < 12; ++i) futures.push_back(f.submit({sentence(5 + i)}, beam(3)));
   for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
-  EXPECT_LE(f.max_rows, 9);  // three sentences of beam 3 fit in 10 rows, a fourth does not
-  EXPECT_EQ(f.max_sentences, 3);
-  EXPECT_LE(f.max_admitted, 2);  // 4 tokens each, 8 per admission
+  const Fixture::Maxima m = f.stop_and_read();
+  EXPECT_LE(m.rows, 9);  // three sentences of beam 3 fit in 10 rows, a fourth does not
+  EXPECT_EQ(m.sentences, 3);
+  EXPECT_LE(m.admitted, 2);  // 4 tokens each, 8 per admission
 }
 
 TEST(Scheduler, RefusesAtOnceWhatCanNeverFitOrOverflowsTheQueue) {
