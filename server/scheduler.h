@@ -102,7 +102,7 @@ class Scheduler {
   void respond();
   std::vector<Waiting> take_admissible(const DecodeLoop& loop, int steps_since_admit,
                                        Clock::time_point now);
-  bool wait_for_work(std::unique_lock<std::mutex>& lock);
+  bool wait_for_work(std::unique_lock<std::mutex>& lock, int index);
   void answer(std::vector<Done>& finished);
   void purge_queue(Clock::time_point now);
   void check_fits(const std::vector<std::vector<int>>& source_ids, const DecodeOptions& options) const;
@@ -116,7 +116,9 @@ class Scheduler {
   std::deque<Waiting> queue_;  // arrival order
   std::atomic<size_t> queued_{0};  // queue_.size(), read without the lock by idle loops
   bool stopping_ = false;
-  std::atomic<int> active_{0};
+  int last_idle_loop_ = 0;  // the loop that went idle most recently: it polls, the others sleep
+  int spinning_ = 0;        // loops polling the queue now (0 or 1)
+  std::atomic<int> active_{0};  // sentences in the loops
   std::vector<std::thread> threads_;
 
   const DetokenizeFn detokenize_;

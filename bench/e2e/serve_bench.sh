@@ -4,7 +4,8 @@
 # on PATH and the Multi30k test2016 source in $NMT_SHARED (default ../shared):
 #   1. offline: nmt-bench-e2e on test2016 x 4, batches 64 and 256 (sentences/s), and one
 #      sentence at a time (p50 latency);
-#   2. served, for each WORKERS value (decode loops of the model): nmt-loadgen with 1 client,
+#   2. served, for each WORKERS value (decode loops of the model): a closed loop of
+#      Health.Check calls (the transport's round trip alone), then nmt-loadgen with 1 client,
 #      64 and 256 single-sentence clients, and 64 clients of 8 sentences per request, each
 #      after a warm-up pass.
 # Every figure is a RESULT line (JSON, with device, commit and date) appended to
@@ -61,11 +62,14 @@ for w in $workers; do
       --sentences-per-request "$3" --duration "$seconds" --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
     stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name=sys.argv[2], workers=int(sys.argv[3]), precision=sys.argv[4], server_args=sys.argv[5]); print(json.dumps(r))' "$r" "$1" "$w" "$precision" "${SERVER_ARGS:-}")" >> "$results"
   }
+  # The transport alone: the same client's closed loop of Health.Check calls (no work).
+  r=$(nmt-loadgen --ping --target 127.0.0.1:$port --clients 1 --duration 3 --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
+  stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name="ping", workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4]); print(json.dumps(r))' "$r" "$w" "$precision" "${SERVER_ARGS:-}")" >> "$results"
   load single-client 1 1
   load clients-64 64 1
   load clients-256 256 1
   load clients-64x8 64 8
-  curl -s 127.0.0.1:$((port + 1))/metrics | grep -E "^nmt_(admitted_sentences|step_duration_seconds|time_to_first_step_seconds)_(sum|count)" > "$out/metrics-$w.txt"
+  curl -s 127.0.0.1:$((port + 1))/metrics | grep -E "^nmt_(admitted_sentences|step_duration_seconds|time_to_first_step_seconds|encode_duration_seconds)_(sum|count|bucket)" > "$out/metrics-$w.txt"
   kill "$pid"; wait "$pid"
   port=$((port + 10))
 done

@@ -9,17 +9,26 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 offline = {r["batch"]: r for r in rows if r.get("engine") == "nmt-serve"}
 served = [r for r in rows if r.get("engine") == "nmt-server"]
 b1 = offline.get(1, {}).get("p50_ms")
+b1_p99 = offline.get(1, {}).get("p99_ms")
 print(f"offline: " + ", ".join(
     f"batch {b} {r['sentences_per_s']:,.0f} sentences/s" for b, r in sorted(offline.items()) if b > 1)
-    + (f", batch 1 p50 {b1:.2f} ms" if b1 else ""))
+    + (f", batch 1 p50 {b1:.2f} ms" if b1 else "")
+    + (f", batch 1 p99/p50 {b1_p99 / b1:.2f} (the sentences' own spread)" if b1 and b1_p99 else ""))
 print()
 print("| workers | flags | load | sentences/s | vs offline | p50 ms | p99 ms | p99/p50 | errors |")
 print("|---|---|---|---|---|---|---|---|---|")
 for r in served:
     clients = r["clients"]
+    if r["name"] == "ping":
+        lat = r["latency_ms"]
+        print(f"| {r['workers']} | {r.get('server_args', '')} | ping (Health.Check) | | transport round trip | "
+              f"{lat['p50']:.3f} | {lat['p99']:.3f} | | {r['errors']} |")
+        continue
     match = offline.get(256 if clients >= 256 else 64)
     ratio = f"{100 * r['sentences_per_s'] / match['sentences_per_s']:.0f}% of batch {match['batch']}" \
         if match and clients > 1 else (f"p50 - offline p50 = {r['latency_ms']['p50'] - b1:+.2f} ms" if b1 else "")
+    if clients == 1 and b1 and "server_ms" in r:  # the part of it inside the server
+        ratio += f" (server-side {r['server_ms']['total']['p50'] - b1:+.2f} ms)"
     lat = r["latency_ms"]
     print(f"| {r['workers']} | {r.get('server_args', '')} | {r['name']} | {r['sentences_per_s']:,.0f} | {ratio} | {lat['p50']:.2f} | "
           f"{lat['p99']:.2f} | {lat['p99'] / lat['p50']:.2f} | {r['errors']} |")

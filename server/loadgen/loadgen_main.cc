@@ -2,6 +2,7 @@
 // request as soon as the previous one is answered), and a health probe:
 //   nmt-loadgen --target 127.0.0.1:50051 --input sentences.txt[.gz] --clients 32 --duration 30
 //   nmt-loadgen --health-check --target 127.0.0.1:50051   (exit 0 iff SERVING)
+//   nmt-loadgen --ping --clients 1 --duration 5   (the transport's round trip alone)
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -35,6 +36,7 @@ struct Options {
   int sentences_per_request = 1;
   int timeout_ms = 10000;
   bool health_check = false;
+  bool ping = false;  // closed-loop Health.Check calls instead of Translate
   bool json = false;
 };
 
@@ -42,11 +44,14 @@ const char* kUsage =
     "Usage: nmt-loadgen --input FILE [--target HOST:PORT] [--clients N]\n"
     "                   (--duration SECONDS | --count REQUESTS) [--beam K]\n"
     "                   [--sentences-per-request N] [--model NAME] [--timeout-ms MS] [--json]\n"
+    "       nmt-loadgen --ping [--target HOST:PORT] [--clients N] (--duration S | --count N)\n"
     "       nmt-loadgen --health-check [--target HOST:PORT] [--timeout-ms MS]\n\n"
     "Closed loop: each of N clients sends its next Translate request as soon as the previous\n"
     "one is answered, taking sentences from FILE (one per line, gzip or plain) in turn.\n"
     "Prints latency p50/p90/p99, requests/s, sentences/s and errors; exits 1 when any\n"
     "request failed. --health-check asks grpc.health.v1.Health and exits 0 iff SERVING.\n"
+    "--ping runs the same closed loop with Health.Check calls: the round trip of a call\n"
+    "that does no work, to set beside a Translate latency measured on the same machine.\n"
     "Defaults: --target 127.0.0.1:50051 --clients 8 --beam 4 --sentences-per-request 1\n"
     "--timeout-ms 10000 (per request deadline).\n";
 
@@ -74,6 +79,7 @@ Options parse(int argc, char** argv) {
       std::exit(0);
     }
     if (arg == "--health-check") { o.health_check = true; continue; }
+    if (arg == "--ping") { o.ping = true; continue; }
     if (arg == "--json") { o.json = true; continue; }
     if (arg.rfind("--", 0) != 0) usage_error("unexpected argument '" + arg + "'");
     const std::string flag = arg.substr(2);
@@ -91,7 +97,7 @@ Options parse(int argc, char** argv) {
     else usage_error("unknown flag --" + flag);
   }
   if (!o.health_check) {
-    if (o.input.empty()) usage_error("--input FILE is required");
+    if (o.input.empty() && !o.ping) usage_error("--input FILE is required");
     if ((o.duration_s > 0) == (o.count > 0)) usage_error("give exactly one of --duration and --count");
   }
   return o;
@@ -123,45 +129,103 @@ int health_check(const Options& o) {
 struct Totals {
   std::mutex mutex;
   std::vector<double> latencies_ms;  // successful requests
+  // The server's own timings of those requests (Translate only): receipt to response, queue,
+  // decode; beside the client's latency they split the time between transport and server.
+  std::vector<double> server_total_ms, server_queue_ms, server_decode_ms;
   std::map<std::string, long> errors;  // "CODE: message" -> count
   long sentences = 0;
+};
+
+// One request of the closed loop: a Translate call of the next sentences, or with --ping a
+// Health.Check. Returns the sentences it translated (0 for a ping) or sets *error.
+class Caller {
+ public:
+  Caller(const Options& o, const std::vector<std::string>& sentences, std::atomic<size_t>& next_sentence)
+      : o_(o), sentences_(sentences), next_sentence_(next_sentence) {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.use_local_subchannel_pool", 1);  // one connection per client
+    auto channel = grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
+    if (o.ping) health_ = grpc::health::v1::Health::NewStub(channel);
+    else translation_ = nmt::v1::TranslationService::NewStub(channel);
+  }
+
+  // The call's latency in ms; sentences done in *sentences, the server's timings in *timings
+  // (Translate only); *error set when it failed.
+  double call(long* sentences, nmt::v1::Timings* timings, std::string* error) {
+    grpc::ClientContext context;
+    context.set_deadline(deadline_in(o_.timeout_ms));
+    if (o_.ping) {
+      grpc::health::v1::HealthCheckRequest request;
+      grpc::health::v1::HealthCheckResponse response;
+      const Clock::time_point start = Clock::now();
+      const grpc::Status status = health_->Check(&context, request, &response);
+      const double ms = elapsed_ms(start);
+      *sentences = 0;
+      if (!status.ok()) *error = std::to_string(status.error_code()) + ": " + status.error_message();
+      return ms;
+    }
+    nmt::v1::TranslateRequest request;
+    request.set_model(o_.model);
+    request.mutable_options()->set_beam_size(o_.beam);
+    for (int i = 0; i < o_.sentences_per_request; ++i) {
+      request.add_texts(sentences_[next_sentence_.fetch_add(1) % sentences_.size()]);
+    }
+    nmt::v1::TranslateResponse response;
+    const Clock::time_point start = Clock::now();
+    const grpc::Status status = translation_->Translate(&context, request, &response);
+    const double ms = elapsed_ms(start);
+    *sentences = request.texts_size();
+    *timings = response.timings();
+    if (!status.ok() || response.translations_size() != request.texts_size()) {
+      *error = std::to_string(status.error_code()) + ": " +
+               (status.ok() ? "wrong number of translations" : status.error_message());
+    }
+    return ms;
+  }
+
+ private:
+  static double elapsed_ms(Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  }
+
+  const Options& o_;
+  const std::vector<std::string>& sentences_;
+  std::atomic<size_t>& next_sentence_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  std::unique_ptr<nmt::v1::TranslationService::Stub> translation_;
 };
 
 void client_loop(const Options& o, const std::vector<std::string>& sentences,
                  std::atomic<long>& next_request, std::atomic<size_t>& next_sentence,
                  Clock::time_point end, Totals& totals) {
-  grpc::ChannelArguments args;
-  args.SetInt("grpc.use_local_subchannel_pool", 1);  // one connection per client
-  auto stub = nmt::v1::TranslationService::NewStub(
-      grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args));
-  std::vector<double> latencies;
+  Caller caller(o, sentences, next_sentence);
+  std::vector<double> latencies, total, queue, decode;
   std::map<std::string, long> errors;
   long done_sentences = 0;
   while (true) {
     if (o.count > 0 && next_request.fetch_add(1) >= o.count) break;
     if (o.count == 0 && Clock::now() >= end) break;
-    nmt::v1::TranslateRequest request;
-    request.set_model(o.model);
-    request.mutable_options()->set_beam_size(o.beam);
-    for (int i = 0; i < o.sentences_per_request; ++i) {
-      request.add_texts(sentences[next_sentence.fetch_add(1) % sentences.size()]);
-    }
-    nmt::v1::TranslateResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(deadline_in(o.timeout_ms));
-    const Clock::time_point start = Clock::now();
-    const grpc::Status status = stub->Translate(&context, request, &response);
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (status.ok() && response.translations_size() == request.texts_size()) {
+    long n = 0;
+    nmt::v1::Timings timings;
+    std::string error;
+    const double ms = caller.call(&n, &timings, &error);
+    if (error.empty()) {
       latencies.push_back(ms);
-      done_sentences += request.texts_size();
+      done_sentences += n;
+      if (!o.ping) {
+        total.push_back(timings.total_ms());
+        queue.push_back(timings.queue_ms());
+        decode.push_back(timings.decode_ms());
+      }
     } else {
-      ++errors[std::to_string(status.error_code()) + ": " +
-               (status.ok() ? "wrong number of translations" : status.error_message())];
+      ++errors[error];
     }
   }
   std::lock_guard<std::mutex> lock(totals.mutex);
   totals.latencies_ms.insert(totals.latencies_ms.end(), latencies.begin(), latencies.end());
+  totals.server_total_ms.insert(totals.server_total_ms.end(), total.begin(), total.end());
+  totals.server_queue_ms.insert(totals.server_queue_ms.end(), queue.begin(), queue.end());
+  totals.server_decode_ms.insert(totals.server_decode_ms.end(), decode.begin(), decode.end());
   for (const auto& [e, n] : errors) totals.errors[e] += n;
   totals.sentences += done_sentences;
 }
@@ -169,7 +233,7 @@ void client_loop(const Options& o, const std::vector<std::string>& sentences,
 int load(const Options& o) {
   std::vector<std::string> sentences;
   try {
-    sentences = nmt::loadgen::read_sentences(o.input);
+    if (!o.ping) sentences = nmt::loadgen::read_sentences(o.input);
   } catch (const std::exception& e) {
     std::cerr << "nmt-loadgen: " << e.what() << "\n";
     return 2;
@@ -192,12 +256,21 @@ int load(const Options& o) {
   long errors = 0;
   for (const auto& [e, n] : totals.errors) errors += n;
   nlohmann::ordered_json report = {
-      {"target", o.target}, {"clients", o.clients}, {"beam", o.beam},
+      {"target", o.target}, {"rpc", o.ping ? "Health.Check" : "Translate"}, {"clients", o.clients}, {"beam", o.beam},
       {"sentences_per_request", o.sentences_per_request}, {"seconds", elapsed},
       {"requests", s.count}, {"errors", errors}, {"sentences", totals.sentences},
       {"requests_per_s", s.count / elapsed}, {"sentences_per_s", totals.sentences / elapsed},
       {"latency_ms", {{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}}},
       {"error_kinds", totals.errors}};
+  if (!o.ping) {
+    auto brief = [](const std::vector<double>& v) {
+      const nmt::loadgen::LatencySummary t = nmt::loadgen::summarize(v);
+      return nlohmann::ordered_json{{"mean", t.mean}, {"p50", t.p50}, {"p99", t.p99}};
+    };
+    report["server_ms"] = {{"total", brief(totals.server_total_ms)},
+                           {"queue", brief(totals.server_queue_ms)},
+                           {"decode", brief(totals.server_decode_ms)}};
+  }
   if (o.json) {
     std::cout << report.dump(2) << "\n";
   } else {
@@ -205,7 +278,7 @@ int load(const Options& o) {
                 o.target.c_str(), o.clients, o.beam, o.sentences_per_request, elapsed);
     std::printf("requests %zu ok, %ld errors; %.1f requests/s, %.1f sentences/s\n", s.count,
                 errors, s.count / elapsed, totals.sentences / elapsed);
-    std::printf("latency ms: mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n", s.mean, s.p50,
+    std::printf("latency ms: mean %.2f  p50 %.2f  p90 %.2f  p99 %.2f  max %.1f\n", s.mean, s.p50,
                 s.p90, s.p99, s.max);
     for (const auto& [e, n] : totals.errors) std::printf("error x%ld: %s\n", n, e.c_str());
   }

@@ -14,6 +14,7 @@
 using namespace nmt;
 using namespace nmt::server;
 using nmt::test::ScriptedEngine;
+using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 namespace {
@@ -249,6 +250,28 @@ TEST(Scheduler, SeveralLoopsShareTheQueue) {
   for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
   EXPECT_GT(f.engines[0]->encoded, 0);
   EXPECT_GT(f.engines[1]->encoded, 0);
+}
+
+TEST(Scheduler, SeveralLoopsTakeEvenSharesOfARequest) {
+  // Each loop could hold all 16 sentences; the even share keeps the loops' steps alike.
+  Fixture f(options(16, 64), 2, milliseconds(2));
+  std::vector<std::vector<int>> ids(16, sentence(20));
+  EXPECT_TRUE(f.submit(ids, beam(2)).get().ok);
+  EXPECT_EQ(f.stop_and_read().sentences, 8);
+  EXPECT_GT(f.engines[0]->encoded, 0);
+  EXPECT_GT(f.engines[1]->encoded, 0);
+}
+
+TEST(Scheduler, LoneRequestsAfterAnyPauseAreAllServed) {
+  // Lone sentences arrive while the last loop polls, just after it gave up polling, and
+  // long after: the wake-up is skipped only while a loop polls, so none may wait forever.
+  Fixture f(options(4, 16), 2);
+  std::mt19937 random(7);
+  for (int i = 0; i < 150; ++i) {
+    const JobResult r = f.submit({sentence(2)}, beam(1)).get();
+    ASSERT_TRUE(r.ok) << r.message;
+    std::this_thread::sleep_for(microseconds(random() % 4000));
+  }
 }
 
 TEST(Scheduler, ABusyLoopAdmitsOnceNewcomersAreWorthAnEncode) {
