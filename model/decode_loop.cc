@@ -172,13 +172,6 @@ void DecodeLoop::remove(uint64_t id) {
   }
 }
 
-std::vector<uint64_t> DecodeLoop::active_ids() const {
-  std::vector<uint64_t> ids;
-  for (const auto& a : active_) ids.push_back(a->id);
-  for (const auto& a : joining_) ids.push_back(a->id);
-  return ids;
-}
-
 void DecodeLoop::release(Active& a) {
   if (a.slot >= 0) free_slots_.push_back(a.slot);
   free_rows_.insert(free_rows_.end(), a.rows.begin(), a.rows.end());

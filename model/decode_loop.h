@@ -66,7 +66,7 @@ class DecodeLoop {
   void admit(std::vector<LoopSentence> sentences);
   // One decoder step over every active sentence, with the admitted ones' encode.
   // Throws nmt::Error when the engine fails: the active and admitted sentences are then
-  // dropped (active_ids() before the call names them) and the loop is empty.
+  // dropped and the loop is empty (its caller fails every sentence it gave the loop).
   StepReport step();
   // Drops a sentence now (cancelled, expired); its slot and rows are free again.
   void remove(uint64_t id);
@@ -75,7 +75,6 @@ class DecodeLoop {
   // Sentences holding slots (decoding, or admitted and not yet stepped).
   int active_sentences() const { return int(active_.size() + joining_.size()); }
   int active_rows() const { return capacity_.rows - int(free_rows_.size()); }
-  std::vector<uint64_t> active_ids() const;
 
  private:
   struct Active;
