@@ -31,7 +31,8 @@ class RequestValidator {
   // request_id, texts, options, then each text's token length (tokenized with `tokenize`).
   ValidRequest validate(const v1::TranslateRequest& request, const TokenizeFn& tokenize) const;
 
-  // Count, emptiness and UTF-8 of the sentences.
+  // Count, emptiness and UTF-8 of the texts (a gRPC parse already refuses invalid UTF-8 in
+  // these proto strings; the HTTP API builds requests from bodies it decoded itself).
   void check_texts(const std::vector<std::string>& texts) const;
   // Tokenized length of texts[index] (</s> included) against limits.max_input_tokens.
   void check_length(size_t index, size_t tokens) const;

@@ -178,7 +178,8 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
     call_ = service_.begin("Translate", parsed ? request : v1::TranslateRequest());
     if (!parsed) {
       finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "the request is not an nmt.v1.TranslateRequest (protobuf parse failed)"));
+                          "the request does not parse as an nmt.v1.TranslateRequest (a malformed "
+                          "message, or a text that is not valid UTF-8)"));
       return;
     }
     if (!slot_.acquire()) {

@@ -195,8 +195,11 @@ TEST_F(ServerTest, BadInputsAreRefusedWithTheirStatusAndMessage) {
                  "too many sentences: 17 > limits.max_sentences_per_request (16)");
   expect_refused(call(request({ok, ""}, 4), &response), StatusCode::INVALID_ARGUMENT,
                  "texts[1] is empty (or only whitespace)");
+  // The C++ stub sends a string that is not UTF-8 (logging an error): the server's parse
+  // refuses it.
   expect_refused(call(request({"Caf\xc3", ok}, 4), &response), StatusCode::INVALID_ARGUMENT,
-                 "texts[0] is not valid UTF-8 (invalid byte sequence at offset 3)");
+                 "the request does not parse as an nmt.v1.TranslateRequest (a malformed message, "
+                 "or a text that is not valid UTF-8)");
 
   std::string longer;
   for (int i = 0; i < 60; ++i) longer += "dog ";
