@@ -42,6 +42,13 @@ double to_seconds(const YAML::Node& node, const std::string& key) {
   return value;
 }
 
+bool to_bool(const YAML::Node& node, const std::string& key) {
+  const std::string v = node.Scalar();
+  if (v == "true") return true;
+  if (v == "false") return false;
+  fail(key + ": expected true or false, got '" + v + "'");
+}
+
 std::string to_string(const YAML::Node& node, const std::string& key) {
   if (!node.IsScalar() || node.Scalar().empty()) fail(key + ": expected a non-empty string");
   return node.Scalar();
@@ -116,6 +123,9 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) {
          c.limits.max_decoding_length = to_int(n, k, 1, kMaxInt);
        }},
+      {"limits.split_sentences", "split-sentences",
+       "default of options.split_sentences: translate each text sentence by sentence",
+       [](ServerConfig& c, N n, K k) { c.limits.split_sentences = to_bool(n, k); }},
       {"batching.max_active_sentences", "max-active-sentences",
        "sentences one decode loop decodes at once (its sentence slots)",
        [](ServerConfig& c, N n, K k) {

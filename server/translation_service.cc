@@ -98,6 +98,7 @@ struct TranslationService::Admitted {
   ServedModel* model = nullptr;
   bool return_scores = false;
   bool return_token_ids = false;
+  std::vector<SplitText> split;  // with split_sentences: each text's sentences and whitespace
 };
 
 // One of max_concurrent_calls places, counted in the inflight gauge while held. Released
@@ -508,11 +509,15 @@ std::shared_ptr<Job> TranslationService::admit(const v1::TranslateRequest& reque
   admitted.model = &models_.find(request.model());
   call.model = admitted.model->name;
   const Tokenizer& tokenizer = admitted.model->tokenizer();
-  ValidRequest valid =
-      validator_.validate(request, [&](const std::string& text) { return tokenizer.encode(text); });
+  const SentenceSplitter& splitter = SentenceSplitter::for_language(admitted.model->languages.source);
+  ValidRequest valid = validator_.validate(
+      request, [&](const std::string& text) { return tokenizer.encode(text); },
+      [&](const std::string& text) { return splitter.split(text); });
   call.input_tokens = valid.input_tokens;
+  call.sentences = valid.source_ids.size();
   admitted.return_scores = request.options().return_scores();
   admitted.return_token_ids = request.options().return_token_ids();
+  admitted.split = std::move(valid.split);
   return admitted.model->scheduler->submit(std::move(valid.source_ids), valid.options, deadline,
                                            std::move(done));
 }
@@ -529,15 +534,32 @@ grpc::Status TranslationService::respond(const Admitted& admitted, const JobResu
   }
   response->set_request_id(call.request_id);
   response->set_model(admitted.model->name);
-  for (const Translation& t : result.translations) {
-    v1::Translation* out = response->add_translations();
+  auto fill = [&](const Translation& t, google::protobuf::RepeatedPtrField<v1::Hypothesis>* out) {
     for (const Hypothesis& h : t.hypotheses) {
-      v1::Hypothesis* hyp = out->add_hypotheses();
+      v1::Hypothesis* hyp = out->Add();
       hyp->set_text(h.text);
       if (admitted.return_scores) hyp->set_score(h.score);
       if (admitted.return_token_ids) hyp->mutable_token_ids()->Add(h.ids.begin(), h.ids.end());
     }
     if (!t.hypotheses.empty()) call.output_tokens += static_cast<int64_t>(t.hypotheses[0].ids.size());
+  };
+  if (admitted.split.empty()) {
+    for (const Translation& t : result.translations) fill(t, response->add_translations()->mutable_hypotheses());
+  } else {
+    // result.translations holds every text's sentences, in order.
+    size_t next = 0;
+    for (const SplitText& text : admitted.split) {
+      v1::Translation* out = response->add_translations();
+      std::vector<std::string> best;
+      for (const std::string& source : text.sentences) {
+        const Translation& t = result.translations[next++];
+        v1::SentenceTranslation* sentence = out->add_sentences();
+        sentence->set_source(source);
+        fill(t, sentence->mutable_hypotheses());
+        best.push_back(t.hypotheses.empty() ? std::string() : t.hypotheses[0].text);
+      }
+      out->add_hypotheses()->set_text(text.join(best));
+    }
   }
   response->set_input_tokens(call.input_tokens);
   response->set_output_tokens(call.output_tokens);
