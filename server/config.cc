@@ -111,6 +111,11 @@ const std::vector<Setting>& settings() {
       {"server.auth_token_file", "auth-token-file",
        "file of accepted bearer tokens, one per line: TranslationService needs one",
        [](ServerConfig& c, N n, K k) { c.auth_token_file = to_string(n, k); }},
+      {"http.host", "http-host", "HTTP/JSON API bind address",
+       [](ServerConfig& c, N n, K k) { c.http_host = to_string(n, k); }},
+      {"http.port", "http-port",
+       "HTTP/JSON API port (POST /v1/translate, LibreTranslate's /translate); 0 = off",
+       [](ServerConfig& c, N n, K k) { c.http_port = to_int(n, k, 0, 65535); }},
       {"limits.max_sentences_per_request", "max-sentences-per-request", "sentences per request",
        [](ServerConfig& c, N n, K k) {
          c.limits.max_sentences_per_request = to_int(n, k, 1, kMaxInt);
@@ -298,8 +303,8 @@ ServerConfig parse_config(const std::string& yaml_text, const std::string& base_
       }
       continue;
     }
-    if (name != "server" && name != "limits" && name != "batching") {
-      fail("unknown key '" + name + "' (known: server, limits, batching, models)");
+    if (name != "server" && name != "http" && name != "limits" && name != "batching") {
+      fail("unknown key '" + name + "' (known: server, http, limits, batching, models)");
     }
     if (!section.second.IsMap()) fail(name + ": expected a mapping");
     for (const auto& kv : section.second) {

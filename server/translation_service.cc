@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -593,6 +594,38 @@ void TranslationService::record(const Call& call, const grpc::Status& status) {
   const bool server_fault = status.error_code() == grpc::StatusCode::INTERNAL ||
                             status.error_code() == grpc::StatusCode::UNKNOWN;
   log_event(server_fault ? spdlog::level::err : spdlog::level::warn, "request failed", fields);
+}
+
+grpc::Status TranslationService::translate(const char* method, const v1::TranslateRequest& request,
+                                           Clock::time_point deadline,
+                                           v1::TranslateResponse* response) {
+  Call call = begin(method, request);
+  Slot slot(*this);
+  if (!slot.acquire()) {
+    const grpc::Status busy = slot.busy();
+    record(call, busy);
+    return busy;
+  }
+  // Shared with the callback, which may still be inside set_value when get() returns.
+  auto answer = std::make_shared<std::promise<JobResult>>();
+  std::future<JobResult> answered = answer->get_future();
+  Admitted admitted;
+  grpc::Status status;
+  try {
+    admit(request, deadline, call, admitted,
+          [answer](JobResult result) { answer->set_value(std::move(result)); });
+    status = respond(admitted, answered.get(), deadline, call, response);
+  } catch (const Error& e) {
+    status = to_grpc_status(e);
+  } catch (const std::exception& e) {
+    status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+  }
+  record(call, status);
+  return status;
+}
+
+void TranslationService::record_refused(const char* method, const grpc::Status& status) {
+  record(begin(method, v1::TranslateRequest()), status);
 }
 
 grpc::ServerUnaryReactor* TranslationService::Translate(grpc::CallbackServerContext* context,
