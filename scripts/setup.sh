@@ -14,10 +14,11 @@ PACKAGES=(
   python3 python3-grpcio python3-grpc-tools python3-yaml
 )
 # Test-only tools (a real Prometheus for the metrics tests, clang + its runtimes for the
-# fuzzers, openssl for the TLS test certificates, curl for the HTTP API test); skipped in
-# the Docker image.
+# fuzzers, openssl for the TLS test certificates, curl for the HTTP API test, pip to build
+# the Python client's wheel); skipped in the Docker image.
 if [ "${NMT_SETUP_TEST_TOOLS:-1}" = "1" ]; then
-  PACKAGES+=(prometheus clang libclang-rt-14-dev openssl curl)
+  PACKAGES+=(prometheus clang libclang-rt-14-dev openssl curl python3-pip python3-setuptools
+             python3-wheel)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -2,8 +2,8 @@
 """The Python client package (clients/python, nmt_client) against the real nmt-server: the
 sync and asyncio clients, a grpcurl-style JSON request with plain strings, split_sentences
 (a three-sentence paragraph equals its sentences translated one by one, joined), n-best,
-deadlines, retries with backoff on RESOURCE_EXHAUSTED and UNAVAILABLE, bearer tokens, and
-the stubs generated when the package is built (pip wheel).
+deadlines, retries with backoff on RESOURCE_EXHAUSTED and UNAVAILABLE, TLS and bearer
+tokens, and the stubs generated when the package is built (pip wheel).
 
     test_nmt_client.py REPO_ROOT NMT_SERVER PYTHON_BUILD_DIR
 """
@@ -164,19 +164,28 @@ def retry_checks(nmt_client, server):
 
 
 def auth_and_unavailable_checks(nmt_client, binary, model, tmp, health_pb2, health_pb2_grpc):
+    """A second server with TLS and bearer tokens, which the client calls before it starts."""
     tokens = os.path.join(tmp, "tokens.txt")
     with open(tokens, "w") as f:
         f.write("secret-1\n")
+    cert, key = os.path.join(tmp, "server.pem"), os.path.join(tmp, "server.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True, timeout=60)
+    with open(cert, "rb") as f:
+        root = f.read()
     config = os.path.join(tmp, "auth.yaml")
-    harness.write_config(config, model, server={"auth_token_file": tokens})
+    harness.write_config(config, model, server={"auth_token_file": tokens, "tls_cert_file": cert,
+                                                "tls_key_file": key})
     port = harness.free_port()
-    target = f"127.0.0.1:{port}"
+    target = f"localhost:{port}"
+    tls = {"tls": True, "root_certificates": root}
     # The client calls before the server listens: UNAVAILABLE, retried until it serves.
     patient = nmt_client.RetryPolicy(max_attempts=200, initial_backoff=0.05, max_backoff=0.25)
     # gRPC's own reconnect backoff (1 s growing to 120 s by default) is shortened so that
     # the channel notices the new server soon.
     reconnect = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
-    client = nmt_client.Client(target, token="secret-1", retry=patient, timeout=90, options=reconnect)
+    client = nmt_client.Client(target, token="secret-1", retry=patient, timeout=90, options=reconnect, **tls)
     result = {}
     caller = threading.Thread(target=lambda: result.update(text=client.translate("A dog runs.")))
     caller.start()
@@ -187,10 +196,16 @@ def auth_and_unavailable_checks(nmt_client, binary, model, tmp, health_pb2, heal
         check(result.get("text") and client.retries >= 1,
               f"UNAVAILABLE until the server starts: answered after {client.retries} retries")
         client.close()
-        with nmt_client.Client(target, token="secret-1") as ok:
-            check(ok.translate("A dog runs.") == result.get("text"), "the right token is accepted")
+        with nmt_client.Client(target, token="secret-1", **tls) as ok:
+            check(ok.translate("A dog runs.") == result.get("text"), "TLS: the right token is accepted")
+        with nmt_client.Client(target, token="secret-1", retry=nmt_client.RetryPolicy(max_attempts=1)) as plain:
+            try:
+                plain.translate("A dog runs.", timeout=10)
+                check(False, "a plaintext client is refused by the TLS server")
+            except grpc.RpcError as e:
+                check(e.code() == grpc.StatusCode.UNAVAILABLE, f"a plaintext client is refused by the TLS server ({e.code().name})")
         for what, token in (("no token", None), ("a wrong token", "secret-2")):
-            with nmt_client.Client(target, token=token) as bad:
+            with nmt_client.Client(target, token=token, **tls) as bad:
                 try:
                     bad.translate("A dog runs.")
                     check(False, f"{what}: UNAUTHENTICATED")
@@ -199,9 +214,9 @@ def auth_and_unavailable_checks(nmt_client, binary, model, tmp, health_pb2, heal
                           f"{what}: {e.code().name}, not retried")
 
         async def async_auth():
-            async with nmt_client.AsyncClient(target, token="secret-1") as c:
+            async with nmt_client.AsyncClient(target, token="secret-1", **tls) as c:
                 good = await c.translate("A dog runs.")
-            async with nmt_client.AsyncClient(target) as c:
+            async with nmt_client.AsyncClient(target, **tls) as c:
                 try:
                     await c.translate("A dog runs.")
                     return good, None

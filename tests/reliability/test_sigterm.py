@@ -33,7 +33,7 @@ def main():
         stub = pb_grpc.TranslationServiceStub(channel)
 
         def client(i):
-            request = pb.TranslateRequest(texts=[rel.SENTENCES[(i + k) % len(rel.SENTENCES)]for k in range(1 + i % 4)])
+            request = pb.TranslateRequest(texts=[rel.SENTENCES[(i + k) % len(rel.SENTENCES)] for k in range(1 + i % 4)])
             while not stop.is_set():
                 r = rel.call(stub.Translate, request, timeout=120)
                 with lock:
