@@ -91,7 +91,9 @@ std::vector<LanguageModel> language_models(const ModelRegistry& models) {
 HttpApi::HttpApi(const std::string& host, int port, size_t max_body_bytes,
                  TranslationService& service, const ModelRegistry& models, BearerAuth auth,
                  Metrics& metrics)
-    : service_(service), auth_(std::move(auth)), libretranslate_(language_models(models)),
+    : service_(service),
+      auth_(std::move(auth)),
+      libretranslate_(language_models(models)),
       max_body_bytes_(max_body_bytes),
       requests_(prometheus::BuildCounter()
                     .Name("nmt_http_requests_total")
@@ -127,21 +129,24 @@ void HttpApi::stop() {
 void HttpApi::routes() {
   server_->Post("/v1/translate", [this](const httplib::Request& req, httplib::Response& res) {
     if (!auth_.allows_header(req.get_header_value("Authorization"))) {
-      const grpc::Status denied(grpc::StatusCode::UNAUTHENTICATED,
-                                "missing or wrong bearer token (header 'Authorization: Bearer TOKEN')");
+      const grpc::Status denied(
+          grpc::StatusCode::UNAUTHENTICATED,
+          "missing or wrong bearer token (header 'Authorization: Bearer TOKEN')");
       service_.record_refused(kV1, denied);
       return v1_error(res, denied);
     }
     v1::TranslateRequest request;
     const auto parsed = google::protobuf::util::JsonStringToMessage(req.body, &request);
     if (!parsed.ok()) {
-      const grpc::Status bad(grpc::StatusCode::INVALID_ARGUMENT,
-                             "the body is not a JSON nmt.v1.TranslateRequest: " + parsed.ToString());
+      const grpc::Status bad(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          "the body is not a JSON nmt.v1.TranslateRequest: " + parsed.ToString());
       service_.record_refused(kV1, bad);
       return v1_error(res, bad);
     }
     v1::TranslateResponse response;
-    const grpc::Status status = service_.translate(kV1, request, Clock::time_point::max(), &response);
+    const grpc::Status status =
+        service_.translate(kV1, request, Clock::time_point::max(), &response);
     if (!status.ok()) return v1_error(res, status);
     std::string body;
     google::protobuf::util::MessageToJsonString(response, &body);
@@ -152,7 +157,8 @@ void HttpApi::routes() {
   server_->Post("/translate", [this](const httplib::Request& req, httplib::Response& res) {
     allow_cross_origin(res);
     try {
-      const LibreTranslateRequest request = libretranslate_.parse(is_json(req), req.body, form_fields(req));
+      LibreTranslateRequest request =
+          libretranslate_.parse(is_json(req), req.body, form_fields(req));
       // LibreTranslate's API keys are this server's bearer tokens (the api_key field, or an
       // Authorization header): 400 without one, 403 with a wrong one, as LibreTranslate.
       std::string credential = req.get_header_value("Authorization");
@@ -161,13 +167,16 @@ void HttpApi::routes() {
         const bool none = credential.empty();
         service_.record_refused(kLibre, grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                                                      none ? "no API key" : "invalid API key"));
-        throw LibreTranslateError{none ? 400 : 403,
-                                  none ? "Please contact the server operator to get an API key (api_key)"
-                                       : "Invalid API key"};
+        if (none) {
+          throw LibreTranslateError{
+              400, "Please contact the server operator to get an API key (api_key)"};
+        }
+        throw LibreTranslateError{403, "Invalid API key"};
       }
+      libretranslate_.check(request);
       v1::TranslateResponse response;
-      const grpc::Status status =
-          service_.translate(kLibre, libretranslate_.to_request(request), Clock::time_point::max(), &response);
+      const grpc::Status status = service_.translate(kLibre, libretranslate_.to_request(request),
+                                                     Clock::time_point::max(), &response);
       if (!status.ok()) throw libretranslate_error(status);
       reply(res, 200, libretranslate_.response_json(request, response));
     } catch (const LibreTranslateError& e) {
@@ -189,21 +198,24 @@ void HttpApi::routes() {
   // line) get a JSON body too; a handler's own error body is kept.
   server_->set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message = "HTTP status " + std::to_string(res.status);
-    if (res.status == 413) {
-      message = "the request body is over " + std::to_string(max_body_bytes_) +
-                " bytes (server.max_message_bytes)";
-    } else if (res.status == 404) {
-      message = "no such endpoint: " + req.method + " " + req.path +
-                " (POST /v1/translate, POST /translate, GET /languages)";
-    }
-    res.set_content(LibreTranslateApi::error_json(message), kJson);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message = "HTTP status " + std::to_string(res.status);
+        if (res.status == 413) {
+          message = "the request body is over " + std::to_string(max_body_bytes_) +
+                    " bytes (server.max_message_bytes)";
+        } else if (res.status == 404) {
+          message = "no such endpoint: " + req.method + " " + req.path +
+                    " (POST /v1/translate, POST /translate, GET /languages)";
+        }
+        res.set_content(LibreTranslateApi::error_json(message), kJson);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   server_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    const bool known = req.path == "/v1/translate" || req.path == "/translate" || req.path == "/languages";
-    requests_.Add({{"endpoint", known ? req.path : "other"}, {"status", std::to_string(res.status)}}).Increment();
+    const bool known =
+        req.path == "/v1/translate" || req.path == "/translate" || req.path == "/languages";
+    requests_
+        .Add({{"endpoint", known ? req.path : "other"}, {"status", std::to_string(res.status)}})
+        .Increment();
   });
 }
 

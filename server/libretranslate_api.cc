@@ -12,7 +12,9 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-[[noreturn]] void bad_request(const std::string& message) { throw LibreTranslateError{400, message}; }
+[[noreturn]] void bad_request(const std::string& message) {
+  throw LibreTranslateError{400, message};
+}
 
 std::string missing(const char* name) {
   return std::string("Invalid request: missing ") + name + " parameter";
@@ -58,10 +60,9 @@ std::string LibreTranslateApi::error_json(const std::string& message) {
   return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-LibreTranslateRequest LibreTranslateApi::parse(bool is_json, const std::string& body,
-                                               const std::map<std::string, std::string>& form) const {
+LibreTranslateRequest LibreTranslateApi::parse(
+    bool is_json, const std::string& body, const std::map<std::string, std::string>& form) const {
   LibreTranslateRequest r;
-  std::string alternatives;
   if (is_json) {
     const json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_object()) bad_request("Invalid JSON format");
@@ -71,7 +72,8 @@ LibreTranslateRequest LibreTranslateApi::parse(bool is_json, const std::string& 
     } else if (q != parsed.end() && q->is_array()) {
       r.batch = true;
       for (const json& text : *q) {
-        if (!text.is_string()) bad_request("Invalid request: q must be a string or a list of strings");
+        if (!text.is_string())
+          bad_request("Invalid request: q must be a string or a list of strings");
         r.q.push_back(text.get<std::string>());
       }
     } else if (q != parsed.end() && !q->is_null()) {
@@ -83,9 +85,10 @@ LibreTranslateRequest LibreTranslateApi::parse(bool is_json, const std::string& 
     r.api_key = json_string(parsed, "api_key");
     const auto alt = parsed.find("alternatives");
     if (alt != parsed.end() && !alt->is_null()) {
-      alternatives = alt->is_number_integer() ? std::to_string(alt->get<int64_t>())
-                     : alt->is_string()       ? alt->get<std::string>()
-                                              : "x";
+      // Anything but an integer or a string fails check() as "not a number".
+      r.alternatives_text = alt->is_number_integer() ? std::to_string(alt->get<int64_t>())
+                            : alt->is_string()       ? alt->get<std::string>()
+                                                     : std::string("-");
     }
   } else {
     auto field = [&](const char* name) {
@@ -97,20 +100,24 @@ LibreTranslateRequest LibreTranslateApi::parse(bool is_json, const std::string& 
     r.target = field("target");
     r.format = field("format");
     r.api_key = field("api_key");
-    alternatives = field("alternatives");
+    r.alternatives_text = field("alternatives");
   }
+  return r;
+}
+
+void LibreTranslateApi::check(LibreTranslateRequest& r) const {
   // LibreTranslate's order of checks and messages.
   if (r.q.empty()) bad_request(missing("q"));
   if (r.source.empty()) bad_request(missing("source"));
   if (r.target.empty()) bad_request(missing("target"));
-  r.alternatives = parse_alternatives(alternatives);
+  r.alternatives = parse_alternatives(r.alternatives_text);
   if (r.format.empty()) r.format = "text";
   if (r.format == "html") {
-    bad_request("html format is not supported by this server: it translates plain text "
-                "(send format=text)");
+    bad_request(
+        "html format is not supported by this server: it translates plain text "
+        "(send format=text)");
   }
   if (r.format != "text") bad_request(r.format + " format is not supported");
-  return r;
 }
 
 v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& r) const {
@@ -122,8 +129,10 @@ v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& 
   if (r.source == "auto") {
     std::string list;
     for (const std::string& s : sources) list += (list.empty() ? "" : ", ") + s;
-    bad_request("source auto is not supported: this server does not detect languages; name the "
-                "source language (one of: " + list + ")");
+    bad_request(
+        "source auto is not supported: this server does not detect languages; name the "
+        "source language (one of: " +
+        list + ")");
   }
   if (!sources.count(r.source)) bad_request(r.source + " is not supported");
   if (!targets.count(r.target)) bad_request(r.target + " is not supported");
@@ -135,8 +144,9 @@ v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& 
     }
   }
   if (!model) {
-    bad_request(language_name(r.target) + " (" + r.target + ") is not available as a target language from " +
-                language_name(r.source) + " (" + r.source + ")");
+    bad_request(language_name(r.target) + " (" + r.target +
+                ") is not available as a target language from " + language_name(r.source) + " (" +
+                r.source + ")");
   }
   v1::TranslateRequest request;
   request.set_model(model->model);

@@ -29,18 +29,22 @@ struct LibreTranslateRequest {
   std::vector<std::string> q;
   bool batch = false;  // q was a list: translatedText is a list too
   std::string source, target, format = "text", api_key;
-  int alternatives = 0;
+  std::string alternatives_text;  // as sent
+  int alternatives = 0;           // once checked
 };
 
 class LibreTranslateApi {
  public:
   explicit LibreTranslateApi(std::vector<LanguageModel> models);
 
-  // From a JSON body (is_json) or the form fields (`form`: name -> first value). Throws
-  // LibreTranslateError (400) for what LibreTranslate refuses: a missing q, source or target,
-  // a format other than text, a non-number alternatives.
+  // The fields of a JSON body (is_json) or of the form (`form`: name -> first value).
+  // Throws LibreTranslateError (400) only for a body that is not a JSON object or fields of
+  // the wrong type: the API key is checked before the other fields, as LibreTranslate does.
   LibreTranslateRequest parse(bool is_json, const std::string& body,
                               const std::map<std::string, std::string>& form) const;
+  // What LibreTranslate refuses (400): a missing q, source or target, a format other than
+  // text, a non-number alternatives. Fills `alternatives`.
+  void check(LibreTranslateRequest& request) const;
   // The TranslateRequest for the model of the request's language pair (sentences split: the
   // texts are paragraphs); throws LibreTranslateError (400) for an unsupported language or
   // pair, and for source "auto" (no language detection here).

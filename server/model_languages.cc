@@ -1,10 +1,9 @@
 #include "server/model_languages.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
@@ -50,14 +49,15 @@ LanguagePair model_languages(const std::string& model_dir, const std::string& mo
     const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (config.is_object() && config.value("source_lang", nlohmann::json()).is_string() &&
         config.value("target_lang", nlohmann::json()).is_string()) {
-      LanguagePair pair{config["source_lang"].get<std::string>(), config["target_lang"].get<std::string>()};
+      LanguagePair pair{config["source_lang"].get<std::string>(),
+                        config["target_lang"].get<std::string>()};
       if (is_code(pair.source) && is_code(pair.target)) return pair;
     }
   }
-  const std::string folder = std::filesystem::path(model_dir).lexically_normal().filename().string();
-  LanguagePair pair = languages_in_name(folder.empty()
-                                            ? std::filesystem::path(model_dir).lexically_normal().parent_path().filename().string()
-                                            : folder);
+  // The folder's name (a trailing slash leaves an empty last component), then the model's.
+  std::filesystem::path dir = std::filesystem::path(model_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();
+  const LanguagePair pair = languages_in_name(dir.filename().string());
   return pair.known() ? pair : languages_in_name(model_name);
 }
 

@@ -11,7 +11,9 @@
 namespace nmt::server {
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 // Closes the UText when the call ends.
 struct UTextCloser {
@@ -36,7 +38,8 @@ SentenceSplitter::SentenceSplitter(const std::string& language) {
       language.empty() ? icu::Locale::getRoot() : icu::Locale((language + "@ss=standard").c_str());
   prototype_.reset(icu::BreakIterator::createSentenceInstance(locale, status));
   if (U_FAILURE(status) || !prototype_) {
-    throw std::runtime_error(std::string("ICU has no sentence break rules: ") + u_errorName(status));
+    throw std::runtime_error(std::string("ICU has no sentence break rules: ") +
+                             u_errorName(status));
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "server/logging.h"
+#include "server/sentence_splitter.h"
 #include "server/status.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -510,7 +511,8 @@ std::shared_ptr<Job> TranslationService::admit(const v1::TranslateRequest& reque
   admitted.model = &models_.find(request.model());
   call.model = admitted.model->name;
   const Tokenizer& tokenizer = admitted.model->tokenizer();
-  const SentenceSplitter& splitter = SentenceSplitter::for_language(admitted.model->languages.source);
+  const SentenceSplitter& splitter =
+      SentenceSplitter::for_language(admitted.model->languages.source);
   ValidRequest valid = validator_.validate(
       request, [&](const std::string& text) { return tokenizer.encode(text); },
       [&](const std::string& text) { return splitter.split(text); });
@@ -545,7 +547,9 @@ grpc::Status TranslationService::respond(const Admitted& admitted, const JobResu
     if (!t.hypotheses.empty()) call.output_tokens += static_cast<int64_t>(t.hypotheses[0].ids.size());
   };
   if (admitted.split.empty()) {
-    for (const Translation& t : result.translations) fill(t, response->add_translations()->mutable_hypotheses());
+    for (const Translation& t : result.translations) {
+      fill(t, response->add_translations()->mutable_hypotheses());
+    }
   } else {
     // result.translations holds every text's sentences, in order.
     size_t next = 0;

@@ -179,6 +179,9 @@ def libretranslate_checks(port, a, b):
            {"error": "Please contact the server operator to get an API key (api_key)"}, "no API key")
     expect(http(port, "POST", "/translate", {"q": A, "source": "en", "target": "de", "api_key": "nope"}), 403,
            {"error": "Invalid API key"}, "a wrong API key")
+    expect(http(port, "POST", "/translate", {"target": "de"}), 400,
+           {"error": "Please contact the server operator to get an API key (api_key)"},
+           "no API key and no q: the key is checked first, as LibreTranslate does")
     return 7  # successful translations above (alternatives and the paragraph included)
 
 

@@ -13,10 +13,11 @@ using namespace nmt::server;
 namespace fs = std::filesystem;
 
 TEST(SentenceSplitter, SplitsAndKeepsTheWhitespace) {
-  const std::string text = "  A man walks. Two dogs play!\tIs it raining?\n\nYes \xe2\x80\x94 it is.  \n";
+  const std::string text =
+      "  A man walks. Two dogs play!\tIs it raining?\n\nYes \xe2\x80\x94 it is.  \n";
   const SplitText s = SentenceSplitter::for_language("en").split(text);
-  EXPECT_EQ(s.sentences, (std::vector<std::string>{"A man walks.", "Two dogs play!", "Is it raining?",
-                                                   "Yes \xe2\x80\x94 it is."}));
+  EXPECT_EQ(s.sentences, (std::vector<std::string>{"A man walks.", "Two dogs play!",
+                                                   "Is it raining?", "Yes \xe2\x80\x94 it is."}));
   EXPECT_EQ(s.gaps, (std::vector<std::string>{"  ", " ", "\t", "\n\n", "  \n"}));
   EXPECT_EQ(s.join(s.sentences), text);
   EXPECT_EQ(s.join({"1", "2", "3", "4"}), "  1 2\t3\n\n4  \n");
@@ -33,8 +34,13 @@ TEST(SentenceSplitter, OneSentenceAndNone) {
 }
 
 TEST(SentenceSplitter, AbbreviationsOfTheLanguage) {
-  EXPECT_EQ(SentenceSplitter::for_language("en").split("Mr. Smith is here. He waits.").sentences.size(), 2u);
-  EXPECT_EQ(SentenceSplitter::for_language("de").split("Er kommt z.B. morgen. Sie nicht.").sentences.size(), 2u);
+  EXPECT_EQ(
+      SentenceSplitter::for_language("en").split("Mr. Smith is here. He waits.").sentences.size(),
+      2u);
+  EXPECT_EQ(SentenceSplitter::for_language("de")
+                .split("Er kommt z.B. morgen. Sie nicht.")
+                .sentences.size(),
+            2u);
   // Unknown or no language: ICU's root rules still split sentences.
   EXPECT_EQ(SentenceSplitter::for_language("").split("One. Two.").sentences.size(), 2u);
   EXPECT_EQ(SentenceSplitter::for_language("xx").split("One. Two.").sentences.size(), 2u);
@@ -56,7 +62,8 @@ TEST(ModelLanguages, FromTheName) {
 
 TEST(ModelLanguages, FromTheFolder) {
   // The demo model names its pair in tokenizer_config.json.
-  const LanguagePair demo = model_languages(std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small", "any");
+  const LanguagePair demo =
+      model_languages(std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small", "any");
   EXPECT_EQ(demo.source, "en");
   EXPECT_EQ(demo.target, "de");
 
@@ -67,7 +74,8 @@ TEST(ModelLanguages, FromTheFolder) {
   fs::create_directories(dir / "model");
   EXPECT_EQ(model_languages((dir / "model").string(), "sv-fi").source, "sv");
   EXPECT_FALSE(model_languages((dir / "model").string(), "mine").known());
-  std::ofstream(dir / "model" / "tokenizer_config.json") << R"({"source_lang": "it", "target_lang": "pt"})";
+  std::ofstream(dir / "model" / "tokenizer_config.json")
+      << R"({"source_lang": "it", "target_lang": "pt"})";
   EXPECT_EQ(model_languages((dir / "model").string(), "sv-fi").target, "pt");
   fs::remove_all(dir);
 }
