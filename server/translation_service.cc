@@ -511,11 +511,13 @@ std::shared_ptr<Job> TranslationService::admit(const v1::TranslateRequest& reque
   admitted.model = &models_.find(request.model());
   call.model = admitted.model->name;
   const Tokenizer& tokenizer = admitted.model->tokenizer();
-  const SentenceSplitter& splitter =
-      SentenceSplitter::for_language(admitted.model->languages.source);
+  const SentenceSplitter* splitter = nullptr;  // looked up when a request splits
   ValidRequest valid = validator_.validate(
       request, [&](const std::string& text) { return tokenizer.encode(text); },
-      [&](const std::string& text) { return splitter.split(text); });
+      [&](const std::string& text) {
+        if (!splitter) splitter = &SentenceSplitter::for_language(admitted.model->languages.source);
+        return splitter->split(text);
+      });
   call.input_tokens = valid.input_tokens;
   call.sentences = valid.source_ids.size();
   admitted.return_scores = request.options().return_scores();
