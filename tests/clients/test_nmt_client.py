@@ -181,10 +181,12 @@ def auth_and_unavailable_checks(nmt_client, binary, model, tmp, health_pb2, heal
     target = f"localhost:{port}"
     tls = {"tls": True, "root_certificates": root}
     # The client calls before the server listens: UNAVAILABLE, retried until it serves.
-    patient = nmt_client.RetryPolicy(max_attempts=200, initial_backoff=0.05, max_backoff=0.25)
-    # gRPC's own reconnect backoff (1 s growing to 120 s by default) is shortened so that
-    # the channel notices the new server soon.
-    reconnect = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
+    # Bounded by the 90 s deadline, not by a count (a sanitizer build starts slowly).
+    patient = nmt_client.RetryPolicy(max_attempts=10**6, initial_backoff=0.05, max_backoff=0.25)
+    # gRPC's own reconnect backoff (1 s growing to 120 s, at least 20 s between attempts by
+    # default) is shortened so that the channel notices the new server soon.
+    reconnect = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                 ("grpc.max_reconnect_backoff_ms", 500)]
     client = nmt_client.Client(target, token="secret-1", retry=patient, timeout=90, options=reconnect, **tls)
     result = {}
     caller = threading.Thread(target=lambda: result.update(text=client.translate("A dog runs.")))
