@@ -5,7 +5,10 @@ sync and asyncio clients, a grpcurl-style JSON request with plain strings, split
 deadlines, retries with backoff on RESOURCE_EXHAUSTED and UNAVAILABLE, TLS and bearer
 tokens, and the stubs generated when the package is built (pip wheel).
 
-    test_nmt_client.py REPO_ROOT NMT_SERVER PYTHON_BUILD_DIR
+    test_nmt_client.py REPO_ROOT NMT_SERVER PYTHON_BUILD_DIR calls|secured
+        calls:   sync, async, JSON, split_sentences, n-best, deadline, RESOURCE_EXHAUSTED retries
+        secured: TLS + tokens on a server that starts after the first call (UNAVAILABLE
+                 retries), and the pip wheel
 """
 import asyncio
 import glob
@@ -30,7 +33,7 @@ SENTENCES = ["A man in a blue shirt and black jeans is riding an old red bike do
 
 
 def main():
-    repo, binary, build_dir = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
+    repo, binary, build_dir, part = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     sys.path.insert(0, build_dir)
     import nmt_client
     from nmt_client._proto import translation_pb2 as pb
@@ -43,6 +46,10 @@ def main():
     import health_pb2_grpc
 
     model = os.path.join(repo, "models/m30k-en-de-small")
+    if part == "secured":
+        auth_and_unavailable_checks(nmt_client, binary, model, tmp, health_pb2, health_pb2_grpc)
+        wheel_check(repo, tmp)
+        check.exit()
     config = os.path.join(tmp, "config.yaml")
     harness.write_config(config, model, limits={"max_input_tokens": 48},
                          server={"max_concurrent_calls": 1})
@@ -59,8 +66,6 @@ def main():
         check(rc == 0, f"exit code 0 on SIGTERM (got {rc})")
         if check.failures:
             print(server.output()[-3000:])
-    auth_and_unavailable_checks(nmt_client, binary, model, tmp, health_pb2, health_pb2_grpc)
-    wheel_check(repo, tmp)
     check.exit()
 
 
@@ -195,7 +200,7 @@ def auth_and_unavailable_checks(nmt_client, binary, model, tmp, health_pb2, heal
     server = harness.Server(binary, config, extra_args=["--port", str(port)])
     try:
         caller.join(timeout=95)
-        check(result.get("text") and client.retries >= 1,
+        check(bool(result.get("text")) and client.retries >= 1,
               f"UNAVAILABLE until the server starts: answered after {client.retries} retries")
         client.close()
         with nmt_client.Client(target, token="secret-1", **tls) as ok:
