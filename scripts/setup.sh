@@ -10,13 +10,15 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsentencepiece-dev libyaml-cpp-dev
-  nlohmann-json3-dev libopenblas-dev libgtest-dev libgmock-dev
+  nlohmann-json3-dev libopenblas-dev libgtest-dev libgmock-dev libicu-dev libcpp-httplib-dev
   python3 python3-grpcio python3-grpc-tools python3-yaml
 )
 # Test-only tools (a real Prometheus for the metrics tests, clang + its runtimes for the
-# fuzzers, openssl for the TLS test certificates); skipped in the Docker image.
+# fuzzers, openssl for the TLS test certificates, curl for the HTTP API test, pip to build
+# the Python client's wheel); skipped in the Docker image.
 if [ "${NMT_SETUP_TEST_TOOLS:-1}" = "1" ]; then
-  PACKAGES+=(prometheus clang libclang-rt-14-dev openssl)
+  PACKAGES+=(prometheus clang libclang-rt-14-dev openssl curl python3-pip python3-setuptools
+             python3-wheel)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do

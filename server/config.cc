@@ -42,6 +42,13 @@ double to_seconds(const YAML::Node& node, const std::string& key) {
   return value;
 }
 
+bool to_bool(const YAML::Node& node, const std::string& key) {
+  const std::string v = node.Scalar();
+  if (v == "true") return true;
+  if (v == "false") return false;
+  fail(key + ": expected true or false, got '" + v + "'");
+}
+
 std::string to_string(const YAML::Node& node, const std::string& key) {
   if (!node.IsScalar() || node.Scalar().empty()) fail(key + ": expected a non-empty string");
   return node.Scalar();
@@ -104,6 +111,11 @@ const std::vector<Setting>& settings() {
       {"server.auth_token_file", "auth-token-file",
        "file of accepted bearer tokens, one per line: TranslationService needs one",
        [](ServerConfig& c, N n, K k) { c.auth_token_file = to_string(n, k); }},
+      {"http.host", "http-host", "HTTP/JSON API bind address",
+       [](ServerConfig& c, N n, K k) { c.http_host = to_string(n, k); }},
+      {"http.port", "http-port",
+       "HTTP/JSON API port (POST /v1/translate, LibreTranslate's /translate); 0 = off",
+       [](ServerConfig& c, N n, K k) { c.http_port = to_int(n, k, 0, 65535); }},
       {"limits.max_sentences_per_request", "max-sentences-per-request", "sentences per request",
        [](ServerConfig& c, N n, K k) {
          c.limits.max_sentences_per_request = to_int(n, k, 1, kMaxInt);
@@ -116,6 +128,9 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) {
          c.limits.max_decoding_length = to_int(n, k, 1, kMaxInt);
        }},
+      {"limits.split_sentences", "split-sentences",
+       "default of options.split_sentences: translate each text sentence by sentence",
+       [](ServerConfig& c, N n, K k) { c.limits.split_sentences = to_bool(n, k); }},
       {"batching.max_active_sentences", "max-active-sentences",
        "sentences one decode loop decodes at once (its sentence slots)",
        [](ServerConfig& c, N n, K k) {
@@ -288,8 +303,8 @@ ServerConfig parse_config(const std::string& yaml_text, const std::string& base_
       }
       continue;
     }
-    if (name != "server" && name != "limits" && name != "batching") {
-      fail("unknown key '" + name + "' (known: server, limits, batching, models)");
+    if (name != "server" && name != "http" && name != "limits" && name != "batching") {
+      fail("unknown key '" + name + "' (known: server, http, limits, batching, models)");
     }
     if (!section.second.IsMap()) fail(name + ": expected a mapping");
     for (const auto& kv : section.second) {

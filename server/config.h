@@ -51,6 +51,9 @@ struct ServerConfig {
   // Unary calls and streams in flight on the whole server; one more is refused with
   // RESOURCE_EXHAUSTED at once (bounds the server's per-call memory, whatever the queue).
   int max_concurrent_calls = 4096;
+  // The HTTP/JSON API (server/http_api.h): off while http_port is 0.
+  std::string http_host = "0.0.0.0";
+  int http_port = 0;
   Limits limits;
   SchedulingOptions batching;  // the `batching:` section: decode loop and queue capacity
   std::vector<ModelEntry> models;  // the first one is the default model

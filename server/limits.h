@@ -8,6 +8,8 @@ struct Limits {
   int max_input_tokens = 256;  // per sentence, after tokenization, </s> included
   int max_beam_size = 16;
   int max_decoding_length = 256;
+  // Default of TranslateOptions.split_sentences (a request's own setting wins).
+  bool split_sentences = false;
 };
 
 }  // namespace nmt::server

@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "server/config.h"
+#include "server/http_api.h"
 #include "server/logging.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
@@ -100,8 +101,23 @@ int serve(const ServerConfig& config) {
 
   // Callback API: a call waiting for its translation holds no thread; SIGTERM's Shutdown
   // waits (up to the grace period, then cancels) until every call has finished.
-  TranslationService service(*models, config.limits, metrics, std::move(auth),
-                             config.max_concurrent_calls);
+  TranslationService service(*models, config.limits, metrics, auth, config.max_concurrent_calls);
+  // The HTTP/JSON API, when http.port is set: before gRPC listens, so that a port already
+  // taken stops the server at start.
+  std::unique_ptr<HttpApi> http;
+  if (config.http_port != 0) {
+    try {
+      http = std::make_unique<HttpApi>(config.http_host, config.http_port,
+                                       static_cast<size_t>(config.max_message_bytes), service,
+                                       *models, auth, metrics);
+    } catch (const std::exception& e) {
+      log_event(spdlog::level::critical, "cannot serve the HTTP API", {{"error", e.what()}});
+      return 1;
+    }
+    if (auth.enabled()) {
+      log_event(spdlog::level::warn, "the HTTP API has no TLS: API keys travel in plaintext unless a TLS proxy fronts it");
+    }
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -134,7 +150,8 @@ int serve(const ServerConfig& config) {
             {{"address", address},
              {"metrics", metrics_address},
              {"tls", !config.tls_cert_file.empty()},
-             {"auth", !config.auth_token_file.empty()}});
+             {"auth", !config.auth_token_file.empty()},
+             {"http", http ? config.http_host + ":" + std::to_string(config.http_port) : "off"}});
 
   const sigset_t signals = termination_signals();
   int signal_number = 0;
@@ -143,6 +160,7 @@ int serve(const ServerConfig& config) {
             {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"},
              {"grace_seconds", config.shutdown_grace_seconds}});
   health->SetServingStatus(false);
+  if (http) http->stop();  // its requests in translation finish first
   const auto grace = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(config.shutdown_grace_seconds));
   server->Shutdown(std::chrono::system_clock::now() + grace);

@@ -55,6 +55,8 @@ class Metrics {
     prometheus::Gauge& gauge_;
   };
   prometheus::Gauge& inflight_gauge() { return inflight_; }
+  // For the families of optional parts (the HTTP API's), registered when they start.
+  prometheus::Registry& registry() { return *registry_; }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

@@ -28,6 +28,7 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics) : met
     served->name = entry.name;
     served->precision = entry.precision;
     served->is_default = models_.empty();
+    served->languages = model_languages(entry.path, entry.name);
     try {
       for (int w = 0; w < entry.workers; ++w) {
         served->translators.push_back(Translator::load(entry.path, translator_options(entry)));

@@ -9,6 +9,7 @@
 #include "model/translator.h"
 #include "server/config.h"
 #include "server/metrics.h"
+#include "server/model_languages.h"
 #include "server/scheduler.h"
 
 namespace nmt::server {
@@ -18,6 +19,7 @@ struct ServedModel {
   std::string device;     // resolved: cpu | cuda
   std::string precision;  // computed in: float32 on the CPU, else as configured
   bool is_default = false;
+  LanguagePair languages;  // from the model folder (server/model_languages.h); may be unknown
   std::vector<std::unique_ptr<Translator>> translators;
   std::vector<std::unique_ptr<DecodeLoop>> loops;  // one per translator
   std::unique_ptr<Scheduler> scheduler;  // declared last: stops before the loops go

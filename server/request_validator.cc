@@ -25,6 +25,16 @@ void check_range(const char* option, int value, int lo, int hi, const std::strin
   }
 }
 
+// The start of a sentence to name it in a message: up to 40 bytes, cut between UTF-8
+// characters, "..." when cut.
+std::string excerpt(const std::string& sentence) {
+  constexpr size_t kMax = 40;
+  if (sentence.size() <= kMax) return sentence;
+  size_t end = kMax;
+  while (end > 0 && (static_cast<unsigned char>(sentence[end]) & 0xC0) == 0x80) --end;
+  return sentence.substr(0, end) + "...";
+}
+
 bool only_whitespace(const std::string& text) {
   return std::all_of(text.begin(), text.end(),
                      [](unsigned char c) { return std::isspace(c) != 0; });
@@ -70,7 +80,7 @@ bool valid_request_id(const std::string& id) {
 }
 
 ValidRequest RequestValidator::validate(const v1::TranslateRequest& request,
-                                       const TokenizeFn& tokenize) const {
+                                       const TokenizeFn& tokenize, const SplitFn& split) const {
   if (!request.request_id().empty() && !valid_request_id(request.request_id())) {
     invalid("request_id must be 1 to " + std::to_string(kMaxRequestIdBytes) +
             " printable ASCII characters (it is echoed as the x-request-id metadata)");
@@ -79,6 +89,11 @@ ValidRequest RequestValidator::validate(const v1::TranslateRequest& request,
   check_texts(texts);
   ValidRequest valid;
   valid.options = decode_options(request.options());
+  if (splits(request.options())) {
+    if (!split) throw Error(ErrorCode::kInternal, "sentence splitting is not available here");
+    split_texts(texts, tokenize, split, valid);
+    return valid;
+  }
   valid.source_ids.reserve(texts.size());
   for (size_t i = 0; i < texts.size(); ++i) {
     valid.source_ids.push_back(tokenize(texts[i]));
@@ -86,6 +101,36 @@ ValidRequest RequestValidator::validate(const v1::TranslateRequest& request,
     valid.input_tokens += static_cast<int64_t>(valid.source_ids.back().size());
   }
   return valid;
+}
+
+void RequestValidator::split_texts(const std::vector<std::string>& texts, const TokenizeFn& tokenize,
+                                   const SplitFn& split, ValidRequest& valid) const {
+  size_t sentences = 0;
+  for (const std::string& text : texts) {
+    valid.split.push_back(split(text));
+    sentences += valid.split.back().sentences.size();
+  }
+  if (sentences > static_cast<size_t>(limits_.max_sentences_per_request)) {
+    invalid("too many sentences: the texts split into " + std::to_string(sentences) +
+            " > limits.max_sentences_per_request (" +
+            std::to_string(limits_.max_sentences_per_request) + ")");
+  }
+  valid.source_ids.reserve(sentences);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::vector<std::string>& parts = valid.split[i].sentences;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      valid.source_ids.push_back(tokenize(parts[k]));
+      const size_t tokens = valid.source_ids.back().size();
+      if (tokens > static_cast<size_t>(limits_.max_input_tokens)) {
+        invalid("texts[" + std::to_string(i) + "] sentence " + std::to_string(k) + " (\"" +
+                excerpt(parts[k]) + "\") has " + std::to_string(tokens) +
+                " tokens, more than limits.max_input_tokens (" +
+                std::to_string(limits_.max_input_tokens) +
+                "); split it into shorter sentences (input is never truncated)");
+      }
+      valid.input_tokens += static_cast<int64_t>(tokens);
+    }
+  }
 }
 
 void RequestValidator::check_texts(const std::vector<std::string>& texts) const {

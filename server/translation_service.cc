@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <vector>
 
 #include "server/logging.h"
+#include "server/sentence_splitter.h"
 #include "server/status.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -98,6 +100,7 @@ struct TranslationService::Admitted {
   ServedModel* model = nullptr;
   bool return_scores = false;
   bool return_token_ids = false;
+  std::vector<SplitText> split;  // with split_sentences: each text's sentences and whitespace
 };
 
 // One of max_concurrent_calls places, counted in the inflight gauge while held. Released
@@ -178,7 +181,8 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
     call_ = service_.begin("Translate", parsed ? request : v1::TranslateRequest());
     if (!parsed) {
       finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "the request is not an nmt.v1.TranslateRequest (protobuf parse failed)"));
+                          "the request does not parse as an nmt.v1.TranslateRequest (a malformed "
+                          "message, or a text that is not valid UTF-8)"));
       return;
     }
     if (!slot_.acquire()) {
@@ -507,11 +511,18 @@ std::shared_ptr<Job> TranslationService::admit(const v1::TranslateRequest& reque
   admitted.model = &models_.find(request.model());
   call.model = admitted.model->name;
   const Tokenizer& tokenizer = admitted.model->tokenizer();
-  ValidRequest valid =
-      validator_.validate(request, [&](const std::string& text) { return tokenizer.encode(text); });
+  const SentenceSplitter* splitter = nullptr;  // looked up when a request splits
+  ValidRequest valid = validator_.validate(
+      request, [&](const std::string& text) { return tokenizer.encode(text); },
+      [&](const std::string& text) {
+        if (!splitter) splitter = &SentenceSplitter::for_language(admitted.model->languages.source);
+        return splitter->split(text);
+      });
   call.input_tokens = valid.input_tokens;
+  call.sentences = valid.source_ids.size();
   admitted.return_scores = request.options().return_scores();
   admitted.return_token_ids = request.options().return_token_ids();
+  admitted.split = std::move(valid.split);
   return admitted.model->scheduler->submit(std::move(valid.source_ids), valid.options, deadline,
                                            std::move(done));
 }
@@ -528,15 +539,34 @@ grpc::Status TranslationService::respond(const Admitted& admitted, const JobResu
   }
   response->set_request_id(call.request_id);
   response->set_model(admitted.model->name);
-  for (const Translation& t : result.translations) {
-    v1::Translation* out = response->add_translations();
+  auto fill = [&](const Translation& t, google::protobuf::RepeatedPtrField<v1::Hypothesis>* out) {
     for (const Hypothesis& h : t.hypotheses) {
-      v1::Hypothesis* hyp = out->add_hypotheses();
+      v1::Hypothesis* hyp = out->Add();
       hyp->set_text(h.text);
       if (admitted.return_scores) hyp->set_score(h.score);
       if (admitted.return_token_ids) hyp->mutable_token_ids()->Add(h.ids.begin(), h.ids.end());
     }
     if (!t.hypotheses.empty()) call.output_tokens += static_cast<int64_t>(t.hypotheses[0].ids.size());
+  };
+  if (admitted.split.empty()) {
+    for (const Translation& t : result.translations) {
+      fill(t, response->add_translations()->mutable_hypotheses());
+    }
+  } else {
+    // result.translations holds every text's sentences, in order.
+    size_t next = 0;
+    for (const SplitText& text : admitted.split) {
+      v1::Translation* out = response->add_translations();
+      std::vector<std::string> best;
+      for (const std::string& source : text.sentences) {
+        const Translation& t = result.translations[next++];
+        v1::SentenceTranslation* sentence = out->add_sentences();
+        sentence->set_source(source);
+        fill(t, sentence->mutable_hypotheses());
+        best.push_back(t.hypotheses.empty() ? std::string() : t.hypotheses[0].text);
+      }
+      out->add_hypotheses()->set_text(text.join(best));
+    }
   }
   response->set_input_tokens(call.input_tokens);
   response->set_output_tokens(call.output_tokens);
@@ -570,6 +600,38 @@ void TranslationService::record(const Call& call, const grpc::Status& status) {
   const bool server_fault = status.error_code() == grpc::StatusCode::INTERNAL ||
                             status.error_code() == grpc::StatusCode::UNKNOWN;
   log_event(server_fault ? spdlog::level::err : spdlog::level::warn, "request failed", fields);
+}
+
+grpc::Status TranslationService::translate(const char* method, const v1::TranslateRequest& request,
+                                           Clock::time_point deadline,
+                                           v1::TranslateResponse* response) {
+  Call call = begin(method, request);
+  Slot slot(*this);
+  if (!slot.acquire()) {
+    const grpc::Status busy = slot.busy();
+    record(call, busy);
+    return busy;
+  }
+  // Shared with the callback, which may still be inside set_value when get() returns.
+  auto answer = std::make_shared<std::promise<JobResult>>();
+  std::future<JobResult> answered = answer->get_future();
+  Admitted admitted;
+  grpc::Status status;
+  try {
+    admit(request, deadline, call, admitted,
+          [answer](JobResult result) { answer->set_value(std::move(result)); });
+    status = respond(admitted, answered.get(), deadline, call, response);
+  } catch (const Error& e) {
+    status = to_grpc_status(e);
+  } catch (const std::exception& e) {
+    status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+  }
+  record(call, status);
+  return status;
+}
+
+void TranslationService::record_refused(const char* method, const grpc::Status& status) {
+  record(begin(method, v1::TranslateRequest()), status);
 }
 
 grpc::ServerUnaryReactor* TranslationService::Translate(grpc::CallbackServerContext* context,

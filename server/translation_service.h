@@ -42,6 +42,15 @@ class TranslationService final : public TranslationServiceBase {
                                        const v1::ListModelsRequest* request,
                                        v1::ListModelsResponse* response) override;
 
+  // One Translate request that came over another protocol (the HTTP API): admitted,
+  // limited (a place among max_concurrent_calls), measured and logged like a gRPC call,
+  // under `method` in the log. Blocks until it is answered; the caller authenticated it.
+  grpc::Status translate(const char* method, const v1::TranslateRequest& request,
+                         Clock::time_point deadline, v1::TranslateResponse* response);
+  // Counts and logs a request refused before translate() (authentication, a body that
+  // does not parse) as one request of `method`.
+  void record_refused(const char* method, const grpc::Status& status);
+
   // Blocks until every Translate and TranslateStream reactor is gone. After
   // grpc::Server::Wait() that is at once (gRPC has run every OnDone): called there, it
   // orders the calls' last steps (a cancel into a scheduler, say) before the models stop,

@@ -125,7 +125,7 @@ class Load(threading.Thread):
         self.errors = []
 
     def send(self, texts, beam):
-        req = self.pb.TranslateRequest(texts=[t.encode() for t in texts],
+        req = self.pb.TranslateRequest(texts=list(texts),
                                        options=self.pb.TranslateOptions(beam_size=beam, max_decoding_length=40))
         try:
             resp = self.stub.Translate(req, timeout=60)

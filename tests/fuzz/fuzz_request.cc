@@ -1,5 +1,6 @@
 // Arbitrary bytes as a nmt.v1.TranslateRequest, through the server's admission check
-// (RequestValidator::validate with the demo model's tokenizer), as TranslationService runs it
+// (RequestValidator::validate with the demo model's tokenizer and the English sentence
+// splitter), as TranslationService runs it
 // before queueing; no network. A request is refused with nmt::Error(kInvalidArgument) or
 // accepted, and what is accepted must be safe for the scheduler, the engine and gRPC (a
 // request_id echoed as metadata must be a legal header value: gRPC aborts on others).
@@ -16,6 +17,7 @@
 #include "model/tokenizer.h"
 #include "nmt/v1/translation.pb.h"
 #include "server/request_validator.h"
+#include "server/sentence_splitter.h"
 
 namespace {
 
@@ -53,8 +55,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   nmt::server::ValidRequest valid;
   try {
-    valid = validator().validate(request,
-                                 [](const std::string& text) { return tokenizer().encode(text); });
+    valid = validator().validate(
+        request, [](const std::string& text) { return tokenizer().encode(text); },
+        [](const std::string& text) { return nmt::server::SentenceSplitter::for_language("en").split(text); });
   } catch (const nmt::Error& e) {
     if (e.code() != nmt::ErrorCode::kInvalidArgument) __builtin_trap();
     return 0;
@@ -65,6 +68,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       valid.source_ids.size() > static_cast<size_t>(limits.max_sentences_per_request)) {
     __builtin_trap();
   }
+  // Split texts: each rebuilds from its sentences and gaps, and every sentence is scheduled.
+  size_t split_sentences = 0;
+  for (size_t i = 0; i < valid.split.size(); ++i) {
+    if (valid.split[i].join(valid.split[i].sentences) != request.texts(int(i))) __builtin_trap();
+    split_sentences += valid.split[i].sentences.size();
+  }
+  if (!valid.split.empty() && split_sentences != valid.source_ids.size()) __builtin_trap();
   for (const auto& ids : valid.source_ids) {
     if (ids.empty() || ids.size() > static_cast<size_t>(limits.max_input_tokens)) __builtin_trap();
     for (int id : ids) {

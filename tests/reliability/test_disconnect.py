@@ -18,7 +18,7 @@ check = rel.Checks()
 
 def storm(stub, pb, calls=100, streams=20):
     """Starts unary calls and streams, then cancels them all; returns the number started."""
-    request = pb.TranslateRequest(texts=[s.encode() for s in rel.SENTENCES], options=pb.TranslateOptions(beam_size=4))
+    request = pb.TranslateRequest(texts=list(rel.SENTENCES), options=pb.TranslateOptions(beam_size=4))
     futures = [stub.Translate.future(request, timeout=120) for _ in range(calls)]
     hold = threading.Event()
 
@@ -43,12 +43,12 @@ def main():
     config = os.path.join(tmp, "config.yaml")
     rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"))
     server = rel.json_server(binary, config)
-    small = pb.TranslateRequest(texts=[b"A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
+    small = pb.TranslateRequest(texts=["A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
     try:
         server.wait_serving(health_pb2, health_pb2_grpc)
         base = rel.proc_status(server.proc.pid)
         with rel.grpc.insecure_channel(server.target) as channel:
-            unit = pb.TranslateRequest(texts=[s.encode() for s in rel.SENTENCES], options=pb.TranslateOptions(beam_size=4))
+            unit = pb.TranslateRequest(texts=list(rel.SENTENCES), options=pb.TranslateOptions(beam_size=4))
             _, unit_seconds, _, _ = rel.call(pb_grpc.TranslationServiceStub(channel).Translate, unit, timeout=120)
         # The storms below queue ~600 such requests: served, they would take minutes.
         bound = 5 * unit_seconds + 1.0
@@ -64,7 +64,7 @@ def main():
         for round_ in range(3):
             channel = rel.grpc.insecure_channel(server.target)
             stub = pb_grpc.TranslationServiceStub(channel)
-            request = pb.TranslateRequest(texts=[s.encode() for s in rel.SENTENCES])
+            request = pb.TranslateRequest(texts=list(rel.SENTENCES))
             futures = [stub.Translate.future(request, timeout=120) for _ in range(50)]
             time.sleep(0.5)
             channel.close()

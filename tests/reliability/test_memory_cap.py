@@ -45,9 +45,9 @@ def main():
     rel.write_config(config, model, limits={"max_input_tokens": 64},
                      batching={"max_active_sentences": 4, "max_active_rows": 8})
     server = rel.json_server(binary, config, ["--device-memory-limit-mb", "4", "--workers", "1"])
-    small = pb.TranslateRequest(texts=[b"A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
-    wide = pb.TranslateRequest(texts=[b"Two dogs play in the snow."], options=pb.TranslateOptions(beam_size=16))
-    long = pb.TranslateRequest(texts=[b"Two dogs play in the snow."],
+    small = pb.TranslateRequest(texts=["A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
+    wide = pb.TranslateRequest(texts=["Two dogs play in the snow."], options=pb.TranslateOptions(beam_size=16))
+    long = pb.TranslateRequest(texts=["Two dogs play in the snow."],
                                options=pb.TranslateOptions(beam_size=2, min_decoding_length=60,
                                                            max_decoding_length=100))
     try:

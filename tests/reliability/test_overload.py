@@ -25,7 +25,7 @@ def percentile(values, q):
 
 
 def bounded_queue(server, stub, pb, seconds=8.0, clients=48):
-    request = pb.TranslateRequest(texts=[s.encode() for s in rel.SENTENCES],
+    request = pb.TranslateRequest(texts=list(rel.SENTENCES),
                                   options=pb.TranslateOptions(beam_size=4))
     # One request alone: the unit of work. The 64-sentence queue holds 8 of them, so an
     # accepted request waits for at most ~9 units; 20 leaves room for the 48 clients sharing
@@ -73,13 +73,13 @@ def bounded_queue(server, stub, pb, seconds=8.0, clients=48):
 
 def deadline(server, stub, pb):
     heavy = pb.TranslateRequest(
-        texts=[(s + " " + s).encode() for s in rel.SENTENCES * 2],
+        texts=[(s + " " + s) for s in rel.SENTENCES * 2],
         options=pb.TranslateOptions(beam_size=16, max_decoding_length=255, min_decoding_length=200))
     before = len(rel.request_lines(server))
     code, seconds, details, _ = rel.call(stub.Translate, heavy, timeout=1.0)
     check(code == "DEADLINE_EXCEEDED" and seconds < 2.0,
           f"a 1 s deadline on minutes of work: {code} after {seconds:.2f} s")
-    small = pb.TranslateRequest(texts=[b"A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
+    small = pb.TranslateRequest(texts=["A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
     code, seconds, details, _ = rel.call(stub.Translate, small, timeout=30)
     check(code == "OK" and seconds < 3.0,
           f"the engine dropped the expired batch: the next request took {seconds:.2f} s ({code} {details})")

@@ -33,7 +33,7 @@ def main():
         stub = pb_grpc.TranslationServiceStub(channel)
 
         def client(i):
-            request = pb.TranslateRequest(texts=[rel.SENTENCES[(i + k) % len(rel.SENTENCES)].encode() for k in range(1 + i % 4)])
+            request = pb.TranslateRequest(texts=[rel.SENTENCES[(i + k) % len(rel.SENTENCES)] for k in range(1 + i % 4)])
             while not stop.is_set():
                 r = rel.call(stub.Translate, request, timeout=120)
                 with lock:
@@ -44,7 +44,7 @@ def main():
         def streamer(i):
             def messages():
                 for k in range(20):
-                    yield pb.TranslateRequest(texts=[rel.SENTENCES[k % len(rel.SENTENCES)].encode()])
+                    yield pb.TranslateRequest(texts=[rel.SENTENCES[k % len(rel.SENTENCES)]])
                     time.sleep(0.05)
             try:
                 for r in stub.TranslateStream(messages(), timeout=120):
@@ -66,7 +66,7 @@ def main():
         time.sleep(0.5)
         with rel.grpc.insecure_channel(server.target) as fresh:
             code, _, _, _ = rel.call(pb_grpc.TranslationServiceStub(fresh).Translate,
-                                     pb.TranslateRequest(texts=[b"A dog runs."]), timeout=10)
+                                     pb.TranslateRequest(texts=["A dog runs."]), timeout=10)
         check(code == "UNAVAILABLE", f"a new call after SIGTERM is refused: {code}")
         time.sleep(0.5)
         stop.set()

@@ -27,7 +27,7 @@ async def run_streams(target, pb, pb_grpc, n, channels=8):
 
     async def one(i):
         call = stubs[i % channels].TranslateStream(timeout=600)
-        text = rel.SENTENCES[i % len(rel.SENTENCES)].encode()
+        text = rel.SENTENCES[i % len(rel.SENTENCES)]
         opts = pb.TranslateOptions(beam_size=1)
         await call.write(pb.TranslateRequest(texts=[text], options=opts, request_id=f"s{i}-0"))
         r1 = await call.read()
@@ -99,7 +99,7 @@ def main():
         now = rel.proc_status(server.proc.pid)
         check(settled, f"fds back to idle after the streams: {idle['fds']} -> peak {peak['fds']} -> {now['fds']}")
         code, _, _, _ = rel.call(pb_grpc.TranslationServiceStub(rel.grpc.insecure_channel(server.target)).Translate,
-                                 pb.TranslateRequest(texts=[b"A dog runs."]), timeout=30)
+                                 pb.TranslateRequest(texts=["A dog runs."]), timeout=30)
         check(code == "OK", f"serves after the streams: {code}")
     except Exception as e:
         check(False, f"unexpected {type(e).__name__}: {e}")

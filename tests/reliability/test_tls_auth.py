@@ -47,7 +47,7 @@ def main():
         trusted = grpc.ssl_channel_credentials(root_certificates=f.read())
     with open(other_cert, "rb") as f:
         untrusted = grpc.ssl_channel_credentials(root_certificates=f.read())
-    request = pb.TranslateRequest(texts=[b"A man is riding a bike."])
+    request = pb.TranslateRequest(texts=["A man is riding a bike."])
     try:
         with grpc.secure_channel(server.target, trusted) as channel:
             health = health_pb2_grpc.HealthStub(channel)

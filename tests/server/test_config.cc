@@ -202,7 +202,7 @@ TEST(Config, YamlErrorsNameTheKey) {
   const std::string m = kMinimal;
   EXPECT_EQ(error_of(m + "server:\n  prot: 1\n"), "unknown key 'server.prot'");
   EXPECT_EQ(error_of(m + "servers:\n  port: 1\n"),
-            "unknown key 'servers' (known: server, limits, batching, models)");
+            "unknown key 'servers' (known: server, http, limits, batching, models)");
   EXPECT_EQ(error_of(m + "server:\n  port: abc\n"), "server.port: expected an integer, got 'abc'");
   EXPECT_EQ(error_of(m + "server:\n  port: 70000\n"),
             "server.port: must be between 1 and 65535, got 70000");

@@ -179,6 +179,73 @@ TEST_F(ServerTest, NBestListsEqualTheEngine) {
   }
 }
 
+// options.split_sentences: a paragraph of three sentences, longer in total than
+// limits.max_input_tokens, equals its sentences translated one by one and joined with the
+// paragraph's whitespace; each sentence keeps its own n-best, scores and token ids.
+TEST_F(ServerTest, SplitSentencesEqualsTheSentencesTranslatedOneByOne) {
+  const std::vector<std::string> parts = {"A man in a blue shirt and black jeans is riding an old red bike down the busy street.",
+                                          "Two black dogs with white spots are playing with a yellow ball in the deep snow!",
+                                          "Is the little girl in the pink dress sitting on a wooden bench near the lake?"};
+  const std::string paragraph = "  " + parts[0] + " " + parts[1] + "\n\n" + parts[2] + "\n";
+  int64_t total = 0;
+  for (const std::string& p : parts) total += int64_t(engine_->tokenizer().encode(p).size());
+  ASSERT_GT(engine_->tokenizer().encode(paragraph).size(), size_t(kMaxInputTokens))
+      << "the paragraph must pass max_input_tokens for the test to mean anything";
+
+  nmt::v1::TranslateResponse whole;
+  expect_refused(call(request({paragraph}, 4), &whole), grpc::StatusCode::INVALID_ARGUMENT,
+                 "texts[0] has " + std::to_string(engine_->tokenizer().encode(paragraph).size()) +
+                     " tokens, more than limits.max_input_tokens (48); split it into shorter "
+                     "sentences (input is never truncated)");
+
+  nmt::v1::TranslateRequest split = request({paragraph, parts[1]}, 4, 2);
+  split.mutable_options()->set_split_sentences(true);
+  nmt::v1::TranslateResponse response;
+  const grpc::Status status = call(split, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::vector<nmt::Translation> want = reference(parts, 4, 2);
+  ASSERT_EQ(response.translations_size(), 2);
+  const auto& t = response.translations(0);
+  ASSERT_EQ(t.hypotheses_size(), 1);
+  EXPECT_EQ(t.hypotheses(0).text(), "  " + want[0].hypotheses[0].text + " " + want[1].hypotheses[0].text +
+                                        "\n\n" + want[2].hypotheses[0].text + "\n");
+  ASSERT_EQ(t.sentences_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(t.sentences(i).source(), parts[size_t(i)]);
+    ASSERT_EQ(t.sentences(i).hypotheses_size(), 2);
+    for (int h = 0; h < 2; ++h) {
+      EXPECT_EQ(t.sentences(i).hypotheses(h).text(), want[size_t(i)].hypotheses[size_t(h)].text);
+      EXPECT_NEAR(t.sentences(i).hypotheses(h).score(), want[size_t(i)].hypotheses[size_t(h)].score, 1e-4);
+      EXPECT_EQ(std::vector<int>(t.sentences(i).hypotheses(h).token_ids().begin(),
+                                 t.sentences(i).hypotheses(h).token_ids().end()),
+                want[size_t(i)].hypotheses[size_t(h)].ids);
+    }
+  }
+  // A text of one sentence is one sentence.
+  ASSERT_EQ(response.translations(1).sentences_size(), 1);
+  EXPECT_EQ(response.translations(1).hypotheses(0).text(), want[1].hypotheses[0].text);
+  EXPECT_EQ(response.input_tokens(), total + int64_t(engine_->tokenizer().encode(parts[1]).size()));
+
+  // One sentence over the limit is still refused, named, never truncated.
+  std::string longer = "Dog";
+  for (int i = 0; i < 60; ++i) longer += " dog";
+  longer += " runs.";
+  nmt::v1::TranslateRequest too_long = request({parts[0] + " " + longer}, 4);
+  too_long.mutable_options()->set_split_sentences(true);
+  expect_refused(call(too_long, &response), grpc::StatusCode::INVALID_ARGUMENT,
+                 "texts[0] sentence 1 (\"Dog dog dog dog dog dog dog dog dog dog ...\") has " +
+                     std::to_string(engine_->tokenizer().encode(longer).size()) +
+                     " tokens, more than limits.max_input_tokens (48); split it into shorter "
+                     "sentences (input is never truncated)");
+  // Sentences count against max_sentences_per_request.
+  std::string many;
+  for (int i = 0; i < kMaxSentences + 1; ++i) many += "A dog runs. ";
+  nmt::v1::TranslateRequest too_many = request({many}, 1);
+  too_many.mutable_options()->set_split_sentences(true);
+  expect_refused(call(too_many, &response), grpc::StatusCode::INVALID_ARGUMENT,
+                 "too many sentences: the texts split into 17 > limits.max_sentences_per_request (16)");
+}
+
 TEST_F(ServerTest, BadInputsAreRefusedWithTheirStatusAndMessage) {
   using grpc::StatusCode;
   nmt::v1::TranslateResponse response;
@@ -195,8 +262,11 @@ TEST_F(ServerTest, BadInputsAreRefusedWithTheirStatusAndMessage) {
                  "too many sentences: 17 > limits.max_sentences_per_request (16)");
   expect_refused(call(request({ok, ""}, 4), &response), StatusCode::INVALID_ARGUMENT,
                  "texts[1] is empty (or only whitespace)");
+  // The C++ stub sends a string that is not UTF-8 (logging an error): the server's parse
+  // refuses it.
   expect_refused(call(request({"Caf\xc3", ok}, 4), &response), StatusCode::INVALID_ARGUMENT,
-                 "texts[0] is not valid UTF-8 (invalid byte sequence at offset 3)");
+                 "the request does not parse as an nmt.v1.TranslateRequest (a malformed message, "
+                 "or a text that is not valid UTF-8)");
 
   std::string longer;
   for (int i = 0; i < 60; ++i) longer += "dog ";

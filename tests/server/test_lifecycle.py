@@ -92,7 +92,7 @@ def main():
         with grpc.insecure_channel(server.target) as channel:
             stub = pb_grpc.TranslationServiceStub(channel)
             heavy = pb.TranslateRequest(
-                texts=[f"A man number {i} walks his big dog through the green park.".encode() for i in range(16)],
+                texts=[f"A man number {i} walks his big dog through the green park." for i in range(16)],
                 options=pb.TranslateOptions(beam_size=8))
             overload(server, stub, heavy)
             drain(server, stub, heavy, health_pb2, health_pb2_grpc)

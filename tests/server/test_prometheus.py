@@ -76,7 +76,7 @@ def main():
         def load():
             with grpc.insecure_channel(server.target) as channel:
                 stub = pb_grpc.TranslationServiceStub(channel)
-                req = pb.TranslateRequest(texts=[b"A dog runs in the park."],
+                req = pb.TranslateRequest(texts=["A dog runs in the park."],
                                           options=pb.TranslateOptions(beam_size=2))
                 while not stop.is_set():
                     stub.Translate(req, timeout=30)

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A second, independent client: Debian's python3-grpcio with stubs generated at test time
 from proto/ talks to the real nmt-server. Translations against the transformers golden file
-(when ../shared/golden is present), n-best, each bad input with its status and message,
+(when ../shared/golden is present), n-best, each bad input with its status and message
+(invalid UTF-8 from a raw client included),
 deadline, cancellation, 32 concurrent clients equal to one-at-a-time results, the stream,
 health, reflection, ListModels, and /metrics counters.
 
@@ -60,14 +61,19 @@ def main():
 
 def request(pb, texts, beam=4, nbest=1, model="", **kw):
     return pb.TranslateRequest(
-        model=model, texts=[t.encode() if isinstance(t, str) else t for t in texts],
+        model=model, texts=texts,
         options=pb.TranslateOptions(beam_size=beam, num_hypotheses=nbest, return_scores=True,
                                     return_token_ids=True, **kw))
 
 
+PARSE_FAILED = ("the request does not parse as an nmt.v1.TranslateRequest (a malformed message, "
+                "or a text that is not valid UTF-8)")
+
+
 def refused(stub, req, code, message, what):
+    """`stub` is a TranslationServiceStub, or a raw Translate method (request bytes)."""
     try:
-        stub.Translate(req, timeout=30)
+        (stub if callable(stub) else stub.Translate)(req, timeout=30)
         check(False, f"{what}: refused with {code.name}")
     except grpc.RpcError as e:
         check(e.code() == code and e.details() == message,
@@ -106,8 +112,16 @@ def run_checks(server, channel, pb, pb_grpc, repo):
     refused(stub, request(pb, ["x"] * 17), I,
             "too many sentences: 17 > limits.max_sentences_per_request (16)", "17 sentences")
     refused(stub, request(pb, ["ok", "  "]), I, "texts[1] is empty (or only whitespace)", "blank text")
-    refused(stub, request(pb, [b"ab\xff"]), I,
-            "texts[0] is not valid UTF-8 (invalid byte sequence at offset 2)", "invalid UTF-8")
+    # texts are proto strings: python3-grpcio refuses to build one that is not UTF-8, so a
+    # raw client's message is written by hand (field 2, length 3, "ab\xff").
+    raw = channel.unary_unary("/nmt.v1.TranslationService/Translate",
+                              request_serializer=None, response_deserializer=None)
+    refused(raw, b"\x12\x03ab\xff", I, PARSE_FAILED, "invalid UTF-8 from a raw client")
+    try:
+        pb.TranslateRequest(texts=[b"ab\xff"])
+        check(False, "python protobuf refuses a text that is not UTF-8")
+    except ValueError:
+        check(True, "python protobuf refuses a text that is not UTF-8")
     long_text = " ".join(["house"] * 80)
     try:
         stub.Translate(request(pb, [long_text]), timeout=30)

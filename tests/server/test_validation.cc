@@ -2,6 +2,7 @@
 // names the sentence or option; defaults are filled in for unset options.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -146,4 +147,48 @@ TEST(Validation, RequestIdMustBeEchoable) {
   EXPECT_EQ(refusal([&] { v.validate(request, tokenize); }),
             "request_id must be 1 to 128 printable ASCII characters (it is echoed as the "
             "x-request-id metadata)");
+}
+
+// split_sentences: sentences are counted and measured, not texts; the server default
+// applies when the request leaves the option unset.
+TEST(Validation, SplitSentencesChecksEachSentence) {
+  // One token per word, plus </s>.
+  auto tokenize = [](const std::string& text) {
+    return std::vector<int>(size_t(std::count(text.begin(), text.end(), ' ') + 2), 7);
+  };
+  const SentenceSplitter& splitter = SentenceSplitter::for_language("en");
+  auto split = [&](const std::string& text) { return splitter.split(text); };
+  const std::string paragraph = "One two three four five. Six seven eight nine ten. Eleven twelve.";
+  nmt::v1::TranslateRequest request;
+  request.add_texts(paragraph);
+  const RequestValidator v(limits());
+  EXPECT_EQ(refusal([&] { v.validate(request, tokenize, split); }),
+            "texts[0] has 13 tokens, more than limits.max_input_tokens (10); split it into "
+            "shorter sentences (input is never truncated)");
+
+  request.mutable_options()->set_split_sentences(true);
+  const ValidRequest valid = v.validate(request, tokenize, split);
+  ASSERT_EQ(valid.source_ids.size(), 3u);
+  EXPECT_EQ(valid.input_tokens, 6 + 6 + 3);
+  ASSERT_EQ(valid.split.size(), 1u);
+  EXPECT_EQ(valid.split[0].sentences,
+            (std::vector<std::string>{"One two three four five.", "Six seven eight nine ten.", "Eleven twelve."}));
+
+  Limits split_by_default = limits();
+  split_by_default.split_sentences = true;
+  request.mutable_options()->clear_split_sentences();
+  EXPECT_EQ(RequestValidator(split_by_default).validate(request, tokenize, split).source_ids.size(), 3u);
+  request.mutable_options()->set_split_sentences(false);  // the request's own setting wins
+  EXPECT_NE(refusal([&] { RequestValidator(split_by_default).validate(request, tokenize, split); }),
+            "(accepted)");
+
+  request.mutable_options()->set_split_sentences(true);
+  request.set_texts(0, "Short one. A b c d e f g h i j k l m n o p q r s t u v w x y z und so weiter.");
+  EXPECT_EQ(refusal([&] { v.validate(request, tokenize, split); }),
+            "texts[0] sentence 1 (\"A b c d e f g h i j k l m n o p q r s t ...\") has 30 tokens, "
+            "more than limits.max_input_tokens (10); split it into shorter sentences (input is "
+            "never truncated)");
+  request.set_texts(0, "A. B. C. D.");
+  EXPECT_EQ(refusal([&] { v.validate(request, tokenize, split); }),
+            "too many sentences: the texts split into 4 > limits.max_sentences_per_request (3)");
 }

@@ -1,0 +1,71 @@
+"""What the sync and async clients share: channel credentials, request building, the retry
+policy and the answers' shapes."""
+import dataclasses
+import random
+from typing import Optional, Sequence, Tuple, Union
+
+import grpc
+
+from ._proto import translation_pb2 as pb
+
+Texts = Union[str, Sequence[str]]
+
+# The server's transient refusals: shutting down or not up yet (UNAVAILABLE), busy
+# (RESOURCE_EXHAUSTED: server.max_concurrent_calls or a full queue). Nothing else is retried.
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hypothesis:
+    text: str
+    score: float               # sum(log p) / length ** length_penalty
+    token_ids: Tuple[int, ...]  # target ids, EOS included
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter: before retry n (1-based) the client sleeps a
+    random time up to min(max_backoff, initial_backoff * multiplier ** (n - 1)) seconds. A
+    retry never outlives the call's deadline."""
+    max_attempts: int = 5
+    initial_backoff: float = 0.1
+    max_backoff: float = 2.0
+    multiplier: float = 2.0
+
+    def delay(self, retry: int) -> float:
+        return random.uniform(0, min(self.max_backoff, self.initial_backoff * self.multiplier ** (retry - 1)))
+
+
+def channel_credentials(tls, root_certificates: Optional[bytes]) -> Optional[grpc.ChannelCredentials]:
+    """None for plaintext (tls=False), else TLS credentials (tls=True: the system's roots or
+    root_certificates; or tls given as grpc.ChannelCredentials)."""
+    if isinstance(tls, grpc.ChannelCredentials):
+        return tls
+    if tls:
+        return grpc.ssl_channel_credentials(root_certificates=root_certificates)
+    if root_certificates is not None:
+        raise ValueError("root_certificates given with tls=False")
+    return None
+
+
+def metadata(token: Optional[str]):
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def request(texts: Texts, model: Optional[str], **options) -> Tuple[pb.TranslateRequest, bool]:
+    """The TranslateRequest, and whether `texts` was a single string. Options left None take
+    the server's defaults."""
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
+    set_options = {k: v for k, v in options.items() if v is not None}
+    return pb.TranslateRequest(model=model or "", texts=texts,
+                               options=pb.TranslateOptions(**set_options)), single
+
+
+def best_texts(response: pb.TranslateResponse):
+    return [t.hypotheses[0].text for t in response.translations]
+
+
+def nbest(response: pb.TranslateResponse):
+    return [[Hypothesis(h.text, h.score, tuple(h.token_ids)) for h in t.hypotheses]
+            for t in response.translations]

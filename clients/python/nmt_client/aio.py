@@ -1,0 +1,88 @@
+"""The asyncio client (grpc.aio): the same calls as Client, awaited."""
+import asyncio
+import time
+from typing import List, Optional
+
+import grpc
+import grpc.aio
+
+from . import _common
+from ._common import Hypothesis, RetryPolicy, Texts
+from ._proto import translation_pb2 as pb
+from ._proto import translation_pb2_grpc as pb_grpc
+
+
+class AsyncClient:
+    """Client's asyncio twin; create it inside the event loop that uses it. Arguments as
+    Client's."""
+
+    def __init__(self, target: str, token: Optional[str] = None, tls=False,
+                 root_certificates: Optional[bytes] = None, timeout: Optional[float] = 60.0,
+                 retry: RetryPolicy = RetryPolicy(), options=()):
+        credentials = _common.channel_credentials(tls, root_certificates)
+        self._channel = (grpc.aio.secure_channel(target, credentials, options=options) if credentials
+                         else grpc.aio.insecure_channel(target, options=options))
+        self._stub = pb_grpc.TranslationServiceStub(self._channel)
+        self._metadata = _common.metadata(token)
+        self._timeout = timeout
+        self._retry = retry
+        self.retries = 0
+
+    async def translate(self, texts: Texts, model: Optional[str] = None,
+                        beam_size: Optional[int] = None, split_sentences: Optional[bool] = None,
+                        length_penalty: Optional[float] = None,
+                        max_decoding_length: Optional[int] = None,
+                        min_decoding_length: Optional[int] = None, timeout: Optional[float] = None):
+        request, single = _common.request(
+            texts, model, beam_size=beam_size, split_sentences=split_sentences,
+            length_penalty=length_penalty, max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length)
+        best = _common.best_texts(await self._call(self._stub.Translate, request, timeout))
+        return best[0] if single else best
+
+    async def translate_nbest(self, texts: Texts, num_hypotheses: int, model: Optional[str] = None,
+                              beam_size: Optional[int] = None,
+                              split_sentences: Optional[bool] = None,
+                              length_penalty: Optional[float] = None,
+                              max_decoding_length: Optional[int] = None,
+                              min_decoding_length: Optional[int] = None,
+                              timeout: Optional[float] = None) -> List[List[Hypothesis]]:
+        request, _ = _common.request(
+            texts, model, beam_size=beam_size or max(4, num_hypotheses), num_hypotheses=num_hypotheses,
+            return_scores=True, return_token_ids=True, split_sentences=split_sentences,
+            length_penalty=length_penalty, max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length)
+        return _common.nbest(await self._call(self._stub.Translate, request, timeout))
+
+    async def translate_response(self, request: pb.TranslateRequest,
+                                 timeout: Optional[float] = None) -> pb.TranslateResponse:
+        return await self._call(self._stub.Translate, request, timeout)
+
+    async def list_models(self, timeout: Optional[float] = None):
+        return list((await self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout)).models)
+
+    async def close(self):
+        await self._channel.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def _call(self, method, request, timeout):
+        timeout = self._timeout if timeout is None else timeout
+        end = None if timeout is None else time.monotonic() + timeout
+        for attempt in range(1, self._retry.max_attempts + 1):
+            remaining = None if end is None else max(0.0, end - time.monotonic())
+            try:
+                return await method(request, timeout=remaining, metadata=self._metadata)
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in _common.RETRYABLE or attempt == self._retry.max_attempts:
+                    raise
+                delay = self._retry.delay(attempt)
+                if end is not None and time.monotonic() + delay >= end:
+                    raise
+                self.retries += 1
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")

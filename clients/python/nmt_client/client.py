@@ -1,0 +1,95 @@
+"""The synchronous client."""
+import time
+from typing import List, Optional
+
+import grpc
+
+from . import _common
+from ._common import Hypothesis, RetryPolicy, Texts
+from ._proto import translation_pb2 as pb
+from ._proto import translation_pb2_grpc as pb_grpc
+
+
+class Client:
+    """A channel to one nmt-server.
+
+    target: "host:port". token: a bearer token (server.auth_token_file). tls: False
+    (plaintext), True (TLS with the system's roots, or root_certificates as PEM bytes), or
+    grpc.ChannelCredentials. timeout: the default deadline of a call in seconds, retries
+    included (None = none). retry: RetryPolicy (RetryPolicy(max_attempts=1) = no retries).
+    """
+
+    def __init__(self, target: str, token: Optional[str] = None, tls=False,
+                 root_certificates: Optional[bytes] = None, timeout: Optional[float] = 60.0,
+                 retry: RetryPolicy = RetryPolicy(), options=()):
+        credentials = _common.channel_credentials(tls, root_certificates)
+        self._channel = (grpc.secure_channel(target, credentials, options=options) if credentials
+                         else grpc.insecure_channel(target, options=options))
+        self._stub = pb_grpc.TranslationServiceStub(self._channel)
+        self._metadata = _common.metadata(token)
+        self._timeout = timeout
+        self._retry = retry
+        self.retries = 0  # retries made over the client's life (observability, tests)
+
+    def translate(self, texts: Texts, model: Optional[str] = None, beam_size: Optional[int] = None,
+                  split_sentences: Optional[bool] = None, length_penalty: Optional[float] = None,
+                  max_decoding_length: Optional[int] = None, min_decoding_length: Optional[int] = None,
+                  timeout: Optional[float] = None):
+        """The best translation of each text (a list), or of the one text given as a str (a
+        str). split_sentences: translate each text sentence by sentence (paragraphs)."""
+        request, single = _common.request(
+            texts, model, beam_size=beam_size, split_sentences=split_sentences,
+            length_penalty=length_penalty, max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length)
+        best = _common.best_texts(self._call(self._stub.Translate, request, timeout))
+        return best[0] if single else best
+
+    def translate_nbest(self, texts: Texts, num_hypotheses: int, model: Optional[str] = None,
+                        beam_size: Optional[int] = None, split_sentences: Optional[bool] = None,
+                        length_penalty: Optional[float] = None,
+                        max_decoding_length: Optional[int] = None,
+                        min_decoding_length: Optional[int] = None,
+                        timeout: Optional[float] = None) -> List[List[Hypothesis]]:
+        """num_hypotheses hypotheses per text, best first, with scores and token ids (beam_size
+        defaults to max(4, num_hypotheses)). With split_sentences each text has one joined
+        hypothesis: use translate_response() for the per-sentence n-best."""
+        request, _ = _common.request(
+            texts, model, beam_size=beam_size or max(4, num_hypotheses), num_hypotheses=num_hypotheses,
+            return_scores=True, return_token_ids=True, split_sentences=split_sentences,
+            length_penalty=length_penalty, max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length)
+        return _common.nbest(self._call(self._stub.Translate, request, timeout))
+
+    def translate_response(self, request: pb.TranslateRequest,
+                           timeout: Optional[float] = None) -> pb.TranslateResponse:
+        """Sends a TranslateRequest as built by the caller; the whole TranslateResponse."""
+        return self._call(self._stub.Translate, request, timeout)
+
+    def list_models(self, timeout: Optional[float] = None):
+        return list(self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout).models)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request, timeout):
+        timeout = self._timeout if timeout is None else timeout
+        end = None if timeout is None else time.monotonic() + timeout
+        for attempt in range(1, self._retry.max_attempts + 1):
+            remaining = None if end is None else max(0.0, end - time.monotonic())
+            try:
+                return method(request, timeout=remaining, metadata=self._metadata)
+            except grpc.RpcError as e:
+                if e.code() not in _common.RETRYABLE or attempt == self._retry.max_attempts:
+                    raise
+                delay = self._retry.delay(attempt)
+                if end is not None and time.monotonic() + delay >= end:
+                    raise
+                self.retries += 1
+                time.sleep(delay)
+        raise AssertionError("unreachable")
