@@ -171,7 +171,10 @@ void ModelRegistry::load_locked(const std::shared_ptr<Slot>& slot, std::unique_l
       std::error_code ec;
       const size_t weights = std::filesystem::file_size(entry.path + "/model.safetensors", ec);
       try {
-        for (int index : replica_devices(entry)) need[device_key(index)] = ec ? 0 : weights;
+        // Each worker's engine holds its own copy of the weights.
+        for (int index : replica_devices(entry)) {
+          need[device_key(index)] = ec ? 0 : weights * size_t(entry.workers);
+        }
       } catch (const std::exception&) {
         need.clear();  // the load itself reports it
       }
