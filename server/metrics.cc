@@ -152,11 +152,24 @@ void Metrics::gpu_memory(const std::string& model, const std::string& device, do
   gpu_memory_.Add({{"model", model}, {"device", device}}).Set(bytes);
 }
 
-void Metrics::model_load(const std::string& model, bool ok, double seconds) {
-  model_loads_.Add({{"model", model}, {"result", ok ? "ok" : "failed"}}).Increment();
+namespace {
+const prometheus::Histogram::BucketBoundaries& load_buckets() {
   static const prometheus::Histogram::BucketBoundaries buckets = {0.05, 0.1, 0.25, 0.5, 1, 2.5,
                                                                   5,    10,  30,   60,  120};
-  model_load_duration_.Add({{"model", model}}, buckets).Observe(seconds);
+  return buckets;
+}
+}  // namespace
+
+void Metrics::model_listed(const std::string& model) {
+  model_loads_.Add({{"model", model}, {"result", "ok"}});
+  model_loads_.Add({{"model", model}, {"result", "failed"}});
+  model_load_duration_.Add({{"model", model}}, load_buckets());
+  model_evictions_.Add({{"model", model}});
+}
+
+void Metrics::model_load(const std::string& model, bool ok, double seconds) {
+  model_loads_.Add({{"model", model}, {"result", ok ? "ok" : "failed"}}).Increment();
+  model_load_duration_.Add({{"model", model}}, load_buckets()).Observe(seconds);
 }
 
 void Metrics::model_evicted(const std::string& model) {

@@ -27,6 +27,8 @@ class Metrics {
   void gpu_memory(const std::string& model, const std::string& device, double bytes);
   // The model registry: one load (or reload) of a model and how long it took, an eviction
   // (to fit model_repository.memory_budget_mb), and how many models are loaded now.
+  // model_listed() shows a model's load and eviction series at zero from when it is known.
+  void model_listed(const std::string& model);
   void model_load(const std::string& model, bool ok, double seconds);
   void model_evicted(const std::string& model);
   void models_loaded(double count);

@@ -63,6 +63,7 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
     languages_from_name(std::filesystem::path(entry.path).filename().string(),
                         &slot->source_language, &slot->target_language);
     slots_[entry.name] = slot;
+    metrics_.model_listed(entry.name);
     std::unique_lock<std::mutex> lock(mutex_);
     try {
       load_locked(slot, lock);
@@ -114,6 +115,7 @@ std::shared_ptr<ModelRegistry::Slot> ModelRegistry::add_repository_slot_locked(
   }
   languages_from_name(name, &slot->source_language, &slot->target_language);
   slots_[name] = slot;
+  metrics_.model_listed(name);
   return slot;
 }
 
