@@ -204,7 +204,11 @@ void ModelRegistry::load_locked(const std::shared_ptr<Slot>& slot, std::unique_l
 
   metrics_.model_load(entry.name, error.empty(), seconds);
   if (!error.empty()) {
-    log_event(spdlog::level::err, "model load failed", {{"model", entry.name}, {"error", error}});
+    // A `models:` entry's failure at start (before the janitor runs) stops the server,
+    // which logs it once.
+    if (slot->from_repository || janitor_.joinable()) {
+      log_event(spdlog::level::err, "model load failed", {{"model", entry.name}, {"error", error}});
+    }
     give_up(ModelState::kFailed, error);
     throw Error(ErrorCode::kUnavailable, error);
   }
