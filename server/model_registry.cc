@@ -77,9 +77,14 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (const auto& [name, folder] : folders) {
-        if (slots_.count(name)) {
-          log_event(spdlog::level::warn, "repository model shadowed by a models: entry",
-                    {{"model", name}, {"folder", folder.path}});
+        if (auto it = slots_.find(name); it != slots_.end()) {
+          // The models: entry of that name serves it; a warning only when it serves
+          // another folder.
+          if (std::filesystem::path(it->second->entry.path).lexically_normal() !=
+              std::filesystem::path(folder.path).lexically_normal()) {
+            log_event(spdlog::level::warn, "repository model shadowed by a models: entry",
+                      {{"model", name}, {"folder", folder.path}, {"served", it->second->entry.path}});
+          }
           continue;
         }
         add_repository_slot_locked(name, folder.path, folder.fingerprint, folder.missing);
