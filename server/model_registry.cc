@@ -98,6 +98,10 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
       }
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    started_ = true;
+  }
   janitor_ = std::thread([this] { janitor(); });
 }
 
@@ -209,9 +213,8 @@ void ModelRegistry::load_locked(const std::shared_ptr<Slot>& slot, std::unique_l
 
   metrics_.model_load(entry.name, error.empty(), seconds);
   if (!error.empty()) {
-    // A `models:` entry's failure at start (before the janitor runs) stops the server,
-    // which logs it once.
-    if (slot->from_repository || janitor_.joinable()) {
+    // A `models:` entry's failure at start stops the server, which logs it once.
+    if (slot->from_repository || started_) {
       log_event(spdlog::level::err, "model load failed", {{"model", entry.name}, {"error", error}});
     }
     give_up(ModelState::kFailed, error);

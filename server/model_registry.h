@@ -102,6 +102,7 @@ class ModelRegistry {
   uint64_t tick_ = 0;  // LRU clock
   // Replaced, evicted or removed versions still held by a request: freed once unheld.
   std::vector<std::shared_ptr<ServedModel>> retired_;
+  bool started_ = false;  // the constructor finished (its models: entries loaded)
   bool stopping_ = false;
   std::mutex rescan_mutex_;  // one rescan at a time
   std::thread janitor_;

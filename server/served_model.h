@@ -4,6 +4,7 @@
 // Requests go to the least loaded replica. Owned through shared_ptr: a request keeps the
 // version it was admitted to alive, so a reload or an eviction never pulls a model from
 // under a sentence in flight.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
