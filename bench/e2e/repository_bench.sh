@@ -5,9 +5,12 @@
 #   a repository holding the demo model and a random-weight Transformer-base:
 #   1. load on demand: the first request of each model (client latency, and the server's
 #      nmt_model_load_seconds);
-#   2. 256 concurrent single-sentence clients on the demo model (beam 4), after a warm-up.
-# Input: synthetic English sentences (no data set needed). Prints RESULT lines (JSON) and a
-# summary with the throughput ratio. usage: bench/e2e/repository_bench.sh OUT_DIR
+#   2. 256 concurrent single-sentence clients (beam 4) on each model, after a warm-up. The
+#      random Transformer-base never says EOS: limits.max_decoding_length (64) ends its
+#      sentences, 64 target tokens each (the demo's outputs are far shorter).
+# Input: synthetic English sentences (no data set needed). The server logs at warn (a line
+# per request at info costs host time that the GPUs then wait for). Prints RESULT lines
+# (JSON) and a summary with the throughput ratios. usage: bench/e2e/repository_bench.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: repository_bench.sh OUT_DIR}
 seconds=${SECONDS_PER_PASS:-10}
@@ -35,15 +38,19 @@ random.shuffle(lines)
 open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 PY
 
+scrape() {  # port -> the /metrics page
+  python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode())' "$1"
+}
 metric() {  # port series -> value
-  curl -s "127.0.0.1:$1/metrics" | awk -v s="$2" 'index($0, s " ") == 1 {print $2}'
+  scrape "$1" | awk -v s="$2" 'index($0, s " ") == 1 {print $2}'
 }
 port=50900
 for devices in "[0]" "all"; do
   [ "$devices" = all ] && [ "$gpus" -lt 2 ] && break
   config=$work/config-$port.yaml
-  printf 'model_repository:\n  path: %s\n  devices: %s\n  workers: 2\n' "$work/repo" "$devices" > "$config"
-  nmt-server --config "$config" --host 127.0.0.1 --port $port --metrics-port $((port + 1)) \
+  printf 'limits:\n  max_decoding_length: 64\nmodel_repository:\n  path: %s\n  devices: %s\n  workers: 2\n' \
+    "$work/repo" "$devices" > "$config"
+  nmt-server --config "$config" --host 127.0.0.1 --port $port --metrics-port $((port + 1)) --log-level warn \
     > "$out/server-$port.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
@@ -57,25 +64,31 @@ for devices in "[0]" "all"; do
     line="{\"bench\":\"load_on_demand\",\"model\":\"$model\",\"devices\":\"$devices\",\"load_ms\":$(python3 -c "print(round(${load_s:-0} * 1e3, 1))"),\"first_request_ms\":$first_ms,\"device\":\"$device\"}"
     echo "$line" >> "$results"; echo "RESULT $line"
   done
-  nmt-loadgen --target 127.0.0.1:$port --input "$work/input.en" --model opus-mt-en-de --clients "$clients" \
-    --beam 4 --duration 3 > /dev/null 2>&1  # warm-up
-  r=$(nmt-loadgen --target 127.0.0.1:$port --input "$work/input.en" --model opus-mt-en-de --clients "$clients" \
-    --beam 4 --duration "$seconds" --json 2>/dev/null)
-  line=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(bench="clients", devices=sys.argv[2], device=sys.argv[3]); print(json.dumps(r))' "$r" "$devices" "$device")
-  echo "$line" >> "$results"; echo "RESULT $line"
-  curl -s "127.0.0.1:$((port + 1))/metrics" | grep -E '^nmt_(gpu_memory_bytes|model_load|models_loaded|active_sentences)' > "$out/metrics-$port.txt"
+  for model in opus-mt-en-de transformer-base; do
+    [ -d "$work/repo/$model" ] || continue
+    nmt-loadgen --target 127.0.0.1:$port --input "$work/input.en" --model $model --clients "$clients" \
+      --beam 4 --duration 3 --timeout-ms 60000 > /dev/null 2>&1  # warm-up
+    r=$(nmt-loadgen --target 127.0.0.1:$port --input "$work/input.en" --model $model --clients "$clients" \
+      --beam 4 --duration "$seconds" --timeout-ms 60000 --json 2>/dev/null)
+    line=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(bench="clients", model=sys.argv[4], devices=sys.argv[2], device=sys.argv[3]); print(json.dumps(r))' "$r" "$devices" "$device" "$model")
+    echo "$line" >> "$results"; echo "RESULT $line"
+  done
+  scrape $((port + 1)) | grep -E '^nmt_(gpu_memory_bytes|model_load|models_loaded|active_sentences)' > "$out/metrics-$port.txt"
   kill "$pid"; wait "$pid"
   port=$((port + 10))
 done
 python3 - "$results" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-tp = {r["devices"]: r["sentences_per_s"] for r in rows if r["bench"] == "clients"}
 for r in rows:
     if r["bench"] == "load_on_demand":
         print(f"load on demand: {r['model']:<18} devices {r['devices']:<4} load {r['load_ms']} ms, first request {r['first_request_ms']} ms")
-for d, v in tp.items():
-    print(f"clients: devices {d:<4} {v:.0f} sentences/s")
-if "[0]" in tp and "all" in tp:
-    print(f"ratio all/[0]: {tp['all'] / tp['[0]']:.2f}x")
+tp = {(r["model"], r["devices"]): r for r in rows if r["bench"] == "clients"}
+for (model, d), r in tp.items():
+    print(f"clients: {model:<18} devices {d:<4} {r['sentences_per_s']:.0f} sentences/s, "
+          f"p50 {r['latency_ms']['p50']:.1f} ms, p99 {r['latency_ms']['p99']:.1f} ms, errors {r['errors']}")
+for model in sorted({m for m, _ in tp}):
+    if (model, "[0]") in tp and (model, "all") in tp:
+        ratio = tp[(model, "all")]["sentences_per_s"] / tp[(model, "[0]")]["sentences_per_s"]
+        print(f"ratio all/[0] {model}: {ratio:.2f}x")
 PY
