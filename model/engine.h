@@ -81,6 +81,9 @@ class Engine {
   virtual std::vector<float> encoder_output(size_t sentence) const = 0;
   // Bytes of device memory held (0 on the CPU).
   virtual size_t memory_used() const { return 0; }
+  // Bytes of host memory held by the engine's own buffers (decode state and step buffers;
+  // not the Weights it reads from). 0 on the GPU, whose state lives in memory_used().
+  virtual size_t host_memory_used() const { return 0; }
 };
 
 // The candidates a sentence asks the top-k for: 1 for greedy search, 2 x beam otherwise

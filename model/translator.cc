@@ -57,6 +57,10 @@ std::unique_ptr<Translator> Translator::load(const std::string& model_dir,
 const ModelConfig& Translator::config() const { return config_; }
 const Tokenizer& Translator::tokenizer() const { return *tokenizer_; }
 size_t Translator::device_memory_used() const { return engine_->memory_used(); }
+size_t Translator::memory_held() const {
+  if (device_ == Device::kCuda) return engine_->memory_used();
+  return (weights_ ? weights_->bytes() : 0) + engine_->host_memory_used();
+}
 
 std::unique_ptr<DecodeLoop> Translator::make_loop(const EngineCapacity& capacity, bool detokenize) {
   const Tokenizer* tokenizer = tokenizer_.get();

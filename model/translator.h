@@ -77,6 +77,10 @@ class Translator {
   // detokenize, hypotheses come back with ids only (the caller detokenizes elsewhere).
   std::unique_ptr<DecodeLoop> make_loop(const EngineCapacity& capacity, bool detokenize = true);
   size_t device_memory_used() const;
+  // What this translator holds on its device, as a memory budget counts it: the CUDA
+  // engine's device allocations (weights and decode state), or on the CPU the host weights
+  // plus the engine's buffers. Measured, not estimated; not thread-safe with a running loop.
+  size_t memory_held() const;
 
  private:
   Translator() = default;

@@ -55,6 +55,12 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_layer_tensors
 
 }  // namespace
 
+size_t Weights::bytes() const {
+  size_t total = 0;
+  for (const auto& entry : tensors_) total += entry.second.data.capacity() * sizeof(float);
+  return total;
+}
+
 int64_t HostTensor::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;

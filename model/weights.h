@@ -25,6 +25,8 @@ class Weights {
   // Throws nmt::Error(kNotFound) naming the tensor and file when absent.
   const HostTensor& get(const std::string& name) const;
   bool has(const std::string& name) const { return tensors_.count(resolve(name)) > 0; }
+  // Host bytes of the tensors held (tied tensors counted once).
+  size_t bytes() const;
 
   // Resolved shared tensors (always present after load):
   const HostTensor& encoder_embeddings() const { return get(kEncoderEmbeddings); }

@@ -24,9 +24,10 @@ case "$mode" in
   tsan)
     dir=build-tsan; flags=thread
     # The scheduler's unit tests, then the real server under concurrent load: integration,
-    # lifecycle, the HTTP API's threads, overload, disconnect storms, SIGTERM under load, the
-    # memory cap, and the 1000 concurrent streams.
-    select=(-R '^server\.(Scheduler|integration|lifecycle|callback_limits|http_api)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams)')
+    # lifecycle, the HTTP API's threads, the model repository (loads, evictions, reload under
+    # load), overload, disconnect storms, SIGTERM under load, the memory cap, and the 1000
+    # concurrent streams.
+    select=(-R '^server\.(Scheduler|integration|lifecycle|callback_limits|http_api|model_repository)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams)')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/reliability/tsan.supp"
     ;;
   *) echo "unknown mode $mode (asan|tsan)" >&2; exit 2 ;;

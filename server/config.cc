@@ -162,6 +162,7 @@ const std::vector<std::pair<std::string, std::string>> kModelFlags = {
     {"precision", "float16 | float32, for every model (the CPU computes in float32)"},
     {"device-memory-limit-mb", "MiB of working memory per model, for every model (0 = no cap)"},
     {"workers", "decode loops (engine copies, one thread each), for every model"},
+    {"devices", "GPUs of every model's replicas: all, or a YAML list like [0,1]"},
 };
 
 // The YAML key of a models[] flag.
@@ -176,6 +177,34 @@ std::string resolve(const std::string& path, const fs::path& base_dir) {
   return (base_dir / path).lexically_normal().string();
 }
 
+// `devices: [0, 1]` or `devices: all`.
+void parse_devices(const YAML::Node& node, const std::string& key, ModelEntry& m) {
+  if (node.IsScalar() && node.Scalar() == "all") {
+    m.all_devices = true;
+    return;
+  }
+  if (!node.IsSequence() || node.size() == 0) fail(key + ": expected a list of GPU indices or 'all'");
+  std::set<int> seen;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const int index = to_int(node[i], key + "[" + std::to_string(i) + "]", 0, 1023);
+    if (!seen.insert(index).second) fail(key + ": GPU " + std::to_string(index) + " appears twice");
+    m.devices.push_back(index);
+  }
+}
+
+// A model setting shared by models[] entries and the model_repository defaults; false when
+// `key` is none of them.
+bool parse_model_setting(const std::string& key, const YAML::Node& value, const std::string& full,
+                         ModelEntry& m) {
+  if (key == "device") m.device = to_choice(value, full, kDevices);
+  else if (key == "precision") m.precision = to_choice(value, full, kPrecisions);
+  else if (key == "device_memory_limit_mb") m.device_memory_limit_mb = to_int(value, full, 0, kMaxInt);
+  else if (key == "workers") m.workers = to_int(value, full, 1, 16);
+  else if (key == "devices") parse_devices(value, full, m);
+  else return false;
+  return true;
+}
+
 ModelEntry parse_model(const YAML::Node& node, size_t index, const fs::path& base_dir) {
   const std::string where = "models[" + std::to_string(index) + "]";
   if (!node.IsMap()) fail(where + ": expected a mapping with name and path");
@@ -185,23 +214,51 @@ ModelEntry parse_model(const YAML::Node& node, size_t index, const fs::path& bas
     const std::string full = where + "." + key;
     if (key == "name") m.name = to_string(kv.second, full);
     else if (key == "path") m.path = to_string(kv.second, full);
-    else if (key == "device") m.device = to_choice(kv.second, full, kDevices);
-    else if (key == "precision") m.precision = to_choice(kv.second, full, kPrecisions);
-    else if (key == "device_memory_limit_mb") m.device_memory_limit_mb = to_int(kv.second, full, 0, kMaxInt);
-    else if (key == "workers") m.workers = to_int(kv.second, full, 1, 16);
-    else fail("unknown key '" + full + "' (known: name, path, device, precision, device_memory_limit_mb, workers)");
+    else if (!parse_model_setting(key, kv.second, full, m)) {
+      fail("unknown key '" + full + "' (known: name, path, device, precision, device_memory_limit_mb, workers, devices)");
+    }
   }
   if (m.name.empty()) fail(where + ".name is missing");
-  if (m.path.empty()) fail(where + ".path is missing");
+  // Without a path the entry gives the settings of the repository model of that name
+  // (checked in check_consistency).
   m.path = resolve(m.path, base_dir);
   return m;
 }
 
+RepositoryConfig parse_repository(const YAML::Node& node, const fs::path& base_dir) {
+  if (!node.IsMap()) fail("model_repository: expected a mapping with path");
+  RepositoryConfig r;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.Scalar();
+    const std::string full = "model_repository." + key;
+    if (key == "path") r.path = to_string(kv.second, full);
+    else if (key == "memory_budget_mb") r.memory_budget_mb = to_int(kv.second, full, 0, kMaxInt);
+    else if (key == "preload") {
+      if (!kv.second.IsSequence()) fail(full + ": expected a list of model names");
+      for (size_t i = 0; i < kv.second.size(); ++i) {
+        r.preload.push_back(to_string(kv.second[i], full + "[" + std::to_string(i) + "]"));
+      }
+    } else if (!parse_model_setting(key, kv.second, full, r.defaults)) {
+      fail("unknown key '" + full + "' (known: path, memory_budget_mb, preload, device, precision, "
+           "device_memory_limit_mb, workers, devices)");
+    }
+  }
+  if (r.path.empty()) fail("model_repository.path is missing");
+  r.path = resolve(r.path, base_dir);
+  return r;
+}
+
 void check_consistency(const ServerConfig& c) {
-  if (c.models.empty()) fail("models: at least one model is required");
+  const bool repository = !c.repository.path.empty();
+  if (c.models.empty() && !repository) {
+    fail("models: at least one model is required (or a model_repository)");
+  }
   std::set<std::string> names;
   for (const ModelEntry& m : c.models) {
     if (!names.insert(m.name).second) fail("models: the name '" + m.name + "' appears twice");
+    if (m.path.empty() && !repository) {
+      fail("models: '" + m.name + "' has no path (only a model_repository model may omit it)");
+    }
   }
   if (c.batching.max_queue_sentences < c.limits.max_sentences_per_request) {
     fail("batching.max_queue_sentences (" + std::to_string(c.batching.max_queue_sentences) +
@@ -216,10 +273,24 @@ void check_consistency(const ServerConfig& c) {
 void apply_override(YAML::Node& root, const std::string& flag, const std::string& value) {
   for (const auto& [model_flag, help] : kModelFlags) {
     if (flag != model_flag) continue;
-    if (!root["models"] || !root["models"].IsSequence()) {
-      fail("--" + flag + ": the config has no models[] to apply it to");
+    const bool models = root["models"] && root["models"].IsSequence();
+    const bool repository = root["model_repository"] && root["model_repository"].IsMap();
+    if (!models && !repository) {
+      fail("--" + flag + ": the config has no models[] or model_repository to apply it to");
     }
-    for (YAML::Node model : root["models"]) model[model_key(flag)] = value;
+    // --devices takes YAML ("all" or "[0,1]"); the others are scalars.
+    YAML::Node node(value);
+    if (flag == "devices") {
+      try {
+        node = YAML::Load(value);
+      } catch (const YAML::Exception&) {
+        fail("--devices: expected all or a list like [0,1], got '" + value + "'");
+      }
+    }
+    if (models) {
+      for (YAML::Node model : root["models"]) model[model_key(flag)] = node;
+    }
+    if (repository) root["model_repository"][model_key(flag)] = node;
     return;
   }
   for (const Setting& s : settings()) {
@@ -303,8 +374,12 @@ ServerConfig parse_config(const std::string& yaml_text, const std::string& base_
       }
       continue;
     }
+    if (name == "model_repository") {
+      c.repository = parse_repository(section.second, base_dir);
+      continue;
+    }
     if (name != "server" && name != "http" && name != "limits" && name != "batching") {
-      fail("unknown key '" + name + "' (known: server, http, limits, batching, models)");
+      fail("unknown key '" + name + "' (known: server, http, limits, batching, models, model_repository)");
     }
     if (!section.second.IsMap()) fail(name + ": expected a mapping");
     for (const auto& kv : section.second) {

@@ -31,6 +31,24 @@ struct ModelEntry {
   // steps (GPU), or the loops run on separate cores (CPU, one BLAS thread each). Each loop
   // has the batching.max_active_* capacity of its own.
   int workers = 1;
+  // GPUs of the model's replicas (nvidia-smi order): one replica (its own engines and decode
+  // loops) per listed GPU, requests going to the least loaded. Empty = GPU 0 only;
+  // all_devices = every visible GPU. A CPU model has one replica whatever is listed.
+  std::vector<int> devices;
+  bool all_devices = false;
+};
+
+// The `model_repository:` section: every subfolder of `path` holding an OPUS-MT-layout model
+// (config.json, model.safetensors, source.spm, target.spm, vocab.json) is a model named by
+// its folder, loaded on its first request. A `models:` entry of the same name (without a
+// path) gives its settings; the others take the defaults below.
+struct RepositoryConfig {
+  std::string path;  // empty = no repository
+  // Memory of loaded repository models on each device (each GPU; host memory on the CPU),
+  // MiB; 0 = no budget. Over it the least recently used idle model is unloaded first.
+  int memory_budget_mb = 0;
+  std::vector<std::string> preload;  // loaded at start, in this order
+  ModelEntry defaults;               // settings of repository models without a models: entry
 };
 
 struct ServerConfig {
@@ -57,6 +75,7 @@ struct ServerConfig {
   Limits limits;
   SchedulingOptions batching;  // the `batching:` section: decode loop and queue capacity
   std::vector<ModelEntry> models;  // the first one is the default model
+  RepositoryConfig repository;     // the `model_repository:` section
 };
 
 // What the command line asked for: the config file and the flag overrides, in order.

@@ -80,9 +80,13 @@ std::map<std::string, std::string> form_fields(const httplib::Request& req) {
   return fields;
 }
 
+// Every model the registry lists, loaded or not (a repository model loads on its first
+// request), as it stands when the API starts.
 std::vector<LanguageModel> language_models(const ModelRegistry& models) {
   std::vector<LanguageModel> out;
-  for (const auto& m : models.models()) out.push_back({m->name, m->languages});
+  for (const ModelStatus& m : models.list()) {
+    out.push_back({m.name, LanguagePair{m.source_language, m.target_language}});
+  }
   return out;
 }
 

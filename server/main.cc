@@ -1,7 +1,8 @@
-// nmt-server: loads the configured models and serves nmt.v1.TranslationService, the standard
-// health service and reflection over gRPC, and Prometheus metrics on /metrics. SIGTERM or
-// SIGINT: health turns NOT_SERVING, new calls are refused, in-flight calls get up to
-// shutdown_grace_seconds to finish, then the process exits 0.
+// nmt-server: loads the configured models and serves nmt.v1.TranslationService,
+// nmt.v1.ModelControl, the standard health service and reflection over gRPC, and Prometheus
+// metrics on /metrics. SIGHUP: the model repository is listed again (new, removed and
+// changed models). SIGTERM or SIGINT: health turns NOT_SERVING, new calls are refused,
+// in-flight calls get up to shutdown_grace_seconds to finish, then the process exits 0.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -23,6 +24,7 @@
 #include "server/logging.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
+#include "server/model_control_service.h"
 #include "server/model_registry.h"
 #include "server/translation_service.h"
 
@@ -35,11 +37,12 @@ constexpr int kSyncServerThreads = 16;
 
 // Blocked in every thread (threads inherit the mask), so that only sigwait() in main sees
 // them: no work happens inside a signal handler.
-sigset_t termination_signals() {
+sigset_t handled_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   return set;
 }
 
@@ -94,13 +97,10 @@ int serve(const ServerConfig& config) {
     log_event(spdlog::level::critical, "startup failed", {{"error", e.what()}});
     return 1;
   }
-  for (const auto& m : models->models()) {
-    log_event(spdlog::level::info, "model loaded",
-              {{"model", m->name}, {"device", m->device}, {"precision", m->precision}});
-  }
 
   // Callback API: a call waiting for its translation holds no thread; SIGTERM's Shutdown
   // waits (up to the grace period, then cancels) until every call has finished.
+  ModelControlService control(*models, auth);
   TranslationService service(*models, config.limits, metrics, auth, config.max_concurrent_calls);
   // The HTTP/JSON API, when http.port is set: before gRPC listens, so that a port already
   // taken stops the server at start.
@@ -121,10 +121,10 @@ int serve(const ServerConfig& config) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  // TranslationService (callback API) holds no thread per call. Reflection is a synchronous
-  // service: each of its calls in flight holds a thread, so a client opening streams by the
-  // thousand would add threads by the thousand; the quota caps them (a reflection call
-  // beyond it is refused RESOURCE_EXHAUSTED). No other service draws on it.
+  // TranslationService (callback API) holds no thread per call. Reflection and ModelControl
+  // are synchronous services: each of their calls in flight holds a thread, so a client
+  // opening streams by the thousand would add threads by the thousand; the quota caps them
+  // (a call beyond it is refused RESOURCE_EXHAUSTED). No other service draws on it.
   grpc::ResourceQuota thread_quota("nmt-server");
   thread_quota.SetMaxThreads(kSyncServerThreads);
   builder.SetResourceQuota(thread_quota);
@@ -133,6 +133,7 @@ int serve(const ServerConfig& config) {
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   builder.RegisterService(&service);
+  builder.RegisterService(&control);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
     nlohmann::ordered_json fields = {{"address", address}};
@@ -153,9 +154,13 @@ int serve(const ServerConfig& config) {
              {"auth", !config.auth_token_file.empty()},
              {"http", http ? config.http_host + ":" + std::to_string(config.http_port) : "off"}});
 
-  const sigset_t signals = termination_signals();
+  // The one place signals are handled. SIGHUP: reload what can be reloaded in place.
+  const sigset_t signals = handled_signals();
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    log_event(spdlog::level::info, "SIGHUP: reloading");
+    models->rescan();  // the model repository: new, removed and changed models
+  }
   log_event(spdlog::level::info, "shutting down",
             {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"},
              {"grace_seconds", config.shutdown_grace_seconds}});
@@ -189,7 +194,7 @@ void tune_allocator() {
 
 int main(int argc, char** argv) {
   tune_allocator();
-  const sigset_t signals = termination_signals();
+  const sigset_t signals = handled_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   ServerConfig config;

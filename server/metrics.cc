@@ -102,7 +102,24 @@ Metrics::Metrics()
       model_loaded_(prometheus::BuildGauge()
                         .Name("nmt_model_loaded")
                         .Help("1 when the model is loaded and serving on the device")
-                        .Register(*registry_)) {}
+                        .Register(*registry_)),
+      model_loads_(prometheus::BuildCounter()
+                       .Name("nmt_model_loads_total")
+                       .Help("Loads and reloads of a model, by result (ok | failed)")
+                       .Register(*registry_)),
+      model_load_duration_(prometheus::BuildHistogram()
+                               .Name("nmt_model_load_seconds")
+                               .Help("Time to load a model: files, engines, decode state")
+                               .Register(*registry_)),
+      model_evictions_(prometheus::BuildCounter()
+                           .Name("nmt_model_evictions_total")
+                           .Help("Idle models unloaded to fit model_repository.memory_budget_mb")
+                           .Register(*registry_)),
+      models_loaded_(prometheus::BuildGauge()
+                         .Name("nmt_models_loaded")
+                         .Help("Models loaded now")
+                         .Register(*registry_)
+                         .Add({})) {}
 
 std::string Metrics::scrape() const {
   std::ostringstream out;
@@ -134,6 +151,32 @@ void Metrics::model_loaded(const std::string& model, const std::string& device, 
 void Metrics::gpu_memory(const std::string& model, const std::string& device, double bytes) {
   gpu_memory_.Add({{"model", model}, {"device", device}}).Set(bytes);
 }
+
+namespace {
+const prometheus::Histogram::BucketBoundaries& load_buckets() {
+  static const prometheus::Histogram::BucketBoundaries buckets = {0.05, 0.1, 0.25, 0.5, 1, 2.5,
+                                                                  5,    10,  30,   60,  120};
+  return buckets;
+}
+}  // namespace
+
+void Metrics::model_listed(const std::string& model) {
+  model_loads_.Add({{"model", model}, {"result", "ok"}});
+  model_loads_.Add({{"model", model}, {"result", "failed"}});
+  model_load_duration_.Add({{"model", model}}, load_buckets());
+  model_evictions_.Add({{"model", model}});
+}
+
+void Metrics::model_load(const std::string& model, bool ok, double seconds) {
+  model_loads_.Add({{"model", model}, {"result", ok ? "ok" : "failed"}}).Increment();
+  model_load_duration_.Add({{"model", model}}, load_buckets()).Observe(seconds);
+}
+
+void Metrics::model_evicted(const std::string& model) {
+  model_evictions_.Add({{"model", model}}).Increment();
+}
+
+void Metrics::models_loaded(double count) { models_loaded_.Set(count); }
 
 void Metrics::request_done(const std::string& model, const std::string& code, double seconds) {
   requests_.Add({{"model", model}, {"code", code}}).Increment();

@@ -25,6 +25,13 @@ class Metrics {
   void model_loaded(const std::string& model, const std::string& device, bool loaded,
                     int loops = 1);
   void gpu_memory(const std::string& model, const std::string& device, double bytes);
+  // The model registry: one load (or reload) of a model and how long it took, an eviction
+  // (to fit model_repository.memory_budget_mb), and how many models are loaded now.
+  // model_listed() shows a model's load and eviction series at zero from when it is known.
+  void model_listed(const std::string& model);
+  void model_load(const std::string& model, bool ok, double seconds);
+  void model_evicted(const std::string& model);
+  void models_loaded(double count);
   // One finished request (unary call or stream message); `code` as status_code_name().
   void request_done(const std::string& model, const std::string& code, double seconds);
   void tokens(const std::string& model, int64_t input_tokens, int64_t output_tokens);
@@ -75,6 +82,10 @@ class Metrics {
   prometheus::Gauge& inflight_;
   prometheus::Family<prometheus::Gauge>& gpu_memory_;
   prometheus::Family<prometheus::Gauge>& model_loaded_;
+  prometheus::Family<prometheus::Counter>& model_loads_;
+  prometheus::Family<prometheus::Histogram>& model_load_duration_;
+  prometheus::Family<prometheus::Counter>& model_evictions_;
+  prometheus::Gauge& models_loaded_;
 };
 
 }  // namespace nmt::server

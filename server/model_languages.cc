@@ -35,7 +35,9 @@ LanguagePair languages_in_name(const std::string& name) {
     }
   }
   words.emplace_back(word, '\0');
-  for (size_t i = words.size(); i-- > 1;) {
+  // "opus-mt-...": "mt" there names the project, not Maltese.
+  const size_t first = words.size() > 2 && words[0].first == "opus" && words[1].first == "mt" ? 2 : 0;
+  for (size_t i = words.size(); i-- > first + 1;) {
     if (words[i - 1].second == '-' && is_code(words[i - 1].first) && is_code(words[i].first)) {
       return {words[i - 1].first, words[i].first};
     }

@@ -97,7 +97,10 @@ struct TranslationService::Call {
 };
 
 struct TranslationService::Admitted {
-  ServedModel* model = nullptr;
+  // The model version the request was admitted to, held until the call ends: a reload or
+  // an eviction meanwhile leaves it serving this request.
+  std::shared_ptr<ServedModel> model;
+  Scheduler* scheduler = nullptr;  // of its replica
   bool return_scores = false;
   bool return_token_ids = false;
   std::vector<SplitText> split;  // with split_sentences: each text's sentences and whitespace
@@ -161,7 +164,7 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
     arrived(this);
     // The job's callback then arrives CANCELLED (unless it already did) and finishes the
     // call, on this thread when the job had not started.
-    if (job_) admitted_.model->scheduler->cancel(job_);
+    if (job_) admitted_.scheduler->cancel(job_);
     handoff(this);
   }
   void OnDone() override {
@@ -345,7 +348,7 @@ class TranslationService::StreamCall final
     }
     if (cancel) {
       lock.unlock();
-      entry->admitted.model->scheduler->cancel(job);
+      entry->admitted.scheduler->cancel(job);
       lock.lock();
     }
     pump(std::move(lock));
@@ -390,7 +393,7 @@ class TranslationService::StreamCall final
       if (!cancelled_) {
         cancelled_ = true;
         for (const auto& e : pending_) {
-          if (!e->done && e->job) jobs.emplace_back(e->admitted.model->scheduler.get(), e->job);
+          if (!e->done && e->job) jobs.emplace_back(e->admitted.scheduler, e->job);
         }
       }
     }
@@ -508,8 +511,9 @@ TranslationService::Call TranslationService::begin(const char* method,
 std::shared_ptr<Job> TranslationService::admit(const v1::TranslateRequest& request,
                                                Clock::time_point deadline, Call& call,
                                                Admitted& admitted, JobCallback done) {
-  admitted.model = &models_.find(request.model());
+  admitted.model = models_.acquire(request.model());  // loads it on its first request
   call.model = admitted.model->name;
+  admitted.scheduler = admitted.model->least_loaded().scheduler.get();
   const Tokenizer& tokenizer = admitted.model->tokenizer();
   const SentenceSplitter* splitter = nullptr;  // looked up when a request splits
   ValidRequest valid = validator_.validate(
@@ -523,8 +527,8 @@ std::shared_ptr<Job> TranslationService::admit(const v1::TranslateRequest& reque
   admitted.return_scores = request.options().return_scores();
   admitted.return_token_ids = request.options().return_token_ids();
   admitted.split = std::move(valid.split);
-  return admitted.model->scheduler->submit(std::move(valid.source_ids), valid.options, deadline,
-                                           std::move(done));
+  return admitted.scheduler->submit(std::move(valid.source_ids), valid.options, deadline,
+                                    std::move(done));
 }
 
 grpc::Status TranslationService::respond(const Admitted& admitted, const JobResult& result,
@@ -665,16 +669,23 @@ grpc::ServerUnaryReactor* TranslationService::ListModels(grpc::CallbackServerCon
     reactor->Finish(denied);
     return reactor;
   }
-  for (const auto& m : models_.models()) {
-    v1::ModelInfo* info = response->add_models();
-    info->set_name(m->name);
-    info->set_device(m->device);
-    info->set_precision(m->precision);
-    info->set_is_default(m->is_default);
-    info->set_vocab_size(m->tokenizer().vocab_size());
-  }
+  for (const ModelStatus& m : models_.list()) fill_model_info(m, response->add_models());
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+void fill_model_info(const ModelStatus& m, v1::ModelInfo* info) {
+  info->set_name(m.name);
+  info->set_device(m.device);
+  info->set_precision(m.precision);
+  info->set_is_default(m.is_default);
+  info->set_vocab_size(m.vocab_size);
+  info->set_state(model_state_name(m.state));
+  info->set_reason(m.reason);
+  for (const std::string& d : m.devices) info->add_devices(d);
+  info->set_source_language(m.source_language);
+  info->set_target_language(m.target_language);
+  info->set_memory_bytes(int64_t(m.memory_bytes));
 }
 
 }  // namespace nmt::server

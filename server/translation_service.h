@@ -93,4 +93,7 @@ class TranslationService final : public TranslationServiceBase {
   std::condition_variable no_live_;
 };
 
+// One model of ListModels (and of ModelControl's answers).
+void fill_model_info(const ModelStatus& status, v1::ModelInfo* info);
+
 }  // namespace nmt::server

@@ -376,6 +376,19 @@ class CpuEngine : public Engine {
     }
   }
 
+  size_t host_memory_used() const override {
+    size_t floats = 0;
+    auto add = [&floats](const std::vector<float>& v) { floats += v.capacity(); };
+    for (const auto* layers : {&cross_k_, &cross_v_, &cache_k_, &cache_v_}) {
+      for (const auto& v : *layers) add(v);
+    }
+    for (const auto* v : {&encoder_out_, &scratch_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &k_,
+                          &v_, &ctx_, &tmp_, &spare_}) {
+      add(*v);
+    }
+    return floats * sizeof(float);
+  }
+
   const ModelConfig c_;
   const Weights& w_;
   std::vector<EncoderLayer> encoder_;

@@ -24,6 +24,10 @@ METRIC_FAMILIES = {
     "nmt_inflight_requests": "gauge",
     "nmt_gpu_memory_bytes": "gauge",
     "nmt_model_loaded": "gauge",
+    "nmt_models_loaded": "gauge",
+    "nmt_model_loads_total": "counter",
+    "nmt_model_load_seconds": "histogram",
+    "nmt_model_evictions_total": "counter",
 }
 
 

@@ -118,6 +118,10 @@ def main():
         m["path"] = os.path.join(repo, "models", os.path.relpath(m["path"], "/opt/nmt/models"))
 
     with tempfile.TemporaryDirectory() as tmp:
+        # The model repository claim: a fresh volume, empty.
+        if "model_repository" in kcfg:
+            kcfg["model_repository"]["path"] = os.path.join(tmp, "repository")
+            os.makedirs(kcfg["model_repository"]["path"])
         kpath = os.path.join(tmp, "config.yaml")
         with open(kpath, "w") as f:
             yaml.safe_dump(kcfg, f)

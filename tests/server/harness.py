@@ -32,7 +32,8 @@ def generate_stubs(repo, out_dir):
     """Compiles the API and health protos into out_dir and makes them importable."""
     proto = os.path.join(repo, "proto")
     health = os.path.join(proto, "grpc", "health", "v1")
-    for include, path in ((proto, "nmt/v1/translation.proto"), (health, "health.proto")):
+    for include, path in ((proto, "nmt/v1/translation.proto"), (proto, "nmt/v1/model_control.proto"),
+                          (health, "health.proto")):
         subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", include,
                         "--python_out", out_dir, "--grpc_python_out", out_dir,
                         os.path.join(include, path)], check=True, timeout=120)

@@ -202,7 +202,7 @@ TEST(Config, YamlErrorsNameTheKey) {
   const std::string m = kMinimal;
   EXPECT_EQ(error_of(m + "server:\n  prot: 1\n"), "unknown key 'server.prot'");
   EXPECT_EQ(error_of(m + "servers:\n  port: 1\n"),
-            "unknown key 'servers' (known: server, http, limits, batching, models)");
+            "unknown key 'servers' (known: server, http, limits, batching, models, model_repository)");
   EXPECT_EQ(error_of(m + "server:\n  port: abc\n"), "server.port: expected an integer, got 'abc'");
   EXPECT_EQ(error_of(m + "server:\n  port: 70000\n"),
             "server.port: must be between 1 and 65535, got 70000");
@@ -213,9 +213,9 @@ TEST(Config, YamlErrorsNameTheKey) {
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    device: tpu\n"),
             "models[0].device: must be one of auto | cpu | cuda, got 'tpu'");
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    colour: red\n"),
-            "unknown key 'models[0].colour' (known: name, path, device, precision, device_memory_limit_mb, workers)");
+            "unknown key 'models[0].colour' (known: name, path, device, precision, device_memory_limit_mb, workers, devices)");
   EXPECT_EQ(error_of("models:\n  - path: p\n"), "models[0].name is missing");
-  EXPECT_EQ(error_of("models: []\n"), "models: at least one model is required");
+  EXPECT_EQ(error_of("models: []\n"), "models: at least one model is required (or a model_repository)");
   EXPECT_EQ(error_of("models:\n  - {name: a, path: p}\n  - {name: a, path: q}\n"),
             "models: the name 'a' appears twice");
   EXPECT_EQ(error_of(m + "batching:\n  max_queue_sentences: 10\n"),
@@ -274,4 +274,54 @@ models:
             "server.tls_cert_file and server.tls_key_file go together: give both or neither");
   EXPECT_EQ(error_of(kMinimal, {{"device-memory-limit-mb", "-1"}}),
             "models[0].device_memory_limit_mb: must be between 0 and 1073741824, got -1");
+}
+
+TEST(Config, ModelRepositorySection) {
+  const ServerConfig c = parse_config(R"(
+model_repository:
+  path: repo
+  memory_budget_mb: 2048
+  preload: [opus-mt-en-de, opus-mt-de-en]
+  precision: float32
+  devices: all
+models:
+  - name: opus-mt-en-fr
+    workers: 2
+    devices: [0, 1]
+)", "/etc/nmt", {{"device", "cpu"}});
+  EXPECT_EQ(c.repository.path, "/etc/nmt/repo");
+  EXPECT_EQ(c.repository.memory_budget_mb, 2048);
+  EXPECT_EQ(c.repository.preload, (std::vector<std::string>{"opus-mt-en-de", "opus-mt-de-en"}));
+  EXPECT_EQ(c.repository.defaults.precision, "float32");
+  EXPECT_TRUE(c.repository.defaults.all_devices);
+  EXPECT_EQ(c.repository.defaults.device, "cpu");  // model flags reach the repository too
+  ASSERT_EQ(c.models.size(), 1u);
+  EXPECT_EQ(c.models[0].path, "");  // settings of the repository model of that name
+  EXPECT_EQ(c.models[0].devices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c.models[0].device, "cpu");
+
+  // A repository alone is a complete config; --devices takes YAML.
+  const ServerConfig alone = parse_config("model_repository: {path: /srv/models}\n", "/etc/nmt",
+                                          {{"devices", "[1, 0]"}});
+  EXPECT_TRUE(alone.models.empty());
+  EXPECT_EQ(alone.repository.defaults.devices, (std::vector<int>{1, 0}));
+}
+
+TEST(Config, ModelRepositoryErrors) {
+  EXPECT_EQ(error_of("model_repository: {memory_budget_mb: 10}\n"), "model_repository.path is missing");
+  EXPECT_EQ(error_of("model_repository: {path: r, budget: 10}\n"),
+            "unknown key 'model_repository.budget' (known: path, memory_budget_mb, preload, device, "
+            "precision, device_memory_limit_mb, workers, devices)");
+  EXPECT_EQ(error_of("model_repository: {path: r, memory_budget_mb: -1}\n"),
+            "model_repository.memory_budget_mb: must be between 0 and 1073741824, got -1");
+  EXPECT_EQ(error_of("model_repository: {path: r, preload: en-de}\n"),
+            "model_repository.preload: expected a list of model names");
+  EXPECT_EQ(error_of("models:\n  - name: m\n"),
+            "models: 'm' has no path (only a model_repository model may omit it)");
+  EXPECT_EQ(error_of("models:\n  - {name: m, path: p, devices: [0, 0]}\n"),
+            "models[0].devices: GPU 0 appears twice");
+  EXPECT_EQ(error_of("models:\n  - {name: m, path: p, devices: some}\n"),
+            "models[0].devices: expected a list of GPU indices or 'all'");
+  EXPECT_EQ(error_of("server: {port: 1}\n", {{"device", "cpu"}}),
+            "--device: the config has no models[] or model_repository to apply it to");
 }

@@ -18,6 +18,7 @@ using namespace nmt::server;
 TEST(Metrics, EveryFamilyIsExposedOnceAModelIsLoaded) {
   Metrics m;
   m.model_loaded("m30k", "cpu", true, /*loops=*/2);
+  m.model_listed("m30k");
   const std::string text = m.scrape();
   for (const auto& [family, type] : std::vector<std::pair<std::string, std::string>>{
            {"nmt_requests_total", "counter"},
@@ -34,7 +35,11 @@ TEST(Metrics, EveryFamilyIsExposedOnceAModelIsLoaded) {
            {"nmt_output_tokens_total", "counter"},
            {"nmt_inflight_requests", "gauge"},
            {"nmt_gpu_memory_bytes", "gauge"},
-           {"nmt_model_loaded", "gauge"}}) {
+           {"nmt_model_loaded", "gauge"},
+           {"nmt_models_loaded", "gauge"},
+           {"nmt_model_loads_total", "counter"},
+           {"nmt_model_load_seconds", "histogram"},
+           {"nmt_model_evictions_total", "counter"}}) {
     EXPECT_NE(text.find("# TYPE " + family + " " + type + "\n"), std::string::npos) << family;
   }
   EXPECT_EQ(text.find("nmt_batch_size"), std::string::npos) << "whole-batch metric is gone";
@@ -167,4 +172,24 @@ TEST(LoadgenStats, NearestRankPercentiles) {
   EXPECT_DOUBLE_EQ(s.mean, 50.5);
   EXPECT_DOUBLE_EQ(nmt::loadgen::percentile({7}, 99), 7);
   EXPECT_EQ(nmt::loadgen::summarize({}).count, 0u);
+}
+
+TEST(Metrics, ModelRepositorySeries) {
+  Metrics m;
+  m.model_listed("opus-mt-en-de");
+  std::string text = m.scrape();
+  EXPECT_NE(text.find("nmt_model_loads_total{model=\"opus-mt-en-de\",result=\"ok\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("nmt_model_evictions_total{model=\"opus-mt-en-de\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("nmt_models_loaded 0\n"), std::string::npos) << text;
+  m.model_load("opus-mt-en-de", true, 0.3);
+  m.model_load("opus-mt-en-de", false, 0.01);
+  m.model_evicted("opus-mt-en-de");
+  m.models_loaded(2);
+  text = m.scrape();
+  EXPECT_NE(text.find("nmt_model_loads_total{model=\"opus-mt-en-de\",result=\"ok\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("nmt_model_loads_total{model=\"opus-mt-en-de\",result=\"failed\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nmt_model_evictions_total{model=\"opus-mt-en-de\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nmt_model_load_seconds_bucket{model=\"opus-mt-en-de\",le=\"0.5\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("nmt_model_load_seconds_bucket{model=\"opus-mt-en-de\",le=\"0.05\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nmt_models_loaded 2\n"), std::string::npos);
 }

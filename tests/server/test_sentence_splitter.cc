@@ -56,6 +56,9 @@ TEST(ModelLanguages, FromTheName) {
   EXPECT_EQ(pair("opus-mt-tc-big-en-fr"), "en>fr");
   EXPECT_EQ(pair("de-en"), "de>en");
   EXPECT_EQ(pair("my_model_fra-eng"), "fra>eng");
+  EXPECT_EQ(pair("opus-mt-mul-en"), "mul>en");
+  EXPECT_EQ(pair("opus-mt-en"), ">");  // "mt" is no language there
+  EXPECT_EQ(pair("m-one"), ">");
   EXPECT_EQ(pair("translator"), ">");
   EXPECT_EQ(pair("m30k"), ">");
 }
