@@ -24,9 +24,9 @@ case "$mode" in
   tsan)
     dir=build-tsan; flags=thread
     # The scheduler's unit tests, then the real server under concurrent load: integration,
-    # lifecycle, overload, disconnect storms, SIGTERM under load, the memory cap, and the
-    # 1000 concurrent streams.
-    select=(-R '^server\.(Scheduler|integration|lifecycle|callback_limits)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams)')
+    # lifecycle, overload, disconnect storms, SIGTERM under load, the memory cap, the
+    # 1000 concurrent streams, and /metrics under hostile connections.
+    select=(-R '^server\.(Scheduler|integration|lifecycle|callback_limits|MetricsEndpoint)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams|metrics_endpoint)')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/reliability/tsan.supp"
     ;;
   *) echo "unknown mode $mode (asan|tsan)" >&2; exit 2 ;;

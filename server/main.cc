@@ -21,7 +21,7 @@
 #include "server/config.h"
 #include "server/logging.h"
 #include "server/metrics.h"
-#include "server/metrics_http.h"
+#include "server/metrics_endpoint.h"
 #include "server/model_registry.h"
 #include "server/translation_service.h"
 
@@ -74,12 +74,12 @@ int serve(const ServerConfig& config) {
   }
 
   Metrics metrics;
-  std::unique_ptr<MetricsHttpServer> metrics_http;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint;
   const std::string metrics_address =
       config.metrics_host + ":" + std::to_string(config.metrics_port);
   try {
-    metrics_http = std::make_unique<MetricsHttpServer>(config.metrics_host, config.metrics_port,
-                                                       [&metrics] { return metrics.scrape(); });
+    metrics_endpoint = std::make_unique<MetricsEndpoint>(config.metrics_host, config.metrics_port,
+                                                         [&metrics] { return metrics.scrape(); });
   } catch (const std::exception& e) {
     log_event(spdlog::level::critical, "cannot serve /metrics",
               {{"address", metrics_address}, {"error", e.what()}});
