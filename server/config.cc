@@ -42,6 +42,12 @@ double to_seconds(const YAML::Node& node, const std::string& key) {
   return value;
 }
 
+double to_positive_seconds(const YAML::Node& node, const std::string& key) {
+  const double value = to_seconds(node, key);
+  if (value <= 0) fail(key + ": must be > 0, got " + node.Scalar());
+  return value;
+}
+
 std::string to_string(const YAML::Node& node, const std::string& key) {
   if (!node.IsScalar() || node.Scalar().empty()) fail(key + ": expected a non-empty string");
   return node.Scalar();
@@ -90,6 +96,41 @@ const std::vector<Setting>& settings() {
       {"server.max_concurrent_calls", "max-concurrent-calls",
        "calls and streams in flight on the server before RESOURCE_EXHAUSTED",
        [](ServerConfig& c, N n, K k) { c.max_concurrent_calls = to_int(n, k, 1, kMaxInt); }},
+      // What one connection and one stream may hold (connection_limits.h).
+      {"server.max_streams_per_connection", "max-streams-per-connection",
+       "calls open at once on one connection (more wait in the client)",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.max_streams_per_connection = to_int(n, k, 1, kMaxInt);
+       }},
+      {"server.max_stream_messages_in_flight", "max-stream-messages-in-flight",
+       "TranslateStream messages read and not yet answered; then reading pauses",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.max_stream_messages_in_flight = to_int(n, k, 1, 1 << 16);
+       }},
+      {"server.max_connection_idle_seconds", "max-connection-idle-seconds",
+       "a connection without calls this long is closed (0 = never)",
+       [](ServerConfig& c, N n, K k) { c.connections.max_connection_idle_seconds = to_seconds(n, k); }},
+      {"server.handshake_timeout_seconds", "handshake-timeout-seconds",
+       "a connection must finish its HTTP/2 and TLS handshake within this",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.handshake_timeout_seconds = to_positive_seconds(n, k);
+       }},
+      {"server.keepalive_time_seconds", "keepalive-time-seconds",
+       "ping a connection silent this long (0 = never)",
+       [](ServerConfig& c, N n, K k) { c.connections.keepalive_time_seconds = to_seconds(n, k); }},
+      {"server.keepalive_timeout_seconds", "keepalive-timeout-seconds",
+       "close a connection whose ping is unanswered this long",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.keepalive_timeout_seconds = to_positive_seconds(n, k);
+       }},
+      {"server.min_client_ping_interval_seconds", "min-client-ping-interval-seconds",
+       "a client ping sooner than this after the last is a strike",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.min_client_ping_interval_seconds = to_seconds(n, k);
+       }},
+      {"server.max_ping_strikes", "max-ping-strikes",
+       "strikes before GOAWAY too_many_pings (0 = never)",
+       [](ServerConfig& c, N n, K k) { c.connections.max_ping_strikes = to_int(n, k, 0, 1000); }},
       {"server.log_format", "log-format", "text | json",
        [](ServerConfig& c, N n, K k) { c.log_format = to_choice(n, k, kLogFormats); }},
       {"server.log_level", "log-level", "trace | debug | info | warn | error | critical | off",

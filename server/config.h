@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/connection_limits.h"
 #include "server/limits.h"
 #include "server/scheduling_options.h"
 
@@ -51,6 +52,7 @@ struct ServerConfig {
   // Unary calls and streams in flight on the whole server; one more is refused with
   // RESOURCE_EXHAUSTED at once (bounds the server's per-call memory, whatever the queue).
   int max_concurrent_calls = 4096;
+  ConnectionLimits connections;  // server.max_streams_per_connection ... max_ping_strikes
   Limits limits;
   SchedulingOptions batching;  // the `batching:` section: decode loop and queue capacity
   std::vector<ModelEntry> models;  // the first one is the default model

@@ -101,7 +101,8 @@ int serve(const ServerConfig& config) {
   // Callback API: a call waiting for its translation holds no thread; SIGTERM's Shutdown
   // waits (up to the grace period, then cancels) until every call has finished.
   TranslationService service(*models, config.limits, metrics, std::move(auth),
-                             config.max_concurrent_calls);
+                             config.max_concurrent_calls,
+                             config.connections.max_stream_messages_in_flight);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -116,6 +117,7 @@ int serve(const ServerConfig& config) {
   builder.AddListeningPort(address, credentials);
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
+  apply_connection_limits(config.connections, builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
