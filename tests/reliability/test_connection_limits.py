@@ -2,7 +2,8 @@
 """What one connection may hold (issue 14), against one server with small limits:
 - server.max_streams_per_connection 4: 8 streams opened on one connection, only 4 are in
   the server at once (nmt_inflight_requests), the others wait in the client and are served
-  once the first ones end; a second connection gets its own 4.
+  once the first ones end (a call with a deadline that passes meanwhile: DEADLINE_EXCEEDED);
+  a second connection gets its own 4.
 - server.handshake_timeout_seconds 1: a TCP connection that never sends the HTTP/2 preface
   is closed after about 1 s (gRPC's default waits 120 s).
 - server.max_connection_idle_seconds 6: an HTTP/2 connection without calls (answering the
@@ -146,6 +147,9 @@ def streams_per_connection(server, pb, pb_grpc):
         check(at_four and held == 4 and answered <= 4,
               f"8 streams on one connection (limit 4): {held} in the server, {answered} answered, "
               f"the rest waiting in the client")
+        code, took, _, _ = rel.call(stub_a.Translate, request, timeout=1.0)
+        check(code == "DEADLINE_EXCEEDED" and inflight() == 4,
+              f"one more call on that connection waits in the client: {code} after {took:.1f} s (deadline 1 s)")
         gates_b = [threading.Event() for _ in range(4)]
         streams_b = [stub_b.TranslateStream(messages(g), timeout=90) for g in gates_b]
         firsts_b = [next(s).status_code for s in streams_b]
