@@ -142,8 +142,11 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) { c.tls_cert_file = to_string(n, k); }},
       {"server.tls_key_file", "tls-key-file", "PEM private key of tls_cert_file",
        [](ServerConfig& c, N n, K k) { c.tls_key_file = to_string(n, k); }},
+      {"server.tls_client_ca_file", "tls-client-ca-file",
+       "PEM CA certificates: clients must present a certificate they verify (mutual TLS)",
+       [](ServerConfig& c, N n, K k) { c.tls_client_ca_file = to_string(n, k); }},
       {"server.auth_token_file", "auth-token-file",
-       "file of accepted bearer tokens, one per line: TranslationService needs one",
+       "file of accepted bearer tokens, one per line (SIGHUP re-reads it)",
        [](ServerConfig& c, N n, K k) { c.auth_token_file = to_string(n, k); }},
       {"limits.max_sentences_per_request", "max-sentences-per-request", "sentences per request",
        [](ServerConfig& c, N n, K k) {
@@ -236,6 +239,9 @@ void check_consistency(const ServerConfig& c) {
   }
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     fail("server.tls_cert_file and server.tls_key_file go together: give both or neither");
+  }
+  if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
+    fail("server.tls_client_ca_file needs server.tls_cert_file and tls_key_file (mutual TLS is TLS)");
   }
 }
 
@@ -346,6 +352,7 @@ ServerConfig parse_config(const std::string& yaml_text, const std::string& base_
   }
   c.tls_cert_file = resolve(c.tls_cert_file, base_dir);
   c.tls_key_file = resolve(c.tls_key_file, base_dir);
+  c.tls_client_ca_file = resolve(c.tls_client_ca_file, base_dir);
   c.auth_token_file = resolve(c.auth_token_file, base_dir);
   check_consistency(c);
   return c;

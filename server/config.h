@@ -46,8 +46,12 @@ struct ServerConfig {
   // TLS: both PEM files, or neither (plaintext). Relative paths resolve like model paths.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Mutual TLS: PEM CA certificates that verify client certificates; a client without one
+  // they verify cannot connect. Needs tls_cert_file. Empty = clients need no certificate.
+  std::string tls_client_ca_file;
   // Bearer-token authentication of TranslationService: a file with one accepted token per
-  // line (rotation: list old and new). Empty = no authentication. Health stays open.
+  // line (rotation: list old and new, then SIGHUP re-reads the file). Empty = no
+  // authentication. Health stays open.
   std::string auth_token_file;
   // Unary calls and streams in flight on the whole server; one more is refused with
   // RESOURCE_EXHAUSTED at once (bounds the server's per-call memory, whatever the queue).

@@ -33,13 +33,29 @@ using namespace nmt::server;
 constexpr int kSyncServerThreads = 16;
 
 // Blocked in every thread (threads inherit the mask), so that only sigwait() in main sees
-// them: no work happens inside a signal handler.
-sigset_t termination_signals() {
+// them: no work happens inside a signal handler. SIGTERM/SIGINT stop the server, SIGHUP
+// reloads (see on_sighup).
+sigset_t handled_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   return set;
+}
+
+// SIGHUP: the bearer tokens are read again from server.auth_token_file. A file that cannot
+// be read or holds no token changes nothing (the tokens accepted so far stay) and is logged.
+void reload_auth(BearerAuth& auth, const ServerConfig& config) {
+  if (config.auth_token_file.empty()) return;
+  try {
+    const size_t tokens = auth.reload();
+    log_event(spdlog::level::info, "bearer tokens reloaded",
+              {{"file", config.auth_token_file}, {"tokens", tokens}});
+  } catch (const std::exception& e) {
+    log_event(spdlog::level::err, "bearer tokens not reloaded: the accepted tokens stay as they were",
+              {{"error", e.what()}});
+  }
 }
 
 std::string read_file(const std::string& path, const char* key) {
@@ -50,12 +66,19 @@ std::string read_file(const std::string& path, const char* key) {
   return text.str();
 }
 
-// TLS from the PEM files when configured, else plaintext.
+// TLS from the PEM files when configured, else plaintext. With a client CA file, mutual
+// TLS: a client must present a certificate that the CA file verifies, else its handshake
+// fails.
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const ServerConfig& config) {
   if (config.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions options;
   options.pem_key_cert_pairs.push_back({read_file(config.tls_key_file, "server.tls_key_file"),
                                         read_file(config.tls_cert_file, "server.tls_cert_file")});
+  if (!config.tls_client_ca_file.empty()) {
+    options.pem_root_certs = read_file(config.tls_client_ca_file, "server.tls_client_ca_file");
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
   return grpc::SslServerCredentials(options);
 }
 
@@ -100,7 +123,7 @@ int serve(const ServerConfig& config) {
 
   // Callback API: a call waiting for its translation holds no thread; SIGTERM's Shutdown
   // waits (up to the grace period, then cancels) until every call has finished.
-  TranslationService service(*models, config.limits, metrics, std::move(auth),
+  TranslationService service(*models, config.limits, metrics, auth,
                              config.max_concurrent_calls,
                              config.connections.max_stream_messages_in_flight);
   grpc::EnableDefaultHealthCheckService(true);
@@ -123,7 +146,8 @@ int serve(const ServerConfig& config) {
   if (!server) {
     nlohmann::ordered_json fields = {{"address", address}};
     if (!config.tls_cert_file.empty()) {
-      fields["hint"] = "check that server.tls_cert_file and tls_key_file are a PEM certificate and its key";
+      fields["hint"] = "check that server.tls_cert_file and tls_key_file are a PEM certificate and its key"
+                       " (and tls_client_ca_file PEM CA certificates)";
     }
     log_event(spdlog::level::critical, "cannot listen", fields);
     return 1;
@@ -136,11 +160,16 @@ int serve(const ServerConfig& config) {
             {{"address", address},
              {"metrics", metrics_address},
              {"tls", !config.tls_cert_file.empty()},
+             {"client_certificates", !config.tls_client_ca_file.empty()},
              {"auth", !config.auth_token_file.empty()}});
 
-  const sigset_t signals = termination_signals();
+  const sigset_t signals = handled_signals();
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  while (true) {
+    sigwait(&signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    reload_auth(auth, config);
+  }
   log_event(spdlog::level::info, "shutting down",
             {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"},
              {"grace_seconds", config.shutdown_grace_seconds}});
@@ -173,7 +202,7 @@ void tune_allocator() {
 
 int main(int argc, char** argv) {
   tune_allocator();
-  const sigset_t signals = termination_signals();
+  const sigset_t signals = handled_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   ServerConfig config;

@@ -458,9 +458,9 @@ class TranslationService::StreamCall final
 };
 
 TranslationService::TranslationService(ModelRegistry& models, const Limits& limits,
-                                       Metrics& metrics, BearerAuth auth,
+                                       Metrics& metrics, const BearerAuth& auth,
                                        int max_concurrent_calls, int max_stream_messages)
-    : models_(models), validator_(limits), metrics_(metrics), auth_(std::move(auth)),
+    : models_(models), validator_(limits), metrics_(metrics), auth_(auth),
       id_prefix_(random_prefix()), max_calls_(max_concurrent_calls),
       max_stream_messages_(static_cast<size_t>(max_stream_messages)) {}
 

@@ -32,8 +32,9 @@ class TranslationService final : public TranslationServiceBase {
   // (server.max_concurrent_calls); beyond it a new one is refused RESOURCE_EXHAUSTED. A
   // stream stops reading while `max_stream_messages` of its messages are unanswered or
   // unwritten (server.max_stream_messages_in_flight).
+  // `auth` is the caller's, and may be reloaded while the service runs.
   TranslationService(ModelRegistry& models, const Limits& limits, Metrics& metrics,
-                     BearerAuth auth = BearerAuth(), int max_concurrent_calls = 4096,
+                     const BearerAuth& auth, int max_concurrent_calls = 4096,
                      int max_stream_messages = 64);
 
   grpc::ServerUnaryReactor* Translate(grpc::CallbackServerContext* context,
@@ -77,7 +78,7 @@ class TranslationService final : public TranslationServiceBase {
   ModelRegistry& models_;
   RequestValidator validator_;
   Metrics& metrics_;
-  const BearerAuth auth_;
+  const BearerAuth& auth_;
   const std::string id_prefix_;
   std::atomic<uint64_t> next_id_{1};
   const int max_calls_;

@@ -282,6 +282,13 @@ models:
 
   EXPECT_EQ(error_of(std::string(kMinimal) + "server:\n  tls_cert_file: c.pem\n"),
             "server.tls_cert_file and server.tls_key_file go together: give both or neither");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "server:\n  tls_client_ca_file: ca.pem\n"),
+            "server.tls_client_ca_file needs server.tls_cert_file and tls_key_file (mutual TLS is TLS)");
+  const ServerConfig mtls = parse_config(
+      std::string(kMinimal) +
+          "server:\n  tls_cert_file: c.pem\n  tls_key_file: c.key\n  tls_client_ca_file: ca.pem\n",
+      "/etc/nmt", {{"tls-client-ca-file", "clients/ca.pem"}});
+  EXPECT_EQ(mtls.tls_client_ca_file, "/etc/nmt/clients/ca.pem");  // the flag, resolved
   EXPECT_EQ(error_of(kMinimal, {{"device-memory-limit-mb", "-1"}}),
             "models[0].device_memory_limit_mb: must be between 0 and 1073741824, got -1");
 }
