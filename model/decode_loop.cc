@@ -77,6 +77,7 @@ StepReport DecodeLoop::step() {
   encode_items_.clear();
   for (size_t i = 0; i < joining_.size(); ++i) encode_items_.push_back({&joining_sources_[i].source_ids, joining_[i]->slot});
   report.encoded = int(encode_items_.size());
+  bool deferred_encode = false;
   while (true) {
     try {
       if (active_.empty() && !joining_.empty()) {
@@ -88,6 +89,12 @@ StepReport DecodeLoop::step() {
         encode_items_.clear();
       }
       if (active_.empty()) return report;
+      // A step that grows the caches takes no encode along (the newcomers wait one step):
+      // if the growth runs out of memory, nothing has run and the step can be repeated.
+      int furthest = 0;
+      for (const auto& a : active_) furthest = std::max(furthest, a->search.position());
+      const int cached = engine_.cache_positions();
+      deferred_encode = cached > 0 && furthest >= cached && !encode_items_.empty();
       in_.groups.clear();
       in_.tokens.clear();
       in_.cache_rows.clear();
@@ -105,7 +112,7 @@ StepReport DecodeLoop::step() {
         }
         if (s.position() == 0) report.first_step.push_back(a->id);
       }
-      in_.encode = encode_items_.empty() ? nullptr : &encode_items_;
+      in_.encode = encode_items_.empty() || deferred_encode ? nullptr : &encode_items_;
       engine_.step(in_, &out_);
       break;
     } catch (const Error& e) {
@@ -113,9 +120,10 @@ StepReport DecodeLoop::step() {
       // caches, before they change any state: it can be taken again without the sentences
       // that needed the growth. With an encode riding on it the engine may have failed
       // after the step itself ran (the CUDA engine allocates the encoder's buffers then),
-      // so that step cannot be repeated.
+      // so that step cannot be repeated; growth steps carry no encode (above) when the
+      // engine says where its caches end.
       if (shed_on_out_of_memory_ && e.code() == ErrorCode::kResourceExhausted &&
-          encode_items_.empty() && shed_furthest(e, &report)) {
+          (encode_items_.empty() || deferred_encode) && shed_furthest(e, &report)) {
         continue;
       }
       drop_all();
@@ -148,6 +156,10 @@ StepReport DecodeLoop::step() {
     release(a);
   }
   active_.resize(kept);
+  if (deferred_encode) {
+    report.encoded = 0;  // the next step encodes them
+    return report;
+  }
   join();  // encoded during this step: they decode from the next one
   return report;
 }

@@ -80,8 +80,9 @@ class DecodeLoop {
   // shed_on_out_of_memory(), an out-of-memory (kResourceExhausted) on a step that encodes
   // no newcomers is handled instead: the sentences at the furthest position, whose cache
   // growth the engine could not make, leave as `failed` and the step is retried without
-  // them, so the others go on. (With an encode riding on the step the engine may have
-  // failed after the step itself ran: that one still throws.)
+  // them, so the others go on. A step that grows the caches (Engine::cache_positions())
+  // takes no newcomers' encode along: with one riding on it the engine could fail after
+  // the step itself ran, and such a step, which cannot be repeated, still throws.
   StepReport step();
   // For callers that answer each sentence on its own (the server's Scheduler); a caller
   // that needs every sentence of a batch (Translator) keeps the default, throwing.

@@ -81,6 +81,10 @@ class Engine {
   virtual std::vector<float> encoder_output(size_t sentence) const = 0;
   // Bytes of device memory held (0 on the CPU).
   virtual size_t memory_used() const { return 0; }
+  // Positions the decoder's caches hold now: a step with a sentence at this position or
+  // beyond first grows them (doubling), and only that growth can run out of memory before
+  // the step changes anything. 0 when the engine does not say.
+  virtual int cache_positions() const { return 0; }
 };
 
 // The candidates a sentence asks the top-k for: 1 for greedy search, 2 x beam otherwise

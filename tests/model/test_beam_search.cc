@@ -197,11 +197,29 @@ TEST(DecodeLoop, OutOfMemoryShedsTheFurthestSentencesWhenAsked) {
   EXPECT_EQ(finished[0].translation.hypotheses[0].ids,
             run(alone_engine, {4}, beam(2))[0].translation.hypotheses[0].ids);
 
-  // A step that also encodes newcomers may have failed after it ran: it is not repeated.
+  // Newcomers admitted as a step must grow the caches are not encoded on that step, so
+  // that the growth's failure leaves a step that can be repeated (else this would throw).
   e.out_of_memory_at_position = -1;
   loop.admit({{3, {50, kEos}, beam(1)}});
+  for (int i = 0; i < 3; ++i) loop.step();  // sentence 3 at position 3
+  loop.admit({{4, {4, kEos}, beam(1)}});
+  e.out_of_memory_at_position = 3;
+  report = loop.step();
+  ASSERT_EQ(report.failed.size(), 1u);
+  EXPECT_EQ(report.failed[0].id, 3u);
+  EXPECT_EQ(report.encoded, 1);  // the loop, empty then, encoded sentence 4 at once
+  e.out_of_memory_at_position = -1;
+  int more = 0;
+  while (!loop.idle()) more += int(loop.step().finished.size());
+  EXPECT_EQ(more, 1);
+
+  // An engine that does not say where its caches end: a step carrying an encode may have
+  // failed after it ran, so it is not repeated.
+  e.report_cache_positions = false;
+  loop.admit({{5, {50, kEos}, beam(1)}});
+  e.out_of_memory_at_position = -1;
   for (int i = 0; i < 3; ++i) loop.step();
-  loop.admit({{4, {8, kEos}, beam(1)}});
+  loop.admit({{6, {4, kEos}, beam(1)}});
   e.out_of_memory_at_position = 3;
   EXPECT_THROW(loop.step(), Error);
   EXPECT_TRUE(loop.idle());

@@ -44,6 +44,11 @@ class ScriptedEngine : public Engine {
   EngineCapacity capacity() const override { return cap_; }
   int vocab_size() const override { return kVocab; }
   std::vector<float> encoder_output(size_t) const override { return {}; }
+  // As an engine whose caches end at out_of_memory_at_position and cannot grow, when told
+  // to say so.
+  int cache_positions() const override {
+    return report_cache_positions ? std::max(0, out_of_memory_at_position.load()) : 0;
+  }
 
   void encode(const std::vector<EncodeItem>& items) override {
     for (const EncodeItem& item : items) {
@@ -97,6 +102,7 @@ class ScriptedEngine : public Engine {
   // A step with a sentence at this position or beyond fails as a cache growth past the
   // memory limit would, before any state changes (-1: never).
   std::atomic<int> out_of_memory_at_position{-1};
+  bool report_cache_positions = true;
   std::atomic<int> encoded{0};
 
  private:
