@@ -25,7 +25,8 @@ struct ModelEntry {
   std::string precision = "float16";  // float16 | float32
   // Memory each engine may hold (the CUDA engine's allocations; on the CPU its persistent
   // decode state). A decode loop whose state does not fit stops the server at start; a
-  // KV-cache growth over it fails the loop's active sentences RESOURCE_EXHAUSTED. 0 = no cap.
+  // KV-cache growth over it fails the sentences that needed it RESOURCE_EXHAUSTED (the
+  // loop's others go on). 0 = no cap.
   int device_memory_limit_mb = 0;
   // Decode loops (engine copies) of this model, each on its own thread, all fed from the
   // model's one queue: one loop's host-side beam bookkeeping overlaps another's device
