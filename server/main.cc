@@ -34,7 +34,7 @@ constexpr int kSyncServerThreads = 16;
 
 // Blocked in every thread (threads inherit the mask), so that only sigwait() in main sees
 // them: no work happens inside a signal handler. SIGTERM/SIGINT stop the server, SIGHUP
-// reloads (see on_sighup).
+// reloads what can change without a restart (reload_auth).
 sigset_t handled_signals() {
   sigset_t set;
   sigemptyset(&set);
