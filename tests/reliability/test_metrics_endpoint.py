@@ -164,13 +164,23 @@ def main():
             check(opened, f"{attack.open_count()} hostile connections open")
             scrapes, calls, peak_threads, peak_open = [], [], 0, 0
             end = time.monotonic() + seconds
+
+            def scraper():  # once a second, whatever the Translate calls take
+                tick = time.monotonic()
+                while tick < end:
+                    scrapes.append(scrape(server.metrics_port))
+                    tick += 1.0
+                    time.sleep(max(0.0, tick - time.monotonic()))
+
+            scraping = threading.Thread(target=scraper)
+            scraping.start()
             while time.monotonic() < end:
                 tick = time.monotonic()
-                scrapes.append(scrape(server.metrics_port))
                 calls.append(rel.call(stub.Translate, request, timeout=30))
                 peak_threads = max(peak_threads, rel.proc_status(server.proc.pid)["Threads"])
                 peak_open = max(peak_open, attack.open_count())
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+            scraping.join(30)
             attack.stop.set()
             attack.thread.join(30)
 
@@ -181,9 +191,9 @@ def main():
                   f"(slowest {worst:.3f} s; failed or slow: {slow[:3]})")
             latencies = [c[1] for c in calls]
             codes = {c[0] for c in calls}
-            # Generous for a loaded 2-core machine: the same call's median before the attack,
-            # times 3, plus 0.5 s.
-            bound = 3 * base + 0.5
+            # Generous for a loaded 2-core machine and sanitizer builds: the same call's median
+            # before the attack, times 4, plus 1 s.
+            bound = 4 * base + 1.0
             check(codes == {"OK"} and max(latencies) <= bound,
                   f"{len(calls)} Translate calls during the attack: {codes}, median "
                   f"{statistics.median(latencies) * 1e3:.0f} ms, max {max(latencies) * 1e3:.0f} ms "
