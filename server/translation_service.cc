@@ -227,8 +227,10 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
 // that messages read ahead decode together; answers are written in message order as they
 // complete, each with its own status. Reading pauses while max_stream_messages_ messages
 // are unanswered or unwritten: a client that stops reading its answers stalls their writes,
-// and with them its own sends (flow control), instead of the server buffering without end. A failed write or OnCancel cancels every pending job, and the stream finishes
-// CANCELLED once all their callbacks have come back.
+// and then the server's reads (flow control: what the client still sends waits in the
+// stream's HTTP/2 window), instead of the server buffering without end. A failed write or
+// OnCancel cancels every pending job, and the stream finishes CANCELLED once all their
+// callbacks have come back.
 //
 // Threads: gRPC runs OnReadDone/OnWriteDone/OnCancel (each holding the call alive), the
 // scheduler runs the job callbacks (holding nothing). State is guarded by mutex_; gRPC
