@@ -77,37 +77,61 @@ StepReport DecodeLoop::step() {
   encode_items_.clear();
   for (size_t i = 0; i < joining_.size(); ++i) encode_items_.push_back({&joining_sources_[i].source_ids, joining_[i]->slot});
   report.encoded = int(encode_items_.size());
-  try {
-    if (active_.empty() && !joining_.empty()) {
-      // Nothing decodes yet: encode first and take the newcomers' first step at once.
-      const auto start = std::chrono::steady_clock::now();
-      engine_.encode(encode_items_);
-      report.encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      join();
-      encode_items_.clear();
-    }
-    if (active_.empty()) return report;
-    in_.groups.clear();
-    in_.tokens.clear();
-    in_.cache_rows.clear();
-    in_.parent_rows.clear();
-    in_.running_scores.clear();
-    for (const auto& a : active_) {
-      const SentenceSearch& s = a->search;
-      in_.groups.push_back({a->slot, s.position(), s.beam(), s.k(), s.mask_eos(), s.force_eos()});
-      for (int b = 0; b < s.beam(); ++b) {
-        in_.tokens.push_back(s.tokens()[size_t(b)]);
-        in_.cache_rows.push_back(a->rows[size_t(b)]);
-        in_.parent_rows.push_back(a->rows[size_t(s.parents()[size_t(b)])]);
-        in_.running_scores.push_back(s.running_scores()[size_t(b)]);
+  bool deferred_encode = false;
+  while (true) {
+    try {
+      if (active_.empty() && !joining_.empty()) {
+        // Nothing decodes yet: encode first and take the newcomers' first step at once.
+        const auto start = std::chrono::steady_clock::now();
+        engine_.encode(encode_items_);
+        report.encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        join();
+        encode_items_.clear();
       }
-      if (s.position() == 0) report.first_step.push_back(a->id);
+      if (active_.empty()) return report;
+      // A step that grows the caches takes no encode along (the newcomers wait one step):
+      // if the growth runs out of memory, nothing has run and the step can be repeated.
+      int furthest = 0;
+      for (const auto& a : active_) furthest = std::max(furthest, a->search.position());
+      const int cached = engine_.cache_positions();
+      deferred_encode = cached > 0 && furthest >= cached && !encode_items_.empty();
+      in_.groups.clear();
+      in_.tokens.clear();
+      in_.cache_rows.clear();
+      in_.parent_rows.clear();
+      in_.running_scores.clear();
+      report.first_step.clear();
+      for (const auto& a : active_) {
+        const SentenceSearch& s = a->search;
+        in_.groups.push_back({a->slot, s.position(), s.beam(), s.k(), s.mask_eos(), s.force_eos()});
+        for (int b = 0; b < s.beam(); ++b) {
+          in_.tokens.push_back(s.tokens()[size_t(b)]);
+          in_.cache_rows.push_back(a->rows[size_t(b)]);
+          in_.parent_rows.push_back(a->rows[size_t(s.parents()[size_t(b)])]);
+          in_.running_scores.push_back(s.running_scores()[size_t(b)]);
+        }
+        if (s.position() == 0) report.first_step.push_back(a->id);
+      }
+      in_.encode = encode_items_.empty() || deferred_encode ? nullptr : &encode_items_;
+      engine_.step(in_, &out_);
+      break;
+    } catch (const Error& e) {
+      // A step without an encode runs out of memory only where the engines grow their
+      // caches, before they change any state: it can be taken again without the sentences
+      // that needed the growth. With an encode riding on it the engine may have failed
+      // after the step itself ran (the CUDA engine allocates the encoder's buffers then),
+      // so that step cannot be repeated; growth steps carry no encode (above) when the
+      // engine says where its caches end.
+      if (shed_on_out_of_memory_ && e.code() == ErrorCode::kResourceExhausted &&
+          (encode_items_.empty() || deferred_encode) && shed_furthest(e, &report)) {
+        continue;
+      }
+      drop_all();
+      throw;
+    } catch (...) {
+      drop_all();
+      throw;
     }
-    in_.encode = encode_items_.empty() ? nullptr : &encode_items_;
-    engine_.step(in_, &out_);
-  } catch (...) {
-    drop_all();
-    throw;
   }
   const int vocab = engine_.vocab_size();
   size_t offset = 0, kept = 0;
@@ -132,6 +156,10 @@ StepReport DecodeLoop::step() {
     release(a);
   }
   active_.resize(kept);
+  if (deferred_encode) {
+    report.encoded = 0;  // the next step encodes them
+    return report;
+  }
   join();  // encoded during this step: they decode from the next one
   return report;
 }
@@ -154,6 +182,24 @@ void DecodeLoop::drop_all() {
   active_.clear();
   joining_.clear();
   joining_sources_.clear();
+}
+
+bool DecodeLoop::shed_furthest(const Error& e, StepReport* report) {
+  if (active_.empty()) return false;
+  int furthest = 0;
+  for (const auto& a : active_) furthest = std::max(furthest, a->search.position());
+  size_t kept = 0;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    if (active_[i]->search.position() == furthest) {
+      report->failed.push_back({active_[i]->id, e.code(), e.what()});
+      release(*active_[i]);
+      continue;
+    }
+    if (kept != i) active_[kept] = std::move(active_[i]);
+    ++kept;
+  }
+  active_.resize(kept);
+  return true;
 }
 
 void DecodeLoop::remove(uint64_t id) {

@@ -20,6 +20,7 @@
 #include "model/beam_search.h"
 #include "model/decode_options.h"
 #include "model/engine.h"
+#include "model/error.h"
 #include "model/model_config.h"
 #include "model/translator.h"
 
@@ -39,9 +40,18 @@ struct FinishedSentence {
   int steps = 0;  // decoder steps it took
 };
 
+// A sentence the loop could not take further: the engine ran out of memory for what it
+// needed (a cache growth to its position). Its slot and rows are free again.
+struct FailedSentence {
+  uint64_t id = 0;
+  ErrorCode code = ErrorCode::kResourceExhausted;
+  std::string message;
+};
+
 // What one step() did.
 struct StepReport {
   std::vector<FinishedSentence> finished;
+  std::vector<FailedSentence> failed;
   std::vector<uint64_t> first_step;  // sentences whose first decoder step this was
   int encoded = 0;                   // admitted sentences encoded by this call
   double encode_seconds = 0;         // an idle loop's encode before the step (else 0: overlapped)
@@ -66,8 +76,17 @@ class DecodeLoop {
   void admit(std::vector<LoopSentence> sentences);
   // One decoder step over every active sentence, with the admitted ones' encode.
   // Throws nmt::Error when the engine fails: the active and admitted sentences are then
-  // dropped and the loop is empty (its caller fails every sentence it gave the loop).
+  // dropped and the loop is empty (its caller fails every sentence it gave the loop). With
+  // shed_on_out_of_memory(), an out-of-memory (kResourceExhausted) on a step that encodes
+  // no newcomers is handled instead: the sentences at the furthest position, whose cache
+  // growth the engine could not make, leave as `failed` and the step is retried without
+  // them, so the others go on. A step that grows the caches (Engine::cache_positions())
+  // takes no newcomers' encode along: with one riding on it the engine could fail after
+  // the step itself ran, and such a step, which cannot be repeated, still throws.
   StepReport step();
+  // For callers that answer each sentence on its own (the server's Scheduler); a caller
+  // that needs every sentence of a batch (Translator) keeps the default, throwing.
+  void shed_on_out_of_memory(bool on) { shed_on_out_of_memory_ = on; }
   // Drops a sentence now (cancelled, expired); its slot and rows are free again.
   void remove(uint64_t id);
 
@@ -81,6 +100,9 @@ class DecodeLoop {
   void release(Active& a);
   void join();  // the encoded newcomers become active, in beam order
   void drop_all();
+  // After an out-of-memory step: the active sentences at the furthest position leave as
+  // failed. False when none is active (nothing to shed).
+  bool shed_furthest(const Error& e, StepReport* report);
 
   Engine& engine_;
   const ModelConfig& config_;
@@ -93,6 +115,7 @@ class DecodeLoop {
   std::vector<int> free_slots_, free_rows_;      // stacks
   StepInput in_;
   StepOutput out_;
+  bool shed_on_out_of_memory_ = false;
 };
 
 }  // namespace nmt

@@ -84,6 +84,10 @@ class Engine {
   // Bytes of host memory held by the engine's own buffers (decode state and step buffers;
   // not the Weights it reads from). 0 on the GPU, whose state lives in memory_used().
   virtual size_t host_memory_used() const { return 0; }
+  // Positions the decoder's caches hold now: a step with a sentence at this position or
+  // beyond first grows them (doubling), and only that growth can run out of memory before
+  // the step changes anything. 0 when the engine does not say.
+  virtual int cache_positions() const { return 0; }
 };
 
 // The candidates a sentence asks the top-k for: 1 for greedy search, 2 x beam otherwise

@@ -2,10 +2,12 @@
 // Bearer-token authentication (config server.auth_token_file): a call to
 // TranslationService must carry the metadata `authorization: Bearer <token>` with one of the
 // accepted tokens, else it is answered UNAUTHENTICATED. Health checks and reflection stay
-// open (probes carry no secrets).
+// open (probes carry no secrets). The token file is read again on reload() (nmt-server: on
+// SIGHUP), so tokens rotate without a restart.
 #include <grpcpp/grpcpp.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,19 +16,30 @@ namespace nmt::server {
 class BearerAuth {
  public:
   // No tokens = every call is allowed.
-  explicit BearerAuth(std::vector<std::string> tokens = {}) : tokens_(std::move(tokens)) {}
+  explicit BearerAuth(std::vector<std::string> tokens = {});
   // One token per line; blank lines and surrounding whitespace ignored. Throws
   // std::runtime_error naming the file when it cannot be read or holds no token.
   static BearerAuth from_file(const std::string& path);
 
-  bool enabled() const { return !tokens_.empty(); }
+  // Reads the token file again and accepts its tokens from then on (calls in flight keep
+  // the verdict they had); returns how many it holds. Throws std::runtime_error as
+  // from_file, and then the tokens accepted so far stay as they were. Safe while other
+  // threads check calls. A BearerAuth not made from a file has nothing to reload: 0.
+  size_t reload();
+
+  bool enabled() const { return !current()->empty(); }
   // The call's metadata carries an accepted token (always true when disabled). Tokens are
   // compared in time independent of where they differ.
   bool allows(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
   bool allows_header(const std::string& authorization) const;
 
  private:
-  std::vector<std::string> tokens_;
+  using Tokens = std::vector<std::string>;
+  std::shared_ptr<const Tokens> current() const { return std::atomic_load(&tokens_); }
+  static bool allows_header(const Tokens& tokens, const std::string& authorization);
+
+  std::string path_;  // the token file, when made from one
+  std::shared_ptr<const Tokens> tokens_;  // replaced whole on reload (atomic_load/store)
 };
 
 }  // namespace nmt::server

@@ -49,6 +49,12 @@ bool to_bool(const YAML::Node& node, const std::string& key) {
   fail(key + ": expected true or false, got '" + v + "'");
 }
 
+double to_positive_seconds(const YAML::Node& node, const std::string& key) {
+  const double value = to_seconds(node, key);
+  if (value <= 0) fail(key + ": must be > 0, got " + node.Scalar());
+  return value;
+}
+
 std::string to_string(const YAML::Node& node, const std::string& key) {
   if (!node.IsScalar() || node.Scalar().empty()) fail(key + ": expected a non-empty string");
   return node.Scalar();
@@ -97,6 +103,41 @@ const std::vector<Setting>& settings() {
       {"server.max_concurrent_calls", "max-concurrent-calls",
        "calls and streams in flight on the server before RESOURCE_EXHAUSTED",
        [](ServerConfig& c, N n, K k) { c.max_concurrent_calls = to_int(n, k, 1, kMaxInt); }},
+      // What one connection and one stream may hold (connection_limits.h).
+      {"server.max_streams_per_connection", "max-streams-per-connection",
+       "calls open at once on one connection (more wait in the client)",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.max_streams_per_connection = to_int(n, k, 1, kMaxInt);
+       }},
+      {"server.max_stream_messages_in_flight", "max-stream-messages-in-flight",
+       "TranslateStream messages read and not yet answered; then reading pauses",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.max_stream_messages_in_flight = to_int(n, k, 1, 1 << 16);
+       }},
+      {"server.max_connection_idle_seconds", "max-connection-idle-seconds",
+       "a connection without calls this long is closed (0 = never)",
+       [](ServerConfig& c, N n, K k) { c.connections.max_connection_idle_seconds = to_seconds(n, k); }},
+      {"server.handshake_timeout_seconds", "handshake-timeout-seconds",
+       "a connection must finish its HTTP/2 and TLS handshake within this",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.handshake_timeout_seconds = to_positive_seconds(n, k);
+       }},
+      {"server.keepalive_time_seconds", "keepalive-time-seconds",
+       "ping a connection silent this long (0 = never)",
+       [](ServerConfig& c, N n, K k) { c.connections.keepalive_time_seconds = to_seconds(n, k); }},
+      {"server.keepalive_timeout_seconds", "keepalive-timeout-seconds",
+       "close a connection whose ping is unanswered this long",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.keepalive_timeout_seconds = to_positive_seconds(n, k);
+       }},
+      {"server.min_client_ping_interval_seconds", "min-client-ping-interval-seconds",
+       "a client ping sooner than this after the last is a strike",
+       [](ServerConfig& c, N n, K k) {
+         c.connections.min_client_ping_interval_seconds = to_seconds(n, k);
+       }},
+      {"server.max_ping_strikes", "max-ping-strikes",
+       "strikes before GOAWAY too_many_pings (0 = never)",
+       [](ServerConfig& c, N n, K k) { c.connections.max_ping_strikes = to_int(n, k, 0, 1000); }},
       {"server.log_format", "log-format", "text | json",
        [](ServerConfig& c, N n, K k) { c.log_format = to_choice(n, k, kLogFormats); }},
       {"server.log_level", "log-level", "trace | debug | info | warn | error | critical | off",
@@ -108,8 +149,11 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) { c.tls_cert_file = to_string(n, k); }},
       {"server.tls_key_file", "tls-key-file", "PEM private key of tls_cert_file",
        [](ServerConfig& c, N n, K k) { c.tls_key_file = to_string(n, k); }},
+      {"server.tls_client_ca_file", "tls-client-ca-file",
+       "PEM CA certificates: clients must present a certificate they verify (mutual TLS)",
+       [](ServerConfig& c, N n, K k) { c.tls_client_ca_file = to_string(n, k); }},
       {"server.auth_token_file", "auth-token-file",
-       "file of accepted bearer tokens, one per line: TranslationService needs one",
+       "file of accepted bearer tokens, one per line (SIGHUP re-reads it)",
        [](ServerConfig& c, N n, K k) { c.auth_token_file = to_string(n, k); }},
       {"http.host", "http-host", "HTTP/JSON API bind address",
        [](ServerConfig& c, N n, K k) { c.http_host = to_string(n, k); }},
@@ -268,6 +312,9 @@ void check_consistency(const ServerConfig& c) {
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     fail("server.tls_cert_file and server.tls_key_file go together: give both or neither");
   }
+  if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
+    fail("server.tls_client_ca_file needs server.tls_cert_file and tls_key_file (mutual TLS is TLS)");
+  }
 }
 
 void apply_override(YAML::Node& root, const std::string& flag, const std::string& value) {
@@ -395,6 +442,7 @@ ServerConfig parse_config(const std::string& yaml_text, const std::string& base_
   }
   c.tls_cert_file = resolve(c.tls_cert_file, base_dir);
   c.tls_key_file = resolve(c.tls_key_file, base_dir);
+  c.tls_client_ca_file = resolve(c.tls_client_ca_file, base_dir);
   c.auth_token_file = resolve(c.auth_token_file, base_dir);
   check_consistency(c);
   return c;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/connection_limits.h"
 #include "server/limits.h"
 #include "server/scheduling_options.h"
 
@@ -24,7 +25,8 @@ struct ModelEntry {
   std::string precision = "float16";  // float16 | float32
   // Memory each engine may hold (the CUDA engine's allocations; on the CPU its persistent
   // decode state). A decode loop whose state does not fit stops the server at start; a
-  // KV-cache growth over it fails the loop's active sentences RESOURCE_EXHAUSTED. 0 = no cap.
+  // KV-cache growth over it fails the sentences that needed it RESOURCE_EXHAUSTED (the
+  // loop's others go on). 0 = no cap.
   int device_memory_limit_mb = 0;
   // Decode loops (engine copies) of this model, each on its own thread, all fed from the
   // model's one queue: one loop's host-side beam bookkeeping overlaps another's device
@@ -63,8 +65,12 @@ struct ServerConfig {
   // TLS: both PEM files, or neither (plaintext). Relative paths resolve like model paths.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Mutual TLS: PEM CA certificates that verify client certificates; a client without one
+  // they verify cannot connect. Needs tls_cert_file. Empty = clients need no certificate.
+  std::string tls_client_ca_file;
   // Bearer-token authentication of TranslationService: a file with one accepted token per
-  // line (rotation: list old and new). Empty = no authentication. Health stays open.
+  // line (rotation: list old and new, then SIGHUP re-reads the file). Empty = no
+  // authentication. Health stays open.
   std::string auth_token_file;
   // Unary calls and streams in flight on the whole server; one more is refused with
   // RESOURCE_EXHAUSTED at once (bounds the server's per-call memory, whatever the queue).
@@ -72,6 +78,7 @@ struct ServerConfig {
   // The HTTP/JSON API (server/http_api.h): off while http_port is 0.
   std::string http_host = "0.0.0.0";
   int http_port = 0;
+  ConnectionLimits connections;  // server.max_streams_per_connection ... max_ping_strikes
   Limits limits;
   SchedulingOptions batching;  // the `batching:` section: decode loop and queue capacity
   std::vector<ModelEntry> models;  // the first one is the default model

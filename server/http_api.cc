@@ -93,10 +93,10 @@ std::vector<LanguageModel> language_models(const ModelRegistry& models) {
 }  // namespace
 
 HttpApi::HttpApi(const std::string& host, int port, size_t max_body_bytes,
-                 TranslationService& service, const ModelRegistry& models, BearerAuth auth,
+                 TranslationService& service, const ModelRegistry& models, const BearerAuth& auth,
                  Metrics& metrics)
     : service_(service),
-      auth_(std::move(auth)),
+      auth_(auth),
       libretranslate_(language_models(models)),
       max_body_bytes_(max_body_bytes),
       requests_(prometheus::BuildCounter()

@@ -28,7 +28,7 @@ class HttpApi {
   // Binds host:port (throws std::runtime_error naming the address when it cannot) and serves
   // on its own threads. Bodies over max_body_bytes are refused with 413.
   HttpApi(const std::string& host, int port, size_t max_body_bytes, TranslationService& service,
-          const ModelRegistry& models, BearerAuth auth, Metrics& metrics);
+          const ModelRegistry& models, const BearerAuth& auth, Metrics& metrics);
   ~HttpApi();  // stop()
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;
@@ -41,7 +41,7 @@ class HttpApi {
   void routes();
 
   TranslationService& service_;
-  const BearerAuth auth_;
+  const BearerAuth& auth_;  // main's: SIGHUP reloads its tokens
   const LibreTranslateApi libretranslate_;
   const size_t max_body_bytes_;
   prometheus::Family<prometheus::Counter>& requests_;

@@ -23,7 +23,7 @@
 #include "server/http_api.h"
 #include "server/logging.h"
 #include "server/metrics.h"
-#include "server/metrics_http.h"
+#include "server/metrics_endpoint.h"
 #include "server/model_control_service.h"
 #include "server/model_registry.h"
 #include "server/translation_service.h"
@@ -36,7 +36,8 @@ using namespace nmt::server;
 constexpr int kSyncServerThreads = 16;
 
 // Blocked in every thread (threads inherit the mask), so that only sigwait() in main sees
-// them: no work happens inside a signal handler.
+// them: no work happens inside a signal handler. SIGTERM/SIGINT stop the server, SIGHUP
+// reloads what can change without a restart (the bearer tokens, the model repository).
 sigset_t handled_signals() {
   sigset_t set;
   sigemptyset(&set);
@@ -44,6 +45,20 @@ sigset_t handled_signals() {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
   return set;
+}
+
+// SIGHUP: the bearer tokens are read again from server.auth_token_file. A file that cannot
+// be read or holds no token changes nothing (the tokens accepted so far stay) and is logged.
+void reload_auth(BearerAuth& auth, const ServerConfig& config) {
+  if (config.auth_token_file.empty()) return;
+  try {
+    const size_t tokens = auth.reload();
+    log_event(spdlog::level::info, "bearer tokens reloaded",
+              {{"file", config.auth_token_file}, {"tokens", tokens}});
+  } catch (const std::exception& e) {
+    log_event(spdlog::level::err, "bearer tokens not reloaded: the accepted tokens stay as they were",
+              {{"error", e.what()}});
+  }
 }
 
 std::string read_file(const std::string& path, const char* key) {
@@ -54,12 +69,19 @@ std::string read_file(const std::string& path, const char* key) {
   return text.str();
 }
 
-// TLS from the PEM files when configured, else plaintext.
+// TLS from the PEM files when configured, else plaintext. With a client CA file, mutual
+// TLS: a client must present a certificate that the CA file verifies, else its handshake
+// fails.
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const ServerConfig& config) {
   if (config.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions options;
   options.pem_key_cert_pairs.push_back({read_file(config.tls_key_file, "server.tls_key_file"),
                                         read_file(config.tls_cert_file, "server.tls_cert_file")});
+  if (!config.tls_client_ca_file.empty()) {
+    options.pem_root_certs = read_file(config.tls_client_ca_file, "server.tls_client_ca_file");
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
   return grpc::SslServerCredentials(options);
 }
 
@@ -78,12 +100,12 @@ int serve(const ServerConfig& config) {
   }
 
   Metrics metrics;
-  std::unique_ptr<MetricsHttpServer> metrics_http;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint;
   const std::string metrics_address =
       config.metrics_host + ":" + std::to_string(config.metrics_port);
   try {
-    metrics_http = std::make_unique<MetricsHttpServer>(config.metrics_host, config.metrics_port,
-                                                       [&metrics] { return metrics.scrape(); });
+    metrics_endpoint = std::make_unique<MetricsEndpoint>(config.metrics_host, config.metrics_port,
+                                                         [&metrics] { return metrics.scrape(); });
   } catch (const std::exception& e) {
     log_event(spdlog::level::critical, "cannot serve /metrics",
               {{"address", metrics_address}, {"error", e.what()}});
@@ -101,7 +123,8 @@ int serve(const ServerConfig& config) {
   // Callback API: a call waiting for its translation holds no thread; SIGTERM's Shutdown
   // waits (up to the grace period, then cancels) until every call has finished.
   ModelControlService control(*models, auth);
-  TranslationService service(*models, config.limits, metrics, auth, config.max_concurrent_calls);
+  TranslationService service(*models, config.limits, metrics, auth, config.max_concurrent_calls,
+                             config.connections.max_stream_messages_in_flight);
   // The HTTP/JSON API, when http.port is set: before gRPC listens, so that a port already
   // taken stops the server at start.
   std::unique_ptr<HttpApi> http;
@@ -132,13 +155,15 @@ int serve(const ServerConfig& config) {
   builder.AddListeningPort(address, credentials);
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
+  apply_connection_limits(config.connections, builder);
   builder.RegisterService(&service);
   builder.RegisterService(&control);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
     nlohmann::ordered_json fields = {{"address", address}};
     if (!config.tls_cert_file.empty()) {
-      fields["hint"] = "check that server.tls_cert_file and tls_key_file are a PEM certificate and its key";
+      fields["hint"] = "check that server.tls_cert_file and tls_key_file are a PEM certificate and its key"
+                       " (and tls_client_ca_file PEM CA certificates)";
     }
     log_event(spdlog::level::critical, "cannot listen", fields);
     return 1;
@@ -151,6 +176,7 @@ int serve(const ServerConfig& config) {
             {{"address", address},
              {"metrics", metrics_address},
              {"tls", !config.tls_cert_file.empty()},
+             {"client_certificates", !config.tls_client_ca_file.empty()},
              {"auth", !config.auth_token_file.empty()},
              {"http", http ? config.http_host + ":" + std::to_string(config.http_port) : "off"}});
 
@@ -159,7 +185,8 @@ int serve(const ServerConfig& config) {
   int signal_number = 0;
   while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
     log_event(spdlog::level::info, "SIGHUP: reloading");
-    models->rescan();  // the model repository: new, removed and changed models
+    reload_auth(auth, config);  // the bearer tokens
+    models->rescan();           // the model repository: new, removed and changed models
   }
   log_event(spdlog::level::info, "shutting down",
             {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"},

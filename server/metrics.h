@@ -1,6 +1,6 @@
 #pragma once
 // The Prometheus metrics of DESIGN.md §6 in one prometheus-cpp registry; scrape() renders
-// the page that MetricsHttpServer serves on server.metrics_host:metrics_port/metrics.
+// the page that MetricsEndpoint serves on server.metrics_host:metrics_port/metrics.
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>

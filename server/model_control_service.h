@@ -12,7 +12,7 @@ namespace nmt::server {
 
 class ModelControlService final : public v1::ModelControl::Service {
  public:
-  ModelControlService(ModelRegistry& models, BearerAuth auth) : models_(models), auth_(std::move(auth)) {}
+  ModelControlService(ModelRegistry& models, const BearerAuth& auth) : models_(models), auth_(auth) {}
 
   grpc::Status Load(grpc::ServerContext* context, const v1::ModelControlRequest* request,
                     v1::ModelControlResponse* response) override;
@@ -25,7 +25,7 @@ class ModelControlService final : public v1::ModelControl::Service {
   bool allowed(const grpc::ServerContext& context) const;
 
   ModelRegistry& models_;
-  const BearerAuth auth_;
+  const BearerAuth& auth_;  // main's: SIGHUP reloads its tokens
 };
 
 }  // namespace nmt::server

@@ -133,6 +133,9 @@ Scheduler::Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, 
                      DetokenizeFn detokenize)
     : loops_(std::move(loops)), options_(options), hooks_(std::move(hooks)), detokenize_(std::move(detokenize)) {
   if (loops_.empty()) throw Error(ErrorCode::kInternal, "a scheduler needs a decode loop");
+  // Each request is answered on its own: a cache growth the engine cannot afford fails the
+  // sentences that needed it, not every sentence of the loop.
+  for (DecodeLoop* loop : loops_) loop->shed_on_out_of_memory(true);
   // A few responders: each answer fills a response, logs and finishes a gRPC call (tens of
   // microseconds), and 256 clients end ~16 sentences a step.
   for (int i = 0; i < kResponders; ++i) responders_.emplace_back([this] { respond(); });
@@ -352,6 +355,15 @@ void Scheduler::run(int index) {
     } catch (const std::exception& e) {
       fail_running(Error(ErrorCode::kInternal, e.what()));
       continue;
+    }
+    // Sentences the loop shed (out of memory for their cache growth): their requests fail,
+    // the loop's other sentences go on.
+    for (const FailedSentence& f : report.failed) {
+      auto it = running.find(f.id);
+      if (it == running.end()) continue;
+      it->second.job->fail(f.code, f.message);
+      running.erase(it);
+      --active_;
     }
     const Clock::time_point step_end = Clock::now();
     ++steps_since_admit;

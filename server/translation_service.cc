@@ -26,9 +26,6 @@
 namespace nmt::server {
 namespace {
 
-// Stream messages read ahead of the one being answered (they are decoded meanwhile).
-constexpr size_t kStreamReadAhead = 64;
-
 // gRPC cancels a call when its deadline passes (OnCancel), which races the scheduler's own
 // expiry of the job: a job cancelled this close to (or after) its deadline counts as
 // expired, as the client sees it.
@@ -235,9 +232,12 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
 
 // TranslateStream: each message read is admitted at once (or answered with its error), so
 // that messages read ahead decode together; answers are written in message order as they
-// complete, each with its own status. Reading pauses while kStreamReadAhead messages are
-// unanswered. A failed write or OnCancel cancels every pending job, and the stream finishes
-// CANCELLED once all their callbacks have come back.
+// complete, each with its own status. Reading pauses while max_stream_messages_ messages
+// are unanswered or unwritten: a client that stops reading its answers stalls their writes,
+// and then the server's reads (flow control: what the client still sends waits in the
+// stream's HTTP/2 window), instead of the server buffering without end. A failed write or
+// OnCancel cancels every pending job, and the stream finishes CANCELLED once all their
+// callbacks have come back.
 //
 // Threads: gRPC runs OnReadDone/OnWriteDone/OnCancel (each holding the call alive), the
 // scheduler runs the job callbacks (holding nothing). State is guarded by mutex_; gRPC
@@ -425,7 +425,7 @@ class TranslationService::StreamCall final
           writing_ = true;
           write = &pending_.front()->response;
         }
-        if (!reading_ && !read_done_ && pending_.size() < kStreamReadAhead) {
+        if (!reading_ && !read_done_ && pending_.size() < service_.max_stream_messages_) {
           reading_ = true;
           read = true;
         }
@@ -467,10 +467,11 @@ class TranslationService::StreamCall final
 };
 
 TranslationService::TranslationService(ModelRegistry& models, const Limits& limits,
-                                       Metrics& metrics, BearerAuth auth,
-                                       int max_concurrent_calls)
-    : models_(models), validator_(limits), metrics_(metrics), auth_(std::move(auth)),
-      id_prefix_(random_prefix()), max_calls_(max_concurrent_calls) {}
+                                       Metrics& metrics, const BearerAuth& auth,
+                                       int max_concurrent_calls, int max_stream_messages)
+    : models_(models), validator_(limits), metrics_(metrics), auth_(auth),
+      id_prefix_(random_prefix()), max_calls_(max_concurrent_calls),
+      max_stream_messages_(static_cast<size_t>(max_stream_messages)) {}
 
 void TranslationService::reactor_done() {
   if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {

@@ -29,9 +29,13 @@ using TranslationServiceBase = v1::TranslationService::WithRawCallbackMethod_Tra
 class TranslationService final : public TranslationServiceBase {
  public:
   // At most `max_concurrent_calls` Translate calls and streams at once
-  // (server.max_concurrent_calls); beyond it a new one is refused RESOURCE_EXHAUSTED.
+  // (server.max_concurrent_calls); beyond it a new one is refused RESOURCE_EXHAUSTED. A
+  // stream stops reading while `max_stream_messages` of its messages are unanswered or
+  // unwritten (server.max_stream_messages_in_flight).
+  // `auth` is the caller's, and may be reloaded while the service runs.
   TranslationService(ModelRegistry& models, const Limits& limits, Metrics& metrics,
-                     BearerAuth auth = BearerAuth(), int max_concurrent_calls = 4096);
+                     const BearerAuth& auth, int max_concurrent_calls = 4096,
+                     int max_stream_messages = 64);
 
   grpc::ServerUnaryReactor* Translate(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
@@ -83,10 +87,11 @@ class TranslationService final : public TranslationServiceBase {
   ModelRegistry& models_;
   RequestValidator validator_;
   Metrics& metrics_;
-  const BearerAuth auth_;
+  const BearerAuth& auth_;
   const std::string id_prefix_;
   std::atomic<uint64_t> next_id_{1};
   const int max_calls_;
+  const size_t max_stream_messages_;
   std::atomic<int> calls_{0};  // Translate calls and streams holding a Slot
   std::atomic<int> live_{0};   // UnaryCall and StreamCall reactors not yet deleted
   std::mutex live_mutex_;

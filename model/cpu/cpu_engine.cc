@@ -75,6 +75,7 @@ class CpuEngine : public Engine {
   }
 
   int vocab_size() const override { return c_.vocab_size; }
+  int cache_positions() const override { return int(cache_capacity_); }
   EngineCapacity capacity() const override { return cap_; }
 
   std::vector<float> encoder_output(size_t sentence) const override {

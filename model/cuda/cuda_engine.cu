@@ -219,6 +219,7 @@ class CudaEngine final : public Engine {
 
   int vocab_size() const override { return c_.vocab_size; }
   size_t memory_used() const override { return alloc_.held(); }
+  int cache_positions() const override { return cache_cap_; }
   EngineCapacity capacity() const override { return cap_; }
 
   std::vector<float> encoder_output(size_t sentence) const override {

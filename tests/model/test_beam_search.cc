@@ -1,6 +1,6 @@
 // The host search (SentenceSearch) and the decode loop against a scripted engine: stopping
 // rules, length limits, n-best, sentences joining and leaving at any step, slots and cache
-// rows reused, results independent of the other sentences in the loop.
+// rows reused, results independent of the other sentences in the loop, out-of-memory steps.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -168,4 +168,69 @@ TEST(DecodeLoop, EngineFailureEmptiesTheLoopAndItKeepsServing) {
   int finished = 0;
   while (!loop.idle()) finished += int(loop.step().finished.size());
   EXPECT_EQ(finished, 2);
+}
+
+TEST(DecodeLoop, OutOfMemoryShedsTheFurthestSentencesWhenAsked) {
+  ScriptedEngine e;
+  DecodeLoop loop(e, kConfig, {}, {4, 8, 4});
+  loop.shed_on_out_of_memory(true);
+  loop.admit({{1, {50, kEos}, beam(1)}});
+  for (int i = 0; i < 5; ++i) loop.step();  // sentence 1 at position 5
+  loop.admit({{2, {4, kEos}, beam(2)}});  // ends before position 7
+  loop.step();  // sentence 2 encoded (riding on this step); it steps from the next one
+  e.out_of_memory_at_position = 7;
+  StepReport report = loop.step();  // sentence 1 at 6: fits
+  EXPECT_TRUE(report.failed.empty());
+  report = loop.step();  // sentence 1 at 7: out of memory; sentence 2 (at 1) goes on
+  ASSERT_EQ(report.failed.size(), 1u);
+  EXPECT_EQ(report.failed[0].id, 1u);
+  EXPECT_EQ(report.failed[0].code, ErrorCode::kResourceExhausted);
+  EXPECT_EQ(loop.active_sentences(), 1);
+  EXPECT_EQ(loop.active_rows(), 2);  // sentence 1's row is free again
+  std::vector<FinishedSentence> finished;
+  while (!loop.idle()) {
+    for (auto& f : loop.step().finished) finished.push_back(std::move(f));
+  }
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].id, 2u);
+  ScriptedEngine alone_engine;
+  EXPECT_EQ(finished[0].translation.hypotheses[0].ids,
+            run(alone_engine, {4}, beam(2))[0].translation.hypotheses[0].ids);
+
+  // Newcomers admitted as a step must grow the caches are not encoded on that step, so
+  // that the growth's failure leaves a step that can be repeated (else this would throw).
+  e.out_of_memory_at_position = -1;
+  loop.admit({{3, {50, kEos}, beam(1)}});
+  for (int i = 0; i < 3; ++i) loop.step();  // sentence 3 at position 3
+  loop.admit({{4, {4, kEos}, beam(1)}});
+  e.out_of_memory_at_position = 3;
+  report = loop.step();
+  ASSERT_EQ(report.failed.size(), 1u);
+  EXPECT_EQ(report.failed[0].id, 3u);
+  EXPECT_EQ(report.encoded, 1);  // the loop, empty then, encoded sentence 4 at once
+  e.out_of_memory_at_position = -1;
+  int more = 0;
+  while (!loop.idle()) more += int(loop.step().finished.size());
+  EXPECT_EQ(more, 1);
+
+  // An engine that does not say where its caches end: a step carrying an encode may have
+  // failed after it ran, so it is not repeated.
+  e.report_cache_positions = false;
+  loop.admit({{5, {50, kEos}, beam(1)}});
+  e.out_of_memory_at_position = -1;
+  for (int i = 0; i < 3; ++i) loop.step();
+  loop.admit({{6, {4, kEos}, beam(1)}});
+  e.out_of_memory_at_position = 3;
+  EXPECT_THROW(loop.step(), Error);
+  EXPECT_TRUE(loop.idle());
+}
+
+TEST(DecodeLoop, OutOfMemoryThrowsByDefault) {
+  ScriptedEngine e;
+  DecodeLoop loop(e, kConfig, {}, {2, 4, 4});
+  loop.admit({{1, {50, kEos}, beam(1)}});
+  loop.step();
+  e.out_of_memory_at_position = 1;
+  EXPECT_THROW(loop.step(), Error);  // Translator needs every sentence of its batch
+  EXPECT_TRUE(loop.idle());
 }

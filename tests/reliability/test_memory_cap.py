@@ -5,8 +5,9 @@ persistent decode state; the CUDA engine's allocator cap on a GPU):
     line that names the keys;
   - a sentence that could never fit a loop (its beam over batching.max_active_rows) is refused
     RESOURCE_EXHAUSTED at once, alone, on unary calls and streams, and counted;
-  - a KV cache that must grow past the cap (a long translation) fails the loop's active
-    sentences RESOURCE_EXHAUSTED ("out of memory"), and the loop goes on serving what fits.
+  - a KV cache that must grow past the cap (a long translation) fails the sentences that
+    needed the growth RESOURCE_EXHAUSTED ("out of memory"), and the loop goes on serving what
+    fits (bench/gpu_faults.py shows the same on a GPU, short requests decoding alongside).
 
     test_memory_cap.py REPO_ROOT NMT_SERVER
 """

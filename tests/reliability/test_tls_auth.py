@@ -3,12 +3,15 @@
 openssl. Over TLS with an accepted token (either of two, for rotation) the service translates;
 without a token, with a wrong one or another scheme every method answers UNAUTHENTICATED and
 nmt_requests_total{code="UNAUTHENTICATED"} counts each; health checks need no token; a
-plaintext client and a client that does not trust the certificate get no answer.
+plaintext client and a client that does not trust the certificate get no answer. SIGHUP
+re-reads the token file (a rotated-out token is refused from then on); an empty file leaves
+the accepted tokens as they were.
 
     test_tls_auth.py REPO_ROOT NMT_SERVER
 """
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -88,6 +91,29 @@ def main():
             ok = rel.metric(server.metrics(), 'nmt_requests_total{code="OK",model="m30k"}')
             check(ok == 4, f"the authenticated requests counted OK ({ok})")
 
+            # SIGHUP re-reads the token file: the rotated-out token is refused from then on.
+            def translate(token):
+                return rel.call(stub.Translate, request, timeout=30,
+                                metadata=[("authorization", "Bearer " + token)])[0]
+
+            def after_sighup(message):
+                before = server.output().count(message)
+                server.proc.send_signal(signal.SIGHUP)
+                return rel.wait_for(lambda: server.output().count(message) > before, 10)
+
+            with open(tokens, "w") as f:
+                f.write("rotated-token-789\n")
+            reloaded = after_sighup('"msg":"bearer tokens reloaded"')
+            codes = (translate("rotated-token-789"), translate("new-token-abcdef"))
+            check(reloaded and codes == ("OK", "UNAUTHENTICATED"),
+                  f"SIGHUP with a rotated token file: new token {codes[0]}, old token {codes[1]}")
+            with open(tokens, "w") as f:
+                f.write("\n")
+            kept = after_sighup('"msg":"bearer tokens not reloaded')
+            codes = (translate("rotated-token-789"), translate("anything"))
+            check(kept and codes == ("OK", "UNAUTHENTICATED") and server.proc.poll() is None,
+                  f"SIGHUP with an empty token file: logged, tokens kept ({codes})")
+
         with grpc.insecure_channel(server.target) as channel:
             code, _, _, _ = rel.call(pb_grpc.TranslationServiceStub(channel).Translate, request, timeout=5,
                                      metadata=[("authorization", "Bearer new-token-abcdef")])
@@ -97,7 +123,8 @@ def main():
                                      metadata=[("authorization", "Bearer new-token-abcdef")])
             check(code == "UNAVAILABLE", f"client that does not trust the certificate: {code}")
         log = server.output()
-        check("new-token-abcdef" not in log and "old-token" not in log, "tokens never appear in the log")
+        check("new-token-abcdef" not in log and "old-token" not in log and "rotated-token" not in log,
+              "tokens never appear in the log")
     except Exception as e:
         check(False, f"unexpected {type(e).__name__}: {e}")
     finally:

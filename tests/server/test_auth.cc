@@ -1,5 +1,5 @@
 // Bearer-token checks of BearerAuth (server.auth_token_file): the header forms that pass and
-// those that do not, and the token file's format.
+// those that do not, the token file's format, and reloading it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -47,4 +47,35 @@ TEST(Auth, TokenFileOneTokenPerLine) {
   EXPECT_THROW(BearerAuth::from_file(path), std::runtime_error);
   std::remove(path.c_str());
   EXPECT_THROW(BearerAuth::from_file(path), std::runtime_error);
+}
+
+TEST(Auth, ReloadReadsTheFileAgainAndKeepsTheTokensWhenItCannot) {
+  const std::string path = testing::TempDir() + "/tokens-reload.txt";
+  std::ofstream(path) << "old-token\n";
+  BearerAuth auth = BearerAuth::from_file(path);
+  EXPECT_TRUE(auth.allows_header("Bearer old-token"));
+  std::ofstream(path) << "old-token\nnew-token\n";  // rotation: both for a while
+  EXPECT_EQ(auth.reload(), 2u);
+  EXPECT_TRUE(auth.allows_header("Bearer old-token"));
+  EXPECT_TRUE(auth.allows_header("Bearer new-token"));
+  std::ofstream(path) << "new-token\n";
+  EXPECT_EQ(auth.reload(), 1u);
+  EXPECT_FALSE(auth.allows_header("Bearer old-token"));
+  EXPECT_TRUE(auth.allows_header("Bearer new-token"));
+  // A file emptied or removed by mistake leaves the tokens as they were: it neither opens
+  // the service to everyone nor locks everyone out.
+  std::ofstream(path) << "\n";
+  EXPECT_THROW(auth.reload(), std::runtime_error);
+  std::remove(path.c_str());
+  EXPECT_THROW(auth.reload(), std::runtime_error);
+  EXPECT_TRUE(auth.enabled());
+  EXPECT_TRUE(auth.allows_header("Bearer new-token"));
+  EXPECT_FALSE(auth.allows_header("Bearer old-token"));
+  EXPECT_FALSE(auth.allows_header(""));
+}
+
+TEST(Auth, NothingToReloadWithoutAFile) {
+  BearerAuth auth({"t"});
+  EXPECT_EQ(auth.reload(), 0u);
+  EXPECT_TRUE(auth.allows_header("Bearer t"));
 }

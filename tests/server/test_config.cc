@@ -61,6 +61,16 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.models[0].path, std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small");
   EXPECT_EQ(c.models[0].device, "auto");
   EXPECT_EQ(c.models[0].workers, 2);
+  // The file spells out the connection limits at their defaults.
+  const ConnectionLimits d;
+  EXPECT_EQ(c.connections.max_streams_per_connection, d.max_streams_per_connection);
+  EXPECT_EQ(c.connections.max_stream_messages_in_flight, d.max_stream_messages_in_flight);
+  EXPECT_EQ(c.connections.max_connection_idle_seconds, d.max_connection_idle_seconds);
+  EXPECT_EQ(c.connections.handshake_timeout_seconds, d.handshake_timeout_seconds);
+  EXPECT_EQ(c.connections.keepalive_time_seconds, d.keepalive_time_seconds);
+  EXPECT_EQ(c.connections.keepalive_timeout_seconds, d.keepalive_timeout_seconds);
+  EXPECT_EQ(c.connections.min_client_ping_interval_seconds, d.min_client_ping_interval_seconds);
+  EXPECT_EQ(c.connections.max_ping_strikes, d.max_ping_strikes);
 }
 
 TEST(Config, DefaultsWhenSectionsAreAbsent) {
@@ -272,6 +282,13 @@ models:
 
   EXPECT_EQ(error_of(std::string(kMinimal) + "server:\n  tls_cert_file: c.pem\n"),
             "server.tls_cert_file and server.tls_key_file go together: give both or neither");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "server:\n  tls_client_ca_file: ca.pem\n"),
+            "server.tls_client_ca_file needs server.tls_cert_file and tls_key_file (mutual TLS is TLS)");
+  const ServerConfig mtls = parse_config(
+      std::string(kMinimal) +
+          "server:\n  tls_cert_file: c.pem\n  tls_key_file: c.key\n  tls_client_ca_file: ca.pem\n",
+      "/etc/nmt", {{"tls-client-ca-file", "clients/ca.pem"}});
+  EXPECT_EQ(mtls.tls_client_ca_file, "/etc/nmt/clients/ca.pem");  // the flag, resolved
   EXPECT_EQ(error_of(kMinimal, {{"device-memory-limit-mb", "-1"}}),
             "models[0].device_memory_limit_mb: must be between 0 and 1073741824, got -1");
 }
@@ -324,4 +341,56 @@ TEST(Config, ModelRepositoryErrors) {
             "models[0].devices: expected a list of GPU indices or 'all'");
   EXPECT_EQ(error_of("server: {port: 1}\n", {{"device", "cpu"}}),
             "--device: the config has no models[] or model_repository to apply it to");
+}
+
+TEST(Config, ConnectionLimitsDefaultsKeysAndFlags) {
+  const ConnectionLimits defaults;
+  const ServerConfig d = parse_config(kMinimal, "/etc/nmt");
+  EXPECT_EQ(d.connections.max_streams_per_connection, defaults.max_streams_per_connection);
+  EXPECT_EQ(d.connections.max_stream_messages_in_flight, 64);
+  EXPECT_EQ(d.connections.max_connection_idle_seconds, 600);
+  EXPECT_EQ(d.connections.handshake_timeout_seconds, 10);
+  EXPECT_EQ(d.connections.min_client_ping_interval_seconds, 10);
+  EXPECT_EQ(d.connections.max_ping_strikes, 2);
+
+  const char* argv[] = {"nmt-server", "--config", "x.yaml", "--max-streams-per-connection", "9",
+                        "--max-ping-strikes=0", "--keepalive-time-seconds", "0"};
+  const CommandLine cl = parse_command_line(sizeof argv / sizeof *argv, argv);
+  const ServerConfig c = parse_config(std::string(kMinimal) + R"(
+server:
+  max_streams_per_connection: 100
+  max_stream_messages_in_flight: 8
+  max_connection_idle_seconds: 1.5
+  handshake_timeout_seconds: 2
+  keepalive_time_seconds: 30
+  keepalive_timeout_seconds: 3
+  min_client_ping_interval_seconds: 0.5
+  max_ping_strikes: 4
+)", "/etc/nmt", cl.overrides);
+  EXPECT_EQ(c.connections.max_streams_per_connection, 9);  // the flag wins
+  EXPECT_EQ(c.connections.max_stream_messages_in_flight, 8);
+  EXPECT_EQ(c.connections.max_connection_idle_seconds, 1.5);
+  EXPECT_EQ(c.connections.handshake_timeout_seconds, 2);
+  EXPECT_EQ(c.connections.keepalive_time_seconds, 0);
+  EXPECT_EQ(c.connections.keepalive_timeout_seconds, 3);
+  EXPECT_EQ(c.connections.min_client_ping_interval_seconds, 0.5);
+  EXPECT_EQ(c.connections.max_ping_strikes, 0);
+}
+
+TEST(Config, ConnectionLimitsOutOfRange) {
+  const std::string m = std::string(kMinimal) + "server:\n  ";
+  EXPECT_EQ(error_of(m + "max_streams_per_connection: 0\n"),
+            "server.max_streams_per_connection: must be between 1 and 1073741824, got 0");
+  EXPECT_EQ(error_of(m + "max_stream_messages_in_flight: 100000\n"),
+            "server.max_stream_messages_in_flight: must be between 1 and 65536, got 100000");
+  EXPECT_EQ(error_of(m + "handshake_timeout_seconds: 0\n"),
+            "server.handshake_timeout_seconds: must be > 0, got 0");
+  EXPECT_EQ(error_of(m + "keepalive_timeout_seconds: 0\n"),
+            "server.keepalive_timeout_seconds: must be > 0, got 0");
+  EXPECT_EQ(error_of(m + "max_connection_idle_seconds: -1\n"),
+            "server.max_connection_idle_seconds: must be >= 0, got -1");
+  EXPECT_EQ(error_of(m + "max_ping_strikes: -1\n"),
+            "server.max_ping_strikes: must be between 0 and 1000, got -1");
+  EXPECT_EQ(error_of(kMinimal, {{"min-client-ping-interval-seconds", "often"}}),
+            "server.min_client_ping_interval_seconds: expected a number of seconds, got 'often'");
 }

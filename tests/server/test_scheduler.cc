@@ -228,6 +228,30 @@ TEST(Scheduler, EngineFailureFailsTheActiveSentencesAndServingGoesOn) {
   EXPECT_TRUE(f.submit({sentence(3)}, beam(4)).get().ok);
 }
 
+TEST(Scheduler, OutOfMemoryFailsOnlyTheSentencesThatNeededTheGrowth) {
+  Fixture f(options(8, 32), 1, milliseconds(2));
+  ScriptedEngine& engine = *f.engines[0];
+  auto long_one = f.submit({sentence(200)}, beam(2));
+  while (engine.steps().size() < 20) std::this_thread::sleep_for(milliseconds(1));
+  auto short_a = f.submit({sentence(12)}, beam(1));
+  auto short_b = f.submit({sentence(12)}, beam(1));
+  // Once both short ones decode beside it (2 + 1 + 1 rows), the long one (at about the step
+  // count's position, 20 steps ahead of them) runs out of memory a few steps on; the short
+  // ones end before they reach that position.
+  while (engine.steps().empty() || engine.steps().back() != 4) std::this_thread::sleep_for(milliseconds(1));
+  engine.out_of_memory_at_position = int(engine.steps().size()) + 3;
+  const JobResult failed = long_one.get();
+  EXPECT_EQ(failed.code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(failed.message.find("out of memory growing the caches"), std::string::npos) << failed.message;
+  for (auto* r : {&short_a, &short_b}) {
+    const JobResult ok = r->get();
+    ASSERT_TRUE(ok.ok) << ok.message;
+    EXPECT_EQ(ok.translations[0].hypotheses[0].ids, alone(sentence(12), beam(1)).hypotheses[0].ids);
+  }
+  engine.out_of_memory_at_position = -1;
+  EXPECT_TRUE(f.submit({sentence(3)}, beam(4)).get().ok) << "the loop goes on serving";
+}
+
 TEST(Scheduler, StopFinishesQueuedAndActiveWorkThenRefuses) {
   Fixture f(options(1, 4), 1, milliseconds(1));
   auto first = f.submit({sentence(20)}, beam(4));

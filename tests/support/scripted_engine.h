@@ -4,7 +4,7 @@
 // result must not depend on its neighbours. Sentence s (its source ids) prefers EOS from
 // step eos_step = source[0] on; before that token 1 + ((step + token) % 4) is likeliest.
 // It records the rows of every step, can sleep per step (an engine's time) and fail on
-// request.
+// request, or run out of memory past a position.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -44,6 +44,11 @@ class ScriptedEngine : public Engine {
   EngineCapacity capacity() const override { return cap_; }
   int vocab_size() const override { return kVocab; }
   std::vector<float> encoder_output(size_t) const override { return {}; }
+  // As an engine whose caches end at out_of_memory_at_position and cannot grow, when told
+  // to say so.
+  int cache_positions() const override {
+    return report_cache_positions ? std::max(0, out_of_memory_at_position.load()) : 0;
+  }
 
   void encode(const std::vector<EncodeItem>& items) override {
     for (const EncodeItem& item : items) {
@@ -55,6 +60,11 @@ class ScriptedEngine : public Engine {
 
   void step(const StepInput& in, StepOutput* out) override {
     if (fail_next_step.exchange(false)) throw Error(ErrorCode::kResourceExhausted, "scripted out of memory");
+    for (const StepGroup& g : in.groups) {
+      if (out_of_memory_at_position >= 0 && g.position >= out_of_memory_at_position) {
+        throw Error(ErrorCode::kResourceExhausted, "scripted out of memory growing the caches");
+      }
+    }
     if (step_delay.count() > 0) std::this_thread::sleep_for(step_delay);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -89,6 +99,10 @@ class ScriptedEngine : public Engine {
 
   std::chrono::milliseconds step_delay{0};
   std::atomic<bool> fail_next_step{false};
+  // A step with a sentence at this position or beyond fails as a cache growth past the
+  // memory limit would, before any state changes (-1: never).
+  std::atomic<int> out_of_memory_at_position{-1};
+  bool report_cache_positions = true;
   std::atomic<int> encoded{0};
 
  private:
