@@ -1,6 +1,8 @@
 #include "tests/support/golden.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -27,12 +29,26 @@ bool exists(const std::string& p) {
 
 std::string repo_root() { return NMT_REPO_ROOT; }
 std::string demo_model_dir() { return repo_root() + "/models/m30k-en-de-small"; }
-std::string shared_dir() { return repo_root() + "/../shared"; }
+std::string shared_dir() { return NMT_SHARED_DIR; }
 std::string golden_dir() { return shared_dir() + "/golden/m30k-en-de-small"; }
 bool have_golden() { return exists(golden_dir() + "/golden_test2016.jsonl"); }
+std::string conformance_dir() { return repo_root() + "/tests/conformance"; }
+std::string demo_references_path() { return conformance_dir() + "/demo/references.jsonl"; }
 
-std::vector<GoldenSentence> load_golden() {
-  const std::string path = golden_dir() + "/golden_test2016.jsonl";
+std::vector<std::string> conformance_variants() {
+  std::vector<std::string> out;
+  const std::filesystem::path models = conformance_dir() + "/models";
+  if (!std::filesystem::is_directory(models)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(models)) {
+    if (e.is_directory() && exists((e.path() / "references.jsonl").string())) out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<GoldenSentence> load_golden() { return load_references(golden_dir() + "/golden_test2016.jsonl"); }
+
+std::vector<GoldenSentence> load_references(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path);
   std::vector<GoldenSentence> out;
@@ -45,6 +61,7 @@ std::vector<GoldenSentence> load_golden() {
     g.source_ids = j.at("source_ids").get<std::vector<int>>();
     g.beam4 = hypothesis(j.at("beam4"));
     g.greedy = hypothesis(j.at("greedy"));
+    g.greedy_scored = j.at("greedy").contains("score");
     if (j.contains("nbest4")) {
       for (const auto& h : j.at("nbest4")) g.nbest4.push_back(hypothesis(h));
     }

@@ -1,0 +1,75 @@
+// Conformance on the CPU engine (float32): every model of tests/conformance translates its
+// references' sources exactly as transformers' generate() did (greedy, beam 4, 4-best lists:
+// token-identical, scores to float32 rounding), from the tokenizer's own source ids.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+
+#include "model/translator.h"
+#include "tests/support/conformance.h"
+#include "tests/support/conformance_cases.h"
+
+using namespace nmt;
+using test::Search;
+
+namespace {
+
+// Scores of identical hypotheses: float32 against float32 (or TF32-free GPU) rounding.
+constexpr double kScoreTolerance = 1e-4;
+
+struct Loaded {
+  std::unique_ptr<Translator> translator;
+  std::vector<test::GoldenSentence> refs;
+  int max_decoding_length = 255;
+};
+
+// One load per model for its four tests.
+Loaded& loaded(const test::ConformanceCase& c) {
+  static std::map<std::string, Loaded> cache;
+  auto it = cache.find(c.name);
+  if (it != cache.end()) return it->second;
+  Loaded l;
+  TranslatorOptions o;
+  o.device = Device::kCpu;
+  l.translator = Translator::load(c.model_dir, o);
+  l.refs = test::load_references(c.references);
+  l.max_decoding_length = test::reference_max_decoding_length(c.references);
+  return cache[c.name] = std::move(l);
+}
+
+class Conformance : public ::testing::TestWithParam<test::ConformanceCase> {
+ protected:
+  void expect_exact(Search search) {
+    Loaded& l = loaded(GetParam());
+    ASSERT_FALSE(l.refs.empty()) << GetParam().references << " holds no references";
+    const test::Comparison c = test::compare(*l.translator, l.refs, search, 16, l.max_decoding_length);
+    std::cout << GetParam().name << " " << test::search_name(search) << ": " << c.identical << " / " << c.sentences
+              << " identical, worst score error " << c.worst_score_error << "\n";
+    EXPECT_EQ(c.identical, c.sentences) << c.first_difference;
+    EXPECT_EQ(c.texts_differ, 0) << "hypotheses with identical ids but different text";
+    EXPECT_LE(c.worst_score_error, kScoreTolerance);
+  }
+};
+
+}  // namespace
+
+TEST_P(Conformance, SourceIdsAreTheTokenizers) {
+  Loaded& l = loaded(GetParam());
+  ASSERT_FALSE(l.refs.empty());
+  size_t same = 0;
+  for (const auto& g : l.refs) {
+    const bool eq = l.translator->tokenizer().encode(g.source) == g.source_ids;
+    if (!eq && same + 3 > &g - l.refs.data()) ADD_FAILURE() << "sentence " << g.id << ": " << g.source;
+    same += eq;
+  }
+  std::cout << GetParam().name << " source ids: " << same << " / " << l.refs.size() << " identical\n";
+  EXPECT_EQ(same, l.refs.size());
+}
+
+TEST_P(Conformance, GreedyIsExact) { expect_exact(Search::kGreedy); }
+TEST_P(Conformance, Beam4IsExact) { expect_exact(Search::kBeam4); }
+TEST_P(Conformance, FourBestListsAreExact) { expect_exact(Search::kFourBest); }
+
+INSTANTIATE_TEST_SUITE_P(Models, Conformance, ::testing::ValuesIn(test::conformance_cases()),
+                         [](const auto& info) { return test::case_test_name(info.param); });

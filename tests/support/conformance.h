@@ -1,0 +1,34 @@
+#pragma once
+// Translating a references file (tests/support/golden.h) with a Translator and counting how
+// much of it comes out identical: the conformance tests on the CPU and on the GPU share it.
+#include <string>
+#include <vector>
+
+#include "model/translator.h"
+#include "tests/support/golden.h"
+
+namespace nmt::test {
+
+// The three searches each references file holds: greedy, beam 4, beam 4 returning 4 best.
+enum class Search { kGreedy, kBeam4, kFourBest };
+const char* search_name(Search s);
+DecodeOptions search_options(Search s, int max_decoding_length);
+
+// The generated-token limit transformers' generate() ran with, read from the meta.json beside
+// the references ("generate_kwargs": max_length counts the decoder start token,
+// max_new_tokens does not); 255 (max_length 256) when it says neither.
+int reference_max_decoding_length(const std::string& references_path);
+
+struct Comparison {
+  int sentences = 0;
+  int identical = 0;          // sentences whose ids (all 4 lists for kFourBest) are identical
+  int texts_differ = 0;       // of the identical ones, those whose detokenized text differs
+  double worst_score_error = 0;  // |ours - theirs| / max(1, |theirs|) over identical hypotheses
+  std::string first_difference;  // a readable account of the first sentence that differs
+};
+
+// Translates every reference's source_ids in batches of batch_size and compares.
+Comparison compare(Translator& translator, const std::vector<GoldenSentence>& refs, Search search,
+                   int batch_size, int max_decoding_length);
+
+}  // namespace nmt::test
