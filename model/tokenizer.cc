@@ -178,7 +178,12 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
   }
   std::string text;
   impl_->target.Decode(pieces, &text);
-  return text;
+  // As MarianTokenizer.convert_tokens_to_string: SentencePiece passes a piece it does not know
+  // through as it is, "\u2581" included; transformers turns those into spaces and strips.
+  for (size_t at; (at = text.find("\xE2\x96\x81")) != std::string::npos;) text.replace(at, 3, " ");
+  const size_t first = text.find_first_not_of(" \t\n\r\f\v");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t\n\r\f\v") - first + 1);
 }
 
 int Tokenizer::vocab_size() const { return int(impl_->source_vocab.id_to_piece.size()); }

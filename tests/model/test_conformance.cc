@@ -3,9 +3,13 @@
 // token-identical, scores to float32 rounding), from the tokenizer's own source ids.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
+#include "model/error.h"
 #include "model/translator.h"
 #include "tests/support/conformance.h"
 #include "tests/support/conformance_cases.h"
@@ -73,3 +77,28 @@ TEST_P(Conformance, FourBestListsAreExact) { expect_exact(Search::kFourBest); }
 
 INSTANTIATE_TEST_SUITE_P(Models, Conformance, ::testing::ValuesIn(test::conformance_cases()),
                          [](const auto& info) { return test::case_test_name(info.param); });
+
+// tests/conformance/refused/<name>: a model the loader refuses with a one-line error naming
+// the config field of its meta.json ("refuse_field").
+class Refused : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Refused, LoadFailsNamingTheField) {
+  const std::string dir = test::conformance_dir() + "/refused/" + GetParam();
+  std::ifstream meta(dir + "/meta.json");
+  const std::string field = nlohmann::json::parse(meta).at("refuse_field").get<std::string>();
+  TranslatorOptions o;
+  o.device = Device::kCpu;
+  try {
+    Translator::load(dir, o);
+    ADD_FAILURE() << dir << " loaded; expected an error naming '" << field << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    std::cout << GetParam() << ": " << msg << "\n";
+    EXPECT_NE(msg.find("'" + field + "'"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Refused, ::testing::ValuesIn(test::conformance_refused()),
+                         [](const auto& info) { return test::case_test_name({info.param, "", ""}); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Refused);

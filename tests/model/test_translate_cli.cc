@@ -29,8 +29,8 @@ const std::string kBin = NMT_TRANSLATE_BIN;
 }  // namespace
 
 TEST(TranslateCli, TranslatesStdinLikeTransformers) {
-  if (!nmt::test::have_golden()) GTEST_SKIP() << "golden references absent";
-  const auto golden = nmt::test::load_golden();
+  const auto golden = nmt::test::load_references(nmt::test::demo_references_path());
+  ASSERT_GE(golden.size(), 5u);
   const std::string input = "/tmp/nmt-cli-input-" + std::to_string(::getpid());
   {
     std::ofstream f(input);

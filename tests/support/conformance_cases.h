@@ -2,6 +2,8 @@
 // The models the conformance tests run, with their references: the demo model on the
 // project's sentences (tests/conformance/demo), then each variant folder of
 // tests/conformance/models. A gtest parameter, named for the test list.
+#include <cctype>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,8 @@ inline std::vector<ConformanceCase> conformance_cases() {
   }
   return out;
 }
+
+inline void PrintTo(const ConformanceCase& c, std::ostream* os) { *os << c.name; }
 
 // gtest names allow [A-Za-z0-9_] only.
 inline std::string case_test_name(const ConformanceCase& c) {

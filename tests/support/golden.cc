@@ -35,16 +35,23 @@ bool have_golden() { return exists(golden_dir() + "/golden_test2016.jsonl"); }
 std::string conformance_dir() { return repo_root() + "/tests/conformance"; }
 std::string demo_references_path() { return conformance_dir() + "/demo/references.jsonl"; }
 
-std::vector<std::string> conformance_variants() {
+namespace {
+
+// Sub-folders of `dir` that hold `file`, sorted by name.
+std::vector<std::string> folders_with(const std::string& dir, const char* file) {
   std::vector<std::string> out;
-  const std::filesystem::path models = conformance_dir() + "/models";
-  if (!std::filesystem::is_directory(models)) return out;
-  for (const auto& e : std::filesystem::directory_iterator(models)) {
-    if (e.is_directory() && exists((e.path() / "references.jsonl").string())) out.push_back(e.path().filename().string());
+  if (!std::filesystem::is_directory(dir)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_directory() && exists((e.path() / file).string())) out.push_back(e.path().filename().string());
   }
   std::sort(out.begin(), out.end());
   return out;
 }
+
+}  // namespace
+
+std::vector<std::string> conformance_variants() { return folders_with(conformance_dir() + "/models", "references.jsonl"); }
+std::vector<std::string> conformance_refused() { return folders_with(conformance_dir() + "/refused", "meta.json"); }
 
 std::vector<GoldenSentence> load_golden() { return load_references(golden_dir() + "/golden_test2016.jsonl"); }
 

@@ -33,6 +33,8 @@ std::string conformance_dir();         // tests/conformance
 std::string demo_references_path();    // tests/conformance/demo/references.jsonl
 // Folders under tests/conformance/models that hold a references.jsonl, sorted by name.
 std::vector<std::string> conformance_variants();
+// Folders under tests/conformance/refused (models the loader must refuse), sorted by name.
+std::vector<std::string> conformance_refused();
 
 // A references file of that shape, in file order; throws std::runtime_error.
 std::vector<GoldenSentence> load_references(const std::string& path);
