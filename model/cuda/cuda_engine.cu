@@ -170,9 +170,9 @@ class CudaEngine final : public Engine {
                   "CUDA engine: d_model and the head size must be multiples of 8");
     for (int heads : {c_.encoder_heads, c_.decoder_heads}) {
       const int hd = d_ / heads;
-      if (hd != 32 && hd != 64 && hd != 128)
+      if (hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128)
         throw Error(ErrorCode::kInvalidArgument, "CUDA engine: attention head size " + std::to_string(hd) +
-                                                     " (d_model / heads) is not supported: 32, 64 or 128");
+                                                     " (d_model / heads) is not supported: 8, 16, 32, 64 or 128");
     }
     // Our own workspace: counted against the memory limit, and needed for graph capture.
     workspace_ = DeviceBuffer<char>(&alloc_, kCublasWorkspace);
