@@ -164,15 +164,13 @@ class CudaEngine final : public Engine {
   }
 
   void init(const Weights& w) {
-    if (d_ % c_.encoder_heads || d_ % c_.decoder_heads || d_ % 8 || (d_ / c_.decoder_heads) % 8 ||
-        (d_ / c_.encoder_heads) % 8)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "CUDA engine: d_model and the head size must be multiples of 8");
+    if (d_ % c_.encoder_heads || d_ % c_.decoder_heads || d_ % 8)
+      throw Error(ErrorCode::kInvalidArgument, "CUDA engine: d_model must be a multiple of 8 and of the heads");
     for (int heads : {c_.encoder_heads, c_.decoder_heads}) {
       const int hd = d_ / heads;
-      if (hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128)
+      if (hd != 4 && hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128)
         throw Error(ErrorCode::kInvalidArgument, "CUDA engine: attention head size " + std::to_string(hd) +
-                                                     " (d_model / heads) is not supported: 8, 16, 32, 64 or 128");
+                                                     " (d_model / heads) is not supported: 4, 8, 16, 32, 64 or 128");
     }
     // Our own workspace: counted against the memory limit, and needed for graph capture.
     workspace_ = DeviceBuffer<char>(&alloc_, kCublasWorkspace);

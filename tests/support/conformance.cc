@@ -47,9 +47,12 @@ int reference_max_decoding_length(const std::string& references_path) {
   std::ifstream in(meta);
   if (!in) return 255;
   const auto j = nlohmann::json::parse(in);
-  const auto kw = j.value("generate_kwargs", nlohmann::json::object());
-  if (kw.contains("max_new_tokens") && kw["max_new_tokens"].is_number_integer()) return kw["max_new_tokens"].get<int>();
-  if (kw.contains("max_length") && kw["max_length"].is_number_integer()) return kw["max_length"].get<int>() - 1;
+  if (j.contains("max_decoding_length") && j["max_decoding_length"].is_number_integer()) {
+    return j["max_decoding_length"].get<int>();
+  }
+  // generate()'s max_length counts the decoder start token.
+  const auto greedy = j.value("generate", nlohmann::json::object()).value("greedy", nlohmann::json::object());
+  if (greedy.contains("max_length") && greedy["max_length"].is_number_integer()) return greedy["max_length"].get<int>() - 1;
   return 255;
 }
 

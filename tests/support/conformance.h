@@ -14,9 +14,9 @@ enum class Search { kGreedy, kBeam4, kFourBest };
 const char* search_name(Search s);
 DecodeOptions search_options(Search s, int max_decoding_length);
 
-// The generated-token limit transformers' generate() ran with, read from the meta.json beside
-// the references ("generate_kwargs": max_length counts the decoder start token,
-// max_new_tokens does not); 255 (max_length 256) when it says neither.
+// The generated-token limit transformers' generate() ran with, from the meta.json beside the
+// references ("max_decoding_length", else generate's greedy max_length - 1, which counts the
+// decoder start token); 255 (max_length 256) without a meta.json saying either.
 int reference_max_decoding_length(const std::string& references_path);
 
 struct Comparison {
