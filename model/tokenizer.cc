@@ -146,6 +146,16 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_dir, const M
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
+// MarianTokenizer._convert_token_to_id: vocab.json's id, else the source SentencePiece model's
+// own id for the piece (for a piece it does not know either: its <unk>; OPUS-MT's models put
+// <unk> at the same id in both), else <unk>.
+int Tokenizer::source_id(const std::string& piece) const {
+  const int id = impl_->source_vocab.id(piece, -1);
+  if (id >= 0) return id;
+  const int sp = impl_->source.PieceToId(piece);
+  return sp >= 0 && sp < int(impl_->source_vocab.id_to_piece.size()) ? sp : impl_->unk_id;
+}
+
 std::vector<int> Tokenizer::encode(const std::string& text) const {
   std::vector<int> ids;
   std::string rest = text;
@@ -153,14 +163,14 @@ std::vector<int> Tokenizer::encode(const std::string& text) const {
   if (rest.rfind(">>", 0) == 0) {
     const size_t end = rest.find("<<");
     if (end != std::string::npos) {
-      ids.push_back(impl_->source_vocab.id(rest.substr(0, end + 2), impl_->unk_id));
+      ids.push_back(source_id(rest.substr(0, end + 2)));
       rest = rest.substr(end + 2);
     }
   }
   std::vector<std::string> pieces;
   impl_->source.Encode(rest, &pieces);
   ids.reserve(ids.size() + pieces.size() + 1);
-  for (const auto& p : pieces) ids.push_back(impl_->source_vocab.id(p, impl_->unk_id));
+  for (const auto& p : pieces) ids.push_back(source_id(p));
   ids.push_back(impl_->source_eos_id);
   return ids;
 }

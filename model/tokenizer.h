@@ -17,7 +17,7 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> load(const std::string& model_dir, const ModelConfig& config);
   ~Tokenizer();
 
-  // Source text -> ids, with </s> appended. Unknown pieces map to <unk>. As MarianTokenizer,
+  // Source text -> ids, with </s> appended; pieces map as source_id() says. As MarianTokenizer,
   // a leading language code such as ">>fra<<" (text starting ">>", up to the first "<<") is
   // split off before SentencePiece and looked up as one token.
   std::vector<int> encode(const std::string& text) const;
@@ -27,6 +27,7 @@ class Tokenizer {
   int target_vocab_size() const;  // the target vocabulary that decode() reads
 
  private:
+  int source_id(const std::string& piece) const;
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
