@@ -35,6 +35,7 @@ struct Tokenizer::Impl {
   int source_eos_id = -1;
   int eos_id = -1;  // target side
   int pad_id = -1;
+  int target_unk_id = -1;
 };
 
 namespace {
@@ -139,6 +140,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_dir, const M
   impl->source_eos_id = special(impl->source_vocab, vocab_path, "</s>");
   impl->eos_id = special(impl->target_vocab, target_path, "</s>");
   impl->pad_id = special(impl->target_vocab, target_path, "<pad>");
+  impl->target_unk_id = special(impl->target_vocab, target_path, "<unk>");
   if (impl->eos_id != config.eos_id || impl->pad_id != config.pad_id) {
     throw Error(ErrorCode::kInvalidArgument,
                 target_path + ": ids of '</s>'/'<pad>' disagree with eos_token_id/pad_token_id of config.json");
@@ -180,7 +182,8 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
   std::vector<std::string> pieces;
   pieces.reserve(ids.size());
   for (int id : ids) {
-    if (id == impl_->eos_id || id == impl_->pad_id) continue;
+    // transformers' decode(skip_special_tokens=True) drops every special token, <unk> too.
+    if (id == impl_->eos_id || id == impl_->pad_id || id == impl_->target_unk_id) continue;
     if (id < 0 || size_t(id) >= table.size() || table[size_t(id)].empty()) {
       throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(id) + " is not in the vocabulary");
     }

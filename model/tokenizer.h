@@ -21,7 +21,8 @@ class Tokenizer {
   // a leading language code such as ">>fra<<" (text starting ">>", up to the first "<<") is
   // split off before SentencePiece and looked up as one token.
   std::vector<int> encode(const std::string& text) const;
-  // Target ids -> text; </s> and <pad> are dropped.
+  // Target ids -> text; </s>, <pad> and <unk> are dropped (as transformers' decode with
+  // skip_special_tokens=True).
   std::string decode(const std::vector<int>& ids) const;
   int vocab_size() const;         // the source vocabulary that encode() maps into
   int target_vocab_size() const;  // the target vocabulary that decode() reads

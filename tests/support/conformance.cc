@@ -87,6 +87,10 @@ Comparison compare(Translator& translator, const std::vector<GoldenSentence>& re
       ++c.identical;
       bool texts = true;
       for (size_t h = 0; h < want.size(); ++h) {
+        if (have[h].text != want[h].text && texts && c.texts_differ == 0) {
+          c.first_text_difference = "sentence " + std::to_string(refs[i].id) + ": engine '" + have[h].text +
+                                    "', transformers '" + want[h].text + "'";
+        }
         texts = texts && have[h].text == want[h].text;
         // The Multi30k file records no greedy score.
         if (search == Search::kGreedy && !refs[i].greedy_scored) continue;

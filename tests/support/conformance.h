@@ -25,6 +25,7 @@ struct Comparison {
   int texts_differ = 0;       // of the identical ones, those whose detokenized text differs
   double worst_score_error = 0;  // |ours - theirs| / max(1, |theirs|) over identical hypotheses
   std::string first_difference;  // a readable account of the first sentence that differs
+  std::string first_text_difference;
 };
 
 // Translates every reference's source_ids in batches of batch_size and compares.

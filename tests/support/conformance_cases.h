@@ -15,13 +15,20 @@ struct ConformanceCase {
   std::string name;  // "demo" or the variant's folder name
   std::string model_dir;
   std::string references;  // references.jsonl
+  // |score - transformers'| / max(1, |transformers'|) allowed for identical hypotheses (float32
+  // on both sides). The demo model's trained weights agree to ~1e-6. The variants' random
+  // weights, scaled up so that their choices are clear (attention and FFN gains of 6, output 9),
+  // make every score ~50x more sensitive to float32 summation order: the engine's own scores
+  // move by up to 6e-5 between batch 1 and batch 16 there, and differ from torch's (other GEMM,
+  // exp and log kernels) by up to 1.2e-3.
+  double score_tolerance = 1e-4;
 };
 
 inline std::vector<ConformanceCase> conformance_cases() {
-  std::vector<ConformanceCase> out{{"demo", demo_model_dir(), demo_references_path()}};
+  std::vector<ConformanceCase> out{{"demo", demo_model_dir(), demo_references_path(), 1e-4}};
   for (const std::string& v : conformance_variants()) {
     const std::string dir = conformance_dir() + "/models/" + v;
-    out.push_back({v, dir, dir + "/references.jsonl"});
+    out.push_back({v, dir, dir + "/references.jsonl", 2e-3});
   }
   return out;
 }
