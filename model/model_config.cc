@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -107,12 +108,14 @@ ModelConfig ModelConfig::parse_object(const nlohmann::json& j, const std::string
   // Fields of the Bart-era MarianConfig (still in many OPUS-MT config.json files) and of its
   // siblings that describe another architecture than the post-norm, sinusoidal, plain-logits
   // Marian the engines compute. transformers' Marian ignores them; a model trained that way
-  // would translate wrongly, so it is refused. Their Marian values are accepted.
+  // would translate wrongly, so it is refused, every such field named in the one line. Their
+  // Marian values are accepted.
   struct Fixed {
     const char* key;
     bool marian_value;
     const char* why;
   };
+  std::vector<std::string> refused;
   for (const Fixed& f : {Fixed{"normalize_before", false, "Marian models are post-norm"},
                          Fixed{"add_final_layer_norm", false, "Marian has no final layer norm"},
                          Fixed{"normalize_embedding", false, "Marian has no embedding layer norm"},
@@ -122,8 +125,13 @@ ModelConfig ModelConfig::parse_object(const nlohmann::json& j, const std::string
                          Fixed{"is_decoder", false, "a decoder-only model"},
                          Fixed{"is_encoder_decoder", true, "Marian is an encoder-decoder"}}) {
     if (j.contains(f.key) && !j[f.key].is_null() && j[f.key] != f.marian_value) {
-      fail(source, std::string("unsupported field '") + f.key + "' = " + j[f.key].dump() + " (" + f.why + ")");
+      refused.push_back(std::string("'") + f.key + "' = " + j[f.key].dump() + " (" + f.why + ")");
     }
+  }
+  if (!refused.empty()) {
+    std::string msg = refused.size() == 1 ? "unsupported field " : "unsupported fields ";
+    for (size_t i = 0; i < refused.size(); ++i) msg += (i ? ", " : "") + refused[i];
+    fail(source, msg);
   }
   if (j.contains("architectures") && j["architectures"].is_array()) {
     for (const auto& a : j["architectures"]) {

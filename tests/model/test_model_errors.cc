@@ -204,6 +204,14 @@ TEST_F(ModelCopy, RefusedConfigFieldsAreNamed) {
     EXPECT_HAS(msg, file("config.json"));
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
+  // Several at once: all named, in one line.
+  write("config.json", original);
+  edit_config([](nlohmann::json& j) {
+    j["normalize_before"] = true;
+    j["normalize_embedding"] = true;
+  });
+  EXPECT_HAS(load_error(dir_.string()), "unsupported fields 'normalize_before' = true (Marian models are post-norm), "
+                                        "'normalize_embedding' = true (Marian has no embedding layer norm)");
   // Their Marian values load.
   write("config.json", original);
   edit_config([](nlohmann::json& j) {
