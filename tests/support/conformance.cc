@@ -70,6 +70,16 @@ Comparison compare(Translator& translator, const std::vector<GoldenSentence>& re
       const auto& want = wanted(refs[i], search, &one);
       const auto& have = got[i - b].hypotheses;
       ++c.sentences;
+      const int eos = translator.config().eos_id;
+      bool well_formed = have.size() == want.size();
+      for (size_t h = 0; well_formed && h < have.size(); ++h) {
+        well_formed = !have[h].ids.empty() && have[h].ids.back() == eos &&
+                      int(have[h].ids.size()) <= max_decoding_length && (h == 0 || have[h].score <= have[h - 1].score);
+      }
+      if (!well_formed && c.malformed++ == 0) {
+        c.first_malformed = std::string(search_name(search)) + " sentence " + std::to_string(refs[i].id) +
+                            ": not a well-formed list of " + std::to_string(want.size()) + " hypotheses";
+      }
       bool same = have.size() == want.size();
       for (size_t h = 0; same && h < want.size(); ++h) same = have[h].ids == want[h].ids;
       if (!same) {

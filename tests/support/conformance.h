@@ -26,6 +26,10 @@ struct Comparison {
   double worst_score_error = 0;  // |ours - theirs| / max(1, |theirs|) over identical hypotheses
   std::string first_difference;  // a readable account of the first sentence that differs
   std::string first_text_difference;
+  // Sentences whose hypotheses are not a well-formed n-best list: the wrong count, a hypothesis
+  // not ending in </s> or longer than the limit, scores not best first.
+  int malformed = 0;
+  std::string first_malformed;
 };
 
 // Translates every reference's source_ids in batches of batch_size and compares.
