@@ -48,6 +48,14 @@ MAX_LENGTH_DEMO = 256     # as the demo model's golden references
 # scores do. Float rounding decides such cases (another float32 GEMM differs by ~1e-6
 # relative, log-probs of 10-30 by up to ~3e-5), so no engine can be asked to match them.
 MIN_MARGIN = 1e-4
+# Beam search also decides, at every step, which candidates stay among the running beams; a
+# near-tie there changes a late hypothesis without showing in the final margins above. So
+# beam 4 and 4-best run twice more with uniform noise of this size added to every step's
+# log-probs (seeded), and a sentence whose ids move under it is left out too. The size is
+# several times what another float32 engine's summation order moves a step's log-probs
+# (measured: ~1e-6 on the demo model, up to ~1e-4 on the random-gain variants).
+PERTURBATION = {"demo": 2e-5, "variants": 5e-4}
+PERTURBATION_SEEDS = (1, 2)
 
 # Random init (see init_weights): gains chosen so that outputs are peaked (top-1/top-2
 # log-prob gaps well above float32 noise), depend on the source, and end at varied lengths.
@@ -421,11 +429,27 @@ def _worker_init():
     torch.backends.cudnn.allow_tf32 = False
 
 
+def noise_processor(eps, seed):
+    """A LogitsProcessor adding seeded uniform noise in [-eps, eps] to the step's scores."""
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Noise(LogitsProcessor):
+        def __init__(self):
+            self.generator = torch.Generator().manual_seed(seed)
+
+        def __call__(self, input_ids, scores):
+            noise = (torch.rand(scores.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * eps
+            return scores + noise.to(scores.dtype)
+
+    return LogitsProcessorList([Noise()])
+
+
 def translate_chunk(task):
     """Runs greedy, beam 4 and 4-best for each (id, source) of one chunk, one sentence at a
     time (batch 1: no padding in the reference computation). Returns the records and the
     smallest margins seen."""
-    folder, items, max_length = task
+    folder, items, max_length, eps = task
     import torch
     from transformers import MarianTokenizer
 
@@ -434,7 +458,7 @@ def translate_chunk(task):
     cfg = model.config.to_dict()
     kw = generate_kwargs(cfg, max_length)
     pad, eos = cfg["pad_token_id"], cfg["eos_token_id"]
-    records, greedy_gaps, nbest_gaps, problems = [], [], [], []
+    records, greedy_gaps, nbest_gaps, problems, unstable = [], [], [], [], []
     beam_mismatch = 0
     with torch.no_grad():
         for sid, source in items:
@@ -472,10 +496,19 @@ def translate_chunk(task):
             nbest_gaps.append(min(a["score"] - b["score"] for a, b in zip(nbest, nbest[1:])))
             beam_mismatch += nbest[0]["ids"] != rec["beam4"]["ids"]
             rec["nbest4"] = nbest
+            # Does a perturbation of the beam steps' scores move any hypothesis?
+            moved = False
+            for seed in PERTURBATION_SEEDS:
+                for mode, want in (("beam4", [rec["beam4"]]), ("nbest4", nbest)):
+                    out = model.generate(**enc, **kw[mode], **kw["common"],
+                                         logits_processor=noise_processor(eps, seed))
+                    got = [_strip(seq, pad) for seq in out.tolist()]
+                    moved |= got != [h["ids"] for h in want]
+            unstable.append(moved)
             if any(h["ids"][-1:] != [eos] for h in nbest + [rec["greedy"], rec["beam4"]]):
                 problems.append(f"{folder} id {sid}: a hypothesis does not end with </s>")
             records.append(rec)
-    return records, dict(greedy_gaps=greedy_gaps, nbest_gaps=nbest_gaps,
+    return records, dict(greedy_gaps=greedy_gaps, nbest_gaps=nbest_gaps, unstable=unstable,
                          beam_mismatch=beam_mismatch, problems=problems)
 
 
@@ -527,12 +560,14 @@ def keep_decidable(recs, stats_list, max_length):
     returns (kept records, summary of the margins and hypothesis lengths, left-out list)."""
     greedy = [x for s in stats_list for x in s["greedy_gaps"]]
     nbest = [x for s in stats_list for x in s["nbest_gaps"]]
+    unstable = [x for s in stats_list for x in s["unstable"]]
     kept, left_out = [], []
-    for r, g, n in zip(recs, greedy, nbest):
-        if g >= MIN_MARGIN and n >= MIN_MARGIN:
+    for r, g, n, u in zip(recs, greedy, nbest, unstable):
+        if g >= MIN_MARGIN and n >= MIN_MARGIN and not u:
             kept.append((r, g, n))
         else:
-            left_out.append({"id": r["id"], "min_greedy_gap": g, "min_nbest_gap": n})
+            left_out.append({"id": r["id"], "min_greedy_gap": g, "min_nbest_gap": n,
+                             "beam_steps_move_under_perturbation": u})
     hyps = [h for r, _, _ in kept for h in r["nbest4"]]
     return [r for r, _, _ in kept], {
         "min_greedy_top1_top2_logprob_gap": min((g for _, g, _ in kept), default=None),
@@ -541,6 +576,7 @@ def keep_decidable(recs, stats_list, max_length):
         "min_nbest_gap_before_leaving_out": min(nbest),
         "sentences_kept": len(kept),
         "sentences_left_out": len(left_out),
+        "sentences_moved_by_perturbation": sum(unstable),
         "nbest_hypotheses": len(hyps),
         "nbest_hypotheses_ending_before_max_length":
             sum(len(h["ids"]) < max_length - 1 for h in hyps),
@@ -557,6 +593,8 @@ def meta_common(cfg, max_length, ids):
         "precision": "float32 on the CPU, one thread per process, batch 1 (TF32 off)",
         "sentences": ids,
         "min_margin": MIN_MARGIN,
+        "beam_step_perturbation": {"uniform_noise_per_step": PERTURBATION,
+                                   "seeds": list(PERTURBATION_SEEDS)},
         "score_convention": {
             "beam4/nbest4": "transformers' sequences_scores: sum of the tokens' log-probs "
                             "(log-softmax over the whole vocabulary, before bad_words_ids) "
@@ -657,15 +695,16 @@ def main():
                       eos_token_id=vocab[EOS], forced_eos_token_id=vocab[EOS],
                       bos_token_id=vocab[EOS])
         write_tokenizer(folder, tiny_spm, tgt_spm, vocab)
+        cfg_path = os.path.join(folder, "config.json")
         if refused_base is None:
             build_model(folder, fields, SEED, 0.0, EOS_BOOST, vocab[PAD])
             refused_base = folder
+            with open(cfg_path, encoding="utf-8") as f:
+                base_cfg = json.load(f)  # before its own field: each folder differs in one
         else:
-            for f in ("model.safetensors", "generation_config.json", "config.json"):
+            for f in ("model.safetensors", "generation_config.json"):
                 shutil.copyfile(os.path.join(refused_base, f), os.path.join(folder, f))
-        cfg_path = os.path.join(folder, "config.json")
-        with open(cfg_path, encoding="utf-8") as f:
-            cfg = json.load(f)
+        cfg = dict(base_cfg)
         cfg[field] = value
         write_json(cfg_path, cfg, indent=2)
         try:
@@ -686,9 +725,10 @@ def main():
     for name, folder, desc, fields, seed, shapes, items, changed, max_length, opts in plan:
         parts = chunks(items, 2)
         variant_chunks.append(len(parts))
-        tasks += [(folder, c, max_length) for c in parts]
+        tasks += [(folder, c, max_length, PERTURBATION["variants"]) for c in parts]
     demo_chunks = chunks(demo_items, max(1, args.jobs))
-    tasks += [(os.path.abspath(args.demo_model), c, MAX_LENGTH_DEMO) for c in demo_chunks]
+    tasks += [(os.path.abspath(args.demo_model), c, MAX_LENGTH_DEMO, PERTURBATION["demo"])
+              for c in demo_chunks]
 
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(args.jobs, initializer=_worker_init) as pool:
