@@ -86,7 +86,7 @@ void attention_scores_cpu(const AttentionArgs<float>& a, float* scores);
 //   out[r] = softmax_j(q . K_j) V_j over j = 0..t, where position j of row r lives in cache row
 //   key_rows[c * capacity + j] (see beam_reorder_key_rows in elementwise.h; position t is c's
 //   own, just written).
-// Caches are [cache rows][capacity][d] with d = heads * head_dim; head_dim 32, 64 or 128.
+// Caches are [cache rows][capacity][d] with d = heads * head_dim; head_dim 4, 8, 16, 32, 64 or 128.
 // Index arrays are device pointers for CUDA, host pointers for the CPU twin.
 template <typename T>
 struct DecoderSelfAttentionArgs {

@@ -75,7 +75,7 @@ class Engine {
   virtual void encode(const std::vector<EncodeItem>& items) = 0;
   // One decoder step over the given rows (no groups: only the encode, if any).
   virtual void step(const StepInput& in, StepOutput* out) = 0;
-  virtual int vocab_size() const = 0;
+  virtual int vocab_size() const = 0;  // the target vocabulary, which candidates index
   // The encoder's float32 output of sentence i of the last encode(), [length, d_model]: for
   // tests and layer-by-layer debugging against the reference implementation.
   virtual std::vector<float> encoder_output(size_t sentence) const = 0;

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -68,6 +69,12 @@ ModelConfig ModelConfig::parse_object(const nlohmann::json& j, const std::string
   c.encoder_ffn_dim = int_field(j, "encoder_ffn_dim", source, 1);
   c.decoder_ffn_dim = int_field(j, "decoder_ffn_dim", source, 1);
   c.vocab_size = int_field(j, "vocab_size", source, 2);
+  c.share_embeddings = optional_bool(j, "share_encoder_decoder_embeddings", true, source);
+  c.tie_output = optional_bool(j, "tie_word_embeddings", true, source);
+  // transformers' MarianMTModel sizes the decoder side by decoder_vocab_size only when the
+  // embeddings are not shared (it defaults to vocab_size).
+  c.target_vocab_size = c.share_embeddings ? c.vocab_size : optional_int(j, "decoder_vocab_size", c.vocab_size, source);
+  if (c.target_vocab_size < 2) fail(source, "field 'decoder_vocab_size' has unsupported value " + std::to_string(c.target_vocab_size));
   c.pad_id = int_field(j, "pad_token_id", source, 0);
   c.eos_id = int_field(j, "eos_token_id", source, 0);
   c.decoder_start_id = optional_int(j, "decoder_start_token_id", c.pad_id, source);
@@ -85,18 +92,54 @@ ModelConfig ModelConfig::parse_object(const nlohmann::json& j, const std::string
     fail(source, "field 'decoder_attention_heads' must divide 'd_model'");
   }
   if (c.d_model % 2 != 0) fail(source, "field 'd_model' must be even (sinusoidal positions)");
+  // The decoder's special ids index the target vocabulary.
   for (const char* key : {"pad_token_id", "eos_token_id", "decoder_start_token_id"}) {
-    if (j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() >= c.vocab_size) {
+    if (j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() >= c.target_vocab_size) {
       fail(source, std::string("field '") + key + "' is outside the vocabulary");
     }
   }
-  if (j.contains("decoder_vocab_size") && j["decoder_vocab_size"].is_number_integer() &&
-      j["decoder_vocab_size"].get<int64_t>() != c.vocab_size) {
-    fail(source, "unsupported field 'decoder_vocab_size': separate target vocabularies are not supported");
+  // EOS is forced at the length limit with eos_token_id (MarianConfig's default for
+  // forced_eos_token_id is 0, the usual EOS id).
+  if (j.contains("forced_eos_token_id") && !j["forced_eos_token_id"].is_null() &&
+      (!j["forced_eos_token_id"].is_number_integer() || j["forced_eos_token_id"].get<int64_t>() != c.eos_id)) {
+    fail(source, "unsupported field 'forced_eos_token_id': only eos_token_id (" + std::to_string(c.eos_id) +
+                     ") is supported");
   }
-  if (j.contains("normalize_before") && j["normalize_before"].is_boolean() &&
-      j["normalize_before"].get<bool>()) {
-    fail(source, "unsupported field 'normalize_before' = true (Marian models are post-norm)");
+  // Fields of the Bart-era MarianConfig (still in many OPUS-MT config.json files) and of its
+  // siblings that describe another architecture than the post-norm, sinusoidal, plain-logits
+  // Marian the engines compute. transformers' Marian ignores them; a model trained that way
+  // would translate wrongly, so it is refused, every such field named in the one line. Their
+  // Marian values are accepted.
+  struct Fixed {
+    const char* key;
+    bool marian_value;
+    const char* why;
+  };
+  std::vector<std::string> refused;
+  for (const Fixed& f : {Fixed{"normalize_before", false, "Marian models are post-norm"},
+                         Fixed{"add_final_layer_norm", false, "Marian has no final layer norm"},
+                         Fixed{"normalize_embedding", false, "Marian has no embedding layer norm"},
+                         Fixed{"layernorm_embedding", false, "Marian has no embedding layer norm"},
+                         Fixed{"static_position_embeddings", true, "Marian positions are sinusoidal"},
+                         Fixed{"add_bias_logits", false, "Marian adds only final_logits_bias"},
+                         Fixed{"is_decoder", false, "a decoder-only model"},
+                         Fixed{"is_encoder_decoder", true, "Marian is an encoder-decoder"}}) {
+    if (j.contains(f.key) && !j[f.key].is_null() && j[f.key] != f.marian_value) {
+      refused.push_back(std::string("'") + f.key + "' = " + j[f.key].dump() + " (" + f.why + ")");
+    }
+  }
+  if (!refused.empty()) {
+    std::string msg = refused.size() == 1 ? "unsupported field " : "unsupported fields ";
+    for (size_t i = 0; i < refused.size(); ++i) msg += (i ? ", " : "") + refused[i];
+    fail(source, msg);
+  }
+  if (j.contains("architectures") && j["architectures"].is_array()) {
+    for (const auto& a : j["architectures"]) {
+      if (a != "MarianMTModel" && a != "MarianModel") {
+        fail(source, "unsupported field 'architectures' = " + j["architectures"].dump() +
+                         " (only MarianMTModel is supported)");
+      }
+    }
   }
   return c;
 }

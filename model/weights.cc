@@ -125,30 +125,49 @@ Weights Weights::load(const std::string& model_dir, const ModelConfig& c) {
   };
   for (const auto& [name, shape] : expected_layer_tensors(c)) w.tensors_[name] = read(name, shape);
 
-  const int64_t v = c.vocab_size, d = c.d_model;
-  // Embeddings are tied through model.shared.weight unless per-module copies exist.
+  const int64_t v = c.vocab_size, tv = c.target_vocab_size, d = c.d_model;
+  // Shared embeddings live in model.shared.weight (transformers may also write per-module
+  // copies); separate ones only in the modules, the decoder's of target_vocab_size rows.
   const std::string enc = first_present({"model.encoder.embed_tokens.weight", "model.shared.weight"});
-  const std::string dec = first_present({"model.decoder.embed_tokens.weight", "model.shared.weight"});
-  if (enc.empty() || dec.empty()) {
+  const std::string dec = c.share_embeddings
+                              ? first_present({"model.decoder.embed_tokens.weight", "model.shared.weight"})
+                              : first_present({"model.decoder.embed_tokens.weight"});
+  if (enc.empty()) {
     throw Error(ErrorCode::kNotFound, w.file_ + ": missing tensor 'model.shared.weight' (no embeddings)");
+  }
+  if (dec.empty()) {
+    throw Error(ErrorCode::kNotFound, w.file_ + ": missing tensor 'model.decoder.embed_tokens.weight' "
+                                                "(share_encoder_decoder_embeddings is false)");
   }
   w.tensors_[kEncoderEmbeddings] = read(enc, {v, d});
   if (enc == dec) {
     w.aliases_[kDecoderEmbeddings] = kEncoderEmbeddings;
   } else {
-    w.tensors_[kDecoderEmbeddings] = read(dec, {v, d});
+    w.tensors_[kDecoderEmbeddings] = read(dec, {tv, d});
   }
-  if (file.entries().count("lm_head.weight")) {
-    w.tensors_[kOutputProjection] = read("lm_head.weight", {v, d});
-  } else {
+  // As transformers: a tied lm_head is the decoder embeddings (a stored copy must agree);
+  // an untied one must be stored.
+  const bool has_head = file.entries().count("lm_head.weight") > 0;
+  if (c.tie_output) {
+    if (has_head && read("lm_head.weight", {tv, d}).data != w.decoder_embeddings().data) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  w.file_ + ": tensor 'lm_head.weight' differs from the decoder embeddings, but config.json "
+                            "field 'tie_word_embeddings' is true (set it to false for an untied output layer)");
+    }
     w.aliases_[kOutputProjection] = w.resolve(kDecoderEmbeddings);
+  } else {
+    if (!has_head) {
+      throw Error(ErrorCode::kNotFound, w.file_ + ": missing tensor 'lm_head.weight' (config.json field "
+                                                  "'tie_word_embeddings' is false)");
+    }
+    w.tensors_[kOutputProjection] = read("lm_head.weight", {tv, d});
   }
   if (file.entries().count("final_logits_bias")) {
-    HostTensor b = read("final_logits_bias", {1, v});
-    b.shape = {v};
+    HostTensor b = read("final_logits_bias", {1, tv});
+    b.shape = {tv};
     w.tensors_[kOutputBias] = std::move(b);
   } else {
-    w.tensors_[kOutputBias] = HostTensor{{v}, std::vector<float>(size_t(v), 0.f)};
+    w.tensors_[kOutputBias] = HostTensor{{tv}, std::vector<float>(size_t(tv), 0.f)};
   }
   const int64_t p = c.max_positions;
   w.tensors_[kEncoderPositions] = file.entries().count("model.encoder.embed_positions.weight")

@@ -7,8 +7,9 @@
 
 The export loads the model with transformers' from_pretrained and writes it back with
 save_pretrained (config.json, model.safetensors, generation_config.json); the tokenizer files
-(source.spm, target.spm, vocab.json, tokenizer_config.json) are copied byte for byte from the
-hub (or from MODEL when it is a local folder). Then the folder is checked.
+(source.spm, target.spm, vocab.json, tokenizer_config.json, and target_vocab.json for models
+with separate source and target vocabularies) are copied byte for byte from the hub (or from
+MODEL when it is a local folder). Then the folder is checked.
 
 --check DIR only reads files (no network, no torch): it says whether DIR has every file the
 server needs, whether config.json describes a Marian model the server supports and whether
@@ -44,9 +45,21 @@ CONFIG_INT_FIELDS = (
     "max_position_embeddings",
 )
 CONFIG_ID_FIELDS = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
+# Fields (of the Bart-era MarianConfig and its siblings) whose other values describe another
+# architecture: the server refuses them, as model/model_config.cc does.
+MARIAN_ONLY_VALUES = {
+    "normalize_before": False,
+    "add_final_layer_norm": False,
+    "normalize_embedding": False,
+    "layernorm_embedding": False,
+    "static_position_embeddings": True,
+    "add_bias_logits": False,
+    "is_decoder": False,
+    "is_encoder_decoder": True,
+}
 ACTIVATIONS = ("swish", "silu", "relu", "gelu")
 DTYPES = ("F32", "F16", "BF16")
-EMBEDDING_NAMES = ("model.shared.weight", "model.encoder.embed_tokens.weight")
+EMBEDDING_NAMES = ("model.encoder.embed_tokens.weight", "model.shared.weight")
 # Per-layer weights the engine reads (design §3); each has .weight and .bias.
 ENCODER_LAYER_PARTS = (
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
@@ -110,19 +123,57 @@ def _check_config(cfg, problems):
     act = cfg.get("activation_function")
     if act not in ACTIVATIONS:
         problems.append(f"config.json: activation_function {act!r} is not supported (use one of {', '.join(ACTIVATIONS)})")
-    d, h = cfg.get("d_model"), cfg.get("encoder_attention_heads")
-    if isinstance(d, int) and isinstance(h, int) and h > 0 and d % h:
-        problems.append(f"config.json: d_model {d} is not a multiple of encoder_attention_heads {h}")
+    d = cfg.get("d_model")
+    for field in ("encoder_attention_heads", "decoder_attention_heads"):
+        h = cfg.get(field)
+        if isinstance(d, int) and isinstance(h, int) and h > 0 and d % h:
+            problems.append(f"config.json: d_model {d} is not a multiple of {field} {h}")
+    for field, value in MARIAN_ONLY_VALUES.items():
+        if cfg.get(field) not in (None, value):
+            problems.append(f"config.json: {field} {cfg[field]!r} is not supported (Marian: {value!r})")
+    for a in cfg.get("architectures") or []:
+        if a not in ("MarianMTModel", "MarianModel"):
+            problems.append(f"config.json: architectures {cfg['architectures']!r} is not supported (MarianMTModel)")
+    forced = cfg.get("forced_eos_token_id")
+    if forced is not None and forced != cfg.get("eos_token_id"):
+        problems.append(f"config.json: forced_eos_token_id {forced!r} is not supported (only eos_token_id)")
+    if not cfg.get("share_encoder_decoder_embeddings", True):
+        v = cfg.get("decoder_vocab_size")
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+            problems.append(f"config.json: decoder_vocab_size must be a positive integer, found {v!r}")
+
+
+def target_vocab_size(cfg):
+    """Rows of the decoder embeddings and lm_head, as transformers' MarianMTModel sizes them."""
+    if cfg.get("share_encoder_decoder_embeddings", True):
+        return cfg.get("vocab_size")
+    return cfg.get("decoder_vocab_size") or cfg.get("vocab_size")
+
+
+def _check_shape(tensors, name, want, problems):
+    if tensors[name].get("shape") != want:
+        problems.append(f"model.safetensors: {name} has shape {tensors[name].get('shape')}, config.json says {want}")
 
 
 def _check_weights(cfg, tensors, problems):
+    d, tv = cfg.get("d_model"), target_vocab_size(cfg)
     emb = next((n for n in EMBEDDING_NAMES if n in tensors), None)
     if emb is None:
         problems.append(f"model.safetensors: no embedding matrix ({' or '.join(EMBEDDING_NAMES)})")
     else:
-        want = [cfg.get("vocab_size"), cfg.get("d_model")]
-        if tensors[emb].get("shape") != want:
-            problems.append(f"model.safetensors: {emb} has shape {tensors[emb].get('shape')}, config.json says {want}")
+        _check_shape(tensors, emb, [cfg.get("vocab_size"), d], problems)
+    if not cfg.get("share_encoder_decoder_embeddings", True):
+        if "model.decoder.embed_tokens.weight" not in tensors:
+            problems.append("model.safetensors: no model.decoder.embed_tokens.weight "
+                            "(share_encoder_decoder_embeddings is false)")
+        else:
+            _check_shape(tensors, "model.decoder.embed_tokens.weight", [tv, d], problems)
+    if not cfg.get("tie_word_embeddings", True) and "lm_head.weight" not in tensors:
+        problems.append("model.safetensors: no lm_head.weight (tie_word_embeddings is false)")
+    if "lm_head.weight" in tensors:
+        _check_shape(tensors, "lm_head.weight", [tv, d], problems)
+    if "final_logits_bias" in tensors:
+        _check_shape(tensors, "final_logits_bias", [1, tv], problems)
     for side, parts in (("encoder", ENCODER_LAYER_PARTS), ("decoder", DECODER_LAYER_PARTS)):
         layers = cfg.get(f"{side}_layers")
         if not isinstance(layers, int):
@@ -135,18 +186,31 @@ def _check_weights(cfg, tensors, problems):
             problems.append(f"model.safetensors: has more {side} layers than {side}_layers = {layers}")
 
 
-def _check_vocab(cfg, vocab, problems):
+def _check_vocab(name, vocab, size, size_field, specials, cfg, problems):
+    """vocab.json / target_vocab.json: ids below `size`, `specials` agreeing with config.json."""
     if not isinstance(vocab, dict) or not vocab:
-        problems.append("vocab.json must map pieces to ids")
+        problems.append(f"{name} must map pieces to ids")
         return
-    size = cfg.get("vocab_size")
     if isinstance(size, int) and max(vocab.values()) >= size:
-        problems.append(f"vocab.json: id {max(vocab.values())} is not below vocab_size {size}")
-    for piece, field in (("</s>", "eos_token_id"), ("<pad>", "pad_token_id")):
+        problems.append(f"{name}: id {max(vocab.values())} is not below {size_field} {size}")
+    for piece, field in specials:
         if vocab.get(piece) != cfg.get(field):
-            problems.append(f"vocab.json: {piece} has id {vocab.get(piece)}, config.json {field} is {cfg.get(field)}")
+            problems.append(f"{name}: {piece} has id {vocab.get(piece)}, config.json {field} is {cfg.get(field)}")
     if "<unk>" not in vocab:
-        problems.append("vocab.json: no <unk> piece")
+        problems.append(f"{name}: no <unk> piece")
+
+
+def separate_vocabs(path):
+    """tokenizer_config.json's separate_vocabs when it says, else whether target_vocab.json exists
+    (as model/tokenizer.cc decides)."""
+    try:
+        with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+            tok = json.load(f)
+        if isinstance(tok, dict) and "separate_vocabs" in tok:
+            return tok["separate_vocabs"] is True
+    except (OSError, ValueError):
+        pass
+    return os.path.isfile(os.path.join(path, "target_vocab.json"))
 
 
 def check_model_dir(path):
@@ -171,17 +235,30 @@ def check_model_dir(path):
         tensors = _safetensors_header(os.path.join(path, "model.safetensors"), problems)
         if tensors is not None:
             _check_weights(cfg, tensors, problems)
-    if os.path.isfile(os.path.join(path, "vocab.json")):
-        _check_vocab(cfg, _read_json(os.path.join(path, "vocab.json"), problems), problems)
+    special_ids = (("</s>", "eos_token_id"), ("<pad>", "pad_token_id"))
+    tv = target_vocab_size(cfg)
     if os.path.isfile(os.path.join(path, "tokenizer_config.json")):
-        tok = _read_json(os.path.join(path, "tokenizer_config.json"), problems)
-        if isinstance(tok, dict) and tok.get("separate_vocabs"):
-            problems.append("tokenizer_config.json: separate_vocabs is true; the server reads one shared vocab.json")
+        _read_json(os.path.join(path, "tokenizer_config.json"), problems)
+    separate = separate_vocabs(path)
+    if os.path.isfile(os.path.join(path, "vocab.json")):
+        # With separate vocabularies the config's special ids are the target side's.
+        _check_vocab("vocab.json", _read_json(os.path.join(path, "vocab.json"), problems), cfg.get("vocab_size"),
+                     "vocab_size", () if separate else special_ids, cfg, problems)
+    if separate:
+        if not os.path.isfile(os.path.join(path, "target_vocab.json")):
+            problems.append("missing target_vocab.json (tokenizer_config.json: separate_vocabs is true)")
+        else:
+            _check_vocab("target_vocab.json", _read_json(os.path.join(path, "target_vocab.json"), problems), tv,
+                         "decoder_vocab_size", special_ids, cfg, problems)
+    elif tv != cfg.get("vocab_size"):
+        problems.append(f"config.json: decoder_vocab_size {tv} differs from vocab_size {cfg.get('vocab_size')}, "
+                        "but the model has one vocab.json (no target_vocab.json)")
     if os.path.isfile(os.path.join(path, "generation_config.json")):
         _read_json(os.path.join(path, "generation_config.json"), problems)
     dtypes = sorted({t.get("dtype") for t in (tensors or {}).values()})
+    vocab = f"vocab {cfg.get('vocab_size')}" + (f" -> {tv}" if separate else "")
     summary = (f"marian, d_model {cfg.get('d_model')}, {cfg.get('encoder_layers')}+{cfg.get('decoder_layers')} layers, "
-               f"vocab {cfg.get('vocab_size')}, {'/'.join(dtypes)} weights")
+               f"{vocab}, {'/'.join(dtypes)} weights")
     return problems, summary
 
 
@@ -218,6 +295,8 @@ def export(model, out, dtype, revision):
         m.generation_config.save_pretrained(out)
     for name in TOKENIZER_FILES:
         shutil.copyfile(_tokenizer_file(model, name, revision), os.path.join(out, name))
+    if separate_vocabs(out) or m.config.share_encoder_decoder_embeddings is False:
+        shutil.copyfile(_tokenizer_file(model, "target_vocab.json", revision), os.path.join(out, "target_vocab.json"))
     status = run_check(out)
     if status == 0:
         name = os.path.basename(os.path.normpath(out))

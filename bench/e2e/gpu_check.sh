@@ -59,7 +59,7 @@ step ncu
 timeout 100 ncu --launch-skip 4000 --launch-count 400 --metrics gpu__time_duration.sum --csv \
   --log-file /tmp/ncu-demo.csv nmt-bench-e2e --model models/m30k-en-de-small --source $src \
   --precision float16 --batches 64 --repeat 1 > /dev/null 2>&1
-python3 bench/e2e/hf_baseline.py write-base --out /tmp/base > /dev/null 2>&1
+python3 bench/e2e/hf_baseline.py write-random --shape base --out /tmp/base > /dev/null 2>&1
 timeout 100 ncu --launch-skip 4000 --launch-count 400 --metrics gpu__time_duration.sum --csv \
   --log-file /tmp/ncu-base.csv nmt-bench-e2e --ids-model /tmp/base --precision float16 \
   --batches 64 --repeat 1 --sentences 256 > /dev/null 2>&1

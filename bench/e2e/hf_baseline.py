@@ -5,10 +5,11 @@
       every line of FILE, tokenized outside the timing, sorted by length (longest first, as
       nmt-bench-e2e), beam 4, max_length 256; target tokens = generated ids up to and
       including the first EOS (the decoder start token not counted), as nmt-serve counts them.
-  hf_baseline.py write-base --out DIR
-      writes a random-weight Transformer-base Marian model (d 512, 6+6 layers, 8 heads, ffn 2048,
-      swish, vocab 58101) as config.json + model.safetensors for both benchmarks.
-  hf_baseline.py base --model DIR [--batches 1,64] [--src-len 27] [--tgt-len 32]
+  hf_baseline.py write-random --shape base|big --out DIR
+      writes a random-weight Marian model of an OPUS-MT shape (swish, vocab 58101, 6+6 layers;
+      base: d 512, 8 heads, ffn 2048; big, as opus-mt-tc-big: d 1024, 16 heads, ffn 4096) as
+      config.json + model.safetensors for both benchmarks.
+  hf_baseline.py random --model DIR [--batches 1,64] [--src-len 27] [--tgt-len 32]
       random source ids, exactly tgt-len new tokens (min_new_tokens = max_new_tokens), beam 4.
 Prints one 'RESULT {json}' line per measurement.
 """
@@ -17,6 +18,10 @@ import torch
 from transformers import MarianConfig, MarianMTModel
 
 DT = {"float32": torch.float32, "float16": torch.float16}
+SHAPES = {  # d_model, attention heads, ffn dim
+    "base": (512, 8, 2048),
+    "big": (1024, 16, 4096),
+}
 
 
 def report(d):
@@ -92,11 +97,12 @@ def demo(a):
         torch.cuda.empty_cache()
 
 
-def write_base(a):
+def write_random(a):
     torch.manual_seed(0)
-    cfg = MarianConfig(vocab_size=58101, decoder_vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6,
-                       encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
-                       decoder_ffn_dim=2048, activation_function="swish", max_position_embeddings=512,
+    d, heads, ffn = SHAPES[a.shape]
+    cfg = MarianConfig(vocab_size=58101, decoder_vocab_size=58101, d_model=d, encoder_layers=6, decoder_layers=6,
+                       encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=ffn,
+                       decoder_ffn_dim=ffn, activation_function="swish", max_position_embeddings=512,
                        pad_token_id=58100, eos_token_id=0, decoder_start_token_id=58100, forced_eos_token_id=0,
                        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
     model = MarianMTModel(cfg).eval()
@@ -104,9 +110,10 @@ def write_base(a):
     print("wrote", a.out)
 
 
-def base(a):
+def random_model(a):
     model = MarianMTModel.from_pretrained(a.model, dtype=torch.float16).cuda().eval()
     cfg = model.config
+    shape = next(k for k, (d, _, _) in SHAPES.items() if d == cfg.d_model)
     g = torch.Generator().manual_seed(1234)
     for batch in [int(b) for b in a.batches.split(",")]:
         n = batch if batch > 1 else 1
@@ -123,7 +130,7 @@ def base(a):
                 times.append(secs)
         best = min(times)
         tokens = n * a.tgt_len
-        report({"engine": "transformers", "model": "transformer-base-random", "precision": "float16", "beam": 4,
+        report({"engine": "transformers", "model": f"transformer-{shape}-random", "precision": "float16", "beam": 4,
                 "batch": batch, "src_len": a.src_len, "tgt_len": a.tgt_len, "seconds": best,
                 "tokens_per_s": tokens / best, "ms_per_batch": best * 1e3,
                 "generated_len": out.shape[1] - 1, "gpu_max_allocated_mib": torch.cuda.max_memory_allocated() >> 20})
@@ -131,7 +138,8 @@ def base(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["demo", "write-base", "base"])
+    p.add_argument("mode", choices=["demo", "write-random", "random"])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="base", help="for write-random")
     p.add_argument("--model")
     p.add_argument("--source")
     p.add_argument("--out")
@@ -142,7 +150,7 @@ def main():
     p.add_argument("--src-len", type=int, default=27)
     p.add_argument("--tgt-len", type=int, default=32)
     a = p.parse_args()
-    {"demo": demo, "write-base": write_base, "base": base}[a.mode](a)
+    {"demo": demo, "write-random": write_random, "random": random_model}[a.mode](a)
 
 
 if __name__ == "__main__":

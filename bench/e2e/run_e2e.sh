@@ -3,8 +3,9 @@
 # transformers' generate (hf_baseline.py) in the same run, on
 #   1. the demo model models/m30k-en-de-small, all 1000 test2016 sentences, beam 4:
 #      batches 64 and 128 (target tokens/s), and one sentence at a time (latency);
-#   2. a random-weight Transformer-base (d 512, 6+6 layers, 8 heads, ffn 2048, vocab 58101),
-#      27 source tokens, exactly 32 target tokens, beam 4, float16: batch 64 and batch 1.
+#   2. random-weight Transformer-base (d 512, 6+6 layers, 8 heads, ffn 2048, vocab 58101) and
+#      Transformer-big (opus-mt-tc-big's shape: d 1024, 16 heads, ffn 4096, same layers and
+#      vocab), 27 source tokens, exactly 32 target tokens, beam 4, float16: batch 64 and 1.
 # usage: bench/e2e/run_e2e.sh [OUT_DIR]
 #   needs nmt-bench-e2e on PATH, python3 with torch + transformers, and the Multi30k data in
 #   ../shared/data (or NMT_SHARED=DIR). Prints RESULT lines (JSON) and writes OUT_DIR/results.jsonl.
@@ -29,10 +30,13 @@ done
 NMT_CUDA_GRAPHS=0 run nmt-bench-e2e --model "$model" --source "$src" --precision float16 --batches 64,128,1 --latency-sentences 200
 run python3 "$here/hf_baseline.py" demo --model "$model" --source "$src" --batches 64,128 --latency 50
 
-# 2. Transformer-base shaped, random weights
-python3 "$here/hf_baseline.py" write-base --out "$work/base" >&2
-run nmt-bench-e2e --ids-model "$work/base" --precision float16 --batches 64,1 --sentences 256
-run python3 "$here/hf_baseline.py" base --model "$work/base" --batches 64,1
+# 2. Transformer-base and Transformer-big shaped, random weights
+for shape in base big; do
+  python3 "$here/hf_baseline.py" write-random --shape $shape --out "$work/transformer-$shape" >&2
+  run nmt-bench-e2e --ids-model "$work/transformer-$shape" --precision float16 --batches 64,1 --sentences 256
+  run python3 "$here/hf_baseline.py" random --model "$work/transformer-$shape" --batches 64,1
+  rm -rf "$work/transformer-$shape"
+done
 nvidia-smi --query-gpu=memory.used --format=csv
 rm -rf "$work"
 cat "$log"

@@ -1,6 +1,6 @@
 // Multi-head attention (kernels/attention.h): three implementations behind one call.
 //   decoder step (M = 1): one warp per (batch, query, head), q.K^T -> mask -> softmax -> .V
-//                         in one launch; the head dimension is a template (32, 64, 128). Also
+//                         in one launch; the head dimension is a template (4 to 128). Also
 //                         the only path for the fused q/v biases and kv_index (any M), and the
 //                         core (warp_attend) of decoder_self_attention_cuda, which adds the
 //                         KV-cache append and reads keys through the beam's key-row table.
@@ -49,10 +49,11 @@ __device__ __forceinline__ int64_t visible_keys(const AttentionArgs<T>& a, int64
 constexpr int kStepWarps = 4;  // (batch, query, head) tasks per block
 
 // Lane layout of the warp-per-(query, head) kernels: kLanesPerRow lanes hold one K/V row of
-// head size kD in 16-byte packs, so kRowsPerIter rows are read per step.
+// head size kD in packs of kVec, so kRowsPerIter rows are read per step.
 template <typename T, int kD>
 struct StepLanes {
-  static constexpr int kVec = 16 / int(sizeof(T));
+  // 16-byte packs, or the whole head row when it is smaller (head_dim 4 in 16-bit types).
+  static constexpr int kVec = 16 / int(sizeof(T)) < kD ? 16 / int(sizeof(T)) : kD;
   static constexpr int kLanesPerRow = kD / kVec;
   static constexpr int kRowsPerIter = 32 / kLanesPerRow;
   static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "unsupported head_dim");
@@ -254,17 +255,23 @@ void launch_step(const AttentionArgs<T>& a, size_t smem, cudaStream_t stream) {
 
 constexpr size_t kMaxSmem = 96 * 1024;  // keeps at least two blocks per SM on sm_80/sm_90
 
+// The head sizes the step kernels are instantiated for: Marian-base/big's 64, and the small
+// ones of tiny test models (Transformer-big proportions at d_model 64 give 4).
+inline bool step_head_dim(int d) { return d == 4 || d == 8 || d == 16 || d == 32 || d == 64 || d == 128; }
+
 template <typename T>
 bool step_fits(const AttentionArgs<T>& a) {
   const size_t smem = size_t(kStepWarps) * size_t(a.kv_len) * sizeof(float);
-  return smem <= kMaxSmem && aligned_16(a) &&
-         (a.head_dim == 32 || a.head_dim == 64 || a.head_dim == 128);
+  return smem <= kMaxSmem && aligned_16(a) && step_head_dim(a.head_dim);
 }
 
 template <typename T>
 void run_step(const AttentionArgs<T>& a, cudaStream_t stream) {
   const size_t smem = size_t(kStepWarps) * size_t(a.kv_len) * sizeof(float);
   switch (a.head_dim) {
+    case 4: launch_step<T, 4>(a, smem, stream); break;
+    case 8: launch_step<T, 8>(a, smem, stream); break;
+    case 16: launch_step<T, 16>(a, smem, stream); break;
     case 32: launch_step<T, 32>(a, smem, stream); break;
     case 64: launch_step<T, 64>(a, smem, stream); break;
     default: launch_step<T, 128>(a, smem, stream); break;
@@ -572,7 +579,7 @@ AttentionPath attention_chosen_path(const AttentionArgs<T>& a) {
   if (a.q_bias || a.v_bias || a.kv_index) {  // only the decoder-step kernel fuses these
     if (!step_fits(a))
       throw std::invalid_argument(
-          "attention_cuda: q_bias / v_bias / kv_index need head_dim 32, 64 or 128, 16-byte "
+          "attention_cuda: q_bias / v_bias / kv_index need head_dim 4, 8, 16, 32, 64 or 128, 16-byte "
           "aligned pointers and strides, and kv_len <= 6144");
     return AttentionPath::kDecoderStep;
   }
@@ -616,14 +623,13 @@ template <typename T>
 void decoder_self_attention_cuda(const DecoderSelfAttentionArgs<T>& a, cudaStream_t stream) {
   using namespace cuda;
   if (a.rows <= 0 || a.heads <= 0) return;
-  constexpr int kVec = 16 / int(sizeof(T));
   const void* ptrs[] = {a.qkv, a.bias, a.k_cache, a.v_cache, a.out};
-  bool ok = a.head_dim == 32 || a.head_dim == 64 || a.head_dim == 128;
+  bool ok = step_head_dim(a.head_dim);
   for (const void* ptr : ptrs) ok = ok && reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
   const size_t smem = size_t(kStepWarps) * 2 * size_t(a.capacity) * sizeof(float);
-  if (!ok || a.capacity <= 0 || smem > kMaxSmem || a.head_dim % kVec != 0)
+  if (!ok || a.capacity <= 0 || smem > kMaxSmem)
     throw std::invalid_argument(
-        "decoder_self_attention_cuda: head_dim must be 32, 64 or 128, pointers 16-byte aligned, "
+        "decoder_self_attention_cuda: head_dim must be 4, 8, 16, 32, 64 or 128, pointers 16-byte aligned, "
         "capacity in [1, 6144]");
   const unsigned blocks = unsigned((a.rows * a.heads + kStepWarps - 1) / kStepWarps);
   auto go = [&](auto hd) {
@@ -634,6 +640,9 @@ void decoder_self_attention_cuda(const DecoderSelfAttentionArgs<T>& a, cudaStrea
     kernel<<<blocks, kStepWarps * 32, smem, stream>>>(a);
   };
   switch (a.head_dim) {
+    case 4: go(std::integral_constant<int, 4>()); break;
+    case 8: go(std::integral_constant<int, 8>()); break;
+    case 16: go(std::integral_constant<int, 16>()); break;
     case 32: go(std::integral_constant<int, 32>()); break;
     case 64: go(std::integral_constant<int, 64>()); break;
     default: go(std::integral_constant<int, 128>()); break;

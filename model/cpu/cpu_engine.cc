@@ -74,7 +74,7 @@ class CpuEngine : public Engine {
     embed_scale_ = c.scale_embedding ? std::sqrt(float(c.d_model)) : 1.f;
   }
 
-  int vocab_size() const override { return c_.vocab_size; }
+  int vocab_size() const override { return c_.target_vocab_size; }
   int cache_positions() const override { return int(cache_capacity_); }
   EngineCapacity capacity() const override { return cap_; }
 
@@ -132,7 +132,7 @@ class CpuEngine : public Engine {
       }
     }
     std::vector<float> x(size_t(rows * d));
-    embed(w_.encoder_embeddings(), w_.encoder_positions(), ids, positions, x.data());
+    embed(w_.encoder_embeddings(), c_.vocab_size, w_.encoder_positions(), ids, positions, x.data());
 
     const int64_t heads = c_.encoder_heads;
     std::vector<float> q(x.size()), k(x.size()), v(x.size()), ctx(x.size()), tmp(x.size());
@@ -194,7 +194,7 @@ class CpuEngine : public Engine {
     for (auto* b : {&y_, &q_, &k_, &v_, &ctx_, &tmp_}) b->resize(size_t(rows * d));
     std::vector<float>& y = y_;
     std::vector<float>&q = q_, &k = k_, &v = v_, &ctx = ctx_, &tmp = tmp_;
-    embed(w_.decoder_embeddings(), w_.decoder_positions(), in.tokens, row_position_, y.data());
+    embed(w_.decoder_embeddings(), c_.target_vocab_size, w_.decoder_positions(), in.tokens, row_position_, y.data());
     const int64_t heads = c_.decoder_heads, hd = d / heads, cap = cache_capacity_;
     for (size_t l = 0; l < decoder_.size(); ++l) {
       const DecoderLayer& L = decoder_[l];
@@ -229,11 +229,12 @@ class CpuEngine : public Engine {
     select_candidates(y.data(), rows, in, out);
   }
 
-  void embed(const HostTensor& table, const HostTensor& pos, const std::vector<int>& ids,
+  // `vocab`: rows of `table` (the source and target vocabularies may differ).
+  void embed(const HostTensor& table, int vocab, const HostTensor& pos, const std::vector<int>& ids,
              const std::vector<int>& positions, float* x) const {
     const int64_t d = c_.d_model;
     for (size_t r = 0; r < ids.size(); ++r) {
-      if (ids[r] < 0 || ids[r] >= c_.vocab_size) {
+      if (ids[r] < 0 || ids[r] >= vocab) {
         throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(ids[r]) + " is outside the vocabulary");
       }
       const float* e = table.data.data() + int64_t(ids[r]) * d;
@@ -259,7 +260,7 @@ class CpuEngine : public Engine {
   int64_t check_step(const StepInput& in) const {
     size_t rows = 0;
     for (const StepGroup& g : in.groups) {
-      if (g.slot < 0 || g.slot >= cap_.sentences || g.beam < 1 || g.k < 1 || g.k > g.beam * c_.vocab_size)
+      if (g.slot < 0 || g.slot >= cap_.sentences || g.beam < 1 || g.k < 1 || g.k > g.beam * c_.target_vocab_size)
         throw Error(ErrorCode::kInternal, "engine step: a group's slot, beam or k is out of range");
       if (g.position >= c_.max_positions)
         throw Error(ErrorCode::kInvalidArgument,
@@ -338,7 +339,7 @@ class CpuEngine : public Engine {
   }
 
   void select_candidates(const float* y, int64_t rows, const StepInput& in, StepOutput* out) {
-    const int64_t vocab = c_.vocab_size;
+    const int64_t vocab = c_.target_vocab_size;
     const Linear proj{w_.output_projection().data.data(), w_.output_bias().data.data(), c_.d_model, vocab};
     logits_.resize(size_t(rows * vocab));
     proj(y, rows, logits_.data());

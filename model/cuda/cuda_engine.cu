@@ -164,15 +164,13 @@ class CudaEngine final : public Engine {
   }
 
   void init(const Weights& w) {
-    if (d_ % c_.encoder_heads || d_ % c_.decoder_heads || d_ % 8 || (d_ / c_.decoder_heads) % 8 ||
-        (d_ / c_.encoder_heads) % 8)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "CUDA engine: d_model and the head size must be multiples of 8");
+    if (d_ % c_.encoder_heads || d_ % c_.decoder_heads || d_ % 8)
+      throw Error(ErrorCode::kInvalidArgument, "CUDA engine: d_model must be a multiple of 8 and of the heads");
     for (int heads : {c_.encoder_heads, c_.decoder_heads}) {
       const int hd = d_ / heads;
-      if (hd != 32 && hd != 64 && hd != 128)
+      if (hd != 4 && hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128)
         throw Error(ErrorCode::kInvalidArgument, "CUDA engine: attention head size " + std::to_string(hd) +
-                                                     " (d_model / heads) is not supported: 32, 64 or 128");
+                                                     " (d_model / heads) is not supported: 4, 8, 16, 32, 64 or 128");
     }
     // Our own workspace: counted against the memory limit, and needed for graph capture.
     workspace_ = DeviceBuffer<char>(&alloc_, kCublasWorkspace);
@@ -217,7 +215,7 @@ class CudaEngine final : public Engine {
     cudaStreamDestroy(stream_);
   }
 
-  int vocab_size() const override { return c_.vocab_size; }
+  int vocab_size() const override { return c_.target_vocab_size; }
   size_t memory_used() const override { return alloc_.held(); }
   int cache_positions() const override { return cache_cap_; }
   EngineCapacity capacity() const override { return cap_; }
@@ -399,14 +397,14 @@ class CudaEngine final : public Engine {
   // 8, so that the GEMM's output dimension and rows are 16-byte aligned (with an odd
   // vocabulary cuBLAS falls back to an unaligned sm75 kernel: on H100 23 us for
   // 256 x 8001 x 256, 243 us for 256 x 58101 x 512). The padding columns are never read.
-  int logits_ld() const { return (c_.vocab_size + 7) / 8 * 8; }
+  int logits_ld() const { return (c_.target_vocab_size + 7) / 8 * 8; }
 
   // Top-k scratch for a run of up to `rows` padded rows and any k; the runs of a step share it
   // (they run one after another on the stream).
   size_t topk_workspace_bound(int rows) const {
     size_t most = 0;
     for (int r = 1; r <= rows; ++r)
-      most = std::max(most, kernels::beam_topk_workspace_bytes(r, 1, c_.vocab_size, kMaxTopk));
+      most = std::max(most, kernels::beam_topk_workspace_bytes(r, 1, c_.target_vocab_size, kMaxTopk));
     return most;
   }
 
@@ -526,7 +524,7 @@ class CudaEngine final : public Engine {
                     "decoding past the model's " + std::to_string(c_.max_positions) + " positions");
       if (g.beam < 1 || g.position < 0 || g.slot < 0 || g.slot >= cap_.sentences)
         throw Error(ErrorCode::kInternal, "CUDA engine step: a sentence's beam, position or slot is out of range");
-      if (g.k < 1 || g.k > kMaxTopk || int64_t(g.k) > int64_t(g.beam) * c_.vocab_size)
+      if (g.k < 1 || g.k > kMaxTopk || int64_t(g.k) > int64_t(g.beam) * c_.target_vocab_size)
         throw Error(ErrorCode::kInvalidArgument, "CUDA engine: k = " + std::to_string(g.k) +
                                                      " candidates per sentence is not supported");
       rows += size_t(g.beam);
@@ -543,7 +541,7 @@ class CudaEngine final : public Engine {
         // a parent is read from position 1 on
         if (!in_range(c) || written[size_t(c)]++ || (g.position > 0 && !in_range(in.parent_rows[r])))
           throw Error(ErrorCode::kInternal, "CUDA engine step: cache row out of range or written twice");
-        if (in.tokens[r] < 0 || in.tokens[r] >= c_.vocab_size)
+        if (in.tokens[r] < 0 || in.tokens[r] >= c_.target_vocab_size)
           throw Error(ErrorCode::kInvalidArgument, "token id outside the vocabulary");
       }
     }
@@ -642,7 +640,7 @@ class CudaEngine final : public Engine {
       masks.sentence_flags = dev.flags + run.first_sentence;
       kernels::beam_topk_cuda<float>(
           state_.logits.get() + int64_t(run.first_row) * logits_ld(), out_bias_.get(),
-          dev.running + run.first_row, run.padded, run.beam, c_.vocab_size, run.k, masks,
+          dev.running + run.first_row, run.padded, run.beam, c_.target_vocab_size, run.k, masks,
           scores + run.first_output, index + run.first_output, state_.topk_ws.get(),
           state_.topk_ws.size(), stream_, logits_ld());
     }

@@ -63,7 +63,14 @@ def main():
         ("pad-mismatch", lambda d: edit_json(os.path.join(d, "config.json"), pad_token_id=7),
          "vocab.json: <pad> has id 8000, config.json pad_token_id is 7"),
         ("separate-vocabs", lambda d: edit_json(os.path.join(d, "tokenizer_config.json"), separate_vocabs=True),
-         "separate_vocabs is true"),
+         "missing target_vocab.json (tokenizer_config.json: separate_vocabs is true)"),
+        ("pre-norm", lambda d: edit_json(os.path.join(d, "config.json"), normalize_before=True),
+         "config.json: normalize_before True is not supported (Marian: False)"),
+        ("untied-no-head", lambda d: edit_json(os.path.join(d, "config.json"), tie_word_embeddings=False),
+         "model.safetensors: no lm_head.weight (tie_word_embeddings is false)"),
+        ("decoder-vocab", lambda d: edit_json(os.path.join(d, "config.json"), share_encoder_decoder_embeddings=False,
+                                              decoder_vocab_size=9000),
+         "model.safetensors: no model.decoder.embed_tokens.weight (share_encoder_decoder_embeddings is false)"),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for name, damage, message in cases:
@@ -72,6 +79,22 @@ def main():
             print(f"--- {name}: rc={rc}\n{out}", end="")
             if rc != 1 or not out.startswith(f"FAIL: {path} is not loadable") or message not in out:
                 failures.append(f"{name}: expected rc=1 and {message!r}, got rc={rc}: {out!r}")
+
+    # Every conformance model folder passes; every refused one fails naming its field.
+    conformance = os.path.join(repo, "tests", "conformance")
+    for kind in ("models", "refused"):
+        root = os.path.join(conformance, kind)
+        for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+            path = os.path.join(root, name)
+            rc, out = run_check(tool, path)
+            print(f"--- {kind}/{name}: rc={rc}\n{out}", end="")
+            if kind == "models" and rc != 0:
+                failures.append(f"{kind}/{name}: expected OK, got rc={rc}: {out!r}")
+            if kind == "refused":
+                with open(os.path.join(path, "meta.json")) as f:
+                    field = json.load(f)["refuse_field"]
+                if rc != 1 or field not in out:
+                    failures.append(f"{kind}/{name}: expected rc=1 naming {field}, got rc={rc}: {out!r}")
 
     rc, out = run_check(tool, os.path.join(repo, "no-such-model"))
     if rc != 1 or "is not a folder" not in out:

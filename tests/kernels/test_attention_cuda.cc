@@ -124,7 +124,7 @@ void check(const Shape& s, AttentionPath path, uint32_t seed, bool fused = false
     a.q_bias = dqb.get();
     a.v_bias = dvb.get();
     a.kv_index = dindex.get();
-    if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128) {
+    if (s.head_dim < 4 || s.head_dim > 128 || (s.head_dim & (s.head_dim - 1)) != 0) {  // no step kernel
       EXPECT_THROW(attention_cuda<T>(a, nullptr), std::invalid_argument) << what;
       return;
     }
@@ -158,6 +158,9 @@ const Shape kShapes[] = {
     {2, 5, 4, 128, 1, 300, true, true, false, 0},
     {5, 1, 2, 32, 1, 9, false, false, true, 8},
     {2, 2, 3, 48, 1, 21, false, true, false, 0},  // head_dim without a step kernel
+    {3, 4, 16, 8, 1, 23, false, false, false, 0},  // the small heads of tiny models
+    {3, 4, 16, 4, 1, 23, false, true, false, 0},
+    {3, 4, 16, 16, 1, 40, true, true, false, 0},
     // encoder self-attention, decoder prefill (causal), cross-attention with M > 1
     {7, 1, 8, 64, 17, 17, false, true, false, 0},
     {4, 1, 4, 64, 37, 37, false, false, true, 0},
@@ -265,7 +268,8 @@ void check_decoder_self_attention(const CacheShape& s, uint32_t seed) {
 TYPED_TEST(AttentionCuda, DecoderSelfAttention) {
   const CacheShape shapes[] = {
       {256, 8, 64, 32, 0},  {256, 8, 64, 32, 17}, {7, 2, 128, 40, 39},
-      {5, 4, 32, 9, 4},     {16, 8, 64, 512, 300},
+      {5, 4, 32, 9, 4},     {16, 8, 64, 512, 300}, {6, 16, 8, 30, 11}, {6, 16, 16, 30, 29},
+      {6, 16, 4, 30, 17},
   };
   uint32_t seed = 1011;
   for (const CacheShape& s : shapes) check_decoder_self_attention<TypeParam>(s, seed += 5);
@@ -337,7 +341,7 @@ void check_decoder_self_attention_per_row(const CacheShape& s, uint32_t seed) {
 
 TYPED_TEST(AttentionCuda, DecoderSelfAttentionPerRow) {
   const CacheShape shapes[] = {
-      {64, 8, 64, 32, 0}, {7, 2, 128, 40, 0}, {5, 4, 32, 9, 0}, {16, 8, 64, 512, 0},
+      {64, 8, 64, 32, 0}, {7, 2, 128, 40, 0}, {5, 4, 32, 9, 0}, {16, 8, 64, 512, 0}, {6, 16, 8, 30, 0}, {6, 16, 4, 30, 0},
   };
   uint32_t seed = 1211;
   for (const CacheShape& s : shapes) check_decoder_self_attention_per_row<TypeParam>(s, seed += 5);

@@ -177,6 +177,90 @@ TEST_F(ModelCopy, UnsupportedConfigValues) {
   EXPECT_HAS(msg, "not valid JSON");
 }
 
+// Each config.json value the engines do not compute as transformers' Marian would is refused
+// at load with one line naming the field.
+TEST_F(ModelCopy, RefusedConfigFieldsAreNamed) {
+  const std::string original = read("config.json");
+  const std::vector<std::pair<std::string, nlohmann::json>> refused = {
+      {"normalize_before", true},
+      {"add_final_layer_norm", true},
+      {"normalize_embedding", true},
+      {"layernorm_embedding", true},
+      {"static_position_embeddings", false},
+      {"add_bias_logits", true},
+      {"is_decoder", true},
+      {"is_encoder_decoder", false},
+      {"architectures", {"MarianForCausalLM"}},
+      {"activation_function", "gelu_new"},
+      {"forced_eos_token_id", 5},
+      {"share_encoder_decoder_embeddings", "no"},
+      {"tie_word_embeddings", 0},
+  };
+  for (const auto& [field, value] : refused) {
+    write("config.json", original);
+    edit_config([&, &field = field, &value = value](nlohmann::json& j) { j[field] = value; });
+    const std::string msg = load_error(dir_.string());
+    EXPECT_HAS(msg, "'" + field + "'");
+    EXPECT_HAS(msg, file("config.json"));
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  // Several at once: all named, in one line.
+  write("config.json", original);
+  edit_config([](nlohmann::json& j) {
+    j["normalize_before"] = true;
+    j["normalize_embedding"] = true;
+  });
+  EXPECT_HAS(load_error(dir_.string()), "unsupported fields 'normalize_before' = true (Marian models are post-norm), "
+                                        "'normalize_embedding' = true (Marian has no embedding layer norm)");
+  // Their Marian values load.
+  write("config.json", original);
+  edit_config([](nlohmann::json& j) {
+    j["normalize_before"] = false;
+    j["static_position_embeddings"] = true;
+    j["add_bias_logits"] = false;
+    j["architectures"] = {"MarianMTModel"};
+    j["forced_eos_token_id"] = nullptr;
+  });
+  TranslatorOptions o;
+  o.device = Device::kCpu;
+  EXPECT_NO_THROW(Translator::load(dir_.string(), o));
+}
+
+// A target vocabulary of its own needs the files and tensors that carry it.
+TEST_F(ModelCopy, SeparateVocabularyNeedsItsFiles) {
+  edit_config([](nlohmann::json& j) {
+    j["share_encoder_decoder_embeddings"] = false;
+    j["decoder_vocab_size"] = 8002;
+  });
+  EXPECT_HAS(load_error(dir_.string()), "field 'decoder_vocab_size' (8002) differs from 'vocab_size' (8001)");
+  write("target_vocab.json", read("vocab.json"));
+  write("tokenizer_config.json", R"({"separate_vocabs": true})");
+  EXPECT_HAS(load_error(dir_.string()), "missing tensor 'model.decoder.embed_tokens.weight'");
+  edit_header([](nlohmann::json& h) { h["model.decoder.embed_tokens.weight"] = h["model.shared.weight"]; });
+  EXPECT_HAS(load_error(dir_.string()),
+             "tensor 'model.decoder.embed_tokens.weight' has shape [8001, 256], expected [8002, 256]");
+  write("tokenizer_config.json", R"({"separate_vocabs": "yes"})");
+  EXPECT_HAS(load_error(dir_.string()), "field 'separate_vocabs' must be true or false");
+}
+
+// tie_word_embeddings: false needs lm_head.weight; true refuses an lm_head.weight that is not
+// the decoder embeddings (transformers would silently use one of the two).
+TEST_F(ModelCopy, OutputProjectionFollowsTieWordEmbeddings) {
+  edit_config([](nlohmann::json& j) { j["tie_word_embeddings"] = false; });
+  EXPECT_HAS(load_error(dir_.string()), "missing tensor 'lm_head.weight' (config.json field 'tie_word_embeddings' is false)");
+  edit_header([](nlohmann::json& h) {
+    h["lm_head.weight"] = h["model.shared.weight"];
+    h["lm_head.weight"]["data_offsets"][0] = h["lm_head.weight"]["data_offsets"][0].get<int64_t>() - 2;  // a shifted view: other values
+    h["lm_head.weight"]["data_offsets"][1] = h["lm_head.weight"]["data_offsets"][1].get<int64_t>() - 2;  // a shifted view: other values
+  });
+  TranslatorOptions o;
+  o.device = Device::kCpu;
+  EXPECT_NO_THROW(Translator::load(dir_.string(), o));
+  edit_config([](nlohmann::json& j) { j["tie_word_embeddings"] = true; });
+  EXPECT_HAS(load_error(dir_.string()), "'lm_head.weight' differs from the decoder embeddings, but config.json field "
+                                        "'tie_word_embeddings' is true");
+}
+
 TEST_F(ModelCopy, CorruptTokenizerFiles) {
   write("source.spm", "not a sentencepiece model");
   EXPECT_HAS(load_error(dir_.string()), "not a valid SentencePiece model");

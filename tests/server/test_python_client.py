@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A second, independent client: Debian's python3-grpcio with stubs generated at test time
-from proto/ talks to the real nmt-server. Translations against the transformers golden file
-(when ../shared/golden is present), n-best, each bad input with its status and message
+from proto/ talks to the real nmt-server. Translations against transformers' references
+(the demo model's, tests/conformance/demo), n-best, each bad input with its status and message
 (invalid UTF-8 from a raw client included),
 deadline, cancellation, 32 concurrent clients equal to one-at-a-time results, the stream,
 health, reflection, ListModels, and /metrics counters.
@@ -83,17 +83,13 @@ def refused(stub, req, code, message, what):
 def run_checks(server, channel, pb, pb_grpc, repo):
     stub = pb_grpc.TranslationServiceStub(channel)
 
-    # Golden: the engine reproduces transformers' generate(num_beams=4).
-    golden = os.path.join(repo, "../shared/golden/m30k-en-de-small/golden_test2016.jsonl")
-    if os.path.exists(golden):
-        with open(golden) as f:
-            rows = [json.loads(line) for _, line in zip(range(12), f)]
-        r = stub.Translate(request(pb, [row["source"] for row in rows]), timeout=120)
-        same = sum(t.hypotheses[0].text == row["beam4"]["text"] for t, row in zip(r.translations, rows))
-        check(len(r.translations) == len(rows) and same >= len(rows) - 1,
-              f"beam 4 translations equal transformers' golden text ({same}/{len(rows)})")
-    else:
-        print("skip  golden comparison: ../shared/golden is absent")
+    # The engine reproduces transformers' generate(num_beams=4) (the demo model's references).
+    with open(os.path.join(repo, "tests/conformance/demo/references.jsonl")) as f:
+        rows = [json.loads(line) for _, line in zip(range(12), f)]
+    r = stub.Translate(request(pb, [row["source"] for row in rows]), timeout=120)
+    same = sum(t.hypotheses[0].text == row["beam4"]["text"] for t, row in zip(r.translations, rows))
+    check(len(r.translations) == len(rows) == 12 and same >= len(rows) - 1,  # float16 on a GPU
+          f"beam 4 translations equal transformers' text ({same}/{len(rows)})")
 
     texts = ["A man is riding a bike.", "Two dogs play in the snow.", "A woman sings on stage."]
     r = stub.Translate(request(pb, texts, beam=4, nbest=4), timeout=60)

@@ -1,6 +1,6 @@
 #pragma once
-// English test sentences for the server tests: Multi30k test2016 when ../shared is present,
-// else (and beyond it) sentences built from the project's own templates.
+// English test sentences for the server tests: the project's own conformance sentences
+// (tests/conformance/sentences.en), then (beyond them) sentences built from templates.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -9,13 +9,13 @@
 
 namespace nmt::test {
 
-inline const std::string kTest2016 = std::string(NMT_REPO_ROOT) + "/../shared/data/multi30k/test_2016_flickr.en.gz";
+inline const std::string kOwnSentences = std::string(NMT_REPO_ROOT) + "/tests/conformance/sentences.en";
 
 // n distinct sentences shorter than max_chars.
 inline std::vector<std::string> sentences(size_t n, size_t max_chars = 120) {
   std::vector<std::string> out;
-  if (std::filesystem::exists(kTest2016)) {
-    for (const std::string& s : nmt::loadgen::read_sentences(kTest2016)) {
+  if (std::filesystem::exists(kOwnSentences)) {
+    for (const std::string& s : nmt::loadgen::read_sentences(kOwnSentences)) {
       if (out.size() == n) break;
       if (s.size() < max_chars) out.push_back(s);
     }

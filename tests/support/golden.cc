@@ -1,6 +1,8 @@
 #include "tests/support/golden.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -27,12 +29,33 @@ bool exists(const std::string& p) {
 
 std::string repo_root() { return NMT_REPO_ROOT; }
 std::string demo_model_dir() { return repo_root() + "/models/m30k-en-de-small"; }
-std::string shared_dir() { return repo_root() + "/../shared"; }
+std::string shared_dir() { return NMT_SHARED_DIR; }
 std::string golden_dir() { return shared_dir() + "/golden/m30k-en-de-small"; }
 bool have_golden() { return exists(golden_dir() + "/golden_test2016.jsonl"); }
+std::string conformance_dir() { return repo_root() + "/tests/conformance"; }
+std::string demo_references_path() { return conformance_dir() + "/demo/references.jsonl"; }
 
-std::vector<GoldenSentence> load_golden() {
-  const std::string path = golden_dir() + "/golden_test2016.jsonl";
+namespace {
+
+// Sub-folders of `dir` that hold `file`, sorted by name.
+std::vector<std::string> folders_with(const std::string& dir, const char* file) {
+  std::vector<std::string> out;
+  if (!std::filesystem::is_directory(dir)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_directory() && exists((e.path() / file).string())) out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> conformance_variants() { return folders_with(conformance_dir() + "/models", "references.jsonl"); }
+std::vector<std::string> conformance_refused() { return folders_with(conformance_dir() + "/refused", "meta.json"); }
+
+std::vector<GoldenSentence> load_golden() { return load_references(golden_dir() + "/golden_test2016.jsonl"); }
+
+std::vector<GoldenSentence> load_references(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path);
   std::vector<GoldenSentence> out;
@@ -45,6 +68,7 @@ std::vector<GoldenSentence> load_golden() {
     g.source_ids = j.at("source_ids").get<std::vector<int>>();
     g.beam4 = hypothesis(j.at("beam4"));
     g.greedy = hypothesis(j.at("greedy"));
+    g.greedy_scored = j.at("greedy").contains("score");
     if (j.contains("nbest4")) {
       for (const auto& h : j.at("nbest4")) g.nbest4.push_back(hypothesis(h));
     }
