@@ -31,6 +31,9 @@ struct ModelEntry {
   // steps (GPU), or the loops run on separate cores (CPU, one BLAS thread each). Each loop
   // has the batching.max_active_* capacity of its own.
   int workers = 1;
+  // CPU: cores each loop's decode steps use (oneDNN GEMMs, attention rows). 0 = the
+  // machine's cores shared out evenly between the workers.
+  int threads = 0;
 };
 
 struct ServerConfig {

@@ -1,7 +1,9 @@
 #include "server/model_registry.h"
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
+#include <thread>
 
 #include "model/error.h"
 
@@ -17,6 +19,9 @@ TranslatorOptions translator_options(const ModelEntry& entry) {
     throw Error(ErrorCode::kInvalidArgument, "unknown precision '" + entry.precision + "'");
   }
   options.device_memory_limit = static_cast<size_t>(entry.device_memory_limit_mb) << 20;
+  // Loops run at once: each takes its share of the cores rather than all of them each.
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  options.threads = entry.threads > 0 ? entry.threads : std::max(1, cores / std::max(1, entry.workers));
   return options;
 }
 
