@@ -11,9 +11,14 @@
 
 namespace nmt::cpu {
 
-void set_threads(int threads) { omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs()); }
-
-int threads() { return omp_get_max_threads(); }
+void set_threads(int threads) {
+#if defined(__SANITIZE_THREAD__)
+  // libgomp is not built with ThreadSanitizer: it cannot see the barrier that ends a parallel
+  // loop and would report every buffer the loop's threads wrote. One thread runs no team.
+  threads = 1;
+#endif
+  omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs());
+}
 
 void sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

@@ -6,9 +6,9 @@
 
 namespace nmt::cpu {
 
-// Threads of the CPU engine's GEMMs and row loops; 0 = all cores. Process-wide (OpenMP).
+// Threads of the CPU engine's GEMMs and row loops from here on, on the calling thread
+// (OpenMP keeps the count per thread); 0 = all cores.
 void set_threads(int threads);
-int threads();
 
 // Row-major C [m, n] = alpha * A [m, k] * op(B) + beta * C, op(B) = B^T ([n, k]) when
 // trans_b, else B ([k, n]).
