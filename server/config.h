@@ -21,7 +21,7 @@ struct ModelEntry {
   std::string name;
   std::string path;  // absolute, or relative to the working directory when given so
   std::string device = "auto";        // auto | cpu | cuda
-  std::string precision = "float16";  // float16 | float32
+  std::string precision = "float16";  // float16 | float32 | int8 (CPU only)
   // Memory each engine may hold (the CUDA engine's allocations; on the CPU its persistent
   // decode state). A decode loop whose state does not fit stops the server at start; a
   // KV-cache growth over it fails the loop's active sentences RESOURCE_EXHAUSTED. 0 = no cap.
