@@ -1,5 +1,5 @@
 #pragma once
-// Factory of the float32 CPU engine (model/cpu/): OpenBLAS GEMMs, incremental decoding with a
+// Factory of the float32 CPU engine (model/cpu/): oneDNN GEMMs, incremental decoding with a
 // self-attention KV cache, cross-attention keys/values computed once per sentence.
 #include <cstddef>
 #include <memory>
@@ -12,7 +12,10 @@ namespace nmt {
 
 // memory_limit: bytes of persistent decode state (cross-attention keys/values, caches) the
 // engine may hold; over it reserve() or a cache growth throws kResourceExhausted. 0 = no cap.
+// threads: cores its GEMMs and row loops use inside each step (OpenMP); 0 = all.
+// int8: every linear layer (and the output projection) multiplies int8 weights quantized
+// per row at construction, activations quantized per row on the fly (cpu::int8_linear).
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& config, const Weights& weights,
-                                        size_t memory_limit = 0);
+                                        size_t memory_limit = 0, int threads = 0, bool int8 = false);
 
 }  // namespace nmt

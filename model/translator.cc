@@ -22,6 +22,7 @@ bool parse_device(const std::string& s, Device* out) {
 bool parse_precision(const std::string& s, Precision* out) {
   if (s == "float32") *out = Precision::kFloat32;
   else if (s == "float16") *out = Precision::kFloat16;
+  else if (s == "int8") *out = Precision::kInt8;
   else return false;
   return true;
 }
@@ -46,10 +47,13 @@ std::unique_ptr<Translator> Translator::load(const std::string& model_dir,
   t->tokenizer_ = Tokenizer::load(model_dir, t->config_);
   t->device_ = options.device == Device::kAuto ? (cuda_available() ? Device::kCuda : Device::kCpu)
                                                : options.device;
+  if (t->device_ == Device::kCuda && options.precision == Precision::kInt8)
+    throw Error(ErrorCode::kInvalidArgument, "precision int8 runs on the CPU only (--device cpu)");
   // The engines keep pointers into the host weights (the CPU engine computes from them).
   t->weights_ = std::make_unique<Weights>(Weights::load(model_dir, t->config_));
   t->engine_ = t->device_ == Device::kCuda ? make_cuda_engine(t->config_, *t->weights_, options)
-                                           : make_cpu_engine(t->config_, *t->weights_, options.device_memory_limit);
+                                           : make_cpu_engine(t->config_, *t->weights_, options.device_memory_limit,
+                                                             options.threads, options.precision == Precision::kInt8);
   if (t->device_ == Device::kCuda) t->weights_.reset();  // uploaded: the host copy is not needed
   return t;
 }

@@ -13,20 +13,22 @@
 namespace nmt {
 
 enum class Device { kAuto, kCpu, kCuda };
-enum class Precision { kFloat32, kFloat16 };
+enum class Precision { kFloat32, kFloat16, kInt8 };  // int8: CPU only (weights per row)
 
 bool parse_device(const std::string& s, Device* out);        // "auto" | "cpu" | "cuda"
-bool parse_precision(const std::string& s, Precision* out);  // "float32" | "float16"
+bool parse_precision(const std::string& s, Precision* out);  // "float32" | "float16" | "int8"
 const char* device_name(Device d);
 bool cuda_available();  // a CUDA build that sees at least one device
 
 struct TranslatorOptions {
   Device device = Device::kAuto;  // auto = cuda when available, else cpu
-  Precision precision = Precision::kFloat16;  // the CPU always computes in float32
+  // The CPU computes float16 as float32; int8 quantizes the weights at load (CPU only).
+  Precision precision = Precision::kFloat16;
   int device_index = 0;
   // Bytes the CUDA engine may hold; on the CPU, the bytes of its persistent decode state
   // (cross-attention keys/values, caches). Over it: nmt::Error(kResourceExhausted). 0 = no cap.
   size_t device_memory_limit = 0;
+  int threads = 0;  // CPU: cores each decode step uses (GEMMs, row loops); 0 = all
 };
 
 struct Hypothesis {

@@ -75,7 +75,7 @@ const std::vector<std::string> kLogFormats = {"text", "json"};
 const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warn",
                                              "error", "critical", "off"};
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
-const std::vector<std::string> kPrecisions = {"float16", "float32"};
+const std::vector<std::string> kPrecisions = {"float16", "float32", "int8"};
 constexpr int kMaxInt = 1 << 30;
 
 // One scalar setting of the server, limits or batching sections, and its flag.
@@ -203,10 +203,11 @@ const std::vector<Setting>& settings() {
 // Flags that set a key of every entry of models[].
 const std::vector<std::pair<std::string, std::string>> kModelFlags = {
     {"device", "auto | cpu | cuda, for every model"},
-    {"precision", "float16 | float32, for every model (the CPU computes in float32)"},
+    {"precision", "float16 | float32 | int8, for every model (the CPU computes float16 in float32; int8: CPU only)"},
     {"device-memory-limit-mb", "MiB of working memory per model, for every model (0 = no cap)"},
     {"workers", "decode loops (engine copies, one thread each), for every model"},
     {"devices", "GPUs of every model's replicas: all, or a YAML list like [0,1]"},
+    {"threads", "CPU: cores per decode loop (0 = all cores shared out between the workers), for every model"},
 };
 
 // The YAML key of a models[] flag.
@@ -245,6 +246,7 @@ bool parse_model_setting(const std::string& key, const YAML::Node& value, const 
   else if (key == "device_memory_limit_mb") m.device_memory_limit_mb = to_int(value, full, 0, kMaxInt);
   else if (key == "workers") m.workers = to_int(value, full, 1, 16);
   else if (key == "devices") parse_devices(value, full, m);
+  else if (key == "threads") m.threads = to_int(value, full, 0, 1024);
   else return false;
   return true;
 }
@@ -259,7 +261,7 @@ ModelEntry parse_model(const YAML::Node& node, size_t index, const fs::path& bas
     if (key == "name") m.name = to_string(kv.second, full);
     else if (key == "path") m.path = to_string(kv.second, full);
     else if (!parse_model_setting(key, kv.second, full, m)) {
-      fail("unknown key '" + full + "' (known: name, path, device, precision, device_memory_limit_mb, workers, devices)");
+      fail("unknown key '" + full + "' (known: name, path, device, precision, device_memory_limit_mb, workers, devices, threads)");
     }
   }
   if (m.name.empty()) fail(where + ".name is missing");

@@ -22,7 +22,7 @@ struct ModelEntry {
   std::string name;
   std::string path;  // absolute, or relative to the working directory when given so
   std::string device = "auto";        // auto | cpu | cuda
-  std::string precision = "float16";  // float16 | float32
+  std::string precision = "float16";  // float16 | float32 | int8 (CPU only)
   // Memory each engine may hold (the CUDA engine's allocations; on the CPU its persistent
   // decode state). A decode loop whose state does not fit stops the server at start; a
   // KV-cache growth over it fails the sentences that needed it RESOURCE_EXHAUSTED (the
@@ -38,6 +38,9 @@ struct ModelEntry {
   // all_devices = every visible GPU. A CPU model has one replica whatever is listed.
   std::vector<int> devices;
   bool all_devices = false;
+  // CPU: cores each loop's decode steps use (oneDNN GEMMs, attention rows). 0 = the
+  // machine's cores shared out evenly between the workers.
+  int threads = 0;
 };
 
 // The `model_repository:` section: every subfolder of `path` holding an OPUS-MT-layout model

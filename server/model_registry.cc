@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 
 #include "model/error.h"
 #include "server/logging.h"

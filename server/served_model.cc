@@ -1,8 +1,10 @@
 #include "server/served_model.h"
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 
 #include "model/cuda_engine.h"
 #include "model/error.h"
@@ -20,6 +22,9 @@ TranslatorOptions translator_options(const ModelEntry& entry, int device_index) 
   }
   if (device_index >= 0) options.device_index = device_index;
   options.device_memory_limit = static_cast<size_t>(entry.device_memory_limit_mb) << 20;
+  // CPU: loops run at once, so each takes its share of the cores rather than all of them.
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  options.threads = entry.threads > 0 ? entry.threads : std::max(1, cores / std::max(1, entry.workers));
   return options;
 }
 

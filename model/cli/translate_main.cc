@@ -13,9 +13,10 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: nmt-translate [--model DIR] [--device auto|cpu|cuda] [--precision float16|float32]\n"
+    "usage: nmt-translate [--model DIR] [--device auto|cpu|cuda] [--precision float16|float32|int8]\n"
     "                     [--beam N] [--batch-size N] [--num-hypotheses N] [--length-penalty X]\n"
     "                     [--max-length N] [--min-length N] [--scores] [--input FILE] [--quiet]\n"
+    "                     [--threads N]   (CPU: cores per decode step, default all)\n"
     "Reads one sentence per line; prints one translation per line in input order.\n"
     "With --num-hypotheses > 1 each input gives N lines 'INDEX ||| TEXT ||| SCORE';\n"
     "with --scores a single-best line is 'SCORE ||| TEXT'.\n";
@@ -60,9 +61,10 @@ Args parse(int argc, char** argv) {
     if (f == "--model") a.model = v;
     else if (f == "--input") a.input = v;
     else if (f == "--device") { if (!nmt::parse_device(v, &a.translator.device)) usage_error("--device must be auto, cpu or cuda"); }
-    else if (f == "--precision") { if (!nmt::parse_precision(v, &a.translator.precision)) usage_error("--precision must be float16 or float32"); }
+    else if (f == "--precision") { if (!nmt::parse_precision(v, &a.translator.precision)) usage_error("--precision must be float16, float32 or int8"); }
     else if (f == "--beam") a.decode.beam_size = to_int(f, v);
     else if (f == "--batch-size") a.batch_size = to_int(f, v);
+    else if (f == "--threads") a.translator.threads = to_int(f, v);
     else if (f == "--num-hypotheses") a.decode.num_hypotheses = to_int(f, v);
     else if (f == "--max-length") a.decode.max_decoding_length = to_int(f, v);
     else if (f == "--min-length") a.decode.min_decoding_length = to_int(f, v);
@@ -71,6 +73,7 @@ Args parse(int argc, char** argv) {
     } else usage_error("unknown option " + f);
   }
   if (a.batch_size < 1) usage_error("--batch-size must be at least 1");
+  if (a.translator.threads < 0) usage_error("--threads must be 0 (all cores) or more");
   return a;
 }
 

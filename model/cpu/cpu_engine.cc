@@ -1,6 +1,6 @@
 // Float32 CPU engine: the reference implementation of DESIGN.md §3 that the CUDA engine and
 // the golden tests are checked against.
-#include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "kernels/layer_norm.h"
 #include "kernels/softmax.h"
 #include "model/cpu/dense.h"
+#include "model/cpu/gemm.h"
 #include "model/cpu_engine.h"
 #include "model/error.h"
 
@@ -55,8 +56,9 @@ struct DecoderLayer {
 
 class CpuEngine : public Engine {
  public:
-  CpuEngine(const ModelConfig& c, const Weights& w, size_t memory_limit)
-      : c_(c), w_(w), memory_limit_(memory_limit) {
+  CpuEngine(const ModelConfig& c, const Weights& w, size_t memory_limit, int threads, bool int8)
+      : c_(c), w_(w), memory_limit_(memory_limit), threads_(threads > 0 ? threads : omp_get_num_procs()) {
+    scratch_.resize(size_t(threads_));
     for (int l = 0; l < c.encoder_layers; ++l) {
       const std::string p = layer_prefix(false, l);
       encoder_.push_back({AttentionWeights::from(w, p + "self_attn."),
@@ -72,6 +74,17 @@ class CpuEngine : public Engine {
                           Linear::from(w, p + "fc2"), Norm::from(w, p + "final_layer_norm")});
     }
     embed_scale_ = c.scale_embedding ? std::sqrt(float(c.d_model)) : 1.f;
+    proj_ = Linear{w.output_projection().data.data(), w.output_bias().data.data(), c.d_model, c.target_vocab_size};
+    if (int8) {
+      for (EncoderLayer& L : encoder_)
+        for (Linear* x : {&L.self_attn.q, &L.self_attn.k, &L.self_attn.v, &L.self_attn.out, &L.fc1, &L.fc2})
+          x->quantize();
+      for (DecoderLayer& L : decoder_)
+        for (Linear* x : {&L.self_attn.q, &L.self_attn.k, &L.self_attn.v, &L.self_attn.out, &L.cross_attn.q,
+                          &L.cross_attn.k, &L.cross_attn.v, &L.cross_attn.out, &L.fc1, &L.fc2})
+          x->quantize();
+      proj_.quantize();
+    }
   }
 
   int vocab_size() const override { return c_.target_vocab_size; }
@@ -99,13 +112,18 @@ class CpuEngine : public Engine {
     cross_k_.assign(decoder_.size(), std::vector<float>(cross));
     cross_v_.assign(decoder_.size(), std::vector<float>(cross));
     slot_lengths_.assign(size_t(next.sentences), 0);
+    // The self-attention caches depend on the rows only: kept (and not re-grown from
+    // nothing, which costs fresh pages every batch) when only slots or source tokens grow.
+    if (next.rows != cap_.rows) {
+      cache_capacity_ = 0;  // allocated at the first step
+      cache_k_.assign(decoder_.size(), {});
+      cache_v_.assign(decoder_.size(), {});
+    }
     cap_ = next;
-    cache_capacity_ = 0;  // allocated at the first step
-    cache_k_.assign(decoder_.size(), {});
-    cache_v_.assign(decoder_.size(), {});
   }
 
   void encode(const std::vector<EncodeItem>& items) override {
+    cpu::set_threads(threads_);  // OpenMP's count is per calling thread: the loop's may differ
     const int64_t d = c_.d_model;
     const int64_t n = int64_t(items.size());
     src_len_ = 0;
@@ -123,37 +141,42 @@ class CpuEngine : public Engine {
       lengths_.push_back(len);
     }
     const int64_t rows = n * src_len_;
-    std::vector<int> ids(size_t(rows), c_.pad_id);
-    std::vector<int> positions(static_cast<size_t>(rows));
+    std::vector<int>& ids = enc_ids_;
+    std::vector<int>& positions = enc_positions_;
+    ids.assign(size_t(rows), c_.pad_id);
+    positions.resize(size_t(rows));
     for (int64_t s = 0; s < n; ++s) {
       for (int64_t t = 0; t < src_len_; ++t) {
         if (t < lengths_[s]) ids[s * src_len_ + t] = (*items[size_t(s)].ids)[size_t(t)];
         positions[s * src_len_ + t] = int(t);
       }
     }
-    std::vector<float> x(size_t(rows * d));
+    // Members: an admission allocates nothing once they have grown.
+    std::vector<float>& x = encoder_out_;
+    x.resize(size_t(rows * d));
     embed(w_.encoder_embeddings(), c_.vocab_size, w_.encoder_positions(), ids, positions, x.data());
 
     const int64_t heads = c_.encoder_heads;
-    std::vector<float> q(x.size()), k(x.size()), v(x.size()), ctx(x.size()), tmp(x.size());
+    for (auto* b : {&q_, &k_, &v_, &ctx_, &tmp_}) b->resize(std::max(b->size(), x.size()));
+    std::vector<float>&q = q_, &k = k_, &v = v_, &ctx = ctx_, &tmp = tmp_;
     for (const EncoderLayer& L : encoder_) {
       L.self_attn.q(x.data(), rows, q.data());
       L.self_attn.k(x.data(), rows, k.data());
       L.self_attn.v(x.data(), rows, v.data());
+#pragma omp parallel for schedule(dynamic)
       for (int64_t s = 0; s < n; ++s) {
         const int64_t o = s * src_len_ * d;
         // Keys up to the sentence's own length: its result does not depend on the padding
         // that other sentences of the admission bring.
         cpu::attention(q.data() + o, k.data() + o, v.data() + o, ctx.data() + o,
                        AttentionShape{src_len_, lengths_[s], lengths_[s], heads, d / heads, d, d, d},
-                       &scratch_);
+                       &scratch_[size_t(omp_get_thread_num())]);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
       kernels::layer_norm_cpu(tmp.data(), x.data(), nullptr, L.self_norm.gamma, L.self_norm.beta,
                               x.data(), rows, d, c_.layer_norm_eps);
       feed_forward(L.fc1, L.fc2, L.final_norm, x.data(), rows);
     }
-    encoder_out_ = x;
     // Cross-attention keys/values: once per sentence, shared by its beams, into its slot.
     for (size_t l = 0; l < decoder_.size(); ++l) {
       decoder_[l].cross_attn.k(x.data(), rows, k.data());
@@ -168,6 +191,7 @@ class CpuEngine : public Engine {
   }
 
   void step(const StepInput& in, StepOutput* out) override {
+    cpu::set_threads(threads_);
     decoder_step(in, out);
     if (in.encode) encode(*in.encode);  // one core: nothing to overlap
   }
@@ -203,23 +227,26 @@ class CpuEngine : public Engine {
       L.self_attn.v(y.data(), rows, v.data());
       float* ck = cache_k_[l].data();
       float* cv = cache_v_[l].data();
+#pragma omp parallel for
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t c = in.cache_rows[size_t(r)], t = row_position_[size_t(r)];
         std::copy_n(k.data() + r * d, d, ck + (c * cap + t) * d);
         std::copy_n(v.data() + r * d, d, cv + (c * cap + t) * d);
         cpu::attention(q.data() + r * d, ck + c * cap * d, cv + c * cap * d, ctx.data() + r * d,
-                       AttentionShape{1, t + 1, t + 1, heads, hd, d, d, d}, &scratch_);
+                       AttentionShape{1, t + 1, t + 1, heads, hd, d, d, d}, &scratch_[size_t(omp_get_thread_num())]);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
       kernels::layer_norm_cpu(tmp.data(), y.data(), nullptr, L.self_norm.gamma, L.self_norm.beta,
                               y.data(), rows, d, c_.layer_norm_eps);
 
       L.cross_attn.q(y.data(), rows, q.data());
+#pragma omp parallel for
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t s = row_slot_[size_t(r)], len = slot_lengths_[size_t(s)];
         const int64_t o = s * cap_.source_tokens * d;
         cpu::attention(q.data() + r * d, cross_k_[l].data() + o, cross_v_[l].data() + o,
-                       ctx.data() + r * d, AttentionShape{1, len, len, heads, hd, d, d, d}, &scratch_);
+                       ctx.data() + r * d, AttentionShape{1, len, len, heads, hd, d, d, d},
+                       &scratch_[size_t(omp_get_thread_num())]);
       }
       L.cross_attn.out(ctx.data(), rows, tmp.data());
       kernels::layer_norm_cpu(tmp.data(), y.data(), nullptr, L.cross_norm.gamma, L.cross_norm.beta,
@@ -340,12 +367,14 @@ class CpuEngine : public Engine {
 
   void select_candidates(const float* y, int64_t rows, const StepInput& in, StepOutput* out) {
     const int64_t vocab = c_.target_vocab_size;
-    const Linear proj{w_.output_projection().data.data(), w_.output_bias().data.data(), c_.d_model, vocab};
     logits_.resize(size_t(rows * vocab));
-    proj(y, rows, logits_.data());
+    proj_(y, rows, logits_.data());
     kernels::SoftmaxOptions opt;
     opt.log = true;
-    kernels::softmax_cpu(logits_.data(), logits_.data(), rows, vocab, opt);
+    // Rows are independent: the log-softmax (a tenth of a step at beam 4) runs on every core.
+#pragma omp parallel for
+    for (int64_t r = 0; r < rows; ++r)
+      kernels::softmax_cpu(logits_.data() + r * vocab, logits_.data() + r * vocab, 1, vocab, opt);
     const float neg_inf = -std::numeric_limits<float>::infinity();
     out->scores.clear();
     out->candidates.clear();
@@ -381,11 +410,11 @@ class CpuEngine : public Engine {
   size_t host_memory_used() const override {
     size_t floats = 0;
     auto add = [&floats](const std::vector<float>& v) { floats += v.capacity(); };
-    for (const auto* layers : {&cross_k_, &cross_v_, &cache_k_, &cache_v_}) {
+    for (const auto* layers : {&cross_k_, &cross_v_, &cache_k_, &cache_v_, &scratch_}) {
       for (const auto& v : *layers) add(v);
     }
-    for (const auto* v : {&encoder_out_, &scratch_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &k_,
-                          &v_, &ctx_, &tmp_, &spare_}) {
+    for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &k_, &v_, &ctx_,
+                          &tmp_, &spare_}) {
       add(*v);
     }
     return floats * sizeof(float);
@@ -396,6 +425,7 @@ class CpuEngine : public Engine {
   std::vector<EncoderLayer> encoder_;
   std::vector<DecoderLayer> decoder_;
   float embed_scale_ = 1.f;
+  Linear proj_;  // the output projection (the decoder embeddings when tied, else lm_head)
 
   const size_t memory_limit_;  // bytes of persistent decode state; 0 = no cap
   EngineCapacity cap_;
@@ -408,21 +438,19 @@ class CpuEngine : public Engine {
   std::vector<std::vector<float>> cross_k_, cross_v_;  // per layer [slots, source_tokens, d]
   std::vector<std::vector<float>> cache_k_, cache_v_;  // per layer [rows, capacity, d]
   int64_t cache_capacity_ = 0;
-  std::vector<float> scratch_, hidden_, ffn_out_, logits_;
+  const int threads_;
+  std::vector<std::vector<float>> scratch_;  // attention scores, one per thread
+  std::vector<float> hidden_, ffn_out_, logits_;
   std::vector<float> y_, q_, k_, v_, ctx_, tmp_, spare_;  // decode-step buffers
-  std::vector<int> row_position_, row_slot_, order_;
+  std::vector<int> row_position_, row_slot_, order_, enc_ids_, enc_positions_;
   std::vector<size_t> moved_;
 };
 
 }  // namespace
 
 std::unique_ptr<Engine> make_cpu_engine(const ModelConfig& config, const Weights& weights,
-                                        size_t memory_limit) {
-  // A decode step multiplies a few rows at a time, where OpenBLAS's threads cost more than
-  // they save (measured on 2 cores: 3x slower at batch 1, 1.4x at batch 32). One thread
-  // unless the user asks otherwise through OPENBLAS_NUM_THREADS.
-  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
-  return std::make_unique<CpuEngine>(config, weights, memory_limit);
+                                        size_t memory_limit, int threads, bool int8) {
+  return std::make_unique<CpuEngine>(config, weights, memory_limit, threads, int8);
 }
 
 }  // namespace nmt

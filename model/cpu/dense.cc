@@ -1,10 +1,9 @@
 #include "model/cpu/dense.h"
 
-#include <cblas.h>
-
 #include <cmath>
 
 #include "kernels/softmax.h"
+#include "model/cpu/gemm.h"
 
 namespace nmt::cpu {
 
@@ -15,9 +14,9 @@ Linear Linear::from(const Weights& weights, const std::string& prefix) {
 }
 
 void Linear::operator()(const float* x, int64_t rows, float* y) const {
+  if (int8) return int8_linear(x, rows, *int8, b, y);
   for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, y + r * out);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(out), int(in), 1.f, x,
-              int(in), w, int(in), 1.f, y, int(out));
+  sgemm(true, rows, out, in, 1.f, x, in, w, in, 1.f, y, out);
 }
 
 void attention(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
@@ -28,9 +27,8 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   for (int64_t h = 0; h < s.heads; ++h) {
     const int64_t off = h * s.head_dim;
     // scores [queries, keys] = q_h k_h^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.queries), int(s.keys),
-                int(s.head_dim), 1.f, q + off, int(s.q_stride), k + off, int(s.kv_stride), 0.f,
-                scores, int(s.keys));
+    sgemm(true, s.queries, s.keys, s.head_dim, 1.f, q + off, s.q_stride, k + off, s.kv_stride, 0.f,
+          scores, s.keys);
     for (int64_t i = 0; i < s.queries; ++i) {
       int valid = int(s.causal ? std::min(s.valid_keys, i + 1) : s.valid_keys);
       kernels::SoftmaxOptions opt;
@@ -40,9 +38,8 @@ void attention(const float* q, const float* k, const float* v, float* out, const
       kernels::softmax_cpu(scores + i * s.keys, scores + i * s.keys, 1, s.keys, opt);
     }
     // out_h [queries, head_dim] = P v_h
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(s.queries), int(s.head_dim),
-                int(s.keys), 1.f, scores, int(s.keys), v + off, int(s.kv_stride), 0.f, out + off,
-                int(s.out_stride));
+    sgemm(false, s.queries, s.head_dim, s.keys, 1.f, scores, s.keys, v + off, s.kv_stride, 0.f,
+          out + off, s.out_stride);
   }
 }
 

@@ -1,7 +1,10 @@
 #pragma once
-// Float32 building blocks of the CPU engine on top of OpenBLAS.
+// Float32 building blocks of the CPU engine on top of oneDNN's GEMMs (model/cpu/gemm.h).
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "model/cpu/gemm.h"
 
 #include "model/weights.h"
 
@@ -12,7 +15,9 @@ struct Linear {
   const float* w = nullptr;
   const float* b = nullptr;
   int64_t in = 0, out = 0;
+  std::shared_ptr<const QuantizedMatrix> int8;  // set: the product runs in int8 (int8_linear)
   static Linear from(const Weights& weights, const std::string& prefix);  // prefix + ".weight"/".bias"
+  void quantize() { int8 = std::make_shared<QuantizedMatrix>(QuantizedMatrix::quantize(w, out, in)); }
   // y [rows, out] = x [rows, in] W^T + b
   void operator()(const float* x, int64_t rows, float* y) const;
 };

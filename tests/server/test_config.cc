@@ -80,6 +80,7 @@ TEST(Config, DefaultsWhenSectionsAreAbsent) {
   EXPECT_EQ(c.models[0].path, "/etc/models/m");
   EXPECT_EQ(c.models[0].precision, "float16");
   EXPECT_EQ(c.models[0].workers, 1);
+  EXPECT_EQ(c.models[0].threads, 0);
   // The struct defaults, as server/scheduling_options.h documents them.
   const SchedulingOptions defaults;
   EXPECT_EQ(c.max_concurrent_calls, 4096);
@@ -143,6 +144,8 @@ TEST(Config, BatchingKeysMustBePositive) {
             "server.max_concurrent_calls: must be between 1 and 1073741824, got -5");
   EXPECT_EQ(error_of(kMinimal, {{"workers", "0"}}),
             "models[0].workers: must be between 1 and 16, got 0");
+  EXPECT_EQ(error_of(kMinimal, {{"threads", "-1"}}),
+            "models[0].threads: must be between 0 and 1024, got -1");
 }
 
 TEST(Config, WholeBatchKeysAndFlagsAreGone) {
@@ -186,7 +189,7 @@ TEST(Config, HelpListsEveryFlag) {
                            "--log-level", "--max-active-sentences", "--max-active-rows",
                            "--max-admit-tokens", "--max-admit-delay-steps",
                            "--max-queue-sentences",
-                           "--max-concurrent-calls", "--workers",
+                           "--max-concurrent-calls", "--workers", "--threads",
                            "--max-sentences-per-request", "--max-input-tokens",
                            "--max-beam-size", "--max-decoding-length",
                            "--shutdown-grace-seconds", "--max-message-bytes"}) {
@@ -223,7 +226,7 @@ TEST(Config, YamlErrorsNameTheKey) {
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    device: tpu\n"),
             "models[0].device: must be one of auto | cpu | cuda, got 'tpu'");
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    colour: red\n"),
-            "unknown key 'models[0].colour' (known: name, path, device, precision, device_memory_limit_mb, workers, devices)");
+            "unknown key 'models[0].colour' (known: name, path, device, precision, device_memory_limit_mb, workers, devices, threads)");
   EXPECT_EQ(error_of("models:\n  - path: p\n"), "models[0].name is missing");
   EXPECT_EQ(error_of("models: []\n"), "models: at least one model is required (or a model_repository)");
   EXPECT_EQ(error_of("models:\n  - {name: a, path: p}\n  - {name: a, path: q}\n"),

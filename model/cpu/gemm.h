@@ -1,0 +1,32 @@
+#pragma once
+// The CPU engine's matrix products and its thread count: oneDNN's GEMMs (the library
+// CTranslate2 uses on the CPU), threaded with OpenMP inside the one decode loop.
+#include <cstdint>
+#include <vector>
+
+namespace nmt::cpu {
+
+// Threads of the CPU engine's GEMMs and row loops from here on, on the calling thread
+// (OpenMP keeps the count per thread); 0 = all cores.
+void set_threads(int threads);
+
+// Row-major C [m, n] = alpha * A [m, k] * op(B) + beta * C, op(B) = B^T ([n, k]) when
+// trans_b, else B ([k, n]).
+void sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// A weight matrix W [rows, cols] quantized per row, symmetric: W[r, c] ~ q[r, c] * scale[r],
+// q in [-127, 127] (made at load from the float checkpoint).
+struct QuantizedMatrix {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  int64_t rows = 0, cols = 0;
+  static QuantizedMatrix quantize(const float* w, int64_t rows, int64_t cols);
+};
+
+// y [m, w.rows] = x [m, w.cols] W^T + bias through an int8 GEMM with int32 accumulation: each
+// row of x is quantized on the fly (symmetric, its own scale), the product dequantized to
+// float. The scratch buffers are the calling thread's own and grow only.
+void int8_linear(const float* x, int64_t m, const QuantizedMatrix& w, const float* bias, float* y);
+
+}  // namespace nmt::cpu
