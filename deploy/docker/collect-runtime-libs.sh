@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the shared libraries that the given executables load into DEST, so that the runtime
 # image carries exactly what the binaries need (gRPC, protobuf, spdlog, prometheus-cpp,
-# sentencepiece, OpenBLAS, ...) without a second package list that could drift from
+# sentencepiece, oneDNN, ICU, ...) without a second package list that could drift from
 # scripts/setup.sh. Used by the Dockerfile's build stage; tested by tests/deploy.
 #
 #   deploy/docker/collect-runtime-libs.sh DEST EXECUTABLE...

@@ -3,13 +3,9 @@
 // project's sentences (tests/conformance/demo), then each variant folder of
 // tests/conformance/models. A gtest parameter, named for the test list.
 #include <cctype>
-#include <fstream>
-#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/golden.h"
 
@@ -29,32 +25,14 @@ struct ConformanceCase {
   // The variants' weights are random: their choices are clear at float32 (margins of 1e-4 and
   // more between candidates) but not at float16, whose rounding (1e-3) the gains amplify.
   bool random_weights = false;
-  // Sentences the CPU engine is known to decide differently, per search name ("nbest4"), from
-  // tests/conformance/known_differences.json: each entry says why and stays listed only while
-  // it still differs (the test fails when a listed sentence starts to match).
-  std::map<std::string, std::vector<int>> known_differences;
 };
-
-// tests/conformance/known_differences.json: {"<model>": {"<search>": [{"id": N, "why": "..."}]}}
-inline std::map<std::string, std::vector<int>> known_differences(const std::string& model) {
-  std::map<std::string, std::vector<int>> out;
-  std::ifstream in(conformance_dir() + "/known_differences.json");
-  if (!in) return out;
-  const nlohmann::json all = nlohmann::json::parse(in);
-  if (!all.contains(model)) return out;
-  for (const auto& [search, entries] : all[model].items()) {
-    for (const auto& e : entries) out[search].push_back(e.at("id").get<int>());
-  }
-  return out;
-}
 
 inline std::vector<ConformanceCase> conformance_cases() {
   std::vector<ConformanceCase> out{{"demo", demo_model_dir(), demo_references_path(), 1e-4, false}};
   for (const std::string& v : conformance_variants()) {
     const std::string dir = conformance_dir() + "/models/" + v;
-    out.push_back({v, dir, dir + "/references.jsonl", 2e-3, true, known_differences(v)});
+    out.push_back({v, dir, dir + "/references.jsonl", 2e-3, true});
   }
-  out.front().known_differences = known_differences("demo");
   return out;
 }
 
