@@ -134,8 +134,14 @@ def overload(server, stub, heavy):
     ok = [r for r in results if r[0] == "OK"]
     check(len(refused) >= 1 and len(ok) >= 1 and len(ok) + len(refused) == 12,
           f"queue full: {len(ok)} OK, {len(refused)} RESOURCE_EXHAUSTED")
+    # "At once": without waiting for a decode, so faster than any answered request (each
+    # decodes a heavy batch). Relative, because under TSan on two busy cores a refusal took
+    # 650 ms; the 2 s cap still catches a refusal that waited for the queue.
     slowest = max((r[1] for r in refused), default=0)
-    check(refused and slowest < 0.5, f"RESOURCE_EXHAUSTED answered at once (slowest {slowest * 1000:.0f} ms)")
+    fastest_ok = min((r[1] for r in ok), default=0)
+    check(refused and slowest < min(2.0, fastest_ok / 2),
+          f"RESOURCE_EXHAUSTED answered at once (slowest {slowest * 1000:.0f} ms, fastest answer "
+          f"{fastest_ok * 1000:.0f} ms)")
     check(refused and "batching.max_queue_sentences = 16" in refused[0][2],
           f"the refusal says which limit: {refused[0][2] if refused else ''}")
     counted = harness.metric(server.metrics(), 'nmt_requests_total{code="RESOURCE_EXHAUSTED",model="m30k"}')
