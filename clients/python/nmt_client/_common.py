@@ -2,6 +2,7 @@
 policy and the answers' shapes."""
 import dataclasses
 import random
+import time
 from typing import Optional, Sequence, Tuple, Union
 
 import grpc
@@ -34,6 +35,18 @@ class RetryPolicy:
 
     def delay(self, retry: int) -> float:
         return random.uniform(0, min(self.max_backoff, self.initial_backoff * self.multiplier ** (retry - 1)))
+
+    def backoff(self, code: grpc.StatusCode, attempt: int, end: Optional[float]) -> Optional[float]:
+        """The sleep before retrying a call whose `attempt` failed with `code`, or None when
+        the error is final: not transient, the last attempt, or the sleep would pass `end`
+        (time.monotonic() of the call's deadline; None = no deadline). Shared by the sync and
+        asyncio clients, which differ only in how they call and sleep."""
+        if code not in RETRYABLE or attempt == self.max_attempts:
+            return None
+        delay = self.delay(attempt)
+        if end is not None and time.monotonic() + delay >= end:
+            return None
+        return delay
 
 
 def channel_credentials(tls, root_certificates: Optional[bytes]) -> Optional[grpc.ChannelCredentials]:

@@ -78,10 +78,8 @@ class AsyncClient:
             try:
                 return await method(request, timeout=remaining, metadata=self._metadata)
             except grpc.aio.AioRpcError as e:
-                if e.code() not in _common.RETRYABLE or attempt == self._retry.max_attempts:
-                    raise
-                delay = self._retry.delay(attempt)
-                if end is not None and time.monotonic() + delay >= end:
+                delay = self._retry.backoff(e.code(), attempt, end)
+                if delay is None:
                     raise
                 self.retries += 1
                 await asyncio.sleep(delay)

@@ -85,10 +85,8 @@ class Client:
             try:
                 return method(request, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as e:
-                if e.code() not in _common.RETRYABLE or attempt == self._retry.max_attempts:
-                    raise
-                delay = self._retry.delay(attempt)
-                if end is not None and time.monotonic() + delay >= end:
+                delay = self._retry.backoff(e.code(), attempt, end)
+                if delay is None:
                     raise
                 self.retries += 1
                 time.sleep(delay)
