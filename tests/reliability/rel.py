@@ -86,6 +86,16 @@ def call(fn, *args, **kwargs):
         return e.code().name, time.monotonic() - start, e.details(), None
 
 
+def wait_healthy(health, health_pb2, timeout=90):
+    """The first Health.Check answer through `health` (a stub on a channel of the test's own
+    credentials), or None. Each call waits for the channel to become ready: a fail-fast call
+    returns at once while the channel connects, leaving the TLS handshake to gRPC's 5 s
+    backup poller, and on loaded cores two of its ticks outlast the server's 10 s
+    handshake timeout, so a client could fail to connect for minutes."""
+    return wait_for(lambda: call(health.Check, health_pb2.HealthCheckRequest(), timeout=5,
+                                 wait_for_ready=True)[3], timeout, 0.2)
+
+
 def wait_for(predicate, timeout, interval=0.1):
     end = time.monotonic() + timeout
     while time.monotonic() < end:

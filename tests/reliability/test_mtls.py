@@ -80,7 +80,7 @@ def main():
                                             certificate_chain=read(client[0]))
         with grpc.secure_channel(server.target, good) as channel:
             health = health_pb2_grpc.HealthStub(channel)
-            status = rel.wait_for(lambda: rel.call(health.Check, health_pb2.HealthCheckRequest(), timeout=1)[3], 90, 0.2)
+            status = rel.wait_healthy(health, health_pb2)
             check(status is not None and status.status == health_pb2.HealthCheckResponse.SERVING,
                   "client certificate from the CA: health SERVING")
             code, _, details, r = rel.call(pb_grpc.TranslationServiceStub(channel).Translate, request, timeout=30)

@@ -54,7 +54,7 @@ def main():
     try:
         with grpc.secure_channel(server.target, trusted) as channel:
             health = health_pb2_grpc.HealthStub(channel)
-            status = rel.wait_for(lambda: rel.call(health.Check, health_pb2.HealthCheckRequest(), timeout=1)[3], 90, 0.2)
+            status = rel.wait_healthy(health, health_pb2)
             check(status is not None and status.status == health_pb2.HealthCheckResponse.SERVING,
                   "health over TLS without a token: SERVING")
             stub = pb_grpc.TranslationServiceStub(channel)

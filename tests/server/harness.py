@@ -68,7 +68,11 @@ class Server:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < end and self.proc.poll() is None:
                 try:
-                    r = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    # wait_for_ready keeps a call in flight while the channel connects: a
+                    # fail-fast call returns at once and leaves the connection to gRPC's
+                    # 5 s backup poller, which on loaded cores can outlast the server's
+                    # handshake timeout.
+                    r = stub.Check(health_pb2.HealthCheckRequest(), timeout=2, wait_for_ready=True)
                     if r.status == health_pb2.HealthCheckResponse.SERVING:
                         return True
                 except grpc.RpcError:
