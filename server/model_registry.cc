@@ -426,8 +426,23 @@ RescanReport ModelRegistry::rescan() {
       report.added.push_back(name);
     }
   }
-  // Changed and loaded: the new version is loaded beside the old one, then swapped in.
+  // Changed and loaded: the new version is loaded beside the old one, then swapped in. Under
+  // a budget both versions must fit for that moment (the old one's measure estimates the
+  // new one): idle models are evicted for it, and when that is not enough the old version
+  // keeps serving and the reload is reported failed.
   for (const auto& slot : reload) {
+    if (slot->from_repository && budget_bytes_ > 0) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      try {
+        make_room_locked(*slot, slot->measured, lock);
+      } catch (const Error& e) {
+        slot->reason = std::string("reload postponed, the previous version still serves: ") +
+                       e.what() + " (the new version loads beside it)";
+        report.failed.push_back(slot->name);
+        log_event(spdlog::level::warn, "model reload postponed", {{"model", slot->name}, {"error", e.what()}});
+        continue;
+      }
+    }
     const auto start = std::chrono::steady_clock::now();
     std::shared_ptr<ServedModel> fresh;
     std::string error;

@@ -169,11 +169,27 @@ std::shared_ptr<ServedModel> load_served_model(const ModelEntry& entry, const Se
   served->languages = model_languages(entry.path, entry.name);
   served->precision = entry.precision;
   try {
-    int first_loop = 0;
-    for (int index : replica_devices(entry)) {
-      served->replicas.push_back(load_replica(entry, index, first_loop, config, metrics));
-      first_loop += entry.workers;
+    // Each replica loads on its own thread: a load is mostly reading and uploading weights
+    // to its own device, so N GPUs load in about the time of one (loaded one after the
+    // other, two replicas of Transformer-base took 1.8x one's time).
+    const std::vector<int> devices = replica_devices(entry);
+    std::vector<std::unique_ptr<Replica>> loaded(devices.size());
+    std::vector<std::exception_ptr> errors(devices.size());
+    std::vector<std::thread> loaders;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      loaders.emplace_back([&, i] {
+        try {
+          loaded[i] = load_replica(entry, devices[i], int(i) * entry.workers, config, metrics);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
     }
+    for (std::thread& t : loaders) t.join();
+    for (const std::exception_ptr& error : errors) {
+      if (error) std::rethrow_exception(error);  // the replicas that loaded are dropped
+    }
+    served->replicas = std::move(loaded);
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot load model '" + entry.name + "' from " + entry.path + ": " +
                              e.what());

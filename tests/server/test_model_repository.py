@@ -136,6 +136,9 @@ def main():
         value = harness.metric(server.metrics(), f'nmt_model_loads_total{{model="{model}",result="{result}"}}')
         return int(value or 0)
 
+    def evictions_of(model):
+        return int(harness.metric(server.metrics(), f'nmt_model_evictions_total{{model="{model}"}}') or 0)
+
     # Concurrent first requests for one model: one load.
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         results = list(pool.map(lambda _: translate(stub, "m-one"), range(16)))
@@ -179,8 +182,7 @@ def main():
           f"never more than two loaded: most seen {seen['listed']} in ListModels, "
           f"{seen['gauge']} in nmt_models_loaded, over {seen['polls']} polls")
     total_loads = sum(loads(n) for n in MODELS)
-    evictions = sum(int(harness.metric(server.metrics(), f'nmt_model_evictions_total{{model="{n}"}}') or 0)
-                    for n in MODELS)
+    evictions = sum(evictions_of(n) for n in MODELS)
     # m-one was loaded first; LRU over 6 models in a cycle with room for 2 misses every time.
     check(total_loads == 13 and evictions == 11,
           f"loads 13 (1 + 6 + 6) and evictions 11: {total_loads} loads, {evictions} evictions")
@@ -214,6 +216,10 @@ def main():
     write_biased_weights(os.path.join(demo, "model.safetensors"), fresh_weights, token=100, bias=10.0)
     translate(stub, target)  # loaded: the reload swaps versions under load
     loads_before = loads(target)
+    # m-two and the target fill the budget: the reload must evict m-two to hold both
+    # versions of the target for a moment.
+    check(listed(stub)["m-two"].state == "loaded", "before the reload: m-two and the target loaded")
+    evicted_before = evictions_of("m-two")
     outcomes, errors = [], []
     stop_load = threading.Event()
 
@@ -258,6 +264,9 @@ def main():
     check(after and all(o != expected for o in after) and len({tuple(o) for o in after}) == 1,
           f"requests after it got the new one ({len(after)}): {after[:1]}")
     check(listed(stub)[target].state == "loaded", "the reloaded model is listed loaded")
+    check(listed(stub)["m-two"].state == "unloaded" and evictions_of("m-two") == evicted_before + 1,
+          "the reload made room under the budget for both versions: idle m-two evicted "
+          f"({evictions_of('m-two') - evicted_before} evictions)")
 
     # ModelControl: a removed and an added folder, Unload and Load.
     shutil.rmtree(os.path.join(repository, "m-three"))
