@@ -47,6 +47,7 @@ struct ModelRegistry::Slot {
   uint64_t last_used = 0;
   DeviceBytes measured;  // per device, from its last load: the next load's estimate
   LanguagePair languages;  // from tokenizer_config.json or the folder's name
+  std::vector<Acquired> waiters;  // acquire_async calls waiting for the load under way
 };
 
 ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
@@ -67,7 +68,7 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
     metrics_.model_listed(entry.name);
     std::unique_lock<std::mutex> lock(mutex_);
     try {
-      load_locked(slot, lock);
+      load_and_answer_locked(slot, lock);
     } catch (const std::exception& e) {
       // A configured model that does not load stops the server (as before the repository).
       throw std::runtime_error(slot->reason.empty() ? e.what() : slot->reason);
@@ -156,14 +157,85 @@ std::shared_ptr<ServedModel> ModelRegistry::acquire(const std::string& name) {
         changed_.wait(lock);  // the one load under way; then look again
         break;
       case ModelState::kFailed:
-        throw Error(ErrorCode::kUnavailable,
-                    "model '" + slot->name + "' failed to load: " + slot->reason +
-                        " (fix its folder, then reload: SIGHUP or ModelControl.Reload)");
+        std::rethrow_exception(refusal_locked(*slot));
       case ModelState::kUnloaded:
-        load_locked(slot, lock);
+        load_and_answer_locked(slot, lock);
         break;
     }
   }
+}
+
+std::exception_ptr ModelRegistry::refusal_locked(const Slot& slot) const {
+  return std::make_exception_ptr(
+      Error(ErrorCode::kUnavailable, "model '" + slot.name + "' failed to load: " + slot.reason +
+                                         " (fix its folder, then reload: SIGHUP or ModelControl.Reload)"));
+}
+
+void ModelRegistry::acquire_async(const std::string& name, Acquired then) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::shared_ptr<Slot> slot;
+  std::exception_ptr error;
+  try {
+    if (stopping_) throw Error(ErrorCode::kUnavailable, "the server is shutting down");
+    slot = find_locked(name);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (!error && slot->state == ModelState::kFailed) error = refusal_locked(*slot);
+  if (error || slot->state == ModelState::kLoaded) {
+    std::shared_ptr<ServedModel> model;
+    if (!error) {
+      slot->last_used = ++tick_;
+      model = slot->current;
+    }
+    lock.unlock();
+    then(std::move(model), error);
+    return;
+  }
+  slot->waiters.push_back(std::move(then));
+  if (slot->state == ModelState::kLoading) return;  // the load under way answers it
+  slot->state = ModelState::kLoading;  // later callers wait for this load
+  ++loader_threads_;
+  std::thread([this, slot]() mutable {
+    std::unique_lock<std::mutex> lock(mutex_);
+    try {
+      if (stopping_) {
+        slot->state = ModelState::kUnloaded;
+        throw Error(ErrorCode::kUnavailable, "the server is shutting down");
+      }
+      load_and_answer_locked(slot, lock);
+    } catch (...) {
+      // load_and_answer_locked answered the waiters; a stop before the load did not.
+      std::vector<Acquired> waiters = std::move(slot->waiters);
+      slot->waiters.clear();
+      const std::exception_ptr error = std::current_exception();
+      lock.unlock();
+      for (Acquired& w : waiters) w(nullptr, error);
+      lock.lock();
+    }
+    slot.reset();  // under the lock: after the notify nothing of the registry's is touched
+    --loader_threads_;
+    changed_.notify_all();  // stop() waits for the last loader
+  }).detach();
+}
+
+void ModelRegistry::load_and_answer_locked(const std::shared_ptr<Slot>& slot,
+                                           std::unique_lock<std::mutex>& lock) {
+  std::exception_ptr error;
+  try {
+    load_locked(slot, lock);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::vector<Acquired> waiters = std::move(slot->waiters);
+  slot->waiters.clear();
+  std::shared_ptr<ServedModel> model = error ? nullptr : slot->current;
+  if (!waiters.empty()) {
+    lock.unlock();
+    for (Acquired& w : waiters) w(model, error);
+    lock.lock();
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void ModelRegistry::load_locked(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock) {
@@ -525,9 +597,11 @@ ModelStatus ModelRegistry::status(const std::string& name) const {
 void ModelRegistry::stop() {
   std::vector<std::shared_ptr<ServedModel>> models;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     stopping_ = true;
     changed_.notify_all();
+    // A load under way ends (its waiters answered) before the models are stopped.
+    changed_.wait(lock, [this] { return loader_threads_ == 0; });
     for (auto& [name, slot] : slots_) {
       if (slot->current) models.push_back(slot->current);
     }

@@ -7,6 +7,8 @@
 // and is freed (by the janitor thread, off every request and scheduler thread) once nothing
 // holds it.
 #include <condition_variable>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,6 +61,13 @@ class ModelRegistry {
   // kNotFound (no such model), kInvalidArgument ("" without a default), kResourceExhausted
   // (it cannot fit the memory budget), kUnavailable (it failed to load, or stopping).
   std::shared_ptr<ServedModel> acquire(const std::string& name);
+  // acquire() without waiting: `then` gets the loaded version (and a null error) or what
+  // acquire() would throw. It runs on this thread before the call returns when the model
+  // is loaded or the error is known at once; otherwise the model loads on a thread of the
+  // registry's and `then` runs there when the load ends, so that a request waiting for a
+  // load holds no gRPC thread.
+  using Acquired = std::function<void(std::shared_ptr<ServedModel>, std::exception_ptr)>;
+  void acquire_async(const std::string& name, Acquired then);
   // Unloads the model (its in-flight sentences finish first); throws kNotFound.
   void unload(const std::string& name);
   // Lists the repository again: new folders are listed (unloaded), removed ones unloaded
@@ -78,6 +87,10 @@ class ModelRegistry {
 
   std::shared_ptr<Slot> find_locked(const std::string& name) const;  // throws kNotFound
   void load_locked(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
+  // load_locked, then the slot's acquire_async waiters get its outcome (outside the lock);
+  // rethrows a failure.
+  void load_and_answer_locked(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
+  std::exception_ptr refusal_locked(const Slot& slot) const;  // failed: why, as an error
   // Evicts idle models until `need` fits the budget on each of its devices, waiting a while
   // for busy or retiring ones; throws kResourceExhausted.
   void make_room_locked(const Slot& slot, const DeviceBytes& need, std::unique_lock<std::mutex>& lock);
@@ -104,6 +117,7 @@ class ModelRegistry {
   std::vector<std::shared_ptr<ServedModel>> retired_;
   bool started_ = false;  // the constructor finished (its models: entries loaded)
   bool stopping_ = false;
+  int loader_threads_ = 0;  // acquire_async's loads under way (detached; stop() waits)
   std::mutex rescan_mutex_;  // one rescan at a time
   std::thread janitor_;
 };

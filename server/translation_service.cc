@@ -140,9 +140,12 @@ class TranslationService::Slot {
   bool held_ = false;
 };
 
-// Translate: parsed, validated and submitted in the method handler; the job's callback (on
-// a scheduler thread) fills the response and finishes the call. A client's cancellation or
-// the deadline (OnCancel) cancels the job, whose callback then finishes the call.
+// Translate: parsed, validated and submitted in the method handler, or, when its model must
+// load first, on the registry's loading thread once it has (no thread waits for the load);
+// the job's callback (on a scheduler thread) fills the response and finishes the call. A
+// client's cancellation or the deadline (OnCancel) cancels the job, whose callback then
+// finishes the call. The call is not finished before its admission has come back, so the
+// reactor outlives every thread that touches it.
 //
 // The method is registered raw (bytes in and out): gRPC 1.51's callback handler answers a
 // request that does not parse UNIMPLEMENTED, with no message, before any code of ours runs.
@@ -160,8 +163,15 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
   void OnCancel() override {
     arrived(this);
     // The job's callback then arrives CANCELLED (unless it already did) and finishes the
-    // call, on this thread when the job had not started.
-    if (job_) admitted_.scheduler->cancel(job_);
+    // call, on this thread when the job had not started. Before the admission has come
+    // back there is no job yet: admission() cancels it.
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cancelled_ = true;
+      job = job_;
+    }
+    if (job) admitted_.scheduler->cancel(job);
     handoff(this);
   }
   void OnDone() override {
@@ -173,12 +183,11 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
 
  private:
   void start(const grpc::ByteBuffer& request_bytes) {
-    v1::TranslateRequest request;
     grpc::ByteBuffer bytes(request_bytes);  // shares the slices; parsing consumes it
     const bool parsed =
-        grpc::SerializationTraits<v1::TranslateRequest>::Deserialize(&bytes, &request).ok();
+        grpc::SerializationTraits<v1::TranslateRequest>::Deserialize(&bytes, &request_).ok();
     // Nothing of a request that does not parse is trusted (its id included).
-    call_ = service_.begin("Translate", parsed ? request : v1::TranslateRequest());
+    call_ = service_.begin("Translate", parsed ? request_ : v1::TranslateRequest());
     if (!parsed) {
       finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "the request does not parse as an nmt.v1.TranslateRequest (a malformed "
@@ -189,16 +198,31 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
       finish(slot_.busy());
       return;
     }
-    // The callback may run (and finish the call) before submit() returns: nothing here
-    // touches what it uses after this point but job_, which only OnCancel reads, and
-    // OnCancel comes after the handler has returned.
-    try {
-      job_ = service_.admit(request, deadline_, call_, admitted_,
-                            [this](JobResult result) { done(result); });
-    } catch (const Error& e) {
-      finish(to_grpc_status(e));
-    } catch (const std::exception& e) {
-      finish(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
+    service_.admit_async(
+        request_, deadline_, call_, admitted_, [this](JobResult result) { done(result); },
+        [this](std::shared_ptr<Job> job, const grpc::Status& refused) { admission(std::move(job), refused); });
+  }
+
+  // The admission came back (here, or on the loading thread): the job, or why the request
+  // is refused. A job that answered meanwhile left its answer for this to finish with.
+  void admission(std::shared_ptr<Job> job, const grpc::Status& refused) {
+    std::optional<grpc::Status> answer;
+    bool cancel = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      admitting_ = false;
+      if (!refused.ok()) {
+        answer = refused;
+      } else {
+        job_ = job;
+        answer = std::move(answered_);
+        cancel = cancelled_ && !answer;
+      }
+    }
+    if (answer) {
+      finish(*answer);
+    } else if (cancel) {
+      admitted_.scheduler->cancel(job);  // its callback may finish the call here
     }
   }
 
@@ -208,6 +232,13 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
       bool own_buffer = false;
       status = grpc::SerializationTraits<v1::TranslateResponse>::Serialize(
           response_, response_bytes_, &own_buffer);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (admitting_) {  // still inside submit(): admission() finishes the call
+        answered_ = status;
+        return;
+      }
     }
     finish(status);
   }
@@ -225,9 +256,14 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
   Slot slot_;
   Call call_;
   const Clock::time_point deadline_;
+  v1::TranslateRequest request_;
   Admitted admitted_;
   v1::TranslateResponse response_;
-  std::shared_ptr<Job> job_;  // written by the handler, read by OnCancel
+  std::mutex mutex_;  // guards what the admission, the job's callback and OnCancel share
+  bool admitting_ = true;
+  bool cancelled_ = false;
+  std::optional<grpc::Status> answered_;  // the job's answer, while admitting_
+  std::shared_ptr<Job> job_;  // once admitted; OnCancel cancels it
 };
 
 // TranslateStream: each message read is admitted at once (or answered with its error), so
@@ -312,6 +348,7 @@ class TranslationService::StreamCall final
       if (!cancelled) {
         pending_.push_back(entry);
         ++outstanding_;
+        admitting_ = true;
       }
     }
     if (cancelled) {  // the stream is going away: recorded, and answered nowhere
@@ -322,23 +359,26 @@ class TranslationService::StreamCall final
       pump(std::move(lock));
       return;
     }
-    grpc::Status refused;
-    std::shared_ptr<Job> job;
-    try {
-      job = service_.admit(request_, deadline_, entry->call, entry->admitted,
-                           [this, entry](JobResult result) { completed(*entry, result); });
-    } catch (const Error& e) {
-      refused = to_grpc_status(e);
-    } catch (const std::exception& e) {
-      refused = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
-    }
+    // Admitted here when the model is loaded, else on the loading thread once it is. Until
+    // then reading_ stays set (request_ is in use, the next read waits) and admitting_
+    // keeps a cancelled stream from finishing under the admission.
+    service_.admit_async(
+        request_, deadline_, entry->call, entry->admitted,
+        [this, entry](JobResult result) { completed(*entry, result); },
+        [this, entry](std::shared_ptr<Job> job, const grpc::Status& refused) {
+          admission(entry, std::move(job), refused);
+        });
+  }
+
+  // A message's admission came back: its job, or why it is refused.
+  void admission(const std::shared_ptr<Entry>& entry, std::shared_ptr<Job> job,
+                 const grpc::Status& refused) {
     if (!refused.ok()) {
       answer(*entry, refused);
       service_.record(entry->call, refused);
     }
     bool cancel = false;
     std::unique_lock<std::mutex> lock(mutex_);
-    reading_ = false;
     if (!refused.ok()) {
       entry->done = true;
       --outstanding_;
@@ -347,10 +387,14 @@ class TranslationService::StreamCall final
       cancel = cancelled_;  // OnCancel came while we were submitting
     }
     if (cancel) {
+      // Its callback may run here; with reading_ and admitting_ still set its pump neither
+      // reads nor finishes the stream under this function.
       lock.unlock();
       entry->admitted.scheduler->cancel(job);
       lock.lock();
     }
+    reading_ = false;
+    admitting_ = false;
     pump(std::move(lock));
   }
 
@@ -417,7 +461,7 @@ class TranslationService::StreamCall final
       std::optional<grpc::Status> finish;
       if (cancelled_) {
         // Reads may be outstanding: they end (ok=false) once the call is finished.
-        if (outstanding_ == 0 && !writing_) {
+        if (outstanding_ == 0 && !writing_ && !admitting_) {
           finish = grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed");
         }
       } else {
@@ -458,7 +502,8 @@ class TranslationService::StreamCall final
   std::mutex mutex_;
   std::deque<std::shared_ptr<Entry>> pending_;  // message order; the front is written next
   int outstanding_ = 0;   // pending entries whose job callback has not come back
-  bool reading_ = false;  // a read in flight, or OnReadDone running
+  bool reading_ = false;  // a read in flight, or OnReadDone running, or its admission
+  bool admitting_ = false;  // a message's admission has not come back
   bool read_done_ = false;
   bool writing_ = false;
   bool cancelled_ = false;
@@ -512,7 +557,36 @@ TranslationService::Call TranslationService::begin(const char* method,
 std::shared_ptr<Job> TranslationService::admit(const v1::TranslateRequest& request,
                                                Clock::time_point deadline, Call& call,
                                                Admitted& admitted, JobCallback done) {
-  admitted.model = models_.acquire(request.model());  // loads it on its first request
+  // Loads the model on its first request, on this thread.
+  return submit(request, models_.acquire(request.model()), deadline, call, admitted, std::move(done));
+}
+
+void TranslationService::admit_async(const v1::TranslateRequest& request, Clock::time_point deadline,
+                                     Call& call, Admitted& admitted, JobCallback done,
+                                     Admission then) {
+  models_.acquire_async(
+      request.model(), [this, &request, deadline, &call, &admitted, done = std::move(done),
+                        then = std::move(then)](std::shared_ptr<ServedModel> model,
+                                                std::exception_ptr error) mutable {
+        std::shared_ptr<Job> job;
+        grpc::Status refused;
+        try {
+          if (error) std::rethrow_exception(error);
+          job = submit(request, std::move(model), deadline, call, admitted, std::move(done));
+        } catch (const Error& e) {
+          refused = to_grpc_status(e);
+        } catch (const std::exception& e) {
+          refused = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+        }
+        then(std::move(job), refused);
+      });
+}
+
+std::shared_ptr<Job> TranslationService::submit(const v1::TranslateRequest& request,
+                                                std::shared_ptr<ServedModel> model,
+                                                Clock::time_point deadline, Call& call,
+                                                Admitted& admitted, JobCallback done) {
+  admitted.model = std::move(model);
   call.model = admitted.model->name;
   admitted.scheduler = admitted.model->least_loaded().scheduler.get();
   const Tokenizer& tokenizer = admitted.model->tokenizer();

@@ -74,6 +74,17 @@ class TranslationService final : public TranslationServiceBase {
   // nmt::Error (the request is refused; `done` never runs).
   std::shared_ptr<Job> admit(const v1::TranslateRequest& request, Clock::time_point deadline,
                              Call& call, Admitted& admitted, JobCallback done);
+  // admit() without waiting for a model load (ModelRegistry::acquire_async): `then` gets
+  // the job, or the status that refuses the request (and `done` never runs). `then` runs on
+  // this thread when the model is loaded, else on the registry's loading thread; `request`,
+  // `call` and `admitted` must live until it has run.
+  using Admission = std::function<void(std::shared_ptr<Job>, grpc::Status)>;
+  void admit_async(const v1::TranslateRequest& request, Clock::time_point deadline, Call& call,
+                   Admitted& admitted, JobCallback done, Admission then);
+  // admit()'s work once the model is known.
+  std::shared_ptr<Job> submit(const v1::TranslateRequest& request, std::shared_ptr<ServedModel> model,
+                              Clock::time_point deadline, Call& call, Admitted& admitted,
+                              JobCallback done);
   // The request's status from its job's result; fills the response when it is OK.
   grpc::Status respond(const Admitted& admitted, const JobResult& result,
                        Clock::time_point deadline, Call& call, v1::TranslateResponse* response);
