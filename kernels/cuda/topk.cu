@@ -1,13 +1,17 @@
-// Beam-search top-k (kernels/topk.h) in three launches over (vocab chunk, row) blocks:
-//   1. each chunk's partial log-sum-exp (online max / sum of exp);
-//   2. the row's log-sum-exp from the partials, then each token's final score
-//      (logit + bias - lse, masked, + running score), computed exactly as the reference does,
-//      and the chunk's kp best (score, index) pairs; the logits are re-read from L2;
-//   3. one block per sentence: the k best of its beam x splits x kp candidates.
-// With enough rows to fill the GPU and rows of at most 16384 tokens, 1 and 2 are one launch
-// (topk_row_kernel, the row held in registers).
-// Selecting on the final score (not on the logit) keeps torch.topk's tie rule exact even where
-// float rounding makes different logits collide. kp = k rounded up to a power of two.
+// Beam-search top-k (kernels/topk.h) in two launches, each logit read once:
+//   1. topk_chunk_kernel, one block per (vocab chunk, row): the chunk's partial log-sum-exp
+//      (online max / sum of exp) and its kp best (masked logit, index) pairs, in one pass
+//      (log_softmax is monotone within a row, so the best logits are the best scores);
+//   2. topk_merge_kernel, one block per sentence: each row's log-sum-exp from the partials,
+//      the candidates' final scores (logit + bias - lse, masked, + running score, computed
+//      exactly as the reference does), the k best of its beam x splits x kp candidates.
+// Where float rounding makes different logits tie in the final score, the logit order can
+// disagree with torch.topk's tie rule (lower index first); the merge detects when a dropped
+// token could be involved and then rescans the sentence's rows on the final scores, so the
+// result is exact either way (rare: see unsafe_chunk).
+// With enough rows to fill the GPU and rows of at most 16384 tokens and k <= 8, step 1 is
+// topk_row_kernel instead (the row held in registers, its log-sum-exp first, then the
+// selection on the final scores) and step 2 merges those. kp = k rounded up to a power of two.
 #include <algorithm>
 #include <climits>
 #include <type_traits>
@@ -144,10 +148,10 @@ struct Workspace {
 
 constexpr int kLoadsInFlight = 8;  // logits each thread loads before using them
 
-struct Chunk {
+struct Chunk {  // tokens [begin, end) of a row: its index-th piece of chunk tokens
   int begin, end;
-  __device__ Chunk(int vocab, int chunk) {
-    begin = blockIdx.x * chunk;
+  __device__ Chunk(int vocab, int chunk, int index) {
+    begin = index * chunk;
     end = min(vocab, begin + chunk);
   }
 };
@@ -193,20 +197,6 @@ __device__ __forceinline__ OnlineLse block_lse(OnlineLse lse) {
   return total;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits,
-                                                                 int64_t row_stride,
-                                                                 const float* bias, int vocab,
-                                                                 int chunk, Workspace ws) {
-  const int64_t row = blockIdx.y;
-  OnlineLse lse;
-  for_each_logit(logits + row * row_stride, bias, Chunk(vocab, chunk),
-                 [&](int, float v) { lse.add(v); });
-  const OnlineLse total = block_lse(lse);
-  if (threadIdx.x == 0)
-    ws.lse_parts[row * gridDim.x + blockIdx.x] = make_float2(total.m, total.s);
-}
-
 // The kTopkMaskEos / kTopkForceEos bits of the sentence that row belongs to.
 __device__ __forceinline__ unsigned row_flags(const TopkMasks& masks, int64_t row, int beam) {
   if (masks.sentence_flags) return masks.sentence_flags[row / beam];
@@ -222,44 +212,134 @@ __device__ __forceinline__ float final_score(int t, float v, float lse, float ru
   return logp + running;
 }
 
-// The chunk's kK best final scores into the workspace slot of (row, chunk).
+// The key a chunk selects on before the row's log-sum-exp is known: the masked logit
+// (forced EOS: +inf, every other token -inf). final_score(t, key, ...) equals
+// final_score(t, v, ...) and never decreases as the key grows, so a chunk's best keys hold
+// its best final scores, up to ties that float rounding creates between different keys;
+// topk_merge_kernel detects those and rescans (see unsafe_chunk).
+__device__ __forceinline__ float select_key(int t, float v, const TopkMasks& masks,
+                                            unsigned flags) {
+  if (flags & kTopkForceEos) return t == masks.eos_id ? INFINITY : -INFINITY;
+  if (t == masks.pad_id || ((flags & kTopkMaskEos) && t == masks.eos_id)) return -INFINITY;
+  return v;
+}
+
+// One pass over a chunk of a row: its partial log-sum-exp (of the unmasked logits) and its
+// kK best (key, index) pairs, each logit read once.
 template <typename T, int kK>
-__device__ __forceinline__ void select_chunk(const T* x, const float* bias, Chunk chunk,
-                                             float lse, float running, int base,
-                                             const TopkMasks& masks, unsigned flags,
-                                             Workspace ws, int64_t out) {
+__global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
+    const T* logits, int64_t row_stride, const float* bias, int beam, int vocab, int chunk,
+    TopkMasks masks, Workspace ws) {
+  const int64_t row = blockIdx.y;
+  const int base = int(row % beam) * vocab;
+  const unsigned flags = row_flags(masks, row, beam);
+  OnlineLse lse;
   TopList<kK> list;
   list.clear();
-  for_each_logit(x, bias, chunk, [&](int t, float v) {
-    list.push(final_score(t, v, lse, running, masks, flags), base + t);
+  for_each_logit(logits + row * row_stride, bias, Chunk(vocab, chunk, blockIdx.x), [&](int t, float v) {
+    lse.add(v);
+    list.push(select_key(t, v, masks, flags), base + t);
   });
+  const OnlineLse total = block_lse(lse);
+  const int64_t slot = row * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) ws.lse_parts[slot] = make_float2(total.m, total.s);
   block_merge<kK>(list, kK, [&](int r, float v, int i) {
-    ws.scores[out + r] = v;
-    ws.index[out + r] = i;
+    ws.scores[slot * kK + r] = v;
+    ws.index[slot * kK + r] = i;
   });
 }
 
+// Whether a chunk's dropped tokens (those after its kK kept ones in key order) could still
+// belong to the sentence's k best, whose worst is (fk, ik). A dropped token has a key below
+// the chunk's last kept key w, or equal to it with a higher index. Its final score is then at
+// most final(w) (equal: higher index than iw), or at most final(next float below w): only
+// float rounding can make these tie with fk, which is rare but possible (e.g. a huge negative
+// running score that swallows the differences of the logits).
+__device__ __forceinline__ bool unsafe_chunk(float w, int iw, int t, float lse, float running,
+                                             const TopkMasks& masks, unsigned flags, float fk,
+                                             int ik) {
+  const float fw = final_score(t, w, lse, running, masks, flags);
+  if (fw > fk || (fw == fk && iw < ik)) return true;
+  if (w == -INFINITY) return false;  // nothing has a lower key
+  // keys below w: -inf only under forced EOS, else at most the next float below w (masked
+  // tokens score -inf, below that bound)
+  const float below = (flags & kTopkForceEos) ? -INFINITY
+                                              : (nextafterf(w, -INFINITY) - lse) + running;
+  return below >= fk;
+}
+
+// One block per sentence: each row's log-sum-exp from its chunks' partials, the final scores
+// of the beam x splits x kK candidates, their k best; then the check that no chunk dropped a
+// token that belongs there (else the block rescans the sentence's rows, exactly as the
+// reference orders them).
 template <typename T, int kK>
-__global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
+__global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
-    int beam, int vocab, int chunk, TopkMasks masks, Workspace ws) {
-  const int64_t row = blockIdx.y;
-  const int splits = gridDim.x;
+    int beam, int vocab, int chunk, int k, TopkMasks masks, Workspace ws, float* out_scores,
+    int* out_index) {
+  extern __shared__ float s_lse[];  // [beam]
+  __shared__ float s_best_v[kK];
+  __shared__ int s_best_i[kK];
+  const int64_t sentence = blockIdx.x, first_row = sentence * beam;
+  const int splits = (vocab + chunk - 1) / chunk;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __shared__ float s_lse;
-  if (warp == 0) {
+  for (int r = warp; r < beam; r += kChunkThreads / 32) {
     OnlineLse lse;
     for (int s = lane; s < splits; s += 32) {
-      const float2 part = ws.lse_parts[row * splits + s];
+      const float2 part = ws.lse_parts[(first_row + r) * splits + s];
       lse.merge(part.x, part.y);
     }
     warp_allreduce(lse);
-    if (lane == 0) s_lse = lse.m + logf(lse.s);
+    if (lane == 0) s_lse[r] = lse.m + logf(lse.s);
   }
   __syncthreads();
-  select_chunk<T, kK>(logits + row * row_stride, bias, Chunk(vocab, chunk), s_lse,
-                      running_scores[row], int(row % beam) * vocab, masks,
-                      row_flags(masks, row, beam), ws, (row * splits + blockIdx.x) * kK);
+  const unsigned flags = row_flags(masks, first_row, beam);
+  TopList<kK> list;
+  list.clear();
+  const int64_t first = first_row * splits * kK, count = int64_t(beam) * splits * kK;
+  for (int64_t c = threadIdx.x; c < count; c += blockDim.x) {
+    const int index = ws.index[first + c];
+    if (index == kNoToken) continue;
+    const int r = index / vocab;
+    list.push(final_score(index - r * vocab, ws.scores[first + c], s_lse[r],
+                          running_scores[first_row + r], masks, flags),
+              index);
+  }
+  block_merge<kK>(list, k, [&](int r, float v, int i) {
+    s_best_v[r] = v;
+    s_best_i[r] = i;
+  });
+  __syncthreads();
+  const float fk = s_best_v[k - 1];
+  const int ik = s_best_i[k - 1];
+  bool unsafe = false;
+  for (int c = threadIdx.x; c < beam * splits; c += blockDim.x) {
+    const int r = c / splits, split = c % splits;
+    if (min(vocab, (split + 1) * chunk) - split * chunk <= kK) continue;  // kept every token
+    const int64_t last = first + int64_t(c) * kK + kK - 1;
+    const int iw = ws.index[last];
+    unsafe |= unsafe_chunk(ws.scores[last], iw, iw - r * vocab, s_lse[r],
+                           running_scores[first_row + r], masks, flags, fk, ik);
+  }
+  if (__syncthreads_or(unsafe)) {
+    list.clear();
+    for (int r = 0; r < beam; ++r) {
+      const float lse = s_lse[r], running = running_scores[first_row + r];
+      for_each_logit(logits + (first_row + r) * row_stride, bias, Chunk(vocab, vocab, 0),
+                     [&](int t, float v) {
+                       list.push(final_score(t, v, lse, running, masks, flags), r * vocab + t);
+                     });
+    }
+    block_merge<kK>(list, k, [&](int r, float v, int i) {
+      out_scores[sentence * k + r] = v;
+      out_index[sentence * k + r] = i;
+    });
+    return;
+  }
+  for (int r = threadIdx.x; r < k; r += blockDim.x) {
+    out_scores[sentence * k + r] = s_best_v[r];
+    out_index[sentence * k + r] = s_best_i[r];
+  }
 }
 
 // One block per row (a single chunk) for rows of at most kRowTokens tokens: each thread loads
@@ -343,17 +423,18 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
     else
       go(std::integral_constant<int, 64>());
     NMT_CUDA_CHECK_LAUNCH();
-  } else {
-    topk_lse_kernel<T><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, vocab,
-                                                           chunk, ws);
+    topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
+        beam, splits, k, ws, out_scores, out_index);
     NMT_CUDA_CHECK_LAUNCH();
-    topk_chunk_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(
-        logits, row_stride, bias, running_scores, beam, vocab, chunk, masks, ws);
+  } else {
+    topk_chunk_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, beam,
+                                                                vocab, chunk, masks, ws);
+    NMT_CUDA_CHECK_LAUNCH();
+    topk_merge_kernel<T, kK><<<unsigned(sentences), kChunkThreads, beam * sizeof(float), stream>>>(
+        logits, row_stride, bias, running_scores, beam, vocab, chunk, k, masks, ws, out_scores,
+        out_index);
     NMT_CUDA_CHECK_LAUNCH();
   }
-  topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
-      beam, splits, k, ws, out_scores, out_index);
-  NMT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
