@@ -275,13 +275,12 @@ __device__ __forceinline__ bool unsafe_chunk(float w, int iw, int t, float lse, 
 template <typename T, int kK>
 __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
-    int beam, int vocab, int chunk, int k, TopkMasks masks, Workspace ws, float* out_scores,
-    int* out_index) {
+    int beam, int vocab, int splits, int chunk, int k, TopkMasks masks, Workspace ws,
+    float* out_scores, int* out_index) {
   extern __shared__ float s_lse[];  // [beam]
   __shared__ float s_best_v[kK];
   __shared__ int s_best_i[kK];
   const int64_t sentence = blockIdx.x, first_row = sentence * beam;
-  const int splits = (vocab + chunk - 1) / chunk;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int r = warp; r < beam; r += kChunkThreads / 32) {
     OnlineLse lse;
@@ -431,8 +430,8 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
                                                                 vocab, chunk, masks, ws);
     NMT_CUDA_CHECK_LAUNCH();
     topk_merge_kernel<T, kK><<<unsigned(sentences), kChunkThreads, beam * sizeof(float), stream>>>(
-        logits, row_stride, bias, running_scores, beam, vocab, chunk, k, masks, ws, out_scores,
-        out_index);
+        logits, row_stride, bias, running_scores, beam, vocab, splits, chunk, k, masks, ws,
+        out_scores, out_index);
     NMT_CUDA_CHECK_LAUNCH();
   }
 }
