@@ -72,12 +72,15 @@ int beam_topk_padded_k(int k) {
   return p;
 }
 
+int beam_topk_chunk_candidates(int k) { return std::min(2 * beam_topk_padded_k(k), 32); }
+
 size_t beam_topk_workspace_bytes(int64_t sentences, int beam, int vocab, int k) {
   const int64_t rows = sentences * beam;
   const int64_t chunks = rows * beam_topk_splits(rows, vocab);
-  // per chunk: (max, sum) of its logits, then its padded-k best (key, token) pairs
+  // per chunk: (max, sum) of its logits, then its best (key, token) pairs (the row path keeps
+  // the padded k of them, the chunked path beam_topk_chunk_candidates)
   return size_t(chunks) * (2 * sizeof(float) +
-                           size_t(beam_topk_padded_k(k)) * (sizeof(float) + sizeof(int)));
+                           size_t(beam_topk_chunk_candidates(k)) * (sizeof(float) + sizeof(int)));
 }
 
 }  // namespace nmt::kernels
