@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
   });
 }
 
-// Whether a chunk's dropped tokens (those after its kK kept ones in key order) could still
+// Whether a chunk's dropped tokens (those after its kC kept ones in key order) could still
 // belong to the sentence's k best, whose worst is (fk, ik). A dropped token has a key below
 // the chunk's last kept key w, or equal to it with a higher index. Its final score is then at
 // most final(w) (equal: higher index than iw), or at most final(next float below w): only
@@ -331,7 +331,7 @@ __device__ __forceinline__ bool unsafe_chunk(float w, int iw, int t, float lse, 
 }
 
 // One block per sentence: each row's log-sum-exp from its chunks' partials, the final scores
-// of the beam x splits x kK candidates, their k best; then the check that no chunk dropped a
+// of the beam x splits x kC candidates, their k best; then the check that no chunk dropped a
 // token that belongs there (else the block rescans the sentence's rows, exactly as the
 // reference orders them).
 template <typename T, int kC>
