@@ -42,6 +42,9 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
 // power of two its kernels are compiled for (the workspace size depends on both).
 int beam_topk_splits(int64_t rows, int vocab);
 int beam_topk_padded_k(int k);
+// Candidates each chunk keeps: twice the padded k (at most 32). The margin over k makes it rare
+// that float rounding ties between a chunk's dropped and kept tokens force a rescan.
+int beam_topk_chunk_candidates(int k);
 
 // Scratch bytes beam_topk_cuda needs for this shape.
 size_t beam_topk_workspace_bytes(int64_t sentences, int beam, int vocab, int k);

@@ -1,13 +1,19 @@
-// Beam-search top-k (kernels/topk.h) in three launches over (vocab chunk, row) blocks:
-//   1. each chunk's partial log-sum-exp (online max / sum of exp);
-//   2. the row's log-sum-exp from the partials, then each token's final score
-//      (logit + bias - lse, masked, + running score), computed exactly as the reference does,
-//      and the chunk's kp best (score, index) pairs; the logits are re-read from L2;
-//   3. one block per sentence: the k best of its beam x splits x kp candidates.
-// With enough rows to fill the GPU and rows of at most 16384 tokens, 1 and 2 are one launch
-// (topk_row_kernel, the row held in registers).
-// Selecting on the final score (not on the logit) keeps torch.topk's tie rule exact even where
-// float rounding makes different logits collide. kp = k rounded up to a power of two.
+// Beam-search top-k (kernels/topk.h) in two launches, each logit read once:
+//   1. topk_chunk_kernel, one block per (vocab chunk, row): the chunk's partial log-sum-exp
+//      (online max / sum of exp) and its kC best (masked logit, index) pairs, in one pass
+//      (log_softmax is monotone within a row, so the best logits are the best scores);
+//      kC = 2 x kp (at most 32), selected warp-cooperatively (WarpTop);
+//   2. topk_merge_kernel, one block per sentence: each row's log-sum-exp from the partials,
+//      the candidates' final scores (logit + bias - lse, masked, + running score, computed
+//      exactly as the reference does), the k best of its beam x splits x kC candidates.
+// Where float rounding makes different logits tie in the final score, the logit order can
+// disagree with torch.topk's tie rule (lower index first); the merge detects when a dropped
+// token could be involved and then rescans the sentence's rows on the final scores, so the
+// result is exact either way (rare with kC > k: see unsafe_chunk).
+// With enough rows to fill the GPU and rows of at most 16384 tokens and k <= 8, step 1 is
+// topk_row_kernel instead (the row held in registers, its log-sum-exp first, then the
+// selection on the final scores) and step 2 topk_sentence_kernel merges those.
+// kp = k rounded up to a power of two.
 #include <algorithm>
 #include <climits>
 #include <type_traits>
@@ -110,6 +116,68 @@ __device__ __forceinline__ bool block_merge(TopList<kK>& list, int count, Emit e
   return true;
 }
 
+// The kC best (value, index) pairs a warp has been offered, sorted best first: lane s holds
+// the s-th (lanes >= kC hold nothing of use). Every lane calls offer() together, one candidate
+// each; only candidates better than the warp's current kC-th are inserted, one at a time, so 32
+// candidates cost a compare and a ballot, and an insertion a few shuffles. (A per-thread list
+// costs its whole insertion chain whenever any lane of the warp inserts, which in the first
+// hundreds of candidates is nearly always.)
+template <int kC>
+struct WarpTop {
+  static_assert(kC >= 1 && kC <= 32, "one entry per lane");
+  float v = -INFINITY;  // this lane's entry
+  int i = kNoToken;
+  float worst_v = -INFINITY;  // entry kC - 1, the same in every lane
+  int worst_i = kNoToken;
+  __device__ __forceinline__ void insert(float cv, int ci) {  // cv, ci: the same in every lane
+    const int lane = threadIdx.x % 32;
+    const int pos = __popc(__ballot_sync(0xffffffffu, lane < kC && better(v, i, cv, ci)));
+    const float up_v = __shfl_up_sync(0xffffffffu, v, 1);
+    const int up_i = __shfl_up_sync(0xffffffffu, i, 1);
+    if (lane == pos) {
+      v = cv;
+      i = ci;
+    } else if (lane > pos) {
+      v = up_v;
+      i = up_i;
+    }
+    worst_v = __shfl_sync(0xffffffffu, v, kC - 1);
+    worst_i = __shfl_sync(0xffffffffu, i, kC - 1);
+  }
+  __device__ __forceinline__ void offer(float cv, int ci) {
+    unsigned m = __ballot_sync(0xffffffffu, better(cv, ci, worst_v, worst_i));
+    while (m) {
+      const int src = __ffs(m) - 1;
+      m &= m - 1;
+      const float bv = __shfl_sync(0xffffffffu, cv, src);
+      const int bi = __shfl_sync(0xffffffffu, ci, src);
+      if (better(bv, bi, worst_v, worst_i)) insert(bv, bi);
+    }
+  }
+};
+
+// The block's count best of its warps' lists (count <= kC): warp 0 takes the other warps' entries
+// from shared memory, then its lanes r < count call emit(r, value, index) for the r-th best.
+template <int kC, class Emit>
+__device__ __forceinline__ void block_select(WarpTop<kC>& top, int count, Emit emit) {
+  constexpr int kWarps = kChunkThreads / 32;
+  __shared__ float s_v[kWarps * kC];
+  __shared__ int s_i[kWarps * kC];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane < kC) {
+    s_v[warp * kC + lane] = top.v;
+    s_i[warp * kC + lane] = top.i;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  for (int c0 = kC; c0 < kWarps * kC; c0 += 32) {  // warp 0's own entries are [0, kC)
+    const int c = c0 + lane;
+    const bool in = c < kWarps * kC;
+    top.offer(in ? s_v[c] : -INFINITY, in ? s_i[c] : kNoToken);
+  }
+  if (lane < count) emit(lane, top.v, top.i);
+}
+
 struct OnlineLse {  // running max and sum of exp(x - max)
   float m = -INFINITY, s = 0.f;
   __device__ __forceinline__ void add(float x) {
@@ -133,40 +201,24 @@ struct OnlineLse {  // running max and sum of exp(x - max)
 
 struct Workspace {
   float2* lse_parts;  // [rows][splits]
-  float* scores;      // [rows][splits][kp]
-  int* index;         // [rows][splits][kp]
-  Workspace(void* ws, int64_t chunks, int kp) {
+  float* scores;      // [rows][splits][per_chunk]
+  int* index;         // [rows][splits][per_chunk]
+  Workspace(void* ws, int64_t chunks, int per_chunk) {
     lse_parts = static_cast<float2*>(ws);
     scores = reinterpret_cast<float*>(lse_parts + chunks);
-    index = reinterpret_cast<int*>(scores + chunks * kp);
+    index = reinterpret_cast<int*>(scores + chunks * per_chunk);
   }
 };
 
 constexpr int kLoadsInFlight = 8;  // logits each thread loads before using them
 
-struct Chunk {
+struct Chunk {  // tokens [begin, end) of a row: its index-th piece of chunk tokens
   int begin, end;
-  __device__ Chunk(int vocab, int chunk) {
-    begin = blockIdx.x * chunk;
+  __device__ Chunk(int vocab, int chunk, int index) {
+    begin = index * chunk;
     end = min(vocab, begin + chunk);
   }
 };
-
-// Calls f(token, logit + bias) for the block's share of the chunk, kLoadsInFlight loads at once.
-template <typename T, class F>
-__device__ __forceinline__ void for_each_logit(const T* x, const float* bias, Chunk c, F f) {
-  for (int t0 = c.begin + threadIdx.x; t0 < c.end; t0 += blockDim.x * kLoadsInFlight) {
-    float v[kLoadsInFlight];
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int t = t0 + u * blockDim.x;
-      v[u] = t < c.end ? to_float(x[t]) + (bias ? bias[t] : 0.f) : 0.f;
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u)
-      if (t0 + u * int(blockDim.x) < c.end) f(t0 + u * int(blockDim.x), v[u]);
-  }
-}
 
 __device__ __forceinline__ void warp_allreduce(OnlineLse& lse) {
 #pragma unroll
@@ -193,20 +245,6 @@ __device__ __forceinline__ OnlineLse block_lse(OnlineLse lse) {
   return total;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits,
-                                                                 int64_t row_stride,
-                                                                 const float* bias, int vocab,
-                                                                 int chunk, Workspace ws) {
-  const int64_t row = blockIdx.y;
-  OnlineLse lse;
-  for_each_logit(logits + row * row_stride, bias, Chunk(vocab, chunk),
-                 [&](int, float v) { lse.add(v); });
-  const OnlineLse total = block_lse(lse);
-  if (threadIdx.x == 0)
-    ws.lse_parts[row * gridDim.x + blockIdx.x] = make_float2(total.m, total.s);
-}
-
 // The kTopkMaskEos / kTopkForceEos bits of the sentence that row belongs to.
 __device__ __forceinline__ unsigned row_flags(const TopkMasks& masks, int64_t row, int beam) {
   if (masks.sentence_flags) return masks.sentence_flags[row / beam];
@@ -222,44 +260,155 @@ __device__ __forceinline__ float final_score(int t, float v, float lse, float ru
   return logp + running;
 }
 
-// The chunk's kK best final scores into the workspace slot of (row, chunk).
-template <typename T, int kK>
-__device__ __forceinline__ void select_chunk(const T* x, const float* bias, Chunk chunk,
-                                             float lse, float running, int base,
-                                             const TopkMasks& masks, unsigned flags,
-                                             Workspace ws, int64_t out) {
-  TopList<kK> list;
-  list.clear();
-  for_each_logit(x, bias, chunk, [&](int t, float v) {
-    list.push(final_score(t, v, lse, running, masks, flags), base + t);
-  });
-  block_merge<kK>(list, kK, [&](int r, float v, int i) {
-    ws.scores[out + r] = v;
-    ws.index[out + r] = i;
+// The key a chunk selects on before the row's log-sum-exp is known: the masked logit
+// (forced EOS: +inf, every other token -inf). final_score(t, key, ...) equals
+// final_score(t, v, ...) and never decreases as the key grows, so a chunk's best keys hold
+// its best final scores, up to ties that float rounding creates between different keys;
+// topk_merge_kernel detects those and rescans (see unsafe_chunk).
+__device__ __forceinline__ float select_key(int t, float v, const TopkMasks& masks,
+                                            unsigned flags) {
+  if (flags & kTopkForceEos) return t == masks.eos_id ? INFINITY : -INFINITY;
+  if (t == masks.pad_id || ((flags & kTopkMaskEos) && t == masks.eos_id)) return -INFINITY;
+  return v;
+}
+
+// One pass over a chunk of a row: its partial log-sum-exp (of the unmasked logits) and its
+// kC best (key, index) pairs, each logit read once. The loop runs the same number of times in
+// every thread (tokens past the chunk offer nothing), as WarpTop needs.
+template <typename T, int kC>
+__global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
+    const T* logits, int64_t row_stride, const float* bias, int beam, int vocab, int chunk,
+    TopkMasks masks, Workspace ws) {
+  const int64_t row = blockIdx.y;
+  const T* x = logits + row * row_stride;
+  const int base = int(row % beam) * vocab;
+  const unsigned flags = row_flags(masks, row, beam);
+  const Chunk c(vocab, chunk, blockIdx.x);
+  OnlineLse lse;
+  WarpTop<kC> top;
+  for (int t0 = c.begin + threadIdx.x; t0 - int(threadIdx.x) < c.end;
+       t0 += kChunkThreads * kLoadsInFlight) {
+    float v[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int t = t0 + u * kChunkThreads;
+      v[u] = t < c.end ? to_float(x[t]) + (bias ? bias[t] : 0.f) : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int t = t0 + u * kChunkThreads;
+      const bool in = t < c.end;
+      lse.add(v[u]);  // -inf (past the chunk) adds nothing
+      top.offer(in ? select_key(t, v[u], masks, flags) : -INFINITY, in ? base + t : kNoToken);
+    }
+  }
+  const OnlineLse total = block_lse(lse);
+  const int64_t slot = row * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) ws.lse_parts[slot] = make_float2(total.m, total.s);
+  block_select<kC>(top, kC, [&](int r, float v, int i) {
+    ws.scores[slot * kC + r] = v;
+    ws.index[slot * kC + r] = i;
   });
 }
 
-template <typename T, int kK>
-__global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
+// Whether a chunk's dropped tokens (those after its kC kept ones in key order) could still
+// belong to the sentence's k best, whose worst is (fk, ik). A dropped token has a key below
+// the chunk's last kept key w, or equal to it with a higher index. Its final score is then at
+// most final(w) (equal: higher index than iw), or at most final(next float below w): only
+// float rounding can make these tie with fk, which is rare but possible (e.g. a huge negative
+// running score that swallows the differences of the logits).
+__device__ __forceinline__ bool unsafe_chunk(float w, int iw, int t, float lse, float running,
+                                             const TopkMasks& masks, unsigned flags, float fk,
+                                             int ik) {
+  const float fw = final_score(t, w, lse, running, masks, flags);
+  if (fw > fk || (fw == fk && iw < ik)) return true;
+  if (w == -INFINITY) return false;  // nothing has a lower key
+  // keys below w: -inf only under forced EOS, else at most the next float below w (masked
+  // tokens score -inf, below that bound)
+  const float below = (flags & kTopkForceEos) ? -INFINITY
+                                              : (nextafterf(w, -INFINITY) - lse) + running;
+  return below >= fk;
+}
+
+// One block per sentence: each row's log-sum-exp from its chunks' partials, the final scores
+// of the beam x splits x kC candidates, their k best; then the check that no chunk dropped a
+// token that belongs there (else the block rescans the sentence's rows, exactly as the
+// reference orders them).
+template <typename T, int kC>
+__global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
-    int beam, int vocab, int chunk, TopkMasks masks, Workspace ws) {
-  const int64_t row = blockIdx.y;
-  const int splits = gridDim.x;
+    int beam, int vocab, int splits, int chunk, int k, TopkMasks masks, Workspace ws,
+    float* out_scores, int* out_index) {
+  extern __shared__ float s_lse[];  // [beam]
+  __shared__ float s_best_v[kC];
+  __shared__ int s_best_i[kC];
+  const int64_t sentence = blockIdx.x, first_row = sentence * beam;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __shared__ float s_lse;
-  if (warp == 0) {
+  for (int r = warp; r < beam; r += kChunkThreads / 32) {
     OnlineLse lse;
     for (int s = lane; s < splits; s += 32) {
-      const float2 part = ws.lse_parts[row * splits + s];
+      const float2 part = ws.lse_parts[(first_row + r) * splits + s];
       lse.merge(part.x, part.y);
     }
     warp_allreduce(lse);
-    if (lane == 0) s_lse = lse.m + logf(lse.s);
+    if (lane == 0) s_lse[r] = lse.m + logf(lse.s);
   }
   __syncthreads();
-  select_chunk<T, kK>(logits + row * row_stride, bias, Chunk(vocab, chunk), s_lse,
-                      running_scores[row], int(row % beam) * vocab, masks,
-                      row_flags(masks, row, beam), ws, (row * splits + blockIdx.x) * kK);
+  const unsigned flags = row_flags(masks, first_row, beam);
+  const int64_t first = first_row * splits * kC, count = int64_t(beam) * splits * kC;
+  {
+    WarpTop<kC> top;
+    for (int64_t c0 = 0; c0 < count; c0 += kChunkThreads) {
+      const int64_t c = c0 + threadIdx.x;
+      const int index = c < count ? ws.index[first + c] : kNoToken;
+      float score = -INFINITY;
+      if (index != kNoToken) {
+        const int r = index / vocab;
+        score = final_score(index - r * vocab, ws.scores[first + c], s_lse[r],
+                            running_scores[first_row + r], masks, flags);
+      }
+      top.offer(score, index);
+    }
+    block_select<kC>(top, k, [&](int r, float v, int i) {
+      s_best_v[r] = v;
+      s_best_i[r] = i;
+    });
+  }
+  __syncthreads();
+  const float fk = s_best_v[k - 1];
+  const int ik = s_best_i[k - 1];
+  bool unsafe = false;
+  for (int c = threadIdx.x; c < beam * splits; c += kChunkThreads) {
+    const int r = c / splits, split = c % splits;
+    if (min(vocab, (split + 1) * chunk) - split * chunk <= kC) continue;  // kept every token
+    const int64_t last = first + int64_t(c) * kC + kC - 1;
+    const int iw = ws.index[last];
+    unsafe |= unsafe_chunk(ws.scores[last], iw, iw - r * vocab, s_lse[r],
+                           running_scores[first_row + r], masks, flags, fk, ik);
+  }
+  if (__syncthreads_or(unsafe)) {  // rare: the sentence's rows, on the final scores
+    WarpTop<kC> top;
+    for (int r = 0; r < beam; ++r) {
+      const T* x = logits + (first_row + r) * row_stride;
+      const float lse = s_lse[r], running = running_scores[first_row + r];
+      for (int t0 = 0; t0 < vocab; t0 += kChunkThreads) {
+        const int t = t0 + threadIdx.x;
+        const bool in = t < vocab;
+        const float v = in ? to_float(x[t]) + (bias ? bias[t] : 0.f) : 0.f;
+        top.offer(in ? final_score(t, v, lse, running, masks, flags) : -INFINITY,
+                  in ? r * vocab + t : kNoToken);
+      }
+    }
+    block_select<kC>(top, k, [&](int r, float v, int i) {
+      out_scores[sentence * k + r] = v;
+      out_index[sentence * k + r] = i;
+    });
+    return;
+  }
+  for (int r = threadIdx.x; r < k; r += kChunkThreads) {
+    out_scores[sentence * k + r] = s_best_v[r];
+    out_index[sentence * k + r] = s_best_i[r];
+  }
 }
 
 // One block per row (a single chunk) for rows of at most kRowTokens tokens: each thread loads
@@ -330,9 +479,9 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
   const int64_t rows = sentences * beam;
   const int splits = beam_topk_splits(rows, vocab);
   const int chunk = (vocab + splits - 1) / splits;
-  const Workspace ws(workspace, rows * splits, kK);
   const dim3 grid{unsigned(splits), unsigned(rows)};
   if (splits == 1 && vocab <= kRowTokens && kK <= kRowMaxK) {
+    const Workspace ws(workspace, rows, kK);
     auto go = [&](auto per) {
       topk_row_kernel<T, std::min(kK, kRowMaxK), decltype(per)::value>
           <<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, running_scores, beam,
@@ -343,17 +492,20 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
     else
       go(std::integral_constant<int, 64>());
     NMT_CUDA_CHECK_LAUNCH();
-  } else {
-    topk_lse_kernel<T><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, vocab,
-                                                           chunk, ws);
+    topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
+        beam, splits, k, ws, out_scores, out_index);
     NMT_CUDA_CHECK_LAUNCH();
-    topk_chunk_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(
-        logits, row_stride, bias, running_scores, beam, vocab, chunk, masks, ws);
+  } else {
+    constexpr int kC = std::min(2 * kK, 32);  // beam_topk_chunk_candidates
+    const Workspace ws(workspace, rows * splits, kC);
+    topk_chunk_kernel<T, kC><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, beam,
+                                                                vocab, chunk, masks, ws);
+    NMT_CUDA_CHECK_LAUNCH();
+    topk_merge_kernel<T, kC><<<unsigned(sentences), kChunkThreads, beam * sizeof(float), stream>>>(
+        logits, row_stride, bias, running_scores, beam, vocab, splits, chunk, k, masks, ws,
+        out_scores, out_index);
     NMT_CUDA_CHECK_LAUNCH();
   }
-  topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
-      beam, splits, k, ws, out_scores, out_index);
-  NMT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -49,19 +49,30 @@ const Case kCases[] = {
 };
 
 // flags: one byte per sentence for TopkMasks::sentence_flags (empty: the global masks).
+// Variations of the random inputs that make many final scores tie.
+struct Ties {
+  bool integer_logits = false;  // logits in -3..3: many equal logits (no bias)
+  float running_all = 0.f;      // != 0: every row's running score (-1e9 swallows the logits)
+};
+
 template <typename T>
-void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags = {}) {
+void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags = {},
+           Ties ties = {}) {
   const int64_t rows = c.sentences * c.beam;
   auto logits = random_vector(size_t(rows * c.vocab), -8.f, 8.f, seed);
+  if (ties.integer_logits)
+    for (float& x : logits) x = std::round(x * 3.f / 8.f);
   round_to<T>(logits);
   auto bias = random_vector(size_t(c.vocab), -1.f, 1.f, seed + 1);
   auto running = random_vector(size_t(rows), -12.f, 0.f, seed + 2);
   running[1 % rows] = -1e9f;  // a dead beam, as at the first step
+  if (ties.running_all != 0.f) std::fill(running.begin(), running.end(), ties.running_all);
+  const bool use_bias = c.bias && !ties.integer_logits;
   std::vector<float> ref_s(size_t(c.sentences * c.k));
   std::vector<int> ref_i(ref_s.size());
   TopkMasks host_masks = c.masks;
   if (!flags.empty()) host_masks.sentence_flags = flags.data();
-  beam_topk_cpu(logits.data(), c.bias ? bias.data() : nullptr, running.data(), c.sentences,
+  beam_topk_cpu(logits.data(), use_bias ? bias.data() : nullptr, running.data(), c.sentences,
                 c.beam, c.vocab, c.k, host_masks, ref_s.data(), ref_i.data());
 
   const int64_t stride = c.vocab + c.pad;
@@ -79,14 +90,16 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
     NMT_CHECK_CUDA(cudaMemcpy(dflags.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice));
     device_masks.sentence_flags = reinterpret_cast<const unsigned char*>(dflags.get());
   }
-  beam_topk_cuda<T>(dlogits.get(), c.bias ? dbias.get() : nullptr, drunning.get(), c.sentences,
+  beam_topk_cuda<T>(dlogits.get(), use_bias ? dbias.get() : nullptr, drunning.get(), c.sentences,
                     c.beam, c.vocab, c.k, device_masks, dscores.get(), dindex.get(), ws.get(),
                     ws_bytes, nullptr, c.pad ? stride : 0);
   NMT_CHECK_CUDA(cudaDeviceSynchronize());
   const std::string what = std::string(type_name<T>()) + " sentences=" +
                            std::to_string(c.sentences) + " beam=" + std::to_string(c.beam) +
                            " vocab=" + std::to_string(c.vocab) + " k=" + std::to_string(c.k) +
-                           (flags.empty() ? "" : " per-sentence flags");
+                           (flags.empty() ? "" : " per-sentence flags") +
+                           (ties.integer_logits ? " integer logits" : "") +
+                           (ties.running_all != 0.f ? " running " + std::to_string(ties.running_all) : "");
   EXPECT_EQ(dindex.download(), ref_i) << what;
   // scores are float32 sums of the same inputs: float32 tolerance for every T
   NMT_EXPECT_CLOSE(dscores.download(), ref_s, 1e-5f, what);
@@ -112,6 +125,25 @@ TYPED_TEST(BeamTopkCuda, PerSentenceFlags) {
     std::vector<unsigned char> flags(static_cast<size_t>(c.sentences));
     for (size_t s = 0; s < flags.size(); ++s) flags[s] = (unsigned char)(s * 7 % 4);
     check<TypeParam>(c, seed += 13, flags);
+  }
+}
+
+// Final scores that tie although the logits differ (running scores of -1e9 round every
+// (logit - lse) away: the k best are the k lowest unmasked indices), and many equal logits.
+// The chunks select on the logits, so these need the merge's rescan to keep torch.topk's
+// order; every path (several chunks a row, one chunk a row with k > 8, greedy, the row path).
+TYPED_TEST(BeamTopkCuda, RoundingTiesKeepIndexOrder) {
+  const Case cases[] = {
+      {2, 4, 58101, 8, true, masks(0, 2, true, false)},       // several chunks a row
+      {8, 16, 12000, 32, true, masks(0, 1, false, false), 3}, // one chunk a row, k > 8
+      {3, 1, 32003, 1, true, masks(0, 6, false, false)},      // greedy
+      {64, 4, 8001, 8, true, masks(1, 0, false, false), 7},   // row path
+      {4, 3, 5000, 5, true, masks(0, 4999, false, true)},     // forced EOS
+  };
+  uint32_t seed = 4242;
+  for (const Case& c : cases) {
+    check<TypeParam>(c, seed += 17, {}, Ties{false, -1e9f});
+    check<TypeParam>(c, seed += 17, {}, Ties{true, 0.f});
   }
 }
 
