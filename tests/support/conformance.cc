@@ -83,6 +83,7 @@ Comparison compare(Translator& translator, const std::vector<GoldenSentence>& re
       bool same = have.size() == want.size();
       for (size_t h = 0; same && h < want.size(); ++h) same = have[h].ids == want[h].ids;
       if (!same) {
+        c.differing.push_back(refs[i].id);
         if (c.first_difference.empty()) {
           std::ostringstream o;
           o << search_name(search) << " sentence " << refs[i].id << " (" << refs[i].source << "):";

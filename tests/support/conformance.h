@@ -25,6 +25,7 @@ struct Comparison {
   int texts_differ = 0;       // of the identical ones, those whose detokenized text differs
   double worst_score_error = 0;  // |ours - theirs| / max(1, |theirs|) over identical hypotheses
   std::string first_difference;  // a readable account of the first sentence that differs
+  std::vector<int> differing;    // ids of the sentences that differ
   std::string first_text_difference;
   // Sentences whose hypotheses are not a well-formed n-best list: the wrong count, a hypothesis
   // not ending in </s> or longer than the limit, scores not best first.
