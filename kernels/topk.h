@@ -42,8 +42,20 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
 // power of two its kernels are compiled for (the workspace size depends on both).
 int beam_topk_splits(int64_t rows, int vocab);
 int beam_topk_padded_k(int k);
-// Candidates each chunk keeps: twice the padded k (at most 32). The margin over k makes it rare
-// that float rounding ties between a chunk's dropped and kept tokens force a rescan.
+
+// The kernel sequence beam_topk_cuda runs for `rows` rows of `vocab` tokens (kernels/cuda/topk.cu
+// describes them; every one is exact). The workspace layout depends on it too.
+enum class BeamTopkPath {
+  kRow,      // a row per block in registers + a merge per sentence (2 launches)
+  kTwoPass,  // chunks: log-sum-exp, then final scores re-reading the logits + merge (3 launches)
+  kOnePass,  // chunks: log-sum-exp and best logits in one read + merge with a tie rescan (2)
+};
+BeamTopkPath beam_topk_path(int64_t rows, int vocab, int k);
+constexpr int kBeamTopkRowTokens = 16384;  // kRow: the widest row a block holds in registers
+constexpr int kBeamTopkRowMaxK = 8;        // kRow: the largest padded k (unrolled lists)
+// Candidates each chunk of the kOnePass path keeps: twice the padded k (at most 32). The margin
+// over k makes it rare that float rounding ties between a chunk's dropped and kept tokens force
+// a rescan.
 int beam_topk_chunk_candidates(int k);
 
 // Scratch bytes beam_topk_cuda needs for this shape.

@@ -59,9 +59,8 @@ int beam_topk_splits(int64_t rows, int vocab) {
   // Enough blocks to fill a large GPU (~8 per SM on 132 SMs), chunks of at least 1024 tokens;
   // one chunk per row (the register-resident row path) once the rows alone give a block per SM
   // and rows are short. On H100, 256 rows x 8001: 38 us with one chunk per row, 55 us in
-  // three launches with 5 chunks (before the one-pass chunks). The one-pass chunk path
-  // (ncu, H100, 1024 rows x 58101 in 2 chunks a row): 301 us, against 494 us in three launches.
-  if (rows >= 128 && vocab <= 16384) return 1;
+  // three launches with 5 chunks.
+  if (rows >= 128 && vocab <= kBeamTopkRowTokens) return 1;
   const int64_t want = (1056 + rows - 1) / std::max<int64_t>(rows, 1);
   const int64_t most = std::max<int64_t>(1, vocab / 1024);
   return int(std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 64)));
@@ -73,15 +72,33 @@ int beam_topk_padded_k(int k) {
   return p;
 }
 
+BeamTopkPath beam_topk_path(int64_t rows, int vocab, int k) {
+  if (beam_topk_splits(rows, vocab) == 1 && vocab <= kBeamTopkRowTokens &&
+      beam_topk_padded_k(k) <= kBeamTopkRowMaxK)
+    return BeamTopkPath::kRow;
+  // One read of the logits instead of two pays where the logits are large. Run 8 of
+  // bench/RESULTS.md (H100, Transformer-base: vocabulary 58101, beam 4, k 8; ms per decode
+  // step, two-pass (two runs) -> one-pass): 4 rows 0.359 / 0.374 -> 0.380 (slower: the one
+  // block per sentence merge, 32 us there, costs more than the extra launch), 256 rows 0.590 /
+  // 0.623 -> 0.589 (even), 512 rows 0.826 / 0.811 -> 0.752, 1024 rows 1.322 / 1.320 -> 1.146,
+  // 2048 rows 2.310 / 2.308 -> 1.935, 4096 rows 4.237 / 4.242 -> 3.507. Below 512 rows, and for
+  // rows <= 16384 tokens at < 128 rows (the demo model's 8001 at 4 rows: single-client decode
+  // p50 2.56 ms one-pass against 2.21 ms two-pass, server run 7), the two-pass path stays.
+  // Only vocabulary 58101 with k = 8 was measured wide; other k take the same rule.
+  if (rows >= 512 && vocab > kBeamTopkRowTokens) return BeamTopkPath::kOnePass;
+  return BeamTopkPath::kTwoPass;
+}
+
 int beam_topk_chunk_candidates(int k) { return std::min(2 * beam_topk_padded_k(k), 32); }
 
 size_t beam_topk_workspace_bytes(int64_t sentences, int beam, int vocab, int k) {
   const int64_t rows = sentences * beam;
   const int64_t chunks = rows * beam_topk_splits(rows, vocab);
-  // per chunk: (max, sum) of its logits, then its best (key, token) pairs (the row path keeps
-  // the padded k of them, the chunked path beam_topk_chunk_candidates)
-  return size_t(chunks) * (2 * sizeof(float) +
-                           size_t(beam_topk_chunk_candidates(k)) * (sizeof(float) + sizeof(int)));
+  // per chunk: (max, sum) of its logits, then its best (score or key, token) pairs
+  const int per_chunk = beam_topk_path(rows, vocab, k) == BeamTopkPath::kOnePass
+                            ? beam_topk_chunk_candidates(k)
+                            : beam_topk_padded_k(k);
+  return size_t(chunks) * (2 * sizeof(float) + size_t(per_chunk) * (sizeof(float) + sizeof(int)));
 }
 
 }  // namespace nmt::kernels

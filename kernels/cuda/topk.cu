@@ -1,18 +1,26 @@
-// Beam-search top-k (kernels/topk.h) in two launches, each logit read once:
-//   1. topk_chunk_kernel, one block per (vocab chunk, row): the chunk's partial log-sum-exp
-//      (online max / sum of exp) and its kC best (masked logit, index) pairs, in one pass
-//      (log_softmax is monotone within a row, so the best logits are the best scores);
-//      kC = 2 x kp (at most 32), selected warp-cooperatively (WarpTop);
-//   2. topk_merge_kernel, one block per sentence: each row's log-sum-exp from the partials,
-//      the candidates' final scores (logit + bias - lse, masked, + running score, computed
-//      exactly as the reference does), the k best of its beam x splits x kC candidates.
-// Where float rounding makes different logits tie in the final score, the logit order can
-// disagree with torch.topk's tie rule (lower index first); the merge detects when a dropped
-// token could be involved and then rescans the sentence's rows on the final scores, so the
-// result is exact either way (rare with kC > k: see unsafe_chunk).
-// With enough rows to fill the GPU and rows of at most 16384 tokens and k <= 8, step 1 is
-// topk_row_kernel instead (the row held in registers, its log-sum-exp first, then the
-// selection on the final scores) and step 2 topk_sentence_kernel merges those.
+// Beam-search top-k (kernels/topk.h). beam_topk_path() (kernels/cpu/topk.cc) picks one of
+// three kernel sequences by shape; all three select exactly as torch.topk (descending final
+// score, ties to the lower index) and share the candidate lists (TopList, WarpTop), the
+// log-sum-exp reductions and final_score():
+//   kRow (rows <= 16384 tokens, >= 128 rows or a single chunk, k <= 8): topk_row_kernel, one
+//     block per row, the row held in registers: its log-sum-exp, then its kp best final
+//     scores; then topk_sentence_kernel merges each sentence's beam x kp candidates.
+//   kTwoPass (the default: every other shape of fewer than 512 rows or rows <= 16384 tokens),
+//     three launches over (vocab chunk, row) blocks, the logits read twice:
+//     topk_lse_kernel (each chunk's partial log-sum-exp), topk_score_kernel (the row's
+//     log-sum-exp from the partials, each token's final score, the chunk's kp best; the
+//     logits re-read, mostly from L2), topk_sentence_kernel.
+//   kOnePass (>= 512 rows wider than 16384 tokens), two launches, the logits read once:
+//     topk_chunk_kernel, per (vocab chunk, row), the chunk's partial log-sum-exp and its kC
+//     best (masked logit, index) pairs in one pass (log_softmax is monotone within a row;
+//     kC = 2 x kp, at most 32, selected warp-cooperatively by WarpTop); topk_merge_kernel, per
+//     sentence, each row's log-sum-exp, the candidates' final scores, the k best. Where float
+//     rounding makes different logits tie in the final score the logit order can disagree
+//     with the tie rule; the merge detects when a dropped token could be involved and then
+//     rescans the sentence's rows on the final scores (rare with kC > k: see unsafe_chunk).
+//     It pays where the logits are large (H100, Transformer-base, 512..4096 rows: 7-17%
+//     shorter decode steps, run 8 of bench/RESULTS.md); at few rows its merge (one block per
+//     sentence) is slower than the two-pass path's launches, so small steps keep that.
 // kp = k rounded up to a power of two.
 #include <algorithm>
 #include <climits>
@@ -220,6 +228,27 @@ struct Chunk {  // tokens [begin, end) of a row: its index-th piece of chunk tok
   }
 };
 
+// Calls f(token, logit + bias, in) for the thread's share of chunk c, kLoadsInFlight loads at
+// once. Every thread of the block makes the same number of calls (WarpTop needs the whole
+// warp): past the chunk, in = false and the value is -inf.
+template <typename T, class F>
+__device__ __forceinline__ void for_each_logit(const T* x, const float* bias, Chunk c, F f) {
+  for (int t0 = c.begin + threadIdx.x; t0 - int(threadIdx.x) < c.end;
+       t0 += kChunkThreads * kLoadsInFlight) {
+    float v[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int t = t0 + u * kChunkThreads;
+      v[u] = t < c.end ? to_float(x[t]) + (bias ? bias[t] : 0.f) : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int t = t0 + u * kChunkThreads;
+      f(t, v[u], t < c.end);
+    }
+  }
+}
+
 __device__ __forceinline__ void warp_allreduce(OnlineLse& lse) {
 #pragma unroll
   for (int mask = 16; mask > 0; mask /= 2) {
@@ -245,6 +274,17 @@ __device__ __forceinline__ OnlineLse block_lse(OnlineLse lse) {
   return total;
 }
 
+// A row's log-sum-exp from its chunks' partials, computed by one warp (valid in every lane).
+__device__ __forceinline__ float warp_row_lse(const Workspace& ws, int64_t row, int splits) {
+  OnlineLse lse;
+  for (int s = threadIdx.x % 32; s < splits; s += 32) {
+    const float2 part = ws.lse_parts[row * splits + s];
+    lse.merge(part.x, part.y);
+  }
+  warp_allreduce(lse);
+  return lse.m + logf(lse.s);
+}
+
 // The kTopkMaskEos / kTopkForceEos bits of the sentence that row belongs to.
 __device__ __forceinline__ unsigned row_flags(const TopkMasks& masks, int64_t row, int beam) {
   if (masks.sentence_flags) return masks.sentence_flags[row / beam];
@@ -259,6 +299,55 @@ __device__ __forceinline__ float final_score(int t, float v, float lse, float ru
   if (flags & kTopkForceEos) logp = t != masks.eos_id ? -INFINITY : 0.f;
   return logp + running;
 }
+
+// ---- kTwoPass: topk_lse_kernel, topk_score_kernel, then topk_sentence_kernel (below) ----
+
+// Pass 1, per (vocab chunk, row): the chunk's partial log-sum-exp.
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits,
+                                                                 int64_t row_stride,
+                                                                 const float* bias, int vocab,
+                                                                 int chunk, Workspace ws) {
+  const int64_t row = blockIdx.y;
+  OnlineLse lse;
+  for_each_logit(logits + row * row_stride, bias, Chunk(vocab, chunk, blockIdx.x),
+                 [&](int, float v, bool) { lse.add(v); });  // -inf (past the chunk): nothing
+  const OnlineLse total = block_lse(lse);
+  if (threadIdx.x == 0)
+    ws.lse_parts[row * gridDim.x + blockIdx.x] = make_float2(total.m, total.s);
+}
+
+// Pass 2, per (vocab chunk, row): the row's log-sum-exp from pass 1's partials, then the
+// chunk's kK best final scores (selected on the final score itself, so ties are exact).
+template <typename T, int kK>
+__global__ void __launch_bounds__(kChunkThreads) topk_score_kernel(
+    const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
+    int beam, int vocab, int chunk, TopkMasks masks, Workspace ws) {
+  const int64_t row = blockIdx.y;
+  const int splits = gridDim.x;
+  __shared__ float s_lse;
+  if (threadIdx.x < 32) {
+    const float lse = warp_row_lse(ws, row, splits);
+    if (threadIdx.x == 0) s_lse = lse;
+  }
+  __syncthreads();
+  const float lse = s_lse, running = running_scores[row];
+  const int base = int(row % beam) * vocab;
+  const unsigned flags = row_flags(masks, row, beam);
+  TopList<kK> list;
+  list.clear();
+  for_each_logit(logits + row * row_stride, bias, Chunk(vocab, chunk, blockIdx.x),
+                 [&](int t, float v, bool in) {
+                   if (in) list.push(final_score(t, v, lse, running, masks, flags), base + t);
+                 });
+  const int64_t out = (row * splits + blockIdx.x) * kK;
+  block_merge<kK>(list, kK, [&](int r, float v, int i) {
+    ws.scores[out + r] = v;
+    ws.index[out + r] = i;
+  });
+}
+
+// ---- kOnePass: topk_chunk_kernel, then topk_merge_kernel ----
 
 // The key a chunk selects on before the row's log-sum-exp is known: the masked logit
 // (forced EOS: +inf, every other token -inf). final_score(t, key, ...) equals
@@ -286,22 +375,10 @@ __global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
   const Chunk c(vocab, chunk, blockIdx.x);
   OnlineLse lse;
   WarpTop<kC> top;
-  for (int t0 = c.begin + threadIdx.x; t0 - int(threadIdx.x) < c.end;
-       t0 += kChunkThreads * kLoadsInFlight) {
-    float v[kLoadsInFlight];
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int t = t0 + u * kChunkThreads;
-      v[u] = t < c.end ? to_float(x[t]) + (bias ? bias[t] : 0.f) : -INFINITY;
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int t = t0 + u * kChunkThreads;
-      const bool in = t < c.end;
-      lse.add(v[u]);  // -inf (past the chunk) adds nothing
-      top.offer(in ? select_key(t, v[u], masks, flags) : -INFINITY, in ? base + t : kNoToken);
-    }
-  }
+  for_each_logit(x, bias, c, [&](int t, float v, bool in) {
+    lse.add(v);  // -inf (past the chunk) adds nothing
+    top.offer(in ? select_key(t, v, masks, flags) : -INFINITY, in ? base + t : kNoToken);
+  });
   const OnlineLse total = block_lse(lse);
   const int64_t slot = row * gridDim.x + blockIdx.x;
   if (threadIdx.x == 0) ws.lse_parts[slot] = make_float2(total.m, total.s);
@@ -345,13 +422,8 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
   const int64_t sentence = blockIdx.x, first_row = sentence * beam;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int r = warp; r < beam; r += kChunkThreads / 32) {
-    OnlineLse lse;
-    for (int s = lane; s < splits; s += 32) {
-      const float2 part = ws.lse_parts[(first_row + r) * splits + s];
-      lse.merge(part.x, part.y);
-    }
-    warp_allreduce(lse);
-    if (lane == 0) s_lse[r] = lse.m + logf(lse.s);
+    const float lse = warp_row_lse(ws, first_row + r, splits);
+    if (lane == 0) s_lse[r] = lse;
   }
   __syncthreads();
   const unsigned flags = row_flags(masks, first_row, beam);
@@ -411,11 +483,12 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
   }
 }
 
-// One block per row (a single chunk) for rows of at most kRowTokens tokens: each thread loads
-// its kPer logits into registers at once (one memory round trip), then the row's log-sum-exp
-// and its kK best come from the registers, in one launch.
-constexpr int kRowTokens = 16384;
-constexpr int kRowMaxK = 8;  // larger k: two launches (the unrolled lists would bloat the code)
+// ---- kRow: topk_row_kernel, then topk_sentence_kernel ----
+
+// One block per row (a single chunk) for rows of at most kBeamTopkRowTokens tokens: each thread
+// loads its kPer logits into registers at once (one memory round trip), then the row's
+// log-sum-exp and its kK best final scores come from the registers, in one launch.
+static_assert(kBeamTopkRowTokens <= 64 * kChunkThreads, "kPer is 32 or 64");
 
 template <typename T, int kK, int kPer>
 __global__ void __launch_bounds__(kChunkThreads) topk_row_kernel(
@@ -452,7 +525,8 @@ __global__ void __launch_bounds__(kChunkThreads) topk_row_kernel(
   });
 }
 
-// One block per sentence: every thread takes a few of the beam x splits x kp candidates.
+// kRow and kTwoPass, one block per sentence: every thread takes a few of the beam x splits x
+// kp candidates (final scores already).
 template <int kK>
 __global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, int splits, int k,
                                                                       Workspace ws,
@@ -480,31 +554,50 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
   const int splits = beam_topk_splits(rows, vocab);
   const int chunk = (vocab + splits - 1) / splits;
   const dim3 grid{unsigned(splits), unsigned(rows)};
-  if (splits == 1 && vocab <= kRowTokens && kK <= kRowMaxK) {
-    const Workspace ws(workspace, rows, kK);
-    auto go = [&](auto per) {
-      topk_row_kernel<T, std::min(kK, kRowMaxK), decltype(per)::value>
-          <<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, running_scores, beam,
-                                               vocab, masks, ws);
-    };
-    if (vocab <= 32 * kChunkThreads)
-      go(std::integral_constant<int, 32>());
-    else
-      go(std::integral_constant<int, 64>());
-    NMT_CUDA_CHECK_LAUNCH();
-    topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
-        beam, splits, k, ws, out_scores, out_index);
-    NMT_CUDA_CHECK_LAUNCH();
-  } else {
-    constexpr int kC = std::min(2 * kK, 32);  // beam_topk_chunk_candidates
-    const Workspace ws(workspace, rows * splits, kC);
-    topk_chunk_kernel<T, kC><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, beam,
-                                                                vocab, chunk, masks, ws);
-    NMT_CUDA_CHECK_LAUNCH();
-    topk_merge_kernel<T, kC><<<unsigned(sentences), kChunkThreads, beam * sizeof(float), stream>>>(
-        logits, row_stride, bias, running_scores, beam, vocab, splits, chunk, k, masks, ws,
-        out_scores, out_index);
-    NMT_CUDA_CHECK_LAUNCH();
+  switch (beam_topk_path(rows, vocab, k)) {  // the shapes each path is for: kernels/cpu/topk.cc
+    case BeamTopkPath::kRow: {  // splits == 1, vocab <= kBeamTopkRowTokens, kK <= kBeamTopkRowMaxK
+      const Workspace ws(workspace, rows, kK);
+      auto go = [&](auto per) {
+        topk_row_kernel<T, std::min(kK, kBeamTopkRowMaxK), decltype(per)::value>
+            <<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, running_scores, beam,
+                                                 vocab, masks, ws);
+      };
+      if (vocab <= 32 * kChunkThreads)
+        go(std::integral_constant<int, 32>());
+      else
+        go(std::integral_constant<int, 64>());
+      NMT_CUDA_CHECK_LAUNCH();
+      topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
+          beam, splits, k, ws, out_scores, out_index);
+      NMT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    case BeamTopkPath::kTwoPass: {
+      const Workspace ws(workspace, rows * splits, kK);
+      topk_lse_kernel<T><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, vocab,
+                                                             chunk, ws);
+      NMT_CUDA_CHECK_LAUNCH();
+      topk_score_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(
+          logits, row_stride, bias, running_scores, beam, vocab, chunk, masks, ws);
+      NMT_CUDA_CHECK_LAUNCH();
+      topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
+          beam, splits, k, ws, out_scores, out_index);
+      NMT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    case BeamTopkPath::kOnePass: {
+      constexpr int kC = std::min(2 * kK, 32);  // beam_topk_chunk_candidates
+      const Workspace ws(workspace, rows * splits, kC);
+      topk_chunk_kernel<T, kC><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias,
+                                                                  beam, vocab, chunk, masks, ws);
+      NMT_CUDA_CHECK_LAUNCH();
+      topk_merge_kernel<T, kC>
+          <<<unsigned(sentences), kChunkThreads, beam * sizeof(float), stream>>>(
+              logits, row_stride, bias, running_scores, beam, vocab, splits, chunk, k, masks,
+              ws, out_scores, out_index);
+      NMT_CUDA_CHECK_LAUNCH();
+      return;
+    }
   }
 }
 

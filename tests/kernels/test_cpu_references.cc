@@ -303,5 +303,30 @@ TEST(CpuReference, BeamTopk) {
   EXPECT_NEAR(s[3], -2.0794415f - 1, 1e-6f);  // log(1/8) - 1
 }
 
+// beam_topk_cuda's kernel choice (kernels/cpu/topk.cc): the one-pass chunks only where they
+// were measured faster than the two-pass chunks (>= 512 rows wider than 16384 tokens); every
+// smaller step, the demo model's 8001-token rows included, keeps the paths it had before.
+TEST(BeamTopkDispatch, OnePassOnlyForLargeWideSteps) {
+  for (int64_t rows : {1, 4, 8, 64, 127, 128, 256, 511})
+    for (int vocab : {8001, 16384, 16385, 58101})
+      EXPECT_NE(beam_topk_path(rows, vocab, 8), BeamTopkPath::kOnePass)
+          << rows << " rows x " << vocab;
+  for (int64_t rows : {512, 1024, 4096})
+    for (int k : {1, 8, 32}) {
+      EXPECT_EQ(beam_topk_path(rows, 58101, k), BeamTopkPath::kOnePass) << rows << " rows";
+      EXPECT_NE(beam_topk_path(rows, 8001, k), BeamTopkPath::kOnePass) << rows << " rows";
+    }
+  EXPECT_EQ(beam_topk_path(4, 8001, 8), BeamTopkPath::kTwoPass);     // demo model, batch 1
+  EXPECT_EQ(beam_topk_path(256, 8001, 8), BeamTopkPath::kRow);       // demo model, batch 64
+  EXPECT_EQ(beam_topk_path(128, 12000, 32), BeamTopkPath::kTwoPass);  // k > 8: no row kernel
+  // the workspace holds each path's candidates: the padded k per chunk, 2 x that one-pass
+  const size_t per_chunk_k8 = 2 * sizeof(float) + 8 * (sizeof(float) + sizeof(int));
+  EXPECT_EQ(beam_topk_workspace_bytes(1, 4, 58101, 8),
+            size_t(4 * beam_topk_splits(4, 58101)) * per_chunk_k8);
+  EXPECT_EQ(beam_topk_workspace_bytes(128, 4, 58101, 8),
+            size_t(512 * beam_topk_splits(512, 58101)) *
+                (2 * sizeof(float) + 16 * (sizeof(float) + sizeof(int))));
+}
+
 }  // namespace
 }  // namespace nmt::kernels

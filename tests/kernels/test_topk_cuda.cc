@@ -1,4 +1,5 @@
-// beam_topk_cuda against beam_topk_cpu: exact indices, scores to the type's tolerance.
+// beam_topk_cuda against beam_topk_cpu: exact indices, scores to the type's tolerance, on each
+// of its kernel paths (beam_topk_path: every case list below must reach all three).
 #include "tests/kernels/cuda_test_util.h"
 
 #if NMT_WITH_CUDA
@@ -23,6 +24,26 @@ struct Case {
   int pad = 0;  // logits row stride = vocab + pad (padding columns hold huge values)
 };
 
+BeamTopkPath path_of(const Case& c) { return beam_topk_path(c.sentences * c.beam, c.vocab, c.k); }
+
+const char* path_name(BeamTopkPath p) {
+  switch (p) {
+    case BeamTopkPath::kRow: return "row";
+    case BeamTopkPath::kTwoPass: return "two-pass";
+    case BeamTopkPath::kOnePass: return "one-pass";
+  }
+  return "?";
+}
+
+// A case list that misses a path would leave that path's kernels untested (e.g. after the
+// dispatch thresholds move).
+template <size_t N>
+void expect_every_path(const Case (&cases)[N]) {
+  for (BeamTopkPath p : {BeamTopkPath::kRow, BeamTopkPath::kTwoPass, BeamTopkPath::kOnePass})
+    EXPECT_TRUE(std::any_of(cases, cases + N, [&](const Case& c) { return path_of(c) == p; }))
+        << "no case takes the " << path_name(p) << " path";
+}
+
 TopkMasks masks(int pad, int eos, bool mask_eos, bool force_eos) {
   TopkMasks m;
   m.pad_id = pad;
@@ -46,6 +67,9 @@ const Case kCases[] = {
     {128, 1, 16384, 1, true, masks(2, 3, false, false), 5},  // row path, 64 a thread, greedy
     {8, 16, 12000, 32, true, masks(0, 1, false, false)},     // one chunk a row, k > 8
     {1, 4, 70000, 3, true, masks(1, 0, false, false)},       // many chunks per row
+    // >= 512 rows wider than 16384: the one-pass path, 3 chunks a row, then 1
+    {128, 4, 16411, 8, true, masks(16410, 0, true, false), 3},
+    {272, 4, 16411, 8, true, masks(0, 1, false, false)},
 };
 
 // flags: one byte per sentence for TopkMasks::sentence_flags (empty: the global masks).
@@ -94,7 +118,8 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
                     c.beam, c.vocab, c.k, device_masks, dscores.get(), dindex.get(), ws.get(),
                     ws_bytes, nullptr, c.pad ? stride : 0);
   NMT_CHECK_CUDA(cudaDeviceSynchronize());
-  const std::string what = std::string(type_name<T>()) + " sentences=" +
+  const std::string what = std::string(type_name<T>()) + " " + path_name(path_of(c)) +
+                           " sentences=" +
                            std::to_string(c.sentences) + " beam=" + std::to_string(c.beam) +
                            " vocab=" + std::to_string(c.vocab) + " k=" + std::to_string(c.k) +
                            (flags.empty() ? "" : " per-sentence flags") +
@@ -106,20 +131,23 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
 }
 
 TYPED_TEST(BeamTopkCuda, MatchesReference) {
+  expect_every_path(kCases);
   uint32_t seed = 5;
   for (const Case& c : kCases) check<TypeParam>(c, seed += 11);
 }
 
 // Per-sentence masks (sentences at different lengths in one call): every combination of the
-// two bits, on the one-launch row path, the chunked path and the k > 8 path. The global masks
-// say force_eos, which the flags must override.
+// two bits, on every path (and k > 8, greedy). The global masks say force_eos, which the flags
+// must override.
 TYPED_TEST(BeamTopkCuda, PerSentenceFlags) {
   const Case cases[] = {
-      {64, 4, 8001, 8, true, masks(1, 0, false, true), 7},  // row path
-      {3, 4, 58101, 8, true, masks(58100, 0, false, true)},  // chunks
-      {6, 16, 3001, 32, true, masks(3, 2, true, true)},      // k > 8
-      {9, 1, 32003, 1, false, masks(5, 6, false, true)},     // greedy
+      {64, 4, 8001, 8, true, masks(1, 0, false, true), 7},     // row path
+      {3, 4, 58101, 8, true, masks(58100, 0, false, true)},     // two-pass, chunks
+      {6, 16, 3001, 32, true, masks(3, 2, true, true)},         // two-pass, k > 8
+      {9, 1, 32003, 1, false, masks(5, 6, false, true)},        // two-pass, greedy
+      {130, 4, 16411, 8, true, masks(16410, 0, false, true)},   // one-pass
   };
+  expect_every_path(cases);
   uint32_t seed = 901;
   for (const Case& c : cases) {
     std::vector<unsigned char> flags(static_cast<size_t>(c.sentences));
@@ -130,16 +158,23 @@ TYPED_TEST(BeamTopkCuda, PerSentenceFlags) {
 
 // Final scores that tie although the logits differ (running scores of -1e9 round every
 // (logit - lse) away: the k best are the k lowest unmasked indices), and many equal logits.
-// The chunks select on the logits, so these need the merge's rescan to keep torch.topk's
-// order; every path (several chunks a row, one chunk a row with k > 8, greedy, the row path).
+// The one-pass chunks select on the logits, so these need its merge's rescan to keep
+// torch.topk's order; the other paths select on the final scores. Every path, and on the
+// two-pass and one-pass paths several chunks a row, one chunk a row, k > 8, greedy, forced EOS.
 TYPED_TEST(BeamTopkCuda, RoundingTiesKeepIndexOrder) {
   const Case cases[] = {
-      {2, 4, 58101, 8, true, masks(0, 2, true, false)},       // several chunks a row
-      {8, 16, 12000, 32, true, masks(0, 1, false, false), 3}, // one chunk a row, k > 8
-      {3, 1, 32003, 1, true, masks(0, 6, false, false)},      // greedy
-      {64, 4, 8001, 8, true, masks(1, 0, false, false), 7},   // row path
-      {4, 3, 5000, 5, true, masks(0, 4999, false, true)},     // forced EOS
+      {64, 4, 8001, 8, true, masks(1, 0, false, false), 7},      // row path
+      {2, 4, 58101, 8, true, masks(0, 2, true, false)},          // two-pass: several chunks a row
+      {8, 16, 12000, 32, true, masks(0, 1, false, false), 3},    // one chunk a row, k > 8
+      {3, 1, 32003, 1, true, masks(0, 6, false, false)},         // greedy
+      {4, 3, 5000, 5, true, masks(0, 4999, false, true)},        // forced EOS
+      {128, 4, 16411, 8, true, masks(0, 2, true, false)},        // one-pass: 3 chunks a row
+      {264, 4, 16411, 8, true, masks(0, 1, false, false), 3},    // one chunk a row
+      {32, 16, 16411, 32, true, masks(0, 1, false, false)},      // k > 8
+      {512, 1, 16411, 1, true, masks(0, 6, false, false)},       // greedy
+      {171, 3, 16411, 5, true, masks(0, 16410, false, true)},    // forced EOS
   };
+  expect_every_path(cases);
   uint32_t seed = 4242;
   for (const Case& c : cases) {
     check<TypeParam>(c, seed += 17, {}, Ties{false, -1e9f});
