@@ -6,11 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <numeric>
 
 #include "kernels/activation.h"
 #include "kernels/layer_norm.h"
-#include "kernels/softmax.h"
+#include "model/cpu/candidates.h"
 #include "model/cpu/dense.h"
 #include "model/cpu/gemm.h"
 #include "model/cpu_engine.h"
@@ -369,40 +368,35 @@ class CpuEngine : public Engine {
     const int64_t vocab = c_.target_vocab_size;
     logits_.resize(size_t(rows * vocab));
     proj_(y, rows, logits_.data());
-    kernels::SoftmaxOptions opt;
-    opt.log = true;
-    // Rows are independent: the log-softmax (a tenth of a step at beam 4) runs on every core.
+    // Each row keeps its best k (the most its sentence's k can take from one row); the
+    // sentence's k best are then among its rows' lists (cpu/candidates.h).
+    int stride = 1;
+    row_group_.clear();
+    for (size_t gi = 0; gi < in.groups.size(); ++gi) {
+      stride = std::max<int>(stride, int(std::min<int64_t>(in.groups[gi].k, vocab)));
+      row_group_.insert(row_group_.end(), size_t(in.groups[gi].beam), int(gi));
+    }
+    row_scores_.resize(size_t(rows * stride));
+    row_tokens_.resize(size_t(rows * stride));
+    // Rows are independent: the log-sum-exp and the selection run on every core.
 #pragma omp parallel for
-    for (int64_t r = 0; r < rows; ++r)
-      kernels::softmax_cpu(logits_.data() + r * vocab, logits_.data() + r * vocab, 1, vocab, opt);
-    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (int64_t r = 0; r < rows; ++r) {
+      const StepGroup& g = in.groups[size_t(row_group_[size_t(r)])];
+      cpu::RowMasks masks{c_.pad_id, c_.eos_id, g.mask_eos, g.force_eos};
+      cpu::row_topk(logits_.data() + r * vocab, vocab, in.running_scores[size_t(r)], masks,
+                    int(std::min<int64_t>(g.k, vocab)), row_scores_.data() + r * stride,
+                    row_tokens_.data() + r * stride);
+    }
     out->scores.clear();
     out->candidates.clear();
     int64_t first = 0;
     for (const StepGroup& g : in.groups) {
-      for (int64_t r = first; r < first + g.beam; ++r) {
-        float* lp = logits_.data() + r * vocab;
-        const float running = in.running_scores[size_t(r)];
-        lp[c_.pad_id] = neg_inf;
-        if (g.mask_eos) lp[c_.eos_id] = neg_inf;
-        // Last, as transformers' ForcedEOSTokenLogitsProcessor (after its min-length one):
-        // EOS gets log p = 0, whatever the masks said.
-        if (g.force_eos) {
-          std::fill(lp, lp + vocab, neg_inf);
-          lp[c_.eos_id] = 0.f;
-        }
-        for (int64_t t = 0; t < vocab; ++t) lp[t] += running;
-      }
-      const float* s = logits_.data() + first * vocab;
-      order_.resize(size_t(g.beam * vocab));
-      std::iota(order_.begin(), order_.end(), 0);
-      // Best first; equal scores keep the lower index first, as torch.topk does.
-      std::partial_sort(order_.begin(), order_.begin() + g.k, order_.end(),
-                        [s](int a, int b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
-      for (int j = 0; j < g.k; ++j) {
-        out->scores.push_back(s[order_[size_t(j)]]);
-        out->candidates.push_back(order_[size_t(j)]);
-      }
+      const size_t at = out->scores.size();
+      out->scores.resize(at + size_t(g.k));
+      out->candidates.resize(at + size_t(g.k));
+      cpu::merge_topk(row_scores_.data() + first * stride, row_tokens_.data() + first * stride, g.beam,
+                      int(std::min<int64_t>(g.k, vocab)), stride, int(vocab), g.k, out->scores.data() + at,
+                      out->candidates.data() + at);
       first += g.beam;
     }
   }
@@ -442,7 +436,9 @@ class CpuEngine : public Engine {
   std::vector<std::vector<float>> scratch_;  // attention scores, one per thread
   std::vector<float> hidden_, ffn_out_, logits_;
   std::vector<float> y_, q_, k_, v_, ctx_, tmp_, spare_;  // decode-step buffers
-  std::vector<int> row_position_, row_slot_, order_, enc_ids_, enc_positions_;
+  std::vector<int> row_position_, row_slot_, row_group_, enc_ids_, enc_positions_;
+  std::vector<float> row_scores_;  // each row's best candidates (select_candidates)
+  std::vector<int> row_tokens_;
   std::vector<size_t> moved_;
 };
 

@@ -1,0 +1,98 @@
+// The CPU engine's fast paths (model/cpu) against the reference kernels they replace in the
+// decode step (kernels/cpu): the same results within float32 rounding, and the same beam
+// candidates, ties and masks included. The golden and conformance suites check that whole
+// translations stay transformers-exact.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/softmax.h"
+#include "kernels/topk.h"
+#include "model/cpu/candidates.h"
+
+using namespace nmt;
+
+namespace {
+
+std::vector<float> random_logits(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 4.f);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+}  // namespace
+
+TEST(CpuFastPaths, LogSumExpMatchesSoftmaxReference) {
+  for (int64_t n : {1, 7, 8, 9, 64, 8001}) {
+    std::vector<float> x = random_logits(size_t(n), unsigned(n)), lp(static_cast<size_t>(n));
+    kernels::SoftmaxOptions opt;
+    opt.log = true;
+    kernels::softmax_cpu(x.data(), lp.data(), 1, n, opt);
+    const float lse = cpu::log_sum_exp(x.data(), n);
+    for (int64_t t = 0; t < n; ++t) {
+      // lp = x - lse_ref: the two log-sum-exps agree to float rounding of the value.
+      EXPECT_NEAR(x[size_t(t)] - lse, lp[size_t(t)], 4e-7 * std::fabs(lse) + 1e-6) << "n " << n << " t " << t;
+    }
+  }
+  const float big = 80.f;  // exp(80) overflows float, not the max-shifted double sum
+  std::vector<float> x = {big, big, -big};
+  EXPECT_NEAR(cpu::log_sum_exp(x.data(), 3), big + std::log(2.f), 1e-5);
+}
+
+// Sentences of `beam` rows through row_topk + merge_topk and through kernels::beam_topk_cpu.
+void expect_candidates_match(int sentences, int beam, int vocab, int k, bool mask_eos, bool force_eos,
+                             bool plant_ties, unsigned seed) {
+  const int64_t rows = int64_t(sentences) * beam;
+  std::vector<float> logits = random_logits(size_t(rows * vocab), seed);
+  if (plant_ties) {
+    // Equal logits in one row and across the beams of a sentence: equal scores, ordered by index.
+    for (int64_t r = 0; r < rows; ++r)
+      for (int t = 0; t < 6; ++t) logits[size_t(r * vocab + 3 + 5 * t)] = 20.f;
+  }
+  std::vector<float> running(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) running[size_t(r)] = plant_ties ? 0.f : -0.5f * float(r % beam);
+  if (beam > 2) running[1] = -std::numeric_limits<float>::infinity();  // a finished beam
+  kernels::TopkMasks masks;
+  masks.pad_id = vocab - 1;
+  masks.eos_id = 0;
+  masks.mask_eos = mask_eos;
+  masks.force_eos = force_eos;
+  std::vector<float> ref_scores(size_t(sentences * k));
+  std::vector<int> ref_index(size_t(sentences * k));
+  kernels::beam_topk_cpu(logits.data(), nullptr, running.data(), sentences, beam, vocab, k, masks,
+                         ref_scores.data(), ref_index.data());
+
+  const int per_row = std::min(k, vocab);
+  std::vector<float> row_scores(size_t(rows * per_row)), scores(size_t(sentences * k));
+  std::vector<int> row_tokens(size_t(rows * per_row)), index(size_t(sentences * k));
+  const cpu::RowMasks row_masks{masks.pad_id, masks.eos_id, mask_eos, force_eos};
+  for (int64_t r = 0; r < rows; ++r)
+    cpu::row_topk(logits.data() + r * vocab, vocab, running[size_t(r)], row_masks, per_row,
+                  row_scores.data() + r * per_row, row_tokens.data() + r * per_row);
+  for (int s = 0; s < sentences; ++s)
+    cpu::merge_topk(row_scores.data() + int64_t(s) * beam * per_row, row_tokens.data() + int64_t(s) * beam * per_row,
+                    beam, per_row, per_row, vocab, k, scores.data() + s * k, index.data() + s * k);
+  for (size_t i = 0; i < scores.size(); ++i) {
+    EXPECT_EQ(index[i], ref_index[i]) << "candidate " << i;
+    if (std::isinf(ref_scores[i])) {
+      EXPECT_EQ(scores[i], ref_scores[i]) << "candidate " << i;
+    } else {
+      EXPECT_NEAR(scores[i], ref_scores[i], 1e-6 * std::fabs(ref_scores[i]) + 1e-6) << "candidate " << i;
+    }
+  }
+}
+
+TEST(CpuFastPaths, CandidatesMatchBeamTopkReference) {
+  expect_candidates_match(5, 4, 8001, 8, false, false, false, 1);
+  expect_candidates_match(3, 4, 8001, 8, true, false, false, 2);
+  expect_candidates_match(2, 4, 8001, 8, false, true, false, 3);   // -inf candidates by index
+  expect_candidates_match(3, 4, 1000, 8, false, false, true, 4);   // exact ties
+  expect_candidates_match(4, 1, 513, 1, false, false, false, 5);   // greedy
+  expect_candidates_match(2, 3, 5, 12, false, false, false, 6);    // k > vocab: every row whole
+  expect_candidates_match(2, 5, 300, 32, true, false, true, 7);
+}
