@@ -8,10 +8,10 @@
 #include <limits>
 
 #include "kernels/activation.h"
-#include "kernels/layer_norm.h"
 #include "model/cpu/candidates.h"
 #include "model/cpu/dense.h"
 #include "model/cpu/gemm.h"
+#include "model/cpu/layer_norm.h"
 #include "model/cpu_engine.h"
 #include "model/error.h"
 
@@ -172,8 +172,7 @@ class CpuEngine : public Engine {
                        &scratch_[size_t(omp_get_thread_num())]);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
-      kernels::layer_norm_cpu(tmp.data(), x.data(), nullptr, L.self_norm.gamma, L.self_norm.beta,
-                              x.data(), rows, d, c_.layer_norm_eps);
+      cpu::add_layer_norm(tmp.data(), x.data(), L.self_norm.gamma, L.self_norm.beta, rows, d, c_.layer_norm_eps);
       feed_forward(L.fc1, L.fc2, L.final_norm, x.data(), rows);
     }
     // Cross-attention keys/values: once per sentence, shared by its beams, into its slot.
@@ -231,25 +230,22 @@ class CpuEngine : public Engine {
         const int64_t c = in.cache_rows[size_t(r)], t = row_position_[size_t(r)];
         std::copy_n(k.data() + r * d, d, ck + (c * cap + t) * d);
         std::copy_n(v.data() + r * d, d, cv + (c * cap + t) * d);
-        cpu::attention(q.data() + r * d, ck + c * cap * d, cv + c * cap * d, ctx.data() + r * d,
-                       AttentionShape{1, t + 1, t + 1, heads, hd, d, d, d}, &scratch_[size_t(omp_get_thread_num())]);
+        cpu::attend_row(q.data() + r * d, ck + c * cap * d, cv + c * cap * d, ctx.data() + r * d, t + 1, heads, hd,
+                        d, &scratch_[size_t(omp_get_thread_num())]);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
-      kernels::layer_norm_cpu(tmp.data(), y.data(), nullptr, L.self_norm.gamma, L.self_norm.beta,
-                              y.data(), rows, d, c_.layer_norm_eps);
+      cpu::add_layer_norm(tmp.data(), y.data(), L.self_norm.gamma, L.self_norm.beta, rows, d, c_.layer_norm_eps);
 
       L.cross_attn.q(y.data(), rows, q.data());
 #pragma omp parallel for
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t s = row_slot_[size_t(r)], len = slot_lengths_[size_t(s)];
         const int64_t o = s * cap_.source_tokens * d;
-        cpu::attention(q.data() + r * d, cross_k_[l].data() + o, cross_v_[l].data() + o,
-                       ctx.data() + r * d, AttentionShape{1, len, len, heads, hd, d, d, d},
-                       &scratch_[size_t(omp_get_thread_num())]);
+        cpu::attend_row(q.data() + r * d, cross_k_[l].data() + o, cross_v_[l].data() + o, ctx.data() + r * d, len,
+                        heads, hd, d, &scratch_[size_t(omp_get_thread_num())]);
       }
       L.cross_attn.out(ctx.data(), rows, tmp.data());
-      kernels::layer_norm_cpu(tmp.data(), y.data(), nullptr, L.cross_norm.gamma, L.cross_norm.beta,
-                              y.data(), rows, d, c_.layer_norm_eps);
+      cpu::add_layer_norm(tmp.data(), y.data(), L.cross_norm.gamma, L.cross_norm.beta, rows, d, c_.layer_norm_eps);
       feed_forward(L.fc1, L.fc2, L.final_norm, y.data(), rows);
     }
     select_candidates(y.data(), rows, in, out);
@@ -276,8 +272,7 @@ class CpuEngine : public Engine {
     fc1(x, rows, hidden_.data());
     kernels::bias_activation_cpu(hidden_.data(), nullptr, rows, fc1.out, c_.activation);
     fc2(hidden_.data(), rows, ffn_out_.data());
-    kernels::layer_norm_cpu(ffn_out_.data(), x, nullptr, norm.gamma, norm.beta, x, rows, c_.d_model,
-                            c_.layer_norm_eps);
+    cpu::add_layer_norm(ffn_out_.data(), x, norm.gamma, norm.beta, rows, c_.d_model, c_.layer_norm_eps);
   }
 
   static constexpr int64_t kMinCachePositions = 16;

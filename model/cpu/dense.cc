@@ -1,5 +1,6 @@
 #include "model/cpu/dense.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/softmax.h"
@@ -40,6 +41,33 @@ void attention(const float* q, const float* k, const float* v, float* out, const
     // out_h [queries, head_dim] = P v_h
     sgemm(false, s.queries, s.head_dim, s.keys, 1.f, scores, s.keys, v + off, s.kv_stride, 0.f,
           out + off, s.out_stride);
+  }
+}
+
+void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
+                int64_t head_dim, int64_t kv_stride, std::vector<float>* scratch) {
+  scratch->resize(std::max(scratch->size(), size_t(keys)));
+  float* scores = scratch->data();
+  kernels::SoftmaxOptions opt;
+  opt.scale = 1.f / std::sqrt(float(head_dim));
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* qh = q + h * head_dim;
+    for (int64_t j = 0; j < keys; ++j) {
+      const float* kj = k + j * kv_stride + h * head_dim;
+      float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
+      scores[j] = dot;
+    }
+    kernels::softmax_cpu(scores, scores, 1, keys, opt);
+    float* oh = out + h * head_dim;
+    std::fill(oh, oh + head_dim, 0.f);
+    for (int64_t j = 0; j < keys; ++j) {
+      const float p = scores[j];
+      const float* vj = v + j * kv_stride + h * head_dim;
+#pragma omp simd
+      for (int64_t c = 0; c < head_dim; ++c) oh[c] += p * vj[c];
+    }
   }
 }
 

@@ -34,4 +34,12 @@ struct AttentionShape {
 void attention(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
                std::vector<float>* scratch);
 
+// The decoder step's attention of one query row (q, out: heads * head_dim floats) against
+// `keys` rows of k/v (`kv_stride` floats apart): per head the dot products in one vectorized
+// loop each, the softmax as kernels::softmax_cpu computes it, the weighted sum of the values.
+// Replaces two GEMM calls per head of a single row, whose call and packing overhead
+// outweighed their work.
+void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
+                int64_t head_dim, int64_t kv_stride, std::vector<float>* scratch);
+
 }  // namespace nmt::cpu

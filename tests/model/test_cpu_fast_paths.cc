@@ -9,9 +9,13 @@
 #include <random>
 #include <vector>
 
+#include "kernels/attention.h"
+#include "kernels/layer_norm.h"
 #include "kernels/softmax.h"
 #include "kernels/topk.h"
 #include "model/cpu/candidates.h"
+#include "model/cpu/dense.h"
+#include "model/cpu/layer_norm.h"
 
 using namespace nmt;
 
@@ -95,4 +99,51 @@ TEST(CpuFastPaths, CandidatesMatchBeamTopkReference) {
   expect_candidates_match(4, 1, 513, 1, false, false, false, 5);   // greedy
   expect_candidates_match(2, 3, 5, 12, false, false, false, 6);    // k > vocab: every row whole
   expect_candidates_match(2, 5, 300, 32, true, false, true, 7);
+}
+
+TEST(CpuFastPaths, LayerNormMatchesReference) {
+  for (int64_t cols : {1, 5, 256, 1027}) {
+    const int64_t rows = 9;
+    std::vector<float> x = random_logits(size_t(rows * cols), unsigned(cols) + 10);
+    std::vector<float> residual = random_logits(size_t(rows * cols), unsigned(cols) + 11);
+    std::vector<float> gamma = random_logits(size_t(cols), 12), beta = random_logits(size_t(cols), 13);
+    for (int64_t c = 0; c < cols; ++c) x[size_t(cols + c)] = 1e4f;  // a constant row: variance 0, eps decides
+    for (int64_t c = 0; c < cols; ++c) residual[size_t(cols + c)] = 0.f;
+    std::vector<float> ref(x.size()), y = residual;
+    kernels::layer_norm_cpu(x.data(), residual.data(), nullptr, gamma.data(), beta.data(), ref.data(), rows, cols,
+                            1e-5f);
+    cpu::add_layer_norm(x.data(), y.data(), gamma.data(), beta.data(), rows, cols, 1e-5f);
+    for (size_t i = 0; i < y.size(); ++i)
+      EXPECT_NEAR(y[i], ref[i], 1e-5f * (std::fabs(ref[i]) + 1.f)) << "cols " << cols << " at " << i;
+  }
+}
+
+TEST(CpuFastPaths, AttendRowMatchesAttentionReference) {
+  const int heads = 4, head_dim = 64;
+  const int64_t d = heads * head_dim, stride = 3 * d;  // keys/values interleaved with other rows' data
+  std::vector<float> scratch;
+  for (int64_t keys : {1, 2, 17, 70}) {
+    std::vector<float> q = random_logits(size_t(d), unsigned(keys) + 20);
+    std::vector<float> kv = random_logits(size_t(keys * stride), unsigned(keys) + 21);
+    for (float& v : q) v *= 0.25f;
+    kernels::AttentionArgs<float> a;
+    a.q = q.data();
+    a.k = kv.data();
+    a.v = kv.data() + d;
+    std::vector<float> ref(static_cast<size_t>(d)), out(static_cast<size_t>(d), -1.f);
+    a.out = ref.data();
+    a.batch = 1;
+    a.heads = heads;
+    a.head_dim = head_dim;
+    a.q_len = 1;
+    a.kv_len = keys;
+    a.q_batch_stride = a.q_row_stride = d;
+    a.kv_batch_stride = keys * stride;
+    a.kv_row_stride = stride;
+    a.out_batch_stride = a.out_row_stride = d;
+    a.scale = 1.f / std::sqrt(float(head_dim));
+    kernels::attention_cpu(a);
+    cpu::attend_row(q.data(), kv.data(), kv.data() + d, out.data(), keys, heads, head_dim, stride, &scratch);
+    for (int64_t c = 0; c < d; ++c) EXPECT_NEAR(out[size_t(c)], ref[size_t(c)], 1e-5f) << "keys " << keys << " at " << c;
+  }
 }
