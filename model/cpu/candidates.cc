@@ -1,40 +1,13 @@
 #include "model/cpu/candidates.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-// glibc's libmvec: exp of 4 doubles with AVX2 (the variant GCC calls for `#pragma omp simd`
-// loops under -ffast-math), within 4 ulp of exp; the double sum of a vocabulary row then
-// rounds to the same float log-sum-exp as the scalar loop but in rare last-bit cases.
-extern "C" __m256d _ZGVdN4v_exp(__m256d);
+#include "model/cpu/vector_math.h"
 
 namespace nmt::cpu {
 namespace {
-
-bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-
-__attribute__((target("avx2,fma"))) double sum_exp_avx2(const float* x, int64_t n, float max_v) {
-  const __m128 m = _mm_set1_ps(max_v);
-  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8) {
-    const __m256d a = _mm256_cvtps_pd(_mm_sub_ps(_mm_loadu_ps(x + c), m));
-    const __m256d b = _mm256_cvtps_pd(_mm_sub_ps(_mm_loadu_ps(x + c + 4), m));
-    acc0 = _mm256_add_pd(acc0, _ZGVdN4v_exp(a));
-    acc1 = _mm256_add_pd(acc1, _ZGVdN4v_exp(b));
-  }
-  alignas(32) double lanes[4];
-  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
-  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  for (; c < n; ++c) sum += std::exp(double(x[c] - max_v));
-  return sum;
-}
 
 float row_max(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
@@ -63,14 +36,7 @@ inline void insert(float* scores, int* tokens, int* count, int k, float s, int t
 
 float log_sum_exp(const float* x, int64_t n) {
   const float max_v = row_max(x, n);
-  double sum;
-  if (has_avx2()) {
-    sum = sum_exp_avx2(x, n, max_v);
-  } else {
-    sum = 0.0;
-    for (int64_t c = 0; c < n; ++c) sum += std::exp(double(x[c] - max_v));
-  }
-  return float(std::log(sum)) + max_v;
+  return float(std::log(sum_exp(x, n, max_v))) + max_v;
 }
 
 void row_topk(float* x, int64_t n, float running, const RowMasks& masks, int k, float* scores, int* tokens) {

@@ -5,6 +5,7 @@
 
 #include "kernels/softmax.h"
 #include "model/cpu/gemm.h"
+#include "model/error.h"
 
 namespace nmt::cpu {
 
@@ -12,6 +13,26 @@ Linear Linear::from(const Weights& weights, const std::string& prefix) {
   const HostTensor& w = weights.get(prefix + ".weight");
   const HostTensor& b = weights.get(prefix + ".bias");
   return Linear{w.data.data(), b.data.data(), w.shape[1], w.shape[0]};
+}
+
+Linear Linear::concat(const std::vector<Linear>& parts) {
+  Linear l;
+  l.in = parts.at(0).in;
+  for (const Linear& p : parts) {
+    if (p.in != l.in) throw Error(ErrorCode::kInternal, "Linear::concat: parts of different input sizes");
+    l.out += p.out;
+  }
+  auto storage = std::make_shared<std::vector<float>>(size_t(l.out * (l.in + 1)));
+  float* w = storage->data();
+  float* b = w + l.out * l.in;
+  for (const Linear& p : parts) {
+    w = std::copy_n(p.w, p.out * p.in, w);
+    b = std::copy_n(p.b, p.out, b);
+  }
+  l.w = storage->data();
+  l.b = storage->data() + l.out * l.in;
+  l.storage = std::move(storage);
+  return l;
 }
 
 void Linear::operator()(const float* x, int64_t rows, float* y) const {
@@ -45,7 +66,9 @@ void attention(const float* q, const float* k, const float* v, float* out, const
 }
 
 void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
-                int64_t head_dim, int64_t kv_stride, std::vector<float>* scratch) {
+                int64_t head_dim, int64_t kv_stride, std::vector<float>* scratch, const int* key_rows,
+                int64_t row_stride) {
+  auto at = [&](int64_t j) { return (key_rows ? key_rows[j] * row_stride : 0) + j * kv_stride; };
   scratch->resize(std::max(scratch->size(), size_t(keys)));
   float* scores = scratch->data();
   kernels::SoftmaxOptions opt;
@@ -53,7 +76,7 @@ void attend_row(const float* q, const float* k, const float* v, float* out, int6
   for (int64_t h = 0; h < heads; ++h) {
     const float* qh = q + h * head_dim;
     for (int64_t j = 0; j < keys; ++j) {
-      const float* kj = k + j * kv_stride + h * head_dim;
+      const float* kj = k + at(j) + h * head_dim;
       float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
       for (int64_t c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
@@ -64,7 +87,7 @@ void attend_row(const float* q, const float* k, const float* v, float* out, int6
     std::fill(oh, oh + head_dim, 0.f);
     for (int64_t j = 0; j < keys; ++j) {
       const float p = scores[j];
-      const float* vj = v + j * kv_stride + h * head_dim;
+      const float* vj = v + at(j) + h * head_dim;
 #pragma omp simd
       for (int64_t c = 0; c < head_dim; ++c) oh[c] += p * vj[c];
     }

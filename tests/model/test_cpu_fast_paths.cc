@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/layer_norm.h"
 #include "kernels/softmax.h"
@@ -16,6 +17,7 @@
 #include "model/cpu/candidates.h"
 #include "model/cpu/dense.h"
 #include "model/cpu/layer_norm.h"
+#include "model/cpu/vector_math.h"
 
 using namespace nmt;
 
@@ -145,5 +147,29 @@ TEST(CpuFastPaths, AttendRowMatchesAttentionReference) {
     kernels::attention_cpu(a);
     cpu::attend_row(q.data(), kv.data(), kv.data() + d, out.data(), keys, heads, head_dim, stride, &scratch);
     for (int64_t c = 0; c < d; ++c) EXPECT_NEAR(out[size_t(c)], ref[size_t(c)], 1e-5f) << "keys " << keys << " at " << c;
+    // The same keys spread over three cache rows (the beam reorder's key-row table): the
+    // same result, bit for bit.
+    const int64_t row_stride = keys * stride;
+    std::vector<float> cache(static_cast<size_t>(3 * row_stride), std::nanf(""));
+    std::vector<int> key_rows(static_cast<size_t>(keys));
+    for (int64_t j = 0; j < keys; ++j) {
+      key_rows[size_t(j)] = int((j * 7 + 1) % 3);
+      std::copy_n(kv.data() + j * stride, stride, cache.data() + key_rows[size_t(j)] * row_stride + j * stride);
+    }
+    std::vector<float> gathered(static_cast<size_t>(d));
+    cpu::attend_row(q.data(), cache.data(), cache.data() + d, gathered.data(), keys, heads, head_dim, stride, &scratch,
+                    key_rows.data(), row_stride);
+    EXPECT_EQ(gathered, out) << "keys " << keys;
   }
+}
+
+TEST(CpuFastPaths, SwishMatchesActivationReference) {
+  std::vector<float> x = random_logits(1027, 30);
+  x[0] = 0.f;
+  x[1] = -100.f;  // exp(100) overflows: swish -> -0
+  x[2] = 100.f;
+  std::vector<float> ref = x;
+  kernels::bias_activation_cpu(ref.data(), nullptr, 1, int64_t(ref.size()), kernels::Activation::kSwish);
+  cpu::swish(x.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], ref[i], 1e-6f * std::fabs(ref[i]) + 1e-30f) << "at " << i;
 }
