@@ -90,6 +90,9 @@ class CpuEngine : public Engine {
     }
     embed_scale_ = c.scale_embedding ? std::sqrt(float(c.d_model)) : 1.f;
     proj_ = Linear{w.output_projection().data.data(), w.output_bias().data.data(), c.d_model, c.target_vocab_size};
+    // Marian's final_logits_bias is zeros: adding it copied rows x vocab floats per step.
+    const std::vector<float>& bias = w.output_bias().data;
+    if (std::all_of(bias.begin(), bias.end(), [](float v) { return v == 0.f; })) proj_.b = nullptr;
     if (int8) {
       for (EncoderLayer& L : encoder_)
         for (Linear* x : {&L.self_attn.qkv, &L.self_attn.out, &L.fc1, &L.fc2})

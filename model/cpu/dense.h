@@ -13,7 +13,7 @@ namespace nmt::cpu {
 // A linear layer y = x W^T + b with W [out, in] (Hugging Face layout), read from Weights.
 struct Linear {
   const float* w = nullptr;
-  const float* b = nullptr;
+  const float* b = nullptr;  // null: no bias (e.g. an all-zero final_logits_bias, not added)
   int64_t in = 0, out = 0;
   std::shared_ptr<const QuantizedMatrix> int8;  // set: the product runs in int8 (int8_linear)
   std::shared_ptr<const std::vector<float>> storage;  // concat's weights and biases
