@@ -5,6 +5,7 @@
 
 #include "kernels/softmax.h"
 #include "model/cpu/gemm.h"
+#include "model/cpu/vector_math.h"
 #include "model/error.h"
 
 namespace nmt::cpu {
@@ -66,7 +67,7 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   }
 }
 
-void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
+NMT_CPU_CLONES void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
                 int64_t head_dim, int64_t kv_stride, std::vector<float>* scratch, const int* key_rows,
                 int64_t row_stride) {
   auto at = [&](int64_t j) { return (key_rows ? key_rows[j] * row_stride : 0) + j * kv_stride; };

@@ -6,6 +6,16 @@
 // check that no beam-search decision moved.
 #include <cstdint>
 
+// Hot loops compiled twice, for AVX2 and for baseline x86-64 (the release build's target),
+// the one the CPU has picked when the program loads (GCC's target_clones, an ifunc). "avx2"
+// without "fma": no multiply-add is contracted, so the two round alike but for the order of
+// vectorized sums.
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define NMT_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define NMT_CPU_CLONES
+#endif
+
 namespace nmt::cpu {
 
 // sum over c of exp(double(x[c] - shift)): the differences in float, exp and sum in double
