@@ -74,6 +74,7 @@ class CpuEngine : public Engine {
   CpuEngine(const ModelConfig& c, const Weights& w, size_t memory_limit, int threads, bool int8)
       : c_(c), w_(w), memory_limit_(memory_limit), threads_(threads > 0 ? threads : omp_get_num_procs()) {
     scratch_.resize(size_t(threads_));
+    row_scratch_.resize(size_t(threads_));
     for (int l = 0; l < c.encoder_layers; ++l) {
       const std::string p = layer_prefix(false, l);
       encoder_.push_back({SelfAttentionWeights::from(w, p + "self_attn."),
@@ -249,7 +250,7 @@ class CpuEngine : public Engine {
         std::copy_n(qr + 2 * d, d, cv + (c * cap + t) * d);
         // Position j of the row's history is in cache row key_rows[j] (reorder()).
         cpu::attend_row(qr, ck, cv, ctx.data() + r * d, t + 1, heads, hd, d,
-                        &scratch_[size_t(omp_get_thread_num())], key_rows_.data() + c * cap, cap * d);
+                        &row_scratch_[size_t(omp_get_thread_num())], key_rows_.data() + c * cap, cap * d);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
       cpu::add_layer_norm(tmp.data(), y.data(), L.self_norm.gamma, L.self_norm.beta, rows, d, c_.layer_norm_eps);
@@ -260,7 +261,7 @@ class CpuEngine : public Engine {
         const int64_t s = row_slot_[size_t(r)], len = slot_lengths_[size_t(s)];
         const float* kv = cross_kv_[l].data() + s * cap_.source_tokens * 2 * d;
         cpu::attend_row(q.data() + r * d, kv, kv + d, ctx.data() + r * d, len, heads, hd, 2 * d,
-                        &scratch_[size_t(omp_get_thread_num())]);
+                        &row_scratch_[size_t(omp_get_thread_num())]);
       }
       L.cross_attn.out(ctx.data(), rows, tmp.data());
       cpu::add_layer_norm(tmp.data(), y.data(), L.cross_norm.gamma, L.cross_norm.beta, rows, d, c_.layer_norm_eps);
@@ -420,6 +421,7 @@ class CpuEngine : public Engine {
       for (const auto& v : *layers) floats += v.capacity();
     }
     for (const auto& v : scratch_) floats += v.capacity();
+    for (const auto& v : row_scratch_) floats += 2 * v.capacity();  // doubles
     for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_}) {
       floats += v->capacity();
     }
@@ -446,7 +448,8 @@ class CpuEngine : public Engine {
   std::vector<int> key_rows_, next_key_rows_;   // [rows, capacity]: the cache row of each position
   int64_t cache_capacity_ = 0;
   const int threads_;
-  std::vector<std::vector<float>> scratch_;  // attention scores, one per thread
+  std::vector<std::vector<float>> scratch_;       // attention scores, one per thread (encoder)
+  std::vector<std::vector<double>> row_scratch_;  // attend_row's, one per thread (decoder step)
   FloatBuffer hidden_, ffn_out_, logits_;
   FloatBuffer y_, q_, qkv_, ctx_, tmp_;  // decode-step buffers
   std::vector<int> row_position_, row_slot_, row_group_, enc_ids_, enc_positions_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/softmax.h"
 #include "model/cpu/gemm.h"
@@ -68,27 +69,35 @@ void attention(const float* q, const float* k, const float* v, float* out, const
 }
 
 NMT_CPU_CLONES void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
-                int64_t head_dim, int64_t kv_stride, std::vector<float>* scratch, const int* key_rows,
-                int64_t row_stride) {
+                               int64_t head_dim, int64_t kv_stride, std::vector<double>* scratch, const int* key_rows,
+                               int64_t row_stride) {
   auto at = [&](int64_t j) { return (key_rows ? key_rows[j] * row_stride : 0) + j * kv_stride; };
   scratch->resize(std::max(scratch->size(), size_t(keys)));
-  float* scores = scratch->data();
-  kernels::SoftmaxOptions opt;
-  opt.scale = 1.f / std::sqrt(float(head_dim));
+  double* e = scratch->data();
+  const float scale = 1.f / std::sqrt(float(head_dim));
   for (int64_t h = 0; h < heads; ++h) {
     const float* qh = q + h * head_dim;
+    // kernels::softmax_cpu's arithmetic (max of the scaled scores in float, exp and sum in
+    // double), each exp computed once and kept.
+    float max_s = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < keys; ++j) {
       const float* kj = k + at(j) + h * head_dim;
       float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
       for (int64_t c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
-      scores[j] = dot;
+      const float s = dot * scale;
+      e[j] = s;
+      max_s = std::max(max_s, s);
     }
-    kernels::softmax_cpu(scores, scores, 1, keys, opt);
+    double sum = 0.0;
+    for (int64_t j = 0; j < keys; ++j) {
+      e[j] = std::exp(double(float(e[j]) - max_s));
+      sum += e[j];
+    }
     float* oh = out + h * head_dim;
     std::fill(oh, oh + head_dim, 0.f);
     for (int64_t j = 0; j < keys; ++j) {
-      const float p = scores[j];
+      const float p = float(e[j] / sum);
       const float* vj = v + at(j) + h * head_dim;
 #pragma omp simd
       for (int64_t c = 0; c < head_dim; ++c) oh[c] += p * vj[c];

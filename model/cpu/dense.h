@@ -43,9 +43,9 @@ void attention(const float* q, const float* k, const float* v, float* out, const
 // row_stride + j * kv_stride: a beam's history spread over cache rows): per head the dot
 // products in one vectorized loop each, the softmax as kernels::softmax_cpu computes it, the
 // weighted sum of the values. Replaces two GEMM calls per head of a single row, whose call
-// and packing overhead outweighed their work.
+// and packing overhead outweighed their work. `scratch` (the calling thread's) grows only.
 void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
-                int64_t head_dim, int64_t kv_stride, std::vector<float>* scratch, const int* key_rows = nullptr,
+                int64_t head_dim, int64_t kv_stride, std::vector<double>* scratch, const int* key_rows = nullptr,
                 int64_t row_stride = 0);
 
 }  // namespace nmt::cpu

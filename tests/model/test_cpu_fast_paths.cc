@@ -123,7 +123,7 @@ TEST(CpuFastPaths, LayerNormMatchesReference) {
 TEST(CpuFastPaths, AttendRowMatchesAttentionReference) {
   const int heads = 4, head_dim = 64;
   const int64_t d = heads * head_dim, stride = 3 * d;  // keys/values interleaved with other rows' data
-  std::vector<float> scratch;
+  std::vector<double> scratch;
   for (int64_t keys : {1, 2, 17, 70}) {
     std::vector<float> q = random_logits(size_t(d), unsigned(keys) + 20);
     std::vector<float> kv = random_logits(size_t(keys * stride), unsigned(keys) + 21);
