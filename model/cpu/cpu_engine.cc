@@ -421,6 +421,10 @@ class CpuEngine : public Engine {
       for (const auto& v : *layers) floats += v.capacity();
     }
     for (const auto& v : scratch_) floats += v.capacity();
+    // the concatenated Q/K/V and cross K/V weights (copies of the checkpoint's)
+    for (const EncoderLayer& L : encoder_) floats += L.self_attn.qkv.storage->capacity();
+    for (const DecoderLayer& L : decoder_)
+      floats += L.self_attn.qkv.storage->capacity() + L.cross_attn.kv.storage->capacity();
     for (const auto& v : row_scratch_) floats += 2 * v.capacity();  // doubles
     for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_}) {
       floats += v->capacity();

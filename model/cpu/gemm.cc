@@ -47,7 +47,8 @@ __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* row, int
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
   int64_t c = 0;
   for (; c + 32 <= k; c += 32) {
-    const __m256i words = _mm256_packs_epi16(_mm256_packs_epi32(q(c), q(c + 8)), _mm256_packs_epi32(q(c + 16), q(c + 24)));
+    const __m256i words =
+        _mm256_packs_epi16(_mm256_packs_epi32(q(c), q(c + 8)), _mm256_packs_epi32(q(c + 16), q(c + 24)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), _mm256_permutevar8x32_epi32(words, order));
   }
   for (; c < k; ++c) out[c] = int8_t(std::lrintf(std::clamp(row[c] * inv, -127.f, 127.f)));

@@ -146,7 +146,8 @@ TEST(CpuFastPaths, AttendRowMatchesAttentionReference) {
     a.scale = 1.f / std::sqrt(float(head_dim));
     kernels::attention_cpu(a);
     cpu::attend_row(q.data(), kv.data(), kv.data() + d, out.data(), keys, heads, head_dim, stride, &scratch);
-    for (int64_t c = 0; c < d; ++c) EXPECT_NEAR(out[size_t(c)], ref[size_t(c)], 1e-5f) << "keys " << keys << " at " << c;
+    for (int64_t c = 0; c < d; ++c)
+      EXPECT_NEAR(out[size_t(c)], ref[size_t(c)], 1e-5f) << "keys " << keys << " at " << c;
     // The same keys spread over three cache rows (the beam reorder's key-row table): the
     // same result, bit for bit.
     const int64_t row_stride = keys * stride;
