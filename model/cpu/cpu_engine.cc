@@ -6,13 +6,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <numeric>
 
 #include "kernels/activation.h"
-#include "kernels/layer_norm.h"
-#include "kernels/softmax.h"
+#include "model/cpu/buffer.h"
+#include "model/cpu/candidates.h"
 #include "model/cpu/dense.h"
 #include "model/cpu/gemm.h"
+#include "model/cpu/layer_norm.h"
+#include "model/cpu/vector_math.h"
 #include "model/cpu_engine.h"
 #include "model/error.h"
 
@@ -20,6 +21,8 @@ namespace nmt {
 namespace {
 
 using cpu::AttentionShape;
+using cpu::FloatBuffer;
+using cpu::grow;
 using cpu::Linear;
 
 struct Norm {
@@ -30,25 +33,37 @@ struct Norm {
   }
 };
 
-struct AttentionWeights {
-  Linear q, k, v, out;
-  static AttentionWeights from(const Weights& w, const std::string& p) {
-    return {Linear::from(w, p + "q_proj"), Linear::from(w, p + "k_proj"),
-            Linear::from(w, p + "v_proj"), Linear::from(w, p + "out_proj")};
+// Self-attention: Q, K and V of the same rows in one product, qkv [rows, 3d].
+struct SelfAttentionWeights {
+  Linear qkv, out;
+  static SelfAttentionWeights from(const Weights& w, const std::string& p) {
+    return {Linear::concat({Linear::from(w, p + "q_proj"), Linear::from(w, p + "k_proj"),
+                            Linear::from(w, p + "v_proj")}),
+            Linear::from(w, p + "out_proj")};
+  }
+};
+
+// Cross-attention: Q of the decoder's rows; K and V of the encoder's in one product, kv [rows, 2d].
+struct CrossAttentionWeights {
+  Linear q, kv, out;
+  static CrossAttentionWeights from(const Weights& w, const std::string& p) {
+    return {Linear::from(w, p + "q_proj"),
+            Linear::concat({Linear::from(w, p + "k_proj"), Linear::from(w, p + "v_proj")}),
+            Linear::from(w, p + "out_proj")};
   }
 };
 
 struct EncoderLayer {
-  AttentionWeights self_attn;
+  SelfAttentionWeights self_attn;
   Norm self_norm;
   Linear fc1, fc2;
   Norm final_norm;
 };
 
 struct DecoderLayer {
-  AttentionWeights self_attn;
+  SelfAttentionWeights self_attn;
   Norm self_norm;
-  AttentionWeights cross_attn;
+  CrossAttentionWeights cross_attn;
   Norm cross_norm;
   Linear fc1, fc2;
   Norm final_norm;
@@ -59,29 +74,33 @@ class CpuEngine : public Engine {
   CpuEngine(const ModelConfig& c, const Weights& w, size_t memory_limit, int threads, bool int8)
       : c_(c), w_(w), memory_limit_(memory_limit), threads_(threads > 0 ? threads : omp_get_num_procs()) {
     scratch_.resize(size_t(threads_));
+    row_scratch_.resize(size_t(threads_));
     for (int l = 0; l < c.encoder_layers; ++l) {
       const std::string p = layer_prefix(false, l);
-      encoder_.push_back({AttentionWeights::from(w, p + "self_attn."),
+      encoder_.push_back({SelfAttentionWeights::from(w, p + "self_attn."),
                           Norm::from(w, p + "self_attn_layer_norm"), Linear::from(w, p + "fc1"),
                           Linear::from(w, p + "fc2"), Norm::from(w, p + "final_layer_norm")});
     }
     for (int l = 0; l < c.decoder_layers; ++l) {
       const std::string p = layer_prefix(true, l);
-      decoder_.push_back({AttentionWeights::from(w, p + "self_attn."),
+      decoder_.push_back({SelfAttentionWeights::from(w, p + "self_attn."),
                           Norm::from(w, p + "self_attn_layer_norm"),
-                          AttentionWeights::from(w, p + "encoder_attn."),
+                          CrossAttentionWeights::from(w, p + "encoder_attn."),
                           Norm::from(w, p + "encoder_attn_layer_norm"), Linear::from(w, p + "fc1"),
                           Linear::from(w, p + "fc2"), Norm::from(w, p + "final_layer_norm")});
     }
     embed_scale_ = c.scale_embedding ? std::sqrt(float(c.d_model)) : 1.f;
     proj_ = Linear{w.output_projection().data.data(), w.output_bias().data.data(), c.d_model, c.target_vocab_size};
+    // Marian's final_logits_bias is zeros: adding it copied rows x vocab floats per step.
+    const std::vector<float>& bias = w.output_bias().data;
+    if (std::all_of(bias.begin(), bias.end(), [](float v) { return v == 0.f; })) proj_.b = nullptr;
     if (int8) {
       for (EncoderLayer& L : encoder_)
-        for (Linear* x : {&L.self_attn.q, &L.self_attn.k, &L.self_attn.v, &L.self_attn.out, &L.fc1, &L.fc2})
+        for (Linear* x : {&L.self_attn.qkv, &L.self_attn.out, &L.fc1, &L.fc2})
           x->quantize();
       for (DecoderLayer& L : decoder_)
-        for (Linear* x : {&L.self_attn.q, &L.self_attn.k, &L.self_attn.v, &L.self_attn.out, &L.cross_attn.q,
-                          &L.cross_attn.k, &L.cross_attn.v, &L.cross_attn.out, &L.fc1, &L.fc2})
+        for (Linear* x : {&L.self_attn.qkv, &L.self_attn.out, &L.cross_attn.q, &L.cross_attn.kv, &L.cross_attn.out,
+                          &L.fc1, &L.fc2})
           x->quantize();
       proj_.quantize();
     }
@@ -108,9 +127,9 @@ class CpuEngine : public Engine {
     if (next.sentences == cap_.sentences && next.rows == cap_.rows && next.source_tokens == cap_.source_tokens) return;
     check_memory(next, std::max<int64_t>(cache_capacity_, kMinCachePositions));
     const int64_t d = c_.d_model;
-    const size_t cross = size_t(next.sentences) * size_t(next.source_tokens) * size_t(d);
-    cross_k_.assign(decoder_.size(), std::vector<float>(cross));
-    cross_v_.assign(decoder_.size(), std::vector<float>(cross));
+    const size_t cross = size_t(next.sentences) * size_t(next.source_tokens) * size_t(2 * d);
+    cross_kv_.resize(decoder_.size());
+    for (FloatBuffer& b : cross_kv_) grow(&b, cross);
     slot_lengths_.assign(size_t(next.sentences), 0);
     // The self-attention caches depend on the rows only: kept (and not re-grown from
     // nothing, which costs fresh pages every batch) when only slots or source tokens grow.
@@ -118,6 +137,7 @@ class CpuEngine : public Engine {
       cache_capacity_ = 0;  // allocated at the first step
       cache_k_.assign(decoder_.size(), {});
       cache_v_.assign(decoder_.size(), {});
+      key_rows_.clear();
     }
     cap_ = next;
   }
@@ -152,39 +172,36 @@ class CpuEngine : public Engine {
       }
     }
     // Members: an admission allocates nothing once they have grown.
-    std::vector<float>& x = encoder_out_;
-    x.resize(size_t(rows * d));
+    FloatBuffer& x = encoder_out_;
+    grow(&x, size_t(rows * d));
     embed(w_.encoder_embeddings(), c_.vocab_size, w_.encoder_positions(), ids, positions, x.data());
 
     const int64_t heads = c_.encoder_heads;
-    for (auto* b : {&q_, &k_, &v_, &ctx_, &tmp_}) b->resize(std::max(b->size(), x.size()));
-    std::vector<float>&q = q_, &k = k_, &v = v_, &ctx = ctx_, &tmp = tmp_;
+    grow(&qkv_, size_t(rows * 3 * d));
+    for (auto* b : {&ctx_, &tmp_}) grow(b, size_t(rows * d));
+    FloatBuffer &qkv = qkv_, &ctx = ctx_, &tmp = tmp_;
     for (const EncoderLayer& L : encoder_) {
-      L.self_attn.q(x.data(), rows, q.data());
-      L.self_attn.k(x.data(), rows, k.data());
-      L.self_attn.v(x.data(), rows, v.data());
+      L.self_attn.qkv(x.data(), rows, qkv.data());
 #pragma omp parallel for schedule(dynamic)
       for (int64_t s = 0; s < n; ++s) {
-        const int64_t o = s * src_len_ * d;
+        const float* q = qkv.data() + s * src_len_ * 3 * d;
         // Keys up to the sentence's own length: its result does not depend on the padding
         // that other sentences of the admission bring.
-        cpu::attention(q.data() + o, k.data() + o, v.data() + o, ctx.data() + o,
-                       AttentionShape{src_len_, lengths_[s], lengths_[s], heads, d / heads, d, d, d},
+        cpu::attention(q, q + d, q + 2 * d, ctx.data() + s * src_len_ * d,
+                       AttentionShape{src_len_, lengths_[s], lengths_[s], heads, d / heads, 3 * d, 3 * d, d},
                        &scratch_[size_t(omp_get_thread_num())]);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
-      kernels::layer_norm_cpu(tmp.data(), x.data(), nullptr, L.self_norm.gamma, L.self_norm.beta,
-                              x.data(), rows, d, c_.layer_norm_eps);
+      cpu::add_layer_norm(tmp.data(), x.data(), L.self_norm.gamma, L.self_norm.beta, rows, d, c_.layer_norm_eps);
       feed_forward(L.fc1, L.fc2, L.final_norm, x.data(), rows);
     }
     // Cross-attention keys/values: once per sentence, shared by its beams, into its slot.
     for (size_t l = 0; l < decoder_.size(); ++l) {
-      decoder_[l].cross_attn.k(x.data(), rows, k.data());
-      decoder_[l].cross_attn.v(x.data(), rows, v.data());
+      decoder_[l].cross_attn.kv(x.data(), rows, qkv.data());
       for (int64_t s = 0; s < n; ++s) {
         const int64_t slot = items[size_t(s)].slot, len = lengths_[s];
-        std::copy_n(k.data() + s * src_len_ * d, len * d, cross_k_[l].data() + slot * cap_.source_tokens * d);
-        std::copy_n(v.data() + s * src_len_ * d, len * d, cross_v_[l].data() + slot * cap_.source_tokens * d);
+        std::copy_n(qkv.data() + s * src_len_ * 2 * d, len * 2 * d,
+                    cross_kv_[l].data() + slot * cap_.source_tokens * 2 * d);
       }
     }
     for (int64_t s = 0; s < n; ++s) slot_lengths_[size_t(items[size_t(s)].slot)] = lengths_[s];
@@ -215,42 +232,39 @@ class CpuEngine : public Engine {
     reorder(in);
 
     // Step buffers are members: a decode step allocates nothing once they have grown.
-    for (auto* b : {&y_, &q_, &k_, &v_, &ctx_, &tmp_}) b->resize(size_t(rows * d));
-    std::vector<float>& y = y_;
-    std::vector<float>&q = q_, &k = k_, &v = v_, &ctx = ctx_, &tmp = tmp_;
+    for (auto* b : {&y_, &q_, &ctx_, &tmp_}) grow(b, size_t(rows * d));
+    grow(&qkv_, size_t(rows * 3 * d));
+    FloatBuffer &y = y_, &q = q_, &qkv = qkv_, &ctx = ctx_, &tmp = tmp_;
     embed(w_.decoder_embeddings(), c_.target_vocab_size, w_.decoder_positions(), in.tokens, row_position_, y.data());
     const int64_t heads = c_.decoder_heads, hd = d / heads, cap = cache_capacity_;
     for (size_t l = 0; l < decoder_.size(); ++l) {
       const DecoderLayer& L = decoder_[l];
-      L.self_attn.q(y.data(), rows, q.data());
-      L.self_attn.k(y.data(), rows, k.data());
-      L.self_attn.v(y.data(), rows, v.data());
+      L.self_attn.qkv(y.data(), rows, qkv.data());
       float* ck = cache_k_[l].data();
       float* cv = cache_v_[l].data();
 #pragma omp parallel for
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t c = in.cache_rows[size_t(r)], t = row_position_[size_t(r)];
-        std::copy_n(k.data() + r * d, d, ck + (c * cap + t) * d);
-        std::copy_n(v.data() + r * d, d, cv + (c * cap + t) * d);
-        cpu::attention(q.data() + r * d, ck + c * cap * d, cv + c * cap * d, ctx.data() + r * d,
-                       AttentionShape{1, t + 1, t + 1, heads, hd, d, d, d}, &scratch_[size_t(omp_get_thread_num())]);
+        const float* qr = qkv.data() + r * 3 * d;
+        std::copy_n(qr + d, d, ck + (c * cap + t) * d);
+        std::copy_n(qr + 2 * d, d, cv + (c * cap + t) * d);
+        // Position j of the row's history is in cache row key_rows[j] (reorder()).
+        cpu::attend_row(qr, ck, cv, ctx.data() + r * d, t + 1, heads, hd, d,
+                        &row_scratch_[size_t(omp_get_thread_num())], key_rows_.data() + c * cap, cap * d);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
-      kernels::layer_norm_cpu(tmp.data(), y.data(), nullptr, L.self_norm.gamma, L.self_norm.beta,
-                              y.data(), rows, d, c_.layer_norm_eps);
+      cpu::add_layer_norm(tmp.data(), y.data(), L.self_norm.gamma, L.self_norm.beta, rows, d, c_.layer_norm_eps);
 
       L.cross_attn.q(y.data(), rows, q.data());
 #pragma omp parallel for
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t s = row_slot_[size_t(r)], len = slot_lengths_[size_t(s)];
-        const int64_t o = s * cap_.source_tokens * d;
-        cpu::attention(q.data() + r * d, cross_k_[l].data() + o, cross_v_[l].data() + o,
-                       ctx.data() + r * d, AttentionShape{1, len, len, heads, hd, d, d, d},
-                       &scratch_[size_t(omp_get_thread_num())]);
+        const float* kv = cross_kv_[l].data() + s * cap_.source_tokens * 2 * d;
+        cpu::attend_row(q.data() + r * d, kv, kv + d, ctx.data() + r * d, len, heads, hd, 2 * d,
+                        &row_scratch_[size_t(omp_get_thread_num())]);
       }
       L.cross_attn.out(ctx.data(), rows, tmp.data());
-      kernels::layer_norm_cpu(tmp.data(), y.data(), nullptr, L.cross_norm.gamma, L.cross_norm.beta,
-                              y.data(), rows, d, c_.layer_norm_eps);
+      cpu::add_layer_norm(tmp.data(), y.data(), L.cross_norm.gamma, L.cross_norm.beta, rows, d, c_.layer_norm_eps);
       feed_forward(L.fc1, L.fc2, L.final_norm, y.data(), rows);
     }
     select_candidates(y.data(), rows, in, out);
@@ -272,13 +286,16 @@ class CpuEngine : public Engine {
 
   // x = LN(x + fc2(act(fc1(x))))
   void feed_forward(const Linear& fc1, const Linear& fc2, const Norm& norm, float* x, int64_t rows) {
-    hidden_.resize(size_t(rows * fc1.out));
-    ffn_out_.resize(size_t(rows * fc2.out));
+    grow(&hidden_, size_t(rows * fc1.out));
+    grow(&ffn_out_, size_t(rows * fc2.out));
     fc1(x, rows, hidden_.data());
-    kernels::bias_activation_cpu(hidden_.data(), nullptr, rows, fc1.out, c_.activation);
+    if (c_.activation == kernels::Activation::kSwish) {
+      cpu::swish(hidden_.data(), rows * fc1.out);  // vectorized; the others are the reference's loop
+    } else {
+      kernels::bias_activation_cpu(hidden_.data(), nullptr, rows, fc1.out, c_.activation);
+    }
     fc2(hidden_.data(), rows, ffn_out_.data());
-    kernels::layer_norm_cpu(ffn_out_.data(), x, nullptr, norm.gamma, norm.beta, x, rows, c_.d_model,
-                            c_.layer_norm_eps);
+    cpu::add_layer_norm(ffn_out_.data(), x, norm.gamma, norm.beta, rows, c_.d_model, c_.layer_norm_eps);
   }
 
   static constexpr int64_t kMinCachePositions = 16;
@@ -305,30 +322,22 @@ class CpuEngine : public Engine {
     return int64_t(rows);
   }
 
-  // Row r continues cache row parent_rows[r]: its positions before this step's are copied
-  // into its own cache row (through a spare buffer: beams may swap histories).
+  // Row r continues cache row parent_rows[r] into cache row cache_rows[r]. The caches are not
+  // copied: each cache row keeps a table of the cache rows that hold its history's positions
+  // (the CUDA engine's key-row table, kernels::beam_reorder_key_rows_cpu), and the row's own
+  // position is written into its own row. Beams of a sentence keep their cache rows until it
+  // ends, so a position a table points to is never overwritten while it is read.
   void reorder(const StepInput& in) {
-    const int64_t d = c_.d_model, cap = cache_capacity_;
-    moved_.clear();
+    const int64_t cap = cache_capacity_;
+    next_key_rows_ = key_rows_;  // rows outside this step keep their tables
     for (size_t r = 0; r < in.cache_rows.size(); ++r) {
-      if (in.parent_rows[r] != in.cache_rows[r] && row_position_[r] > 0) moved_.push_back(r);
+      const int64_t t = row_position_[r], c = in.cache_rows[r];
+      const int* from = key_rows_.data() + int64_t(in.parent_rows[r]) * cap;
+      int* to = next_key_rows_.data() + c * cap;
+      std::copy_n(from, t, to);
+      to[t] = int(c);
     }
-    if (moved_.empty()) return;
-    spare_.resize(moved_.size() * size_t(cap * d));
-    for (size_t l = 0; l < decoder_.size(); ++l) {
-      for (auto* cache : {&cache_k_[l], &cache_v_[l]}) {
-        for (size_t m = 0; m < moved_.size(); ++m) {
-          const size_t r = moved_[m];
-          std::copy_n(cache->data() + int64_t(in.parent_rows[r]) * cap * d, int64_t(row_position_[r]) * d,
-                      spare_.data() + int64_t(m) * cap * d);
-        }
-        for (size_t m = 0; m < moved_.size(); ++m) {
-          const size_t r = moved_[m];
-          std::copy_n(spare_.data() + int64_t(m) * cap * d, int64_t(row_position_[r]) * d,
-                      cache->data() + int64_t(in.cache_rows[r]) * cap * d);
-        }
-      }
-    }
+    key_rows_.swap(next_key_rows_);
   }
 
   // Grows the [rows, capacity, d] caches (doubling) so that `positions` fit, keeping their
@@ -340,24 +349,28 @@ class CpuEngine : public Engine {
     check_memory(cap_, cap);
     for (size_t l = 0; l < decoder_.size(); ++l) {
       for (auto* cache : {&cache_k_[l], &cache_v_[l]}) {
-        std::vector<float> next(size_t(rows * cap * d), 0.f);
+        FloatBuffer next(size_t(rows * cap * d));
         for (int64_t r = 0; cache_capacity_ > 0 && r < rows; ++r) {
           std::copy_n(cache->data() + r * cache_capacity_ * d, cache_capacity_ * d, next.data() + r * cap * d);
         }
         cache->swap(next);
       }
     }
+    std::vector<int> table(size_t(rows * cap));
+    for (int64_t r = 0; cache_capacity_ > 0 && r < rows; ++r)
+      std::copy_n(key_rows_.data() + r * cache_capacity_, cache_capacity_, table.data() + r * cap);
+    key_rows_.swap(table);
     cache_capacity_ = cap;
   }
 
-  // The persistent buffers at this capacity (cross K/V and self-attention caches with their
-  // reorder spare), against the configured limit.
+  // The persistent buffers at this capacity (cross K/V, self-attention caches and their
+  // key-row tables), against the configured limit.
   void check_memory(const EngineCapacity& cap, int64_t cache_positions) const {
     if (memory_limit_ == 0) return;
     const size_t d = size_t(c_.d_model), layers = decoder_.size();
     const size_t floats = 2 * layers * size_t(cap.sentences) * size_t(cap.source_tokens) * d +
-                          (2 * layers + 1) * size_t(cap.rows) * size_t(cache_positions) * d;
-    const size_t need = floats * sizeof(float);
+                          2 * layers * size_t(cap.rows) * size_t(cache_positions) * d;
+    const size_t need = floats * sizeof(float) + 2 * size_t(cap.rows) * size_t(cache_positions) * sizeof(int);
     if (need > memory_limit_) {
       throw Error(ErrorCode::kResourceExhausted,
                   "out of memory: the decode state needs about " + std::to_string(need >> 20) +
@@ -367,57 +380,56 @@ class CpuEngine : public Engine {
 
   void select_candidates(const float* y, int64_t rows, const StepInput& in, StepOutput* out) {
     const int64_t vocab = c_.target_vocab_size;
-    logits_.resize(size_t(rows * vocab));
+    grow(&logits_, size_t(rows * vocab));
     proj_(y, rows, logits_.data());
-    kernels::SoftmaxOptions opt;
-    opt.log = true;
-    // Rows are independent: the log-softmax (a tenth of a step at beam 4) runs on every core.
+    // Each row keeps its best k (the most its sentence's k can take from one row); the
+    // sentence's k best are then among its rows' lists (cpu/candidates.h).
+    int stride = 1;
+    row_group_.clear();
+    for (size_t gi = 0; gi < in.groups.size(); ++gi) {
+      stride = std::max<int>(stride, int(std::min<int64_t>(in.groups[gi].k, vocab)));
+      row_group_.insert(row_group_.end(), size_t(in.groups[gi].beam), int(gi));
+    }
+    grow(&row_scores_, size_t(rows * stride));
+    grow(&row_tokens_, size_t(rows * stride));
+    // Rows are independent: the log-sum-exp and the selection run on every core.
 #pragma omp parallel for
-    for (int64_t r = 0; r < rows; ++r)
-      kernels::softmax_cpu(logits_.data() + r * vocab, logits_.data() + r * vocab, 1, vocab, opt);
-    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (int64_t r = 0; r < rows; ++r) {
+      const StepGroup& g = in.groups[size_t(row_group_[size_t(r)])];
+      cpu::RowMasks masks{c_.pad_id, c_.eos_id, g.mask_eos, g.force_eos};
+      cpu::row_topk(logits_.data() + r * vocab, vocab, in.running_scores[size_t(r)], masks,
+                    int(std::min<int64_t>(g.k, vocab)), row_scores_.data() + r * stride,
+                    row_tokens_.data() + r * stride);
+    }
     out->scores.clear();
     out->candidates.clear();
     int64_t first = 0;
     for (const StepGroup& g : in.groups) {
-      for (int64_t r = first; r < first + g.beam; ++r) {
-        float* lp = logits_.data() + r * vocab;
-        const float running = in.running_scores[size_t(r)];
-        lp[c_.pad_id] = neg_inf;
-        if (g.mask_eos) lp[c_.eos_id] = neg_inf;
-        // Last, as transformers' ForcedEOSTokenLogitsProcessor (after its min-length one):
-        // EOS gets log p = 0, whatever the masks said.
-        if (g.force_eos) {
-          std::fill(lp, lp + vocab, neg_inf);
-          lp[c_.eos_id] = 0.f;
-        }
-        for (int64_t t = 0; t < vocab; ++t) lp[t] += running;
-      }
-      const float* s = logits_.data() + first * vocab;
-      order_.resize(size_t(g.beam * vocab));
-      std::iota(order_.begin(), order_.end(), 0);
-      // Best first; equal scores keep the lower index first, as torch.topk does.
-      std::partial_sort(order_.begin(), order_.begin() + g.k, order_.end(),
-                        [s](int a, int b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
-      for (int j = 0; j < g.k; ++j) {
-        out->scores.push_back(s[order_[size_t(j)]]);
-        out->candidates.push_back(order_[size_t(j)]);
-      }
+      const size_t at = out->scores.size();
+      out->scores.resize(at + size_t(g.k));
+      out->candidates.resize(at + size_t(g.k));
+      cpu::merge_topk(row_scores_.data() + first * stride, row_tokens_.data() + first * stride, g.beam,
+                      int(std::min<int64_t>(g.k, vocab)), stride, int(vocab), g.k, out->scores.data() + at,
+                      out->candidates.data() + at);
       first += g.beam;
     }
   }
 
   size_t host_memory_used() const override {
     size_t floats = 0;
-    auto add = [&floats](const std::vector<float>& v) { floats += v.capacity(); };
-    for (const auto* layers : {&cross_k_, &cross_v_, &cache_k_, &cache_v_, &scratch_}) {
-      for (const auto& v : *layers) add(v);
+    for (const auto* layers : {&cross_kv_, &cache_k_, &cache_v_}) {
+      for (const auto& v : *layers) floats += v.capacity();
     }
-    for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &k_, &v_, &ctx_,
-                          &tmp_, &spare_}) {
-      add(*v);
+    for (const auto& v : scratch_) floats += v.capacity();
+    // the concatenated Q/K/V and cross K/V weights (copies of the checkpoint's)
+    for (const EncoderLayer& L : encoder_) floats += L.self_attn.qkv.storage->capacity();
+    for (const DecoderLayer& L : decoder_)
+      floats += L.self_attn.qkv.storage->capacity() + L.cross_attn.kv.storage->capacity();
+    for (const auto& v : row_scratch_) floats += 2 * v.capacity();  // doubles
+    for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_}) {
+      floats += v->capacity();
     }
-    return floats * sizeof(float);
+    return floats * sizeof(float) + (key_rows_.capacity() + next_key_rows_.capacity()) * sizeof(int);
   }
 
   const ModelConfig c_;
@@ -432,18 +444,21 @@ class CpuEngine : public Engine {
   // last encode(), for encoder_output()
   int64_t src_len_ = 0;
   std::vector<int64_t> lengths_;
-  std::vector<float> encoder_out_;                     // [sentences, src_len, d]
+  FloatBuffer encoder_out_;                            // [sentences, src_len, d]
   // persistent decode state
   std::vector<int64_t> slot_lengths_;                  // source length of each slot
-  std::vector<std::vector<float>> cross_k_, cross_v_;  // per layer [slots, source_tokens, d]
-  std::vector<std::vector<float>> cache_k_, cache_v_;  // per layer [rows, capacity, d]
+  std::vector<FloatBuffer> cross_kv_;           // per layer [slots, source_tokens, 2d]: keys, values
+  std::vector<FloatBuffer> cache_k_, cache_v_;  // per layer [rows, capacity, d]
+  std::vector<int> key_rows_, next_key_rows_;   // [rows, capacity]: the cache row of each position
   int64_t cache_capacity_ = 0;
   const int threads_;
-  std::vector<std::vector<float>> scratch_;  // attention scores, one per thread
-  std::vector<float> hidden_, ffn_out_, logits_;
-  std::vector<float> y_, q_, k_, v_, ctx_, tmp_, spare_;  // decode-step buffers
-  std::vector<int> row_position_, row_slot_, order_, enc_ids_, enc_positions_;
-  std::vector<size_t> moved_;
+  std::vector<std::vector<float>> scratch_;       // attention scores, one per thread (encoder)
+  std::vector<std::vector<double>> row_scratch_;  // attend_row's, one per thread (decoder step)
+  FloatBuffer hidden_, ffn_out_, logits_;
+  FloatBuffer y_, q_, qkv_, ctx_, tmp_;  // decode-step buffers
+  std::vector<int> row_position_, row_slot_, row_group_, enc_ids_, enc_positions_;
+  FloatBuffer row_scores_;  // each row's best candidates (select_candidates)
+  std::vector<int> row_tokens_;
 };
 
 }  // namespace

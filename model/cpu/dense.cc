@@ -1,9 +1,13 @@
 #include "model/cpu/dense.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/softmax.h"
 #include "model/cpu/gemm.h"
+#include "model/cpu/vector_math.h"
+#include "model/error.h"
 
 namespace nmt::cpu {
 
@@ -13,8 +17,29 @@ Linear Linear::from(const Weights& weights, const std::string& prefix) {
   return Linear{w.data.data(), b.data.data(), w.shape[1], w.shape[0]};
 }
 
+Linear Linear::concat(const std::vector<Linear>& parts) {
+  Linear l;
+  l.in = parts.at(0).in;
+  for (const Linear& p : parts) {
+    if (p.in != l.in) throw Error(ErrorCode::kInternal, "Linear::concat: parts of different input sizes");
+    l.out += p.out;
+  }
+  auto storage = std::make_shared<std::vector<float>>(size_t(l.out * (l.in + 1)));
+  float* w = storage->data();
+  float* b = w + l.out * l.in;
+  for (const Linear& p : parts) {
+    w = std::copy_n(p.w, p.out * p.in, w);
+    b = std::copy_n(p.b, p.out, b);
+  }
+  l.w = storage->data();
+  l.b = storage->data() + l.out * l.in;
+  l.storage = std::move(storage);
+  return l;
+}
+
 void Linear::operator()(const float* x, int64_t rows, float* y) const {
   if (int8) return int8_linear(x, rows, *int8, b, y);
+  if (!b) return sgemm(true, rows, out, in, 1.f, x, in, w, in, 0.f, y, out);
   for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, y + r * out);
   sgemm(true, rows, out, in, 1.f, x, in, w, in, 1.f, y, out);
 }
@@ -40,6 +65,43 @@ void attention(const float* q, const float* k, const float* v, float* out, const
     // out_h [queries, head_dim] = P v_h
     sgemm(false, s.queries, s.head_dim, s.keys, 1.f, scores, s.keys, v + off, s.kv_stride, 0.f,
           out + off, s.out_stride);
+  }
+}
+
+NMT_CPU_CLONES void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
+                               int64_t head_dim, int64_t kv_stride, std::vector<double>* scratch, const int* key_rows,
+                               int64_t row_stride) {
+  auto at = [&](int64_t j) { return (key_rows ? key_rows[j] * row_stride : 0) + j * kv_stride; };
+  scratch->resize(std::max(scratch->size(), size_t(keys)));
+  double* e = scratch->data();
+  const float scale = 1.f / std::sqrt(float(head_dim));
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* qh = q + h * head_dim;
+    // kernels::softmax_cpu's arithmetic (max of the scaled scores in float, exp and sum in
+    // double), each exp computed once and kept.
+    float max_s = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < keys; ++j) {
+      const float* kj = k + at(j) + h * head_dim;
+      float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
+      const float s = dot * scale;
+      e[j] = s;
+      max_s = std::max(max_s, s);
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < keys; ++j) {
+      e[j] = std::exp(double(float(e[j]) - max_s));
+      sum += e[j];
+    }
+    float* oh = out + h * head_dim;
+    std::fill(oh, oh + head_dim, 0.f);
+    for (int64_t j = 0; j < keys; ++j) {
+      const float p = float(e[j] / sum);
+      const float* vj = v + at(j) + h * head_dim;
+#pragma omp simd
+      for (int64_t c = 0; c < head_dim; ++c) oh[c] += p * vj[c];
+    }
   }
 }
 

@@ -13,10 +13,14 @@ namespace nmt::cpu {
 // A linear layer y = x W^T + b with W [out, in] (Hugging Face layout), read from Weights.
 struct Linear {
   const float* w = nullptr;
-  const float* b = nullptr;
+  const float* b = nullptr;  // null: no bias (e.g. an all-zero final_logits_bias, not added)
   int64_t in = 0, out = 0;
   std::shared_ptr<const QuantizedMatrix> int8;  // set: the product runs in int8 (int8_linear)
+  std::shared_ptr<const std::vector<float>> storage;  // concat's weights and biases
   static Linear from(const Weights& weights, const std::string& prefix);  // prefix + ".weight"/".bias"
+  // Linears of one input side by side, y [rows, sum of their outs]: the attention's Q/K/V
+  // projections as one GEMM (fewer calls, each with a wider N). Copies the weights.
+  static Linear concat(const std::vector<Linear>& parts);
   void quantize() { int8 = std::make_shared<QuantizedMatrix>(QuantizedMatrix::quantize(w, out, in)); }
   // y [rows, out] = x [rows, in] W^T + b
   void operator()(const float* x, int64_t rows, float* y) const;
@@ -33,5 +37,15 @@ struct AttentionShape {
 };
 void attention(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
                std::vector<float>* scratch);
+
+// The decoder step's attention of one query row (q, out: heads * head_dim floats) against
+// `keys` rows of k/v (key j at k + j * kv_stride, or, with key_rows, at k + key_rows[j] *
+// row_stride + j * kv_stride: a beam's history spread over cache rows): per head the dot
+// products in one vectorized loop each, the softmax as kernels::softmax_cpu computes it, the
+// weighted sum of the values. Replaces two GEMM calls per head of a single row, whose call
+// and packing overhead outweighed their work. `scratch` (the calling thread's) grows only.
+void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
+                int64_t head_dim, int64_t kv_stride, std::vector<double>* scratch, const int* key_rows = nullptr,
+                int64_t row_stride = 0);
 
 }  // namespace nmt::cpu

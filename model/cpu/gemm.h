@@ -26,7 +26,7 @@ struct QuantizedMatrix {
 
 // y [m, w.rows] = x [m, w.cols] W^T + bias through an int8 GEMM with int32 accumulation: each
 // row of x is quantized on the fly (symmetric, its own scale), the product dequantized to
-// float. The scratch buffers are the calling thread's own and grow only.
+// float; bias may be null (none). The scratch buffers are the calling thread's own and grow only.
 void int8_linear(const float* x, int64_t m, const QuantizedMatrix& w, const float* bias, float* y);
 
 }  // namespace nmt::cpu
