@@ -56,9 +56,13 @@ def bounded_queue(server, stub, pb, seconds=8.0, clients=48):
     refused = [r[1] for r in results if r[0] == "RESOURCE_EXHAUSTED"]
     check(set(codes) <= {"OK", "RESOURCE_EXHAUSTED"} and ok and refused,
           f"{len(results)} calls: {codes}")
-    check(percentile(refused, 0.99) < 0.5,
+    # "At once": not after a wait in the queue, which accepted calls spend (p50 ~2 s here,
+    # ~24 s under TSan). 0.5 s, or a twentieth of an accepted call where the whole server
+    # runs slower (TSan on two busy cores: one refusal in 2592 took 502 ms).
+    at_once = max(0.5, 0.05 * percentile(ok, 0.5))
+    check(percentile(refused, 0.99) < at_once,
           f"RESOURCE_EXHAUSTED at once: p50 {percentile(refused, 0.5) * 1e3:.0f} ms, "
-          f"p99 {percentile(refused, 0.99) * 1e3:.0f} ms")
+          f"p99 {percentile(refused, 0.99) * 1e3:.0f} ms (bound {at_once * 1e3:.0f} ms)")
     check(max(ok, default=1e9) < bound,
           f"accepted latency bounded by the queue: p50 {percentile(ok, 0.5):.2f} s, max {max(ok, default=0):.2f} s "
           f"(bound {bound:.1f} s = 20 x {unit:.2f} s for one request alone + 5 s)")
