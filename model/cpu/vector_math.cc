@@ -4,9 +4,10 @@
 
 #include <cmath>
 
-// glibc's libmvec entry points for AVX2 (the names GCC's vectorizer calls).
-extern "C" __m256d _ZGVdN4v_exp(__m256d);
-extern "C" __m256 _ZGVdN8v_expf(__m256);
+// glibc's libmvec entry points for AVX2 (the names GCC's vectorizer calls). Declared AVX2
+// too: clang refuses a 256-bit vector argument to a function it does not know takes AVX.
+extern "C" __attribute__((target("avx2"))) __m256d _ZGVdN4v_exp(__m256d);
+extern "C" __attribute__((target("avx2"))) __m256 _ZGVdN8v_expf(__m256);
 
 namespace nmt::cpu {
 namespace {
