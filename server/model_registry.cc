@@ -206,12 +206,7 @@ void ModelRegistry::acquire_async(const std::string& name, Acquired then) {
       load_and_answer_locked(slot, lock);
     } catch (...) {
       // load_and_answer_locked answered the waiters; a stop before the load did not.
-      std::vector<Acquired> waiters = std::move(slot->waiters);
-      slot->waiters.clear();
-      const std::exception_ptr error = std::current_exception();
-      lock.unlock();
-      for (Acquired& w : waiters) w(nullptr, error);
-      lock.lock();
+      answer_waiters_locked(*slot, nullptr, std::current_exception(), lock);
     }
     slot.reset();  // under the lock: after the notify nothing of the registry's is touched
     --loader_threads_;
@@ -227,15 +222,19 @@ void ModelRegistry::load_and_answer_locked(const std::shared_ptr<Slot>& slot,
   } catch (...) {
     error = std::current_exception();
   }
-  std::vector<Acquired> waiters = std::move(slot->waiters);
-  slot->waiters.clear();
-  std::shared_ptr<ServedModel> model = error ? nullptr : slot->current;
-  if (!waiters.empty()) {
-    lock.unlock();
-    for (Acquired& w : waiters) w(model, error);
-    lock.lock();
-  }
+  answer_waiters_locked(*slot, error ? nullptr : slot->current, error, lock);
   if (error) std::rethrow_exception(error);
+}
+
+void ModelRegistry::answer_waiters_locked(Slot& slot, const std::shared_ptr<ServedModel>& model,
+                                          const std::exception_ptr& error,
+                                          std::unique_lock<std::mutex>& lock) {
+  std::vector<Acquired> waiters;
+  waiters.swap(slot.waiters);
+  if (waiters.empty()) return;
+  lock.unlock();  // they submit work and may finish calls
+  for (Acquired& w : waiters) w(model, error);
+  lock.lock();
 }
 
 void ModelRegistry::load_locked(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock) {

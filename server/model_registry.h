@@ -91,6 +91,9 @@ class ModelRegistry {
   // rethrows a failure.
   void load_and_answer_locked(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
   std::exception_ptr refusal_locked(const Slot& slot) const;  // failed: why, as an error
+  // Hands the slot's acquire_async waiters the load's outcome, outside the lock.
+  void answer_waiters_locked(Slot& slot, const std::shared_ptr<ServedModel>& model,
+                             const std::exception_ptr& error, std::unique_lock<std::mutex>& lock);
   // Evicts idle models until `need` fits the budget on each of its devices, waiting a while
   // for busy or retiring ones; throws kResourceExhausted.
   void make_room_locked(const Slot& slot, const DeviceBytes& need, std::unique_lock<std::mutex>& lock);
