@@ -3,11 +3,13 @@
 # step-level batching). On the GPU machine, with nmt-bench-e2e, nmt-server and nmt-loadgen
 # on PATH and the Multi30k test2016 source in $NMT_SHARED (default ../shared):
 #   1. offline: nmt-bench-e2e on test2016 x 4, batches 64 and 256 (sentences/s), and one
-#      sentence at a time (p50 latency);
+#      sentence at a time over all of test2016 (p50 latency: the sentences the single client
+#      cycles through);
 #   2. served, for each WORKERS value (decode loops of the model): a closed loop of
-#      Health.Check calls (the transport's round trip alone), then nmt-loadgen with 1 client,
-#      64 and 256 single-sentence clients, and 64 clients of 8 sentences per request, each
-#      after a warm-up pass.
+#      Health.Check calls (the transport's round trip alone), then nmt-loadgen with 1 client
+#      (blocking in its call, then again polling for the answer: --busy-poll leaves out the
+#      client thread's wake-up), 64 and 256 single-sentence clients, and 64 clients of 8
+#      sentences per request, each after a warm-up pass.
 # Every figure is a RESULT line (JSON, with device, commit and date) appended to
 # OUT_DIR/results.jsonl; a summary with the served/offline ratios goes to stdout.
 # usage: bench/e2e/serve_bench.sh OUT_DIR [WORKERS...]   (default workers: 1 2)
@@ -40,7 +42,7 @@ if [ "${OFFLINE:-1}" = 1 ]; then
 echo "=== offline ($precision)"
 nmt-bench-e2e --model "$model" --source "$work/test2016x4.en" --precision "$precision" --batches 64,256 --repeat 2 \
   2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done
-nmt-bench-e2e --model "$model" --source "$src" --precision "$precision" --batches 1 --latency-sentences 300 \
+nmt-bench-e2e --model "$model" --source "$src" --precision "$precision" --batches 1 \
   2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done
 fi
 
@@ -54,18 +56,19 @@ for w in $workers; do
     --metrics-port $((port + 1)) ${SERVER_ARGS:-} > "$out/server-$w.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
-  load() {  # name clients sentences_per_request
+  load() {  # name clients sentences_per_request [nmt-loadgen flags]
     nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
-      --sentences-per-request "$3" --duration 3 > /dev/null 2>&1  # warm-up
+      --sentences-per-request "$3" "${@:4}" --duration 3 > /dev/null 2>&1  # warm-up
     local r
     r=$(nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
-      --sentences-per-request "$3" --duration "$seconds" --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
+      --sentences-per-request "$3" "${@:4}" --duration "$seconds" --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
     stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name=sys.argv[2], workers=int(sys.argv[3]), precision=sys.argv[4], server_args=sys.argv[5]); print(json.dumps(r))' "$r" "$1" "$w" "$precision" "${SERVER_ARGS:-}")" >> "$results"
   }
   # The transport alone: the same client's closed loop of Health.Check calls (no work).
   r=$(nmt-loadgen --ping --target 127.0.0.1:$port --clients 1 --duration 3 --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
   stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name="ping", workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4]); print(json.dumps(r))' "$r" "$w" "$precision" "${SERVER_ARGS:-}")" >> "$results"
   load single-client 1 1
+  load single-client-busy-poll 1 1 --busy-poll
   load clients-64 64 1
   load clients-256 256 1
   load clients-64x8 64 8

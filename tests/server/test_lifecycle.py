@@ -188,6 +188,19 @@ def run_loadgen(server, loadgen, tmp):
           f"nmt-loadgen --count 20: {report or r.stderr}")
     ok = harness.metric(server.metrics(), 'nmt_requests_total{code="OK",model="m30k"}')
     check(ok == 20, f"the server counted the loadgen's 20 requests ({ok})")
+    # --busy-poll: the same calls through the asynchronous stub, answers polled for.
+    r = subprocess.run([loadgen, "--target", server.target, "--input", sentences, "--clients", "1",
+                        "--count", "6", "--beam", "2", "--busy-poll", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    report = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(report.get("busy_poll") is True and report.get("requests") == 6 and report.get("errors") == 0
+          and report.get("sentences") == 6 and report["server_ms"]["total"]["p50"] > 0,
+          f"nmt-loadgen --busy-poll --count 6: {report or r.stderr}")
+    r = subprocess.run([loadgen, "--ping", "--target", server.target, "--count", "50", "--busy-poll", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    report = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(report.get("requests") == 50 and report.get("errors") == 0 and report.get("rpc") == "Health.Check",
+          f"nmt-loadgen --ping --busy-poll: {report or r.stderr}")
     r = subprocess.run([loadgen, "--target", server.target, "--input", sentences, "--clients", "2",
                         "--count", "4", "--beam", "99"], capture_output=True, text=True, timeout=120)
     check(r.returncode == 1 and "errors" in r.stdout and "max_beam_size" in r.stdout,
