@@ -388,7 +388,21 @@ void Scheduler::run(int index) {
       --active_;
     }
     if (loop.idle() && queued_.load() == 0) {
-      answer(finished);  // nothing else to do here: spare a lone request the hand-over
+      // Nothing else to do here: spare a lone request the hand-over. This loop polls the
+      // queue again once the answer is out, so it counts as polling already: a lone request
+      // that arrives meanwhile (the client's next one) waits for it rather than waking a
+      // sleeping loop. Woken, that loop took it, and a single client's requests alternated
+      // between the engines, each time paying a sleeping thread's wake-up and a cold engine.
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        last_idle_loop_ = index;
+        ++spinning_;
+      }
+      answer(finished);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --spinning_;
+      }
       continue;
     }
     {

@@ -286,6 +286,27 @@ TEST(Scheduler, SeveralLoopsTakeEvenSharesOfARequest) {
   EXPECT_GT(f.engines[1]->encoded, 0);
 }
 
+TEST(Scheduler, OneClientsLoneRequestsStayOnOneLoop) {
+  // A closed loop of one client: each request is sent as soon as the previous one is
+  // answered, while the loop that answered is still in the answer's callback (held here for
+  // 3 ms, as a slow response path would). That loop takes the next request when it is done;
+  // waking the other loop for it would move the client to a cold engine every time.
+  Fixture f(options(4, 16), 2, milliseconds(1));
+  for (int i = 0; i < 20; ++i) {
+    auto answered = std::make_shared<std::promise<JobResult>>();
+    f.scheduler->submit({sentence(3)}, beam(1), Clock::time_point::max(), [answered](JobResult r) {
+      answered->set_value(std::move(r));
+      std::this_thread::sleep_for(milliseconds(3));
+    });
+    const JobResult r = answered->get_future().get();
+    ASSERT_TRUE(r.ok) << r.message;
+  }
+  f.scheduler->stop();
+  EXPECT_EQ(std::min(f.engines[0]->encoded.load(), f.engines[1]->encoded.load()), 0)
+      << "encodes: " << f.engines[0]->encoded << " and " << f.engines[1]->encoded;
+  EXPECT_EQ(f.engines[0]->encoded.load() + f.engines[1]->encoded.load(), 20);
+}
+
 TEST(Scheduler, LoneRequestsAfterAnyPauseAreAllServed) {
   // Lone sentences arrive while the last loop polls, just after it gave up polling, and
   // long after: the wake-up is skipped only while a loop polls, so none may wait forever.
