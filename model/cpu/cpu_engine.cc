@@ -94,16 +94,20 @@ class CpuEngine : public Engine {
     // Marian's final_logits_bias is zeros: adding it copied rows x vocab floats per step.
     const std::vector<float>& bias = w.output_bias().data;
     if (std::all_of(bias.begin(), bias.end(), [](float v) { return v == 0.f; })) proj_.b = nullptr;
-    if (int8) {
-      for (EncoderLayer& L : encoder_)
-        for (Linear* x : {&L.self_attn.qkv, &L.self_attn.out, &L.fc1, &L.fc2})
-          x->quantize();
-      for (DecoderLayer& L : decoder_)
-        for (Linear* x : {&L.self_attn.qkv, &L.self_attn.out, &L.cross_attn.q, &L.cross_attn.kv, &L.cross_attn.out,
-                          &L.fc1, &L.fc2})
-          x->quantize();
-      proj_.quantize();
-    }
+    // int8: weights quantized per row; float32: packed once for oneDNN's matmul.
+    for_each_linear(*this, [int8](Linear& x) { int8 ? x.quantize() : x.pack(); });
+  }
+
+  // Every linear layer of the engine (self: a CpuEngine or a const one).
+  template <class Self, class F>
+  static void for_each_linear(Self& self, F&& f) {
+    for (auto& L : self.encoder_)
+      for (auto* x : {&L.self_attn.qkv, &L.self_attn.out, &L.fc1, &L.fc2}) f(*x);
+    for (auto& L : self.decoder_)
+      for (auto* x : {&L.self_attn.qkv, &L.self_attn.out, &L.cross_attn.q, &L.cross_attn.kv, &L.cross_attn.out,
+                      &L.fc1, &L.fc2})
+        f(*x);
+    f(self.proj_);
   }
 
   int vocab_size() const override { return c_.target_vocab_size; }
@@ -429,7 +433,9 @@ class CpuEngine : public Engine {
     for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_}) {
       floats += v->capacity();
     }
-    return floats * sizeof(float) + (key_rows_.capacity() + next_key_rows_.capacity()) * sizeof(int);
+    size_t packed = 0;  // the float32 weights' packed copies
+    for_each_linear(*this, [&packed](const Linear& x) { packed += x.packed ? x.packed->bytes() : 0; });
+    return floats * sizeof(float) + (key_rows_.capacity() + next_key_rows_.capacity()) * sizeof(int) + packed;
   }
 
   const ModelConfig c_;
