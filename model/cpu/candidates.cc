@@ -3,17 +3,26 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "model/cpu/vector_math.h"
 
 namespace nmt::cpu {
 namespace {
 
-float row_max(const float* x, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
+// Maxima of x's blocks of kBlock (the last one shorter) into block_max, and their max.
+constexpr int64_t kBlock = 64;
+NMT_CPU_CLONES float block_maxima(const float* x, int64_t n, float* block_max) {
+  float all = -std::numeric_limits<float>::infinity();
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : m)
-  for (int64_t c = 0; c < n; ++c) m = std::max(m, x[c]);
-  return m;
+    for (int64_t c = b; c < e; ++c) m = std::max(m, x[c]);
+    block_max[b / kBlock] = m;
+    all = std::max(all, m);
+  }
+  return all;
 }
 
 // (score, index) before (score, index): higher score, then lower index.
@@ -35,34 +44,36 @@ inline void insert(float* scores, int* tokens, int* count, int k, float s, int t
 }  // namespace
 
 float log_sum_exp(const float* x, int64_t n) {
-  const float max_v = row_max(x, n);
+  thread_local std::vector<float> block_max;
+  block_max.resize(std::max(block_max.size(), size_t((n + kBlock - 1) / kBlock)));
+  const float max_v = block_maxima(x, n, block_max.data());
   return float(std::log(sum_exp(x, n, max_v))) + max_v;
 }
 
-void row_topk(float* x, int64_t n, float running, const RowMasks& masks, int k, float* scores, int* tokens) {
+void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, int k, float* scores, int* tokens) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  if (masks.force_eos) {
-    std::fill(x, x + n, neg_inf);
-    x[masks.eos_id] = 0.f + running;
-  } else {
-    const float lse = log_sum_exp(x, n);
-#pragma omp simd
-    for (int64_t t = 0; t < n; ++t) x[t] = (x[t] - lse) + running;
-    if (masks.pad_id >= 0) x[masks.pad_id] = neg_inf;
-    if (masks.mask_eos) x[masks.eos_id] = neg_inf;
-  }
+  thread_local std::vector<float> block_max;
+  block_max.resize(std::max(block_max.size(), size_t((n + kBlock - 1) / kBlock)));
+  // One pass for the blocks' maxima (the row's max among them), one for the sum of exps:
+  // the scores are not written, each is computed where a block can enter the list.
+  const float max_v = block_maxima(x, n, block_max.data());
+  const float lse = masks.force_eos ? 0.f : float(std::log(sum_exp(x, n, max_v))) + max_v;
+  auto score = [&](int64_t t) {
+    if (masks.force_eos) return t == masks.eos_id ? 0.f + running : neg_inf;
+    if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) return neg_inf;
+    return (x[t] - lse) + running;
+  };
   int count = 0;
-  // Blocks whose best score cannot enter a full list are skipped after one vectorized max.
-  constexpr int64_t kBlock = 64;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);
-    if (count == k) {
-      const float m = row_max(x + b, e - b);
-      if (!(m > scores[k - 1])) continue;  // a tie loses to the listed (lower) index
-    }
+    // The score is monotone in the logit (float rounding included), so the block's best score
+    // is at most that of its max; a block that cannot beat a full list is skipped (a tie
+    // loses to the listed, lower, index). Masked tokens only lower a block's best.
+    if (count == k && !masks.force_eos && !((block_max[size_t(b / kBlock)] - lse) + running > scores[k - 1])) continue;
     for (int64_t t = b; t < e; ++t) {
-      if (count == k && !(x[t] > scores[k - 1])) continue;  // likewise
-      insert(scores, tokens, &count, k, x[t], int(t));
+      const float s = score(t);
+      if (count == k && !(s > scores[k - 1])) continue;  // likewise
+      insert(scores, tokens, &count, k, s, int(t));
     }
   }
 }

@@ -2,7 +2,8 @@
 // The CPU engine's beam-search candidates after the output projection, without writing the
 // log-softmax of the whole vocabulary and sorting beam x vocab scores: per row, one pass for
 // the max, one vectorized pass of exp (in double, as kernels::softmax_cpu sums it) for the
-// log-sum-exp, one pass that keeps the row's k best scores; then the k best of a sentence's
+// log-sum-exp, one pass that keeps the row's k best scores (over the blocks whose max can
+// enter them; the max pass keeps each block's); then the k best of a sentence's
 // rows. Same semantics as kernels::beam_topk_cpu (the reference it is tested against):
 //   score[t] = (x[t] - lse) + running, pad -> -inf, eos -> -inf when mask_eos, every token
 //   but eos -> -inf and eos -> running when force_eos; best first, equal scores by the lower
@@ -22,9 +23,9 @@ struct RowMasks {
   bool force_eos = false;
 };
 
-// The k (<= n) best candidate scores of one row, best first: scores[i] and tokens[i].
-// `x` (the row's logits) is overwritten with the row's candidate scores.
-void row_topk(float* x, int64_t n, float running, const RowMasks& masks, int k, float* scores, int* tokens);
+// The k (<= n) best candidate scores of one row, best first: scores[i] and tokens[i], from
+// the row's logits `x` (read only).
+void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, int k, float* scores, int* tokens);
 
 // The k best of `rows` rows' row_topk lists (`per_row` entries each, at scores/tokens +
 // r * stride), best first; out_index = row * vocab + token (beam_topk_cpu's index).

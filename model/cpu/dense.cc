@@ -39,6 +39,7 @@ Linear Linear::concat(const std::vector<Linear>& parts) {
 
 void Linear::operator()(const float* x, int64_t rows, float* y) const {
   if (int8) return int8_linear(x, rows, *int8, b, y);
+  if (packed && packed->linear(x, rows, b, y)) return;
   if (!b) return sgemm(true, rows, out, in, 1.f, x, in, w, in, 0.f, y, out);
   for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, y + r * out);
   sgemm(true, rows, out, in, 1.f, x, in, w, in, 1.f, y, out);

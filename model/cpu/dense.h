@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/cpu/gemm.h"
+#include "model/cpu/packed_matrix.h"
 
 #include "model/weights.h"
 
@@ -16,12 +17,14 @@ struct Linear {
   const float* b = nullptr;  // null: no bias (e.g. an all-zero final_logits_bias, not added)
   int64_t in = 0, out = 0;
   std::shared_ptr<const QuantizedMatrix> int8;  // set: the product runs in int8 (int8_linear)
+  std::shared_ptr<const PackedMatrix> packed;    // set: float32 through oneDNN's matmul, weights packed once
   std::shared_ptr<const std::vector<float>> storage;  // concat's weights and biases
   static Linear from(const Weights& weights, const std::string& prefix);  // prefix + ".weight"/".bias"
   // Linears of one input side by side, y [rows, sum of their outs]: the attention's Q/K/V
   // projections as one GEMM (fewer calls, each with a wider N). Copies the weights.
   static Linear concat(const std::vector<Linear>& parts);
   void quantize() { int8 = std::make_shared<QuantizedMatrix>(QuantizedMatrix::quantize(w, out, in)); }
+  void pack() { packed = PackedMatrix::pack(w, out, in); }  // stays null where oneDNN cannot
   // y [rows, out] = x [rows, in] W^T + b
   void operator()(const float* x, int64_t rows, float* y) const;
 };

@@ -1,6 +1,6 @@
 #pragma once
 // The CPU engine's exponentials over whole rows, through glibc's vector math library
-// (libmvec, part of libc6) with AVX2 where the CPU has it (checked at run time: the release
+// (libmvec, part of libc6) with AVX-512 or AVX2 where the CPU has it (checked at run time: the release
 // build targets baseline x86-64), else the scalar loop. libmvec's exp/expf are within 4 ulp /
 // 1 ulp of the scalar ones, not bit-identical to them: the golden and conformance suites
 // check that no beam-search decision moved.

@@ -174,3 +174,37 @@ TEST(CpuFastPaths, SwishMatchesActivationReference) {
   cpu::swish(x.data(), int64_t(x.size()));
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], ref[i], 1e-6f * std::fabs(ref[i]) + 1e-30f) << "at " << i;
 }
+
+// Linear layers through oneDNN's matmul with weights packed at load (cpu/packed_matrix.h)
+// against the plain GEMM they replace and a double-precision product: the decode step's row
+// counts (one beam to a batch's 128 and the encoder's more), with and without a bias.
+TEST(CpuFastPaths, PackedLinearMatchesPlainGemm) {
+  const int64_t n = 301, k = 96;
+  std::vector<float> w = random_logits(size_t(n * k), 40), bias = random_logits(size_t(n), 41);
+  for (float& v : w) v *= 0.05f;
+  cpu::Linear plain{w.data(), bias.data(), k, n};
+  cpu::Linear packed = plain;
+  packed.pack();
+  ASSERT_TRUE(packed.packed) << "oneDNN offers no packed matmul on this CPU";
+  for (int64_t m : {1, 4, 37, 128, 129, 1000, 4}) {  // 4 again: a row count seen before
+    std::vector<float> x = random_logits(size_t(m * k), unsigned(m) + 42);
+    for (bool with_bias : {true, false}) {
+      plain.b = packed.b = with_bias ? bias.data() : nullptr;
+      std::vector<float> want(size_t(m * n)), got(size_t(m * n), std::nanf(""));
+      plain(x.data(), m, want.data());
+      packed(x.data(), m, got.data());
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = with_bias ? bias[size_t(j)] : 0.0, mag = std::fabs(ref);
+          for (int64_t c = 0; c < k; ++c) {
+            ref += double(x[size_t(r * k + c)]) * w[size_t(j * k + c)];
+            mag += std::fabs(double(x[size_t(r * k + c)]) * w[size_t(j * k + c)]);
+          }
+          const size_t i = size_t(r * n + j);
+          EXPECT_NEAR(got[i], ref, 1e-6 * mag + 1e-6) << "m " << m << " row " << r << " col " << j;
+          EXPECT_NEAR(got[i], want[i], 2e-6 * mag + 1e-6) << "m " << m << " row " << r << " col " << j;
+        }
+      }
+    }
+  }
+}
