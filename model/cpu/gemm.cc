@@ -59,6 +59,10 @@ void quantize_row(const float* row, int64_t k, float inv, int8_t* out) {
   for (int64_t c = 0; c < k; ++c) out[c] = int8_t(std::lrintf(std::clamp(row[c] * inv, -127.f, 127.f)));
 }
 
+// Elements (rows x (k + n)) from which int8_linear's per-row work is split across threads:
+// below it a parallel region's wake-up costs more than the work.
+constexpr int64_t kParallelElements = 1 << 16;
+
 float abs_max(const float* row, int64_t k) {
   float amax = 0.f;
 #pragma omp simd reduction(max : amax)
@@ -93,20 +97,33 @@ void int8_linear(const float* x, int64_t m, const QuantizedMatrix& w, const floa
   xq.resize(std::max(xq.size(), size_t(m * k)));
   xscale.resize(std::max(xscale.size(), size_t(m)));
   acc.resize(std::max(acc.size(), size_t(m * n)));
+  // The quantization before the GEMM and the scaling after it are per row: split across the
+  // engine's threads where there are enough rows (a decode step of 64 sentences at beam 4
+  // has 256), or one thread does them while the other waits (measured: the CPU server's int8
+  // steps took 16.9 ms against float32's 14.3 at 64 clients). Rows are independent, so the
+  // result is the same on any number of threads.
+  // The buffers are this thread's: the loops' other threads reach them through pointers (in
+  // the parallel regions, the names would be each thread's own thread_local vectors).
+  int8_t* const xq_rows = xq.data();
+  float* const x_scales = xscale.data();
+  const int32_t* const acc_rows = acc.data();
+  const bool split = m * (k + n) >= kParallelElements;
+#pragma omp parallel for schedule(static) if (split)
   for (int64_t r = 0; r < m; ++r) {
     const float* row = x + r * k;
     const float amax = abs_max(row, k);
     const float scale = amax > 0.f ? amax / 127.f : 1.f;
-    xscale[size_t(r)] = scale;
-    quantize_row(row, k, 1.f / scale, xq.data() + r * k);
+    x_scales[r] = scale;
+    quantize_row(row, k, 1.f / scale, xq_rows + r * k);
   }
   const int32_t co = 0;
   const dnnl_status_t s = dnnl_gemm_s8s8s32('N', 'T', 'F', m, n, k, 1.f, xq.data(), k, 0, w.q.data(), k, 0,
                                             0.f, acc.data(), n, &co);
   if (s != dnnl_success) throw Error(ErrorCode::kInternal, "oneDNN int8 gemm failed (status " + std::to_string(int(s)) + ")");
+#pragma omp parallel for schedule(static) if (split)
   for (int64_t r = 0; r < m; ++r) {
-    const float xs = xscale[size_t(r)];
-    const int32_t* a = acc.data() + r * n;
+    const float xs = x_scales[r];
+    const int32_t* a = acc_rows + r * n;
     float* yr = y + r * n;
     const float* ws = w.scale.data();
     if (bias) {
