@@ -41,23 +41,33 @@ inline void insert(float* scores, int* tokens, int* count, int k, float s, int t
   tokens[i] = t;
 }
 
+// x's block maxima in this thread's buffer (grown only), the row's max in *max_v.
+const float* row_block_maxima(const float* x, int64_t n, float* max_v) {
+  thread_local std::vector<float> block_max;
+  block_max.resize(std::max(block_max.size(), size_t((n + kBlock - 1) / kBlock)));
+  *max_v = block_maxima(x, n, block_max.data());
+  return block_max.data();
+}
+
+float log_sum_exp_given_max(const float* x, int64_t n, float max_v) {
+  return float(std::log(sum_exp(x, n, max_v))) + max_v;
+}
+
 }  // namespace
 
 float log_sum_exp(const float* x, int64_t n) {
-  thread_local std::vector<float> block_max;
-  block_max.resize(std::max(block_max.size(), size_t((n + kBlock - 1) / kBlock)));
-  const float max_v = block_maxima(x, n, block_max.data());
-  return float(std::log(sum_exp(x, n, max_v))) + max_v;
+  float max_v;
+  row_block_maxima(x, n, &max_v);
+  return log_sum_exp_given_max(x, n, max_v);
 }
 
 void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, int k, float* scores, int* tokens) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  thread_local std::vector<float> block_max;
-  block_max.resize(std::max(block_max.size(), size_t((n + kBlock - 1) / kBlock)));
   // One pass for the blocks' maxima (the row's max among them), one for the sum of exps:
   // the scores are not written, each is computed where a block can enter the list.
-  const float max_v = block_maxima(x, n, block_max.data());
-  const float lse = masks.force_eos ? 0.f : float(std::log(sum_exp(x, n, max_v))) + max_v;
+  float max_v;
+  const float* block_max = row_block_maxima(x, n, &max_v);
+  const float lse = masks.force_eos ? 0.f : log_sum_exp_given_max(x, n, max_v);
   auto score = [&](int64_t t) {
     if (masks.force_eos) return t == masks.eos_id ? 0.f + running : neg_inf;
     if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) return neg_inf;
@@ -69,7 +79,7 @@ void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, i
     // The score is monotone in the logit (float rounding included), so the block's best score
     // is at most that of its max; a block that cannot beat a full list is skipped (a tie
     // loses to the listed, lower, index). Masked tokens only lower a block's best.
-    if (count == k && !masks.force_eos && !((block_max[size_t(b / kBlock)] - lse) + running > scores[k - 1])) continue;
+    if (count == k && !masks.force_eos && !((block_max[b / kBlock] - lse) + running > scores[k - 1])) continue;
     for (int64_t t = b; t < e; ++t) {
       const float s = score(t);
       if (count == k && !(s > scores[k - 1])) continue;  // likewise
