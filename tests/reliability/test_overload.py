@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Overload and deadlines against the real server (CPU):
-- 48 closed-loop clients against a 64-sentence queue: every call is answered, OK or
+- 48 closed-loop clients against 64 sentence slots and a 64-sentence queue: every call is answered, OK or
   RESOURCE_EXHAUSTED; refusals come at once and accepted latency stays bounded by the queue;
   the server's log and nmt_requests_total account for every call.
 - A request whose deadline passes while the engine decodes it gets DEADLINE_EXCEEDED on time
@@ -27,9 +27,12 @@ def percentile(values, q):
 def bounded_queue(server, stub, pb, seconds=8.0, clients=48):
     request = pb.TranslateRequest(texts=list(rel.SENTENCES),
                                   options=pb.TranslateOptions(beam_size=4))
-    # One request alone: the unit of work. The 64-sentence queue holds 8 of them, so an
-    # accepted request waits for at most ~9 units; 20 leaves room for the 48 clients sharing
-    # the CPU. Scaled by the build's own speed (sanitizer builds are 10-20x slower).
+    # One request alone: the unit of work, scaled by the build's own speed (sanitizer builds
+    # are 10-20x slower). An accepted request shares the server with at most the decode
+    # loop's 64 sentence slots and the 64-sentence queue: 16 requests, so it waits for at
+    # most ~16 units (less, as a batch decodes faster than its requests one by one); 20
+    # leaves room for the 48 clients sharing the CPU. With the default 256 slots, 40
+    # requests decoded together (CI under TSan: 29 s = 24 units).
     _, unit, _, _ = rel.call(stub.Translate, request, timeout=120)
     bound = 20 * unit + 5.0
     stop = time.monotonic() + seconds
@@ -101,7 +104,7 @@ def main():
     config = os.path.join(tmp, "config.yaml")
     rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"),
                      limits={"max_sentences_per_request": 16},
-                     batching={"max_queue_sentences": 64})
+                     batching={"max_queue_sentences": 64, "max_active_sentences": 64})
     server = rel.json_server(binary, config)
     try:
         server.wait_serving(health_pb2, health_pb2_grpc)
