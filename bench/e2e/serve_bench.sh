@@ -14,7 +14,9 @@
 # OUT_DIR/results.jsonl; a summary with the served/offline ratios goes to stdout.
 # usage: bench/e2e/serve_bench.sh OUT_DIR [WORKERS...]   (default workers: 1 2)
 #   SERVER_ARGS="--max-admit-delay-steps 4" adds flags to nmt-server (recorded in the results);
-#   OFFLINE=0 skips the offline figures (a second configuration in the same run).
+#   OFFLINE=0 skips the offline figures (a second configuration in the same run);
+#   SERVER_CPUS=0-7 CLIENT_CPUS=8-15 pin the server and the load generator to disjoint cores
+#   (taskset), so that the clients' threads cannot delay the server's (recorded in the results).
 set -uo pipefail
 out=${1:?usage: serve_bench.sh OUT_DIR [WORKERS...]}
 shift
@@ -37,6 +39,11 @@ stamp() {  # adds device, commit and date to a JSON object
     "$1" "$device" "$commit" "$(date -u +%F)"
 }
 results=$out/results.jsonl
+pin() {  # cpus command...: the command on those cores, or anywhere when cpus is empty
+  local cpus=$1
+  shift
+  if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
+}
 
 if [ "${OFFLINE:-1}" = 1 ]; then
 echo "=== offline ($precision)"
@@ -52,21 +59,21 @@ for w in $workers; do
   config=$work/serve-$w.yaml
   sed -e "s/^    workers: .*/    workers: $w/" -e "s|path: ../models|path: $repo/models|" \
     "$repo/configs/default.yaml" > "$config"
-  nmt-server --config "$config" --device cuda --precision "$precision" --host 127.0.0.1 --port $port \
+  pin "${SERVER_CPUS:-}" nmt-server --config "$config" --device cuda --precision "$precision" --host 127.0.0.1 --port $port \
     --metrics-port $((port + 1)) ${SERVER_ARGS:-} > "$out/server-$w.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
   load() {  # name clients sentences_per_request [nmt-loadgen flags]
-    nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
+    pin "${CLIENT_CPUS:-}" nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
       --sentences-per-request "$3" "${@:4}" --duration 3 > /dev/null 2>&1  # warm-up
     local r
-    r=$(nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
+    r=$(pin "${CLIENT_CPUS:-}" nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
       --sentences-per-request "$3" "${@:4}" --duration "$seconds" --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
-    stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name=sys.argv[2], workers=int(sys.argv[3]), precision=sys.argv[4], server_args=sys.argv[5]); print(json.dumps(r))' "$r" "$1" "$w" "$precision" "${SERVER_ARGS:-}")" >> "$results"
+    stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name=sys.argv[2], workers=int(sys.argv[3]), precision=sys.argv[4], server_args=sys.argv[5], server_cpus=sys.argv[6], client_cpus=sys.argv[7]); print(json.dumps(r))' "$r" "$1" "$w" "$precision" "${SERVER_ARGS:-}" "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}")" >> "$results"
   }
   # The transport alone: the same client's closed loop of Health.Check calls (no work).
-  r=$(nmt-loadgen --ping --target 127.0.0.1:$port --clients 1 --duration 3 --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
-  stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name="ping", workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4]); print(json.dumps(r))' "$r" "$w" "$precision" "${SERVER_ARGS:-}")" >> "$results"
+  r=$(pin "${CLIENT_CPUS:-}" nmt-loadgen --ping --target 127.0.0.1:$port --clients 1 --duration 3 --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
+  stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name="ping", workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4], server_cpus=sys.argv[5], client_cpus=sys.argv[6]); print(json.dumps(r))' "$r" "$w" "$precision" "${SERVER_ARGS:-}" "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}")" >> "$results"
   load single-client 1 1
   load single-client-busy-poll 1 1 --busy-poll
   load clients-64 64 1

@@ -15,14 +15,22 @@ print(f"offline: " + ", ".join(
     + (f", batch 1 p50 {b1:.2f} ms" if b1 else "")
     + (f", batch 1 p99/p50 {b1_p99 / b1:.2f} (the sentences' own spread)" if b1 and b1_p99 else ""))
 print()
-print("| workers | flags | load | sentences/s | vs offline | p50 ms | p99 ms | p99/p50 | errors |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| workers | flags | load | sentences/s | vs offline | p50 ms | p99 ms | p99/p50 | server-side p99/p50 | errors |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+
+
+def flags(r):
+    """The server's extra flags and, where serve_bench pinned them, the cores of each side."""
+    pinned = f"server cores {r['server_cpus']}, clients {r['client_cpus']}" if r.get("server_cpus") else ""
+    return " ".join(f for f in (r.get("server_args", ""), pinned) if f)
+
+
 for r in served:
     clients = r["clients"]
     if r["name"] == "ping":
         lat = r["latency_ms"]
-        print(f"| {r['workers']} | {r.get('server_args', '')} | ping (Health.Check) | | transport round trip | "
-              f"{lat['p50']:.3f} | {lat['p99']:.3f} | | {r['errors']} |")
+        print(f"| {r['workers']} | {flags(r)} | ping (Health.Check) | | transport round trip | "
+              f"{lat['p50']:.3f} | {lat['p99']:.3f} | | | {r['errors']} |")
         continue
     match = offline.get(256 if clients >= 256 else 64)
     ratio = f"{100 * r['sentences_per_s'] / match['sentences_per_s']:.0f}% of batch {match['batch']}" \
@@ -30,5 +38,9 @@ for r in served:
     if clients == 1 and b1 and "server_ms" in r:  # the part of it inside the server
         ratio += f" (server-side {r['server_ms']['total']['p50'] - b1:+.2f} ms)"
     lat = r["latency_ms"]
-    print(f"| {r['workers']} | {r.get('server_args', '')} | {r['name']} | {r['sentences_per_s']:,.0f} | {ratio} | {lat['p50']:.2f} | "
-          f"{lat['p99']:.2f} | {lat['p99'] / lat['p50']:.2f} | {r['errors']} |")
+    # The server's own receipt-to-response time: what of the tail is the server's, not the
+    # transport's or the load generator's.
+    total = r.get("server_ms", {}).get("total")
+    server_tail = f"{total['p99'] / total['p50']:.2f}" if total and total.get("p50") else ""
+    print(f"| {r['workers']} | {flags(r)} | {r['name']} | {r['sentences_per_s']:,.0f} | {ratio} | {lat['p50']:.2f} | "
+          f"{lat['p99']:.2f} | {lat['p99'] / lat['p50']:.2f} | {server_tail} | {r['errors']} |")
