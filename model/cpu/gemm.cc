@@ -86,6 +86,7 @@ QuantizedMatrix QuantizedMatrix::quantize(const float* w, int64_t rows, int64_t 
     for (int64_t c = 0; c < cols; ++c)
       m.q[size_t(r * cols + c)] = int8_t(std::lrintf(std::clamp(row[c] / scale, -127.f, 127.f)));
   }
+  m.packed = PackedMatrix::pack(m.q.data(), rows, cols);
   return m;
 }
 
@@ -116,10 +117,12 @@ void int8_linear(const float* x, int64_t m, const QuantizedMatrix& w, const floa
     x_scales[r] = scale;
     quantize_row(row, k, 1.f / scale, xq_rows + r * k);
   }
-  const int32_t co = 0;
-  const dnnl_status_t s = dnnl_gemm_s8s8s32('N', 'T', 'F', m, n, k, 1.f, xq.data(), k, 0, w.q.data(), k, 0,
-                                            0.f, acc.data(), n, &co);
-  if (s != dnnl_success) throw Error(ErrorCode::kInternal, "oneDNN int8 gemm failed (status " + std::to_string(int(s)) + ")");
+  if (!w.packed || !w.packed->product(xq.data(), m, acc.data())) {
+    const int32_t co = 0;
+    const dnnl_status_t s = dnnl_gemm_s8s8s32('N', 'T', 'F', m, n, k, 1.f, xq.data(), k, 0, w.q.data(), k, 0,
+                                              0.f, acc.data(), n, &co);
+    if (s != dnnl_success) throw Error(ErrorCode::kInternal, "oneDNN int8 gemm failed (status " + std::to_string(int(s)) + ")");
+  }
 #pragma omp parallel for schedule(static) if (split)
   for (int64_t r = 0; r < m; ++r) {
     const float xs = x_scales[r];

@@ -2,7 +2,10 @@
 // The CPU engine's matrix products and its thread count: oneDNN's GEMMs (the library
 // CTranslate2 uses on the CPU), threaded with OpenMP inside the one decode loop.
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "model/cpu/packed_matrix.h"
 
 namespace nmt::cpu {
 
@@ -21,6 +24,7 @@ struct QuantizedMatrix {
   std::vector<int8_t> q;
   std::vector<float> scale;
   int64_t rows = 0, cols = 0;
+  std::shared_ptr<const PackedMatrix> packed;  // q for oneDNN's matmul; null: the plain int8 GEMM
   static QuantizedMatrix quantize(const float* w, int64_t rows, int64_t cols);
 };
 

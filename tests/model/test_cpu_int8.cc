@@ -43,6 +43,56 @@ TEST(CpuInt8, LinearWithinQuantizationError) {
   }
 }
 
+// The int8 product through oneDNN's matmul on weights packed at load against the plain int8
+// GEMM it replaces: both sum int8 products in int32, exactly, so the outputs are equal to the
+// bit at the decode step's row counts and the encoder's more. The weights stay within +-64:
+// CPUs without VNNI add int8 products in pairs in int16, which saturates beyond that, and
+// the two GEMMs need not saturate alike.
+TEST(CpuInt8, PackedProductEqualsPlainGemm) {
+  const int64_t n = 301, k = 96;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> weight(-64, 64);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  cpu::QuantizedMatrix packed;
+  packed.rows = n;
+  packed.cols = k;
+  for (int64_t i = 0; i < n * k; ++i) packed.q.push_back(int8_t(weight(rng)));
+  for (int64_t j = 0; j < n; ++j) packed.scale.push_back(0.01f + 0.001f * float(j));
+  packed.packed = cpu::PackedMatrix::pack(packed.q.data(), n, k);
+  ASSERT_TRUE(packed.packed) << "oneDNN offers no packed int8 matmul on this CPU";
+  cpu::QuantizedMatrix plain = packed;
+  plain.packed = nullptr;
+  std::vector<float> bias(static_cast<size_t>(n));
+  for (float& v : bias) v = dist(rng);
+  for (int64_t m : {1, 4, 37, 128, 129, 1000, 4}) {  // 4 again: a row count seen before
+    std::vector<float> x(static_cast<size_t>(m * k));
+    for (float& v : x) v = dist(rng);
+    std::vector<float> want(static_cast<size_t>(m * n)), got(static_cast<size_t>(m * n), std::nanf(""));
+    cpu::int8_linear(x.data(), m, plain, bias.data(), want.data());
+    cpu::int8_linear(x.data(), m, packed, bias.data(), got.data());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "m " << m << " at " << i;
+  }
+  // The packed product itself against int32 sums written out (a fallback to the plain GEMM
+  // would pass the comparison above without running the matmul).
+  std::uniform_int_distribution<int> activation(-127, 127);
+  for (int64_t m : {1, 128}) {
+    std::vector<int8_t> xq(static_cast<size_t>(m * k));
+    for (int8_t& v : xq) v = int8_t(activation(rng));
+    std::vector<int32_t> acc(static_cast<size_t>(m * n), -1);
+    ASSERT_TRUE(packed.packed->product(xq.data(), m, acc.data())) << "m " << m << ": the packed layout does not fit";
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        int32_t want_acc = 0;
+        for (int64_t c = 0; c < k; ++c) want_acc += int32_t(xq[size_t(r * k + c)]) * packed.q[size_t(j * k + c)];
+        ASSERT_EQ(acc[size_t(r * n + j)], want_acc) << "m " << m << " row " << r << " col " << j;
+      }
+  }
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  const std::vector<float> floats(static_cast<size_t>(k));
+  EXPECT_FALSE(packed.packed->linear(floats.data(), 1, nullptr, reinterpret_cast<float*>(out.data())))
+      << "int8 weights must refuse a float32 product";
+}
+
 TEST(CpuInt8, TranslationsCloseToFloat32) {
   const std::vector<std::string> sources = {
       "A dog runs across the yard.",
