@@ -444,8 +444,10 @@ class CpuEngine : public Engine {
     for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_}) {
       floats += v->capacity();
     }
-    size_t packed = 0;  // the float32 weights' packed copies
-    for_each_linear(*this, [&packed](const Linear& x) { packed += x.packed ? x.packed->bytes() : 0; });
+    size_t packed = 0;  // the float32 weights' packed copies, or the int8 weights
+    for_each_linear(*this, [&packed](const Linear& x) {
+      packed += (x.packed ? x.packed->bytes() : 0) + (x.int8 ? x.int8->bytes() : 0);
+    });
     return floats * sizeof(float) + (key_rows_.capacity() + next_key_rows_.capacity()) * sizeof(int) + packed;
   }
 

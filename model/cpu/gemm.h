@@ -26,6 +26,9 @@ struct QuantizedMatrix {
   int64_t rows = 0, cols = 0;
   std::shared_ptr<const PackedMatrix> packed;  // q for oneDNN's matmul; null: the plain int8 GEMM
   static QuantizedMatrix quantize(const float* w, int64_t rows, int64_t cols);
+  size_t bytes() const {  // host memory held: q, the scales and the packed copy
+    return q.capacity() + scale.capacity() * sizeof(float) + (packed ? packed->bytes() : 0);
+  }
 };
 
 // y [m, w.rows] = x [m, w.cols] W^T + bias through an int8 GEMM with int32 accumulation: each
