@@ -196,7 +196,8 @@ std::shared_ptr<ServedModel> load_served_model(const ModelEntry& entry, const Se
   }
   const Translator& first = *served->replicas.front()->translators.front();
   served->device = device_name(first.device());
-  if (first.device() == Device::kCpu) served->precision = "float32";  // always
+  // The CPU computes float16 in float32; int8 it computes as asked.
+  if (first.device() == Device::kCpu && served->precision == "float16") served->precision = "float32";
   return served;
 }
 

@@ -56,7 +56,31 @@ def main():
         check(rc == 0, f"exit code 0 on SIGTERM (got {rc})")
         if check.failures:
             print(server.output()[-4000:])
+    int8_listed(binary, config, health_pb2, health_pb2_grpc, pb, pb_grpc)
     check.exit()
+
+
+def int8_listed(binary, config, health_pb2, health_pb2_grpc, pb, pb_grpc):
+    """ListModels names the precision the CPU computes in: int8 when asked (it once said
+    float32 for every CPU model), and int8 translates."""
+    server = harness.Server(binary, config, ["--precision", "int8"])
+    try:
+        server.wait_serving(health_pb2, health_pb2_grpc)
+        with grpc.insecure_channel(server.target) as channel:
+            stub = pb_grpc.TranslationServiceStub(channel)
+            models = stub.ListModels(pb.ListModelsRequest(), timeout=10).models
+            check([m.precision for m in models] == ["int8"],
+                  f"ListModels: --precision int8 on the CPU is listed int8: {[m.precision for m in models]}")
+            r = stub.Translate(pb.TranslateRequest(texts=["A man is riding a bike."]), timeout=60)
+            check(len(r.translations) == 1 and r.translations[0].hypotheses[0].text,
+                  f"int8 translates: {r.translations[0].hypotheses[0].text if r.translations else None!r}")
+    except Exception as e:
+        check(False, f"int8 server: unexpected {type(e).__name__}: {e}")
+    finally:
+        rc = server.stop()
+        check(rc == 0, f"int8 server: exit code 0 on SIGTERM (got {rc})")
+        if check.failures:
+            print(server.output()[-4000:])
 
 
 def request(pb, texts, beam=4, nbest=1, model="", **kw):
@@ -187,7 +211,9 @@ def run_checks(server, channel, pb, pb_grpc, repo):
 
     models = stub.ListModels(pb.ListModelsRequest(), timeout=10).models
     check(len(models) == 1 and models[0].name == "m30k" and models[0].is_default
-          and models[0].device == "cpu", f"ListModels: {[(m.name, m.device) for m in models]}")
+          and models[0].device == "cpu" and models[0].precision == "float32",
+          f"ListModels (float16 is computed in float32 on the CPU): "
+          f"{[(m.name, m.device, m.precision) for m in models]}")
 
     # Server reflection, spoken raw: ServerReflectionRequest{list_services: ""} is field 7.
     reflect = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
