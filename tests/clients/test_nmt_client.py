@@ -62,10 +62,7 @@ def main():
     except Exception as e:  # a crash of the test is a failure with its reason
         check(False, f"unexpected {type(e).__name__}: {e}")
     finally:
-        rc = server.stop()
-        check(rc == 0, f"exit code 0 on SIGTERM (got {rc})")
-        if check.failures:
-            print(server.output()[-3000:])
+        harness.stop_and_report(check, server)
     check.exit()
 
 
@@ -233,10 +230,7 @@ def auth_and_unavailable_checks(nmt_client, binary, model, tmp, health_pb2, heal
         check(good == result.get("text") and code == grpc.StatusCode.UNAUTHENTICATED,
               f"async: token accepted, none refused ({code})")
     finally:
-        rc = server.stop()
-        check(rc == 0, f"auth server: exit code 0 on SIGTERM (got {rc})")
-        if check.failures:
-            print(server.output()[-3000:])
+        harness.stop_and_report(check, server, "auth server")
 
 
 def wheel_check(repo, tmp):

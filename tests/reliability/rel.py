@@ -39,10 +39,7 @@ def setup(repo, prefix):
 def finish(check, server):
     """The end of every test: the server must exit 0 on SIGTERM; its log is shown when a check
     failed; the process exits with the checks' verdict."""
-    rc = server.stop()
-    check(rc == 0, f"exit 0 on SIGTERM (got {rc})")
-    if check.failures:
-        print(server.output()[-4000:])
+    harness.stop_and_report(check, server)
     check.exit()
 
 

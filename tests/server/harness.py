@@ -99,6 +99,15 @@ class Server:
         return self.proc.returncode
 
 
+def stop_and_report(check, server, what="nmt-server"):
+    """A test's last word on its server: it must exit 0 on SIGTERM, and the end of its log is
+    shown when any check failed."""
+    rc = server.stop()
+    check(rc == 0, f"{what}: exit code 0 on SIGTERM (got {rc})")
+    if check.failures:
+        print(server.output()[-4000:])
+
+
 def metric(text, series):
     """Value of one exposed series (name plus labels exactly as exposed), or None."""
     for line in text.splitlines():

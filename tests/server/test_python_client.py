@@ -52,10 +52,7 @@ def main():
     except Exception as e:  # a crash of the test is a failure with its reason
         check(False, f"unexpected {type(e).__name__}: {e}")
     finally:
-        rc = server.stop()
-        check(rc == 0, f"exit code 0 on SIGTERM (got {rc})")
-        if check.failures:
-            print(server.output()[-4000:])
+        harness.stop_and_report(check, server)
     int8_listed(binary, config, health_pb2, health_pb2_grpc, pb, pb_grpc)
     check.exit()
 
@@ -77,10 +74,7 @@ def int8_listed(binary, config, health_pb2, health_pb2_grpc, pb, pb_grpc):
     except Exception as e:
         check(False, f"int8 server: unexpected {type(e).__name__}: {e}")
     finally:
-        rc = server.stop()
-        check(rc == 0, f"int8 server: exit code 0 on SIGTERM (got {rc})")
-        if check.failures:
-            print(server.output()[-4000:])
+        harness.stop_and_report(check, server, "int8 server")
 
 
 def request(pb, texts, beam=4, nbest=1, model="", **kw):
