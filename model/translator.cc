@@ -36,6 +36,15 @@ const char* device_name(Device d) {
   return "?";
 }
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFloat32: return "float32";
+    case Precision::kFloat16: return "float16";
+    case Precision::kInt8: return "int8";
+  }
+  return "?";
+}
+
 bool cuda_available() { return cuda_device_count() > 0; }
 
 Translator::~Translator() = default;
@@ -49,6 +58,8 @@ std::unique_ptr<Translator> Translator::load(const std::string& model_dir,
                                                : options.device;
   if (t->device_ == Device::kCuda && options.precision == Precision::kInt8)
     throw Error(ErrorCode::kInvalidArgument, "precision int8 runs on the CPU only (--device cpu)");
+  t->precision_ = t->device_ == Device::kCpu && options.precision == Precision::kFloat16 ? Precision::kFloat32
+                                                                                        : options.precision;
   // The engines keep pointers into the host weights (the CPU engine computes from them).
   t->weights_ = std::make_unique<Weights>(Weights::load(model_dir, t->config_));
   t->engine_ = t->device_ == Device::kCuda ? make_cuda_engine(t->config_, *t->weights_, options)

@@ -18,6 +18,7 @@ enum class Precision { kFloat32, kFloat16, kInt8 };  // int8: CPU only (weights 
 bool parse_device(const std::string& s, Device* out);        // "auto" | "cpu" | "cuda"
 bool parse_precision(const std::string& s, Precision* out);  // "float32" | "float16" | "int8"
 const char* device_name(Device d);
+const char* precision_name(Precision p);  // as parse_precision reads it
 bool cuda_available();  // a CUDA build that sees at least one device
 
 struct TranslatorOptions {
@@ -65,6 +66,7 @@ class Translator {
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;
   Device device() const { return device_; }  // resolved: kCpu or kCuda
+  Precision precision() const { return precision_; }  // computed in: float16 is float32 on the CPU
 
   // Translates the sentences through a decode loop that holds all of them at once (the
   // caller chooses how many: the offline batch size); each sentence leaves the loop when it
@@ -91,6 +93,7 @@ class Translator {
   std::unique_ptr<Weights> weights_;  // kept while the engine computes from host memory
   std::unique_ptr<Engine> engine_;
   Device device_ = Device::kCpu;
+  Precision precision_ = Precision::kFloat32;
 };
 
 }  // namespace nmt

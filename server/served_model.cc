@@ -167,7 +167,6 @@ std::shared_ptr<ServedModel> load_served_model(const ModelEntry& entry, const Se
   served->name = entry.name;
   served->path = entry.path;
   served->languages = model_languages(entry.path, entry.name);
-  served->precision = entry.precision;
   try {
     // Each replica loads on its own thread: a load is mostly reading and uploading weights
     // to its own device, so N GPUs load in about the time of one (loaded one after the
@@ -196,8 +195,7 @@ std::shared_ptr<ServedModel> load_served_model(const ModelEntry& entry, const Se
   }
   const Translator& first = *served->replicas.front()->translators.front();
   served->device = device_name(first.device());
-  // The CPU computes float16 in float32; int8 it computes as asked.
-  if (first.device() == Device::kCpu && served->precision == "float16") served->precision = "float32";
+  served->precision = precision_name(first.precision());
   return served;
 }
 

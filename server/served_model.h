@@ -32,7 +32,7 @@ struct ServedModel {
   std::string name;
   std::string path;
   std::string device;     // resolved kind: cpu | cuda
-  std::string precision;  // computed in: as configured, but float16 is float32 on the CPU
+  std::string precision;  // computed in (Translator::precision)
   bool is_default = false;
   LanguagePair languages;  // from the model folder (server/model_languages.h); may be unknown
   std::vector<std::unique_ptr<Replica>> replicas;
