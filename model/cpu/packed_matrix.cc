@@ -52,7 +52,7 @@ struct PackedMatrix::Impl {
   mutable Cached last[2];
 
   // W [n, k] row-major of `t.weights` elements, reordered; null where no blocked layout.
-  static std::unique_ptr<Impl> make(const void* w, int64_t rows, int64_t cols, Types t) {
+  static std::shared_ptr<const PackedMatrix> make(const void* w, int64_t rows, int64_t cols, Types t) {
     try {
       // The layout oneDNN picks for a decode step's rows (it does not depend on the rows on
       // the CPUs checked; run() checks it per row count).
@@ -68,7 +68,7 @@ struct PackedMatrix::Impl {
       dnnl::stream s(cpu_engine());
       dnnl::reorder(plain, impl->packed).execute(s, plain, impl->packed);
       s.wait();
-      return impl;
+      return std::shared_ptr<const PackedMatrix>(new PackedMatrix(std::move(impl)));
     } catch (const dnnl::error&) {
       return nullptr;  // no matmul for these weights here: the plain GEMM
     }
@@ -79,13 +79,11 @@ PackedMatrix::PackedMatrix(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 PackedMatrix::~PackedMatrix() = default;
 
 std::shared_ptr<const PackedMatrix> PackedMatrix::pack(const float* w, int64_t rows, int64_t cols) {
-  auto impl = Impl::make(w, rows, cols, kFloat32);
-  return impl ? std::shared_ptr<const PackedMatrix>(new PackedMatrix(std::move(impl))) : nullptr;
+  return Impl::make(w, rows, cols, kFloat32);
 }
 
 std::shared_ptr<const PackedMatrix> PackedMatrix::pack(const int8_t* w, int64_t rows, int64_t cols) {
-  auto impl = Impl::make(w, rows, cols, kInt8);
-  return impl ? std::shared_ptr<const PackedMatrix>(new PackedMatrix(std::move(impl))) : nullptr;
+  return Impl::make(w, rows, cols, kInt8);
 }
 
 bool PackedMatrix::linear(const float* x, int64_t m, const float* bias, float* y) const {
