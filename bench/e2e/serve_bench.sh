@@ -63,17 +63,20 @@ for w in $workers; do
     --metrics-port $((port + 1)) ${SERVER_ARGS:-} > "$out/server-$w.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
-  load() {  # name clients sentences_per_request [nmt-loadgen flags]
-    pin "${CLIENT_CPUS:-}" nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
-      --sentences-per-request "$3" "${@:4}" --duration 3 > /dev/null 2>&1  # warm-up
+  record() {  # name: nmt-loadgen's JSON report on stdin -> a RESULT line of this configuration
     local r
-    r=$(pin "${CLIENT_CPUS:-}" nmt-loadgen --target 127.0.0.1:$port --input "$src" --beam 4 --clients "$2" \
-      --sentences-per-request "$3" "${@:4}" --duration "$seconds" --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
-    stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name=sys.argv[2], workers=int(sys.argv[3]), precision=sys.argv[4], server_args=sys.argv[5], server_cpus=sys.argv[6], client_cpus=sys.argv[7]); print(json.dumps(r))' "$r" "$1" "$w" "$precision" "${SERVER_ARGS:-}" "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}")" >> "$results"
+    r=$(python3 -c 'import json,sys; r=json.load(sys.stdin); r.update(engine="nmt-server", name=sys.argv[1], workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4], server_cpus=sys.argv[5], client_cpus=sys.argv[6]); print(json.dumps(r))' \
+      "$1" "$w" "$precision" "${SERVER_ARGS:-}" "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}")
+    stamp "$r" >> "$results"
+  }
+  loadgen() { pin "${CLIENT_CPUS:-}" nmt-loadgen --target 127.0.0.1:$port "$@"; }
+  load() {  # name clients sentences_per_request [nmt-loadgen flags]
+    local flags=(--input "$src" --beam 4 --clients "$2" --sentences-per-request "$3" "${@:4}")
+    loadgen "${flags[@]}" --duration 3 > /dev/null 2>&1  # warm-up
+    loadgen "${flags[@]}" --duration "$seconds" --json 2>/dev/null | record "$1"
   }
   # The transport alone: the same client's closed loop of Health.Check calls (no work).
-  r=$(pin "${CLIENT_CPUS:-}" nmt-loadgen --ping --target 127.0.0.1:$port --clients 1 --duration 3 --json 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')
-  stamp "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(engine="nmt-server", name="ping", workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4], server_cpus=sys.argv[5], client_cpus=sys.argv[6]); print(json.dumps(r))' "$r" "$w" "$precision" "${SERVER_ARGS:-}" "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}")" >> "$results"
+  loadgen --ping --clients 1 --duration 3 --json 2>/dev/null | record ping
   load single-client 1 1
   load single-client-busy-poll 1 1 --busy-poll
   load clients-64 64 1
