@@ -69,8 +69,6 @@ long device_used_mib() {
 #endif
 }
 
-const char* precision_name(Precision p) { return p == Precision::kFloat16 ? "float16" : "float32"; }
-
 void report(const std::string& json) { std::cout << "RESULT " << json << std::endl; }
 
 // Batches of `batch` ids, longest first (as a server batches by length).
