@@ -295,6 +295,7 @@ void Scheduler::run(int index) {
   };
   while (true) {
     std::vector<Waiting> admitted;
+    bool left_some = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       admitted = take_admissible(loop, steps_since_admit, Clock::now());
@@ -307,7 +308,11 @@ void Scheduler::run(int index) {
         if (!wait_for_work(lock, index)) return;
         continue;
       }
+      left_some = !admitted.empty() && !queue_.empty();
     }
+    // Lone requests that arrived while this loop polled woke nobody (submit() leaves them to
+    // the poller); what it could not take goes to a sleeping loop now, not after its steps.
+    if (left_some) wake_.notify_one();
     // Admission: slots and rows now; the encode rides on the next step.
     if (!admitted.empty()) {
       const Clock::time_point now = Clock::now();

@@ -276,6 +276,26 @@ TEST(Scheduler, SeveralLoopsShareTheQueue) {
   EXPECT_GT(f.engines[1]->encoded, 0);
 }
 
+TEST(Scheduler, LoneRequestsQueuedWhileALoopPollsReachTheOtherLoop) {
+  // Lone requests submitted while a loop polls wake nobody: they are the poller's. Here they
+  // arrive from the answer's callback, while the loop that answered counts as polling; it
+  // takes its two slots' worth, and the six it cannot take must wake the sleeping loop, not
+  // wait for the busy one's steps.
+  Fixture f(options(2, 8), 2, milliseconds(2));
+  std::vector<std::future<JobResult>> burst;
+  std::promise<void> submitted;
+  f.scheduler->submit({sentence(3)}, beam(1), Clock::time_point::max(), [&](JobResult r) {
+    EXPECT_TRUE(r.ok) << r.message;
+    for (int i = 0; i < 8; ++i) burst.push_back(f.submit({sentence(20)}, beam(4)));
+    submitted.set_value();
+  });
+  submitted.get_future().wait();
+  for (auto& fu : burst) EXPECT_TRUE(fu.get().ok);
+  f.scheduler->stop();
+  EXPECT_GT(std::min(f.engines[0]->encoded.load(), f.engines[1]->encoded.load()), 1)
+      << "encodes: " << f.engines[0]->encoded << " and " << f.engines[1]->encoded;
+}
+
 TEST(Scheduler, SeveralLoopsTakeEvenSharesOfARequest) {
   // Each loop could hold all 16 sentences; the even share keeps the loops' steps alike.
   Fixture f(options(16, 64), 2, milliseconds(2));
