@@ -68,6 +68,9 @@ class Job {
     return true;
   }
 
+  // Answered already (failed, cancelled or complete): its queued sentences are dead weight.
+  bool ended() const { return done_.load(); }
+
   void fail(ErrorCode code, const std::string& message) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (done_) return;
@@ -166,6 +169,12 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw Error(ErrorCode::kUnavailable, "the server is shutting down");
     if (queue_.size() + n > static_cast<size_t>(options_.max_queue_sentences)) {
+      // Cancelled requests' sentences stay queued until a loop purges them between two steps,
+      // which a busy loop may not reach for a while; they hold no place, so they go first.
+      // (Only ended jobs: their callbacks have run, so none runs here under the caller's locks.)
+      drop_ended_from_queue();
+    }
+    if (queue_.size() + n > static_cast<size_t>(options_.max_queue_sentences)) {
       throw Error(ErrorCode::kResourceExhausted,
                   "server overloaded: " + std::to_string(queue_.size()) +
                       " sentences already queued (batching.max_queue_sentences = " +
@@ -218,6 +227,12 @@ int Scheduler::active_sentences() const { return active_.load(); }
 void Scheduler::purge_queue(Clock::time_point now) {
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
                               [&](const Waiting& w) { return w.job->stop_if_needed(now); }),
+               queue_.end());
+  queued_ = queue_.size();
+}
+
+void Scheduler::drop_ended_from_queue() {
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [](const Waiting& w) { return w.job->ended(); }),
                queue_.end());
   queued_ = queue_.size();
 }

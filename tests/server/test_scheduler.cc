@@ -185,6 +185,24 @@ TEST(Scheduler, RefusesAtOnceWhatCanNeverFitOrOverflowsTheQueue) {
   EXPECT_TRUE(busy.get().ok);
 }
 
+TEST(Scheduler, CancelledSentencesHoldNoPlaceInTheQueue) {
+  // The loop is inside a long step (no purge between steps for a while) when the queue's
+  // requests are cancelled; new work takes their places at once instead of being refused.
+  Fixture f(options(2, 8, 2048, /*queue=*/4), 1, milliseconds(300));
+  auto busy = f.submit({sentence(3), sentence(3)}, beam(4));  // takes every slot
+  while (f.engines[0]->encoded.load() < 2) std::this_thread::sleep_for(milliseconds(1));
+  std::shared_ptr<Job> cancelled_job;
+  auto cancelled = f.submit({sentence(2), sentence(2), sentence(2), sentence(2)}, beam(1),
+                            Clock::time_point::max(), &cancelled_job);
+  f.scheduler->cancel(cancelled_job);
+  EXPECT_EQ(cancelled.get().code, ErrorCode::kCancelled);
+  std::future<JobResult> next;
+  ASSERT_NO_THROW(next = f.submit({sentence(2), sentence(2), sentence(2)}, beam(1)));
+  EXPECT_EQ(f.scheduler->queued_sentences(), 3u);
+  EXPECT_TRUE(next.get().ok);
+  EXPECT_TRUE(busy.get().ok);
+}
+
 TEST(Scheduler, CancelledAndExpiredSentencesLeaveAtTheNextStep) {
   Fixture f(options(8, 32), 1, milliseconds(2));
   std::shared_ptr<Job> cancelled_job;
