@@ -59,18 +59,26 @@ def bounded_queue(server, stub, pb, seconds=8.0, clients=48):
     refused = [r[1] for r in results if r[0] == "RESOURCE_EXHAUSTED"]
     check(set(codes) <= {"OK", "RESOURCE_EXHAUSTED"} and ok and refused,
           f"{len(results)} calls: {codes}")
+    time.sleep(0.5)
+    lines = rel.request_lines(server)[1:]  # the first is the unit request
     # "At once": not after a wait in the queue, which accepted calls spend (p50 ~2 s here,
-    # ~24 s under TSan). 0.5 s, or a twentieth of an accepted call where the whole server
-    # runs slower (TSan on two busy cores: one refusal in 2592 took 502 ms).
+    # ~11-24 s under TSan). The server's own time for a refusal (its log line: handler to
+    # answer) must be far below that: 0.5 s, or a twentieth of an accepted call where the
+    # whole server runs slower (TSan on two overloaded cores: 59 ms at most). The client's time
+    # adds its own scheduling (48 Python threads on two cores: p99 up to 1 s under TSan),
+    # so it is held to a quarter of an accepted call: still no queue wait.
     at_once = max(0.5, 0.05 * percentile(ok, 0.5))
-    check(percentile(refused, 0.99) < at_once,
-          f"RESOURCE_EXHAUSTED at once: p50 {percentile(refused, 0.5) * 1e3:.0f} ms, "
-          f"p99 {percentile(refused, 0.99) * 1e3:.0f} ms (bound {at_once * 1e3:.0f} ms)")
+    served = [line["ms"] / 1e3 for line in lines if line["code"] == "RESOURCE_EXHAUSTED"]
+    check(served and max(served) < at_once,
+          f"RESOURCE_EXHAUSTED at once in the server: p50 {percentile(served, 0.5) * 1e3:.1f} ms, "
+          f"max {max(served, default=0) * 1e3:.1f} ms (bound {at_once * 1e3:.0f} ms)")
+    no_wait = max(0.5, 0.25 * percentile(ok, 0.5))
+    check(percentile(refused, 0.99) < no_wait,
+          f"RESOURCE_EXHAUSTED without a queue wait at the client: p50 {percentile(refused, 0.5) * 1e3:.0f} ms, "
+          f"p99 {percentile(refused, 0.99) * 1e3:.0f} ms (bound {no_wait * 1e3:.0f} ms)")
     check(max(ok, default=1e9) < bound,
           f"accepted latency bounded by the queue: p50 {percentile(ok, 0.5):.2f} s, max {max(ok, default=0):.2f} s "
           f"(bound {bound:.1f} s = 20 x {unit:.2f} s for one request alone + 5 s)")
-    time.sleep(0.5)
-    lines = rel.request_lines(server)[1:]  # the first is the unit request
     check(len(lines) == len(results), f"one server log line per call ({len(lines)} lines, {len(results)} calls)")
     text = server.metrics()
     counted = sum(rel.metric(text, f'nmt_requests_total{{code="{c}",model="m30k"}}') or 0 for c in codes)
