@@ -20,11 +20,13 @@ bool parse_device(const std::string& s, Device* out) {
 }
 
 bool parse_precision(const std::string& s, Precision* out) {
-  if (s == "float32") *out = Precision::kFloat32;
-  else if (s == "float16") *out = Precision::kFloat16;
-  else if (s == "int8") *out = Precision::kInt8;
-  else return false;
-  return true;
+  for (Precision p : {Precision::kFloat32, Precision::kFloat16, Precision::kInt8}) {
+    if (s == precision_name(p)) {
+      *out = p;
+      return true;
+    }
+  }
+  return false;
 }
 
 const char* device_name(Device d) {

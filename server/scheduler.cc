@@ -168,13 +168,12 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw Error(ErrorCode::kUnavailable, "the server is shutting down");
-    if (queue_.size() + n > static_cast<size_t>(options_.max_queue_sentences)) {
-      // Cancelled requests' sentences stay queued until a loop purges them between two steps,
-      // which a busy loop may not reach for a while; they hold no place, so they go first.
-      // (Only ended jobs: their callbacks have run, so none runs here under the caller's locks.)
-      drop_ended_from_queue();
-    }
-    if (queue_.size() + n > static_cast<size_t>(options_.max_queue_sentences)) {
+    const auto full = [&] { return queue_.size() + n > static_cast<size_t>(options_.max_queue_sentences); };
+    // Cancelled requests' sentences stay queued until a loop purges them between two steps,
+    // which a busy loop may not reach for a while; they hold no place, so they go first.
+    // (Only ended jobs: their callbacks have run, so none runs here under the caller's locks.)
+    if (full()) erase_from_queue([](const Waiting& w) { return w.job->ended(); });
+    if (full()) {
       throw Error(ErrorCode::kResourceExhausted,
                   "server overloaded: " + std::to_string(queue_.size()) +
                       " sentences already queued (batching.max_queue_sentences = " +
@@ -225,15 +224,11 @@ int Scheduler::active_sentences() const { return active_.load(); }
 // Drops waiting sentences of cancelled, expired or already failed jobs (they never enter a
 // loop), failing their jobs with the reason.
 void Scheduler::purge_queue(Clock::time_point now) {
-  queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
-                              [&](const Waiting& w) { return w.job->stop_if_needed(now); }),
-               queue_.end());
-  queued_ = queue_.size();
+  erase_from_queue([&](const Waiting& w) { return w.job->stop_if_needed(now); });
 }
 
-void Scheduler::drop_ended_from_queue() {
-  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [](const Waiting& w) { return w.job->ended(); }),
-               queue_.end());
+void Scheduler::erase_from_queue(const std::function<bool(const Waiting&)>& drop) {
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), drop), queue_.end());
   queued_ = queue_.size();
 }
 

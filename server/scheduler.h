@@ -105,7 +105,7 @@ class Scheduler {
   bool wait_for_work(std::unique_lock<std::mutex>& lock, int index);
   void answer(std::vector<Done>& finished);
   void purge_queue(Clock::time_point now);
-  void drop_ended_from_queue();  // under mutex_; runs no callback
+  void erase_from_queue(const std::function<bool(const Waiting&)>& drop);  // under mutex_
   void check_fits(const std::vector<std::vector<int>>& source_ids, const DecodeOptions& options) const;
 
   std::vector<DecodeLoop*> loops_;
