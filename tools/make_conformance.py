@@ -62,11 +62,15 @@ PERTURBATION_SEEDS = (1, 2)
 
 # Random init (see init_weights): gains chosen so that outputs are peaked (top-1/top-2
 # log-prob gaps well above float32 noise), depend on the source, and end at varied lengths.
-ATTENTION_GAIN = 6.0
-FFN_GAIN = 6.0
+# Layer gains near 1 keep activations at the scale of a trained model's (attention logits of a
+# few units): with gains of 6 the attention logits reached ~36 standard deviations, which
+# float16 stores to 1/32, so the float16 engines agreed with the float32 references on 2-74%
+# of the sentences (the trained demo model: 99-100%); at 0.8, 98-100% pooled over the variants.
+ATTENTION_GAIN = 0.8
+FFN_GAIN = 0.8
 EMBEDDING_STD = 0.1
 OUTPUT_GAIN = 9.0
-EOS_BOOST = 10.0  # raised per variant below where few hypotheses ended before max_length
+EOS_BOOST = 18.0  # set per variant below where few or all hypotheses ended before max_length
 
 BASE = dict(
     d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -80,24 +84,24 @@ VARIANTS = {
                    " scale_embedding true", {}, {}),
     "relu_untied": ("relu, untied lm_head, non-zero final_logits_bias",
                     {"activation_function": "relu", "tie_word_embeddings": False},
-                    {"final_logits_bias_std": 1.0}),
+                    {"final_logits_bias_std": 0.5, "eos_boost": 20.0}),
     "gelu_noscale": ("gelu, scale_embedding false",
                      {"activation_function": "gelu", "scale_embedding": False}, {}),
     "separate_vocab": ("separate source and target vocabularies: share_encoder_decoder_embeddings"
                        " false, target_vocab.json (other pieces in another order, same size),"
                        " separate encoder and decoder embeddings, untied lm_head",
                        {"share_encoder_decoder_embeddings": False, "tie_word_embeddings": False},
-                       {"separate_vocabs": True, "eos_boost": 16.0}),
+                       {"separate_vocabs": True}),
     "deep_enc_shallow_dec": ("3 encoder layers, 1 decoder layer",
-                             {"encoder_layers": 3, "decoder_layers": 1}, {"eos_boost": 16.0}),
+                             {"encoder_layers": 3, "decoder_layers": 1}, {}),
     "big_shape": ("Transformer-big proportions (opus-mt-tc-big): 16 heads, ffn_dim = 4 * d_model,"
                   " head_dim 4",
                   {"d_model": 64, "encoder_attention_heads": 16, "decoder_attention_heads": 16,
                    "encoder_ffn_dim": 256, "decoder_ffn_dim": 256, "encoder_layers": 1,
-                   "decoder_layers": 1}, {}),
+                   "decoder_layers": 1}, {"eos_boost": 24.0}),
     "multilingual_target": ("multilingual target: the source starts with a language code"
                             " (>>fra<< ...) that is a whole token of vocab.json",
-                            {}, {"language_codes": True, "eos_boost": 13.0}),
+                            {}, {"language_codes": True, "eos_boost": 22.0}),
 }
 # Models the loader must refuse: name -> (field, value, why). Built from a tiny model.
 REFUSED = {
@@ -624,6 +628,9 @@ def main():
     ap.add_argument("--limit", type=int, default=0,
                     help="only the first N sentences per model: a quick check of the setup, "
                          "not data to commit")
+    ap.add_argument("--skip-demo", action="store_true",
+                    help="write the variants and refused models only (demo/ takes most of the"
+                         " time and does not depend on the variants' init)")
     args = ap.parse_args()
     if os.path.isdir(args.out) and os.listdir(args.out):
         ap.error(f"{args.out} is not empty")
@@ -722,7 +729,7 @@ def main():
 
     with open(os.path.join(args.demo_model, "config.json"), encoding="utf-8") as f:
         demo_cfg = json.load(f)
-    demo_items = list(enumerate(sentences))[:args.limit or None]
+    demo_items = [] if args.skip_demo else list(enumerate(sentences))[:args.limit or None]
     # Tasks of a few dozen sentences keep every process busy; results come back in order.
     variant_chunks = []
     for name, folder, desc, fields, seed, shapes, items, changed, max_length, opts in plan:
@@ -757,10 +764,19 @@ def main():
                     left_out=left_out)
         write_json(os.path.join(folder, "meta.json"), meta)
         summary[name] = meta["margins"]
-    demo_recs, demo_stats = [], []
-    for recs, stats in results[at:]:
-        demo_recs += recs
-        demo_stats.append(stats)
+    if not args.skip_demo:
+        demo_recs = [r for recs, _ in results[at:] for r in recs]
+        write_demo(out, demo_cfg, demo_recs, [st for _, st in results[at:]], summary)
+    print(json.dumps(summary, indent=1, sort_keys=True))
+    problems += [p for _, st in results for p in st["problems"]]
+    for p in problems:
+        print(f"make_conformance: {p}", file=sys.stderr)
+    if problems:
+        sys.exit(f"make_conformance: {len(problems)} problems (the files were written)")
+
+
+def write_demo(out, demo_cfg, demo_recs, demo_stats, summary):
+    """demo/: the references of the embedded demo model, less its undecidable sentences."""
     os.makedirs(os.path.join(out, "demo"))
     demo_recs, margins, left_out = keep_decidable(demo_recs, demo_stats, MAX_LENGTH_DEMO)
     write_jsonl(os.path.join(out, "demo", "references.jsonl"), demo_recs)
@@ -769,12 +785,6 @@ def main():
                             "upcast to float32)", margins=margins, left_out=left_out)
     write_json(os.path.join(out, "demo", "meta.json"), meta)
     summary["demo"] = meta["margins"]
-    print(json.dumps(summary, indent=1, sort_keys=True))
-    problems += [p for _, st in results for p in st["problems"]]
-    for p in problems:
-        print(f"make_conformance: {p}", file=sys.stderr)
-    if problems:
-        sys.exit(f"make_conformance: {len(problems)} problems (the files were written)")
 
 
 def write_jsonl(path, records):

@@ -49,7 +49,7 @@ class Conformance : public ::testing::TestWithParam<test::ConformanceCase> {
               << " identical, worst score error " << c.worst_score_error << "\n";
     EXPECT_EQ(c.identical, c.sentences) << c.first_difference;
     EXPECT_EQ(c.texts_differ, 0) << "identical ids, different text: " << c.first_text_difference;
-    EXPECT_LE(c.worst_score_error, GetParam().score_tolerance);
+    EXPECT_LE(c.worst_score_error, test::kScoreTolerance);
     EXPECT_EQ(c.malformed, 0) << c.first_malformed;
   }
 };

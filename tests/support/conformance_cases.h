@@ -11,27 +11,26 @@
 
 namespace nmt::test {
 
+// |score - transformers'| / max(1, |transformers'|) allowed for identical hypotheses, float32 on
+// both sides: the engines agree with torch to ~5e-6 on every model (worst seen: CPU 3.4e-6,
+// CUDA 4.8e-6), the rest of the margin is for other GEMM and exp/log kernels.
+constexpr double kScoreTolerance = 1e-4;
+
 struct ConformanceCase {
   std::string name;  // "demo" or the variant's folder name
   std::string model_dir;
   std::string references;  // references.jsonl
-  // |score - transformers'| / max(1, |transformers'|) allowed for identical hypotheses (float32
-  // on both sides). The demo model's trained weights agree to ~1e-6. The variants' random
-  // weights, scaled up so that their choices are clear (attention and FFN gains of 6, output 9),
-  // make every score ~50x more sensitive to float32 summation order: the engine's own scores
-  // move by up to 6e-5 between batch 1 and batch 16 there, and differ from torch's (other GEMM,
-  // exp and log kernels) by up to 1.2e-3.
-  double score_tolerance = 1e-4;
-  // The variants' weights are random: their choices are clear at float32 (margins of 1e-4 and
-  // more between candidates) but not at float16, whose rounding (1e-3) the gains amplify.
+  // Random weights (the variants): their float32 choices are clear (margins of 1e-4 and more
+  // between candidates, see tests/conformance/README.md), their float16 ones less so than a
+  // trained model's, so float16 is held to a pooled rate (test_conformance_cuda.cc).
   bool random_weights = false;
 };
 
 inline std::vector<ConformanceCase> conformance_cases() {
-  std::vector<ConformanceCase> out{{"demo", demo_model_dir(), demo_references_path(), 1e-4, false}};
+  std::vector<ConformanceCase> out{{"demo", demo_model_dir(), demo_references_path(), false}};
   for (const std::string& v : conformance_variants()) {
     const std::string dir = conformance_dir() + "/models/" + v;
-    out.push_back({v, dir, dir + "/references.jsonl", 2e-3, true});
+    out.push_back({v, dir, dir + "/references.jsonl", true});
   }
   return out;
 }
