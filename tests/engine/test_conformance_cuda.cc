@@ -74,7 +74,7 @@ TEST_P(ConformanceCuda, Float16MostlyIdentical) {
   }
 }
 
-// The float16 bar for the random-weight variants: 95% of all their sentences, per search.
+// float16 on the random-weight variants: 95% of all their sentences, per search.
 TEST(ConformanceCudaVariants, Float16IdenticalPooled) {
   if (!have_cuda()) GTEST_SKIP() << kNoCuda;
   std::map<Search, std::pair<int, int>> pooled;  // search -> (identical, sentences)
