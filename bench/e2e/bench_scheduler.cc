@@ -47,6 +47,11 @@ double percentile(std::vector<double> v, double p) {
 struct Counts {
   double step_s = 0, encode_s = 0, callback_s = 0;
   long steps = 0, admitted = 0, active_rows = 0;
+  // Decoder steps per loop, and how often a step ran on another loop than the step before:
+  // one client's sentences should stay on one warm loop.
+  std::vector<long> loop_steps;
+  long loop_switches = 0;
+  int last_loop = -1;
 };
 struct Totals : Counts {
   std::mutex mutex;
@@ -72,8 +77,13 @@ int run(const Args& a) {
 
   Totals totals;
   SchedulerHooks hooks;
-  hooks.on_step = [&](int, int rows, int, int admitted, double step_s, double encode_s) {
+  hooks.on_step = [&](int loop, int rows, int, int admitted, double step_s, double encode_s) {
     std::lock_guard<std::mutex> lock(totals.mutex);
+    if (rows == 0) return;  // the loop went idle: no step
+    totals.loop_steps.resize(size_t(a.workers));
+    totals.loop_steps[size_t(loop)]++;
+    totals.loop_switches += totals.last_loop >= 0 && totals.last_loop != loop;
+    totals.last_loop = loop;
     totals.steps++;
     totals.step_s += step_s;
     totals.encode_s += encode_s;
@@ -142,7 +152,10 @@ int run(const Args& a) {
        << ",\"steps\":" << totals.steps << ",\"rows_per_step\":" << double(totals.active_rows) / std::max(totals.steps, 1L)
        << ",\"admitted_per_step\":" << double(totals.admitted) / std::max(totals.steps, 1L)
        << ",\"loop_step_s\":" << totals.step_s << ",\"loop_encode_s\":" << totals.encode_s
-       << ",\"loop_callback_s\":" << totals.callback_s << ",\"loop_threads_s\":" << wall * a.workers << "}";
+       << ",\"loop_callback_s\":" << totals.callback_s << ",\"loop_threads_s\":" << wall * a.workers
+       << ",\"loop_switches\":" << totals.loop_switches << ",\"steps_per_loop\":[";
+    for (size_t i = 0; i < totals.loop_steps.size(); ++i) js << (i ? "," : "") << totals.loop_steps[i];
+    js << "]}";
     std::cout << "RESULT " << js.str() << std::endl;
   }
   scheduler.stop();
