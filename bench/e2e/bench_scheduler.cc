@@ -80,7 +80,6 @@ int run(const Args& a) {
   hooks.on_step = [&](int loop, int rows, int, int admitted, double step_s, double encode_s) {
     std::lock_guard<std::mutex> lock(totals.mutex);
     if (rows == 0) return;  // the loop went idle: no step
-    totals.loop_steps.resize(size_t(a.workers));
     totals.loop_steps[size_t(loop)]++;
     totals.loop_switches += totals.last_loop >= 0 && totals.last_loop != loop;
     totals.last_loop = loop;
@@ -134,6 +133,7 @@ int run(const Args& a) {
     {
       std::lock_guard<std::mutex> lock(totals.mutex);
       static_cast<Counts&>(totals) = Counts();
+      totals.loop_steps.assign(size_t(a.workers), 0);
     }
     std::vector<std::thread> threads;
     const auto t0 = std::chrono::steady_clock::now();
