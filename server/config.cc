@@ -191,6 +191,9 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) {
          c.batching.max_admit_delay_steps = to_int(n, k, 1, kMaxInt);
        }},
+      {"batching.loop_fill_sentences", "loop-fill-sentences",
+       "GPU: sentences one decode loop takes before a model's other loops take any (0 = even shares)",
+       [](ServerConfig& c, N n, K k) { c.batching.loop_fill_sentences = to_int(n, k, 0, kMaxInt); }},
       {"batching.max_queue_sentences", "max-queue-sentences",
        "queued sentences per model before RESOURCE_EXHAUSTED",
        [](ServerConfig& c, N n, K k) {

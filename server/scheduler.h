@@ -100,8 +100,9 @@ class Scheduler {
 
   void run(int index);
   void respond();
-  std::vector<Waiting> take_admissible(const DecodeLoop& loop, int steps_since_admit,
-                                       Clock::time_point now);
+  std::vector<Waiting> take_admissible(int index, int steps_since_admit, Clock::time_point now,
+                                       bool* deferred);
+  bool leaves_to_a_running_loop(int index) const;
   bool wait_for_work(std::unique_lock<std::mutex>& lock, int index);
   void answer(std::vector<Done>& finished);
   void purge_queue(Clock::time_point now);
@@ -114,6 +115,14 @@ class Scheduler {
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
+  // Idle loops that leave the queue to a running loop (loop_fill_sentences) wait here: woken
+  // when the model's sentences pass the fill, not by every request.
+  std::condition_variable spill_;
+  // Each loop's sentences and rows as of its last admission (read by the other loops).
+  struct LoopLoad {
+    int sentences = 0, rows = 0;
+  };
+  std::vector<LoopLoad> loads_;
   std::deque<Waiting> queue_;  // arrival order
   std::atomic<size_t> queued_{0};  // queue_.size(), read without the lock by idle loops
   bool stopping_ = false;

@@ -15,6 +15,13 @@ struct SchedulingOptions {
   // an encode, which is worth it only for enough sentences at once. An idle loop admits at
   // once. 1 = admit between every two steps.
   int max_admit_delay_steps = 8;
+  // Several loops of one model on one GPU: while the model's sentences (active and queued)
+  // number at most this, one loop decodes them all and the others stay idle; beyond it the
+  // loops take even shares. The GPU runs the loops' steps one after another (they share its
+  // stream), so two half-full loops cost two steps where one full loop costs one; a second
+  // loop pays only once its host-side bookkeeping would otherwise leave the GPU idle.
+  // 0 = even shares always (the CPU's loops: each has its own cores).
+  int loop_fill_sentences = 128;
   int max_queue_sentences = 4096;  // waiting sentences; beyond it submit() refuses
 };
 

@@ -90,8 +90,11 @@ std::unique_ptr<Replica> load_replica(const ModelEntry& entry, int device_index,
   // The loops leave texts empty: the scheduler's responder thread detokenizes, off the
   // loop threads.
   const Tokenizer* tokenizer = &first.tokenizer();
+  SchedulingOptions batching = config.batching;
+  // The CPU's loops run on cores of their own: filling one first would leave the others' idle.
+  if (first.device() == Device::kCpu) batching.loop_fill_sentences = 0;
   replica->scheduler = std::make_unique<Scheduler>(
-      std::move(loops), config.batching, std::move(hooks),
+      std::move(loops), batching, std::move(hooks),
       [tokenizer](const std::vector<int>& ids) { return tokenizer->decode(ids); });
   size_t reserved = 0;
   for (Translator* t : translators) reserved += t->device_memory_used();

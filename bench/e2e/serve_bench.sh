@@ -44,6 +44,11 @@ pin() {  # cpus command...: the command on those cores, or anywhere when cpus is
   shift
   if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
 }
+exec_pinned() {  # the same, replacing the (sub)shell that runs it
+  local cpus=$1
+  shift
+  if [ -n "$cpus" ]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi
+}
 
 if [ "${OFFLINE:-1}" = 1 ]; then
 echo "=== offline ($precision)"
@@ -59,10 +64,16 @@ for w in $workers; do
   config=$work/serve-$w.yaml
   sed -e "s/^    workers: .*/    workers: $w/" -e "s|path: ../models|path: $repo/models|" \
     "$repo/configs/default.yaml" > "$config"
-  pin "${SERVER_CPUS:-}" nmt-server --config "$config" --device cuda --precision "$precision" --host 127.0.0.1 --port $port \
-    --metrics-port $((port + 1)) ${SERVER_ARGS:-} > "$out/server-$w.log" 2>&1 &
+  # exec: $! is then the server itself, so that the kill below stops it (a function run in
+  # the background is a subshell whose child survives the subshell's kill: until this was
+  # fixed every configuration's server kept running beside the next ones, and a second pass's
+  # server found its metrics port taken and exited, so that its loads reached the first's).
+  (exec_pinned "${SERVER_CPUS:-}" nmt-server --config "$config" --device cuda --precision "$precision" --host 127.0.0.1 --port $port \
+    --metrics-port $((port + 1)) ${SERVER_ARGS:-}) > "$out/server-$w.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
+  # Ours, not another server left on the port (which the health check would also answer).
+  kill -0 "$pid" || { echo "nmt-server of workers $w did not start: $(tail -1 "$out/server-$w.log")" >&2; exit 1; }
   record() {  # name: nmt-loadgen's JSON report on stdin -> a RESULT line of this configuration
     local r
     r=$(python3 -c 'import json,sys; r=json.load(sys.stdin); r.update(engine="nmt-server", name=sys.argv[1], workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4], server_cpus=sys.argv[5], client_cpus=sys.argv[6]); print(json.dumps(r))' \
@@ -84,6 +95,7 @@ for w in $workers; do
   load clients-64x8 64 8
   curl -s 127.0.0.1:$((port + 1))/metrics | grep -E "^nmt_(admitted_sentences|step_duration_seconds|time_to_first_step_seconds|encode_duration_seconds)_(sum|count|bucket)" > "$out/metrics-$w.txt"
   kill "$pid"; wait "$pid"
+  if curl -s -o /dev/null 127.0.0.1:$((port + 1))/metrics; then echo "the server of workers $w is still running" >&2; exit 1; fi
   port=$((port + 10))
 done
 python3 "$here/serve_summary.py" "$results"

@@ -38,6 +38,7 @@
 #include "kernels/layer_norm.h"
 #include "kernels/topk.h"
 #include "model/cuda/device_memory.h"
+#include "model/cuda/device_stream.h"
 #include "model/cuda_engine.h"
 #include "model/error.h"
 
@@ -141,10 +142,12 @@ class CudaEngine final : public Engine {
   CudaEngine(const ModelConfig& c, const Weights& w, const TranslatorOptions& o)
       : c_(c), device_(o.device_index), alloc_(o.device_memory_limit), use_graphs_(graphs_enabled()) {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    stream_ = device_stream(device_);
+    check_cuda(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cublas(cublasCreate(&cublas_), "cublasCreate");
     check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
     check_cuda(cudaEventCreateWithFlags(&enc_uploaded_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     d_ = c.d_model;
     cache_cap_ = std::min(32, c.max_positions);
     if (profile_) {
@@ -156,9 +159,7 @@ class CudaEngine final : public Engine {
       init(w);
       warm_up();
     } catch (...) {
-      cublasDestroy(cublas_);
-      cudaEventDestroy(enc_uploaded_);
-      cudaStreamDestroy(stream_);
+      release_handles();
       throw;
     }
   }
@@ -198,7 +199,7 @@ class CudaEngine final : public Engine {
 
   ~CudaEngine() override {
     cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_);
+    finish();
     if (profile_) {
       const StepProfile& p = profile_stats_;
       std::fprintf(stderr,
@@ -210,10 +211,24 @@ class CudaEngine final : public Engine {
       cudaEventDestroy(ev_end_);
     }
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    release_handles();
+  }
+
+  // The stream is the device's (device_stream()): not ours to destroy.
+  void release_handles() {
     cublasDestroy(cublas_);
     cudaEventDestroy(enc_uploaded_);
-    cudaStreamDestroy(stream_);
+    cudaEventDestroy(done_);
+    cudaStreamDestroy(capture_stream_);
   }
+
+  // Waits for this engine's work on the shared stream, not for the other engines' work
+  // enqueued after it.
+  cudaError_t finish() const noexcept {
+    const cudaError_t status = cudaEventRecord(done_, stream_);
+    return status != cudaSuccess ? status : cudaEventSynchronize(done_);
+  }
+  void wait(const char* what = "synchronize") const { check_cuda(finish(), what); }
 
   int vocab_size() const override { return c_.target_vocab_size; }
   size_t memory_used() const override { return alloc_.held(); }
@@ -229,7 +244,7 @@ class CudaEngine final : public Engine {
     std::vector<T> dev(n);
     check_cuda(cudaMemcpyAsync(dev.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_),
                "encoder_output copy");
-    check_cuda(cudaStreamSynchronize(stream_), "encoder_output sync");
+    wait("encoder_output sync");
     std::vector<float> out(n);
     for (size_t i = 0; i < n; ++i) out[i] = float(dev[i]);
     return out;
@@ -441,7 +456,7 @@ class CudaEngine final : public Engine {
 
   void drop_graphs() {
     if (graphs_.empty()) return;
-    cudaStreamSynchronize(stream_);
+    wait("drop graphs");
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     graphs_.clear();
   }
@@ -666,20 +681,30 @@ class CudaEngine final : public Engine {
     parity_ = 1 - parity_;
   }
 
+  // Captured on the engine's private stream (the shared one may get other engines' work while
+  // this one captures), replayed on the shared one.
   cudaGraphExec_t capture(const StepShape& shape) {
     const int parity_before = parity_;  // capturing runs nothing: the parity stays
     cudaGraph_t graph = nullptr;
-    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
+    cudaStream_t shared = stream_;
+    auto end_capture = [&] {
+      const cudaError_t status = cudaStreamEndCapture(capture_stream_, &graph);
+      stream_ = shared;
+      cublasSetStream(cublas_, stream_);
+      parity_ = parity_before;
+      return status;
+    };
+    check_cuda(cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
+    stream_ = capture_stream_;
     try {
+      check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
       enqueue_step(shape);
     } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
+      end_capture();
       if (graph) cudaGraphDestroy(graph);
-      parity_ = parity_before;
       throw;
     }
-    parity_ = parity_before;
-    check_cuda(cudaStreamEndCapture(stream_, &graph), "graph capture");
+    check_cuda(end_capture(), "graph capture");
     cudaGraphExec_t exec = nullptr;
     const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
@@ -716,7 +741,9 @@ class CudaEngine final : public Engine {
   const int device_;
   DeviceAllocator alloc_;  // first member with device memory: destroyed last
   const bool use_graphs_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;          // the device's shared stream (device_stream())
+  cudaStream_t capture_stream_ = nullptr;  // private: graph captures only
+  cudaEvent_t done_ = nullptr;             // wait(): the end of this engine's work so far
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer<char> workspace_;
   int d_ = 0;
@@ -781,7 +808,7 @@ void CudaEngine<T>::encode(const std::vector<EncodeItem>& items) {
   const auto wall0 = std::chrono::steady_clock::now();
   enqueue_encode(items);
   if (profile_) {
-    cudaStreamSynchronize(stream_);
+    wait();
     profile_stats_.encodes++;
     profile_stats_.encode_wall_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
@@ -891,7 +918,7 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
   if (profile_) cudaEventRecord(ev_end_, stream_);
   // Newcomers' encoder launches go in while the GPU runs the step; they join at the next.
   if (in.encode) enqueue_encode(*in.encode);
-  check_cuda(cudaStreamSynchronize(stream_), "decode step");
+  wait("decode step");
   collect(shape, out);
   if (profile_) {
     float ms = 0;

@@ -314,14 +314,39 @@ TEST(Scheduler, LoneRequestsQueuedWhileALoopPollsReachTheOtherLoop) {
       << "encodes: " << f.engines[0]->encoded << " and " << f.engines[1]->encoded;
 }
 
-TEST(Scheduler, SeveralLoopsTakeEvenSharesOfARequest) {
-  // Each loop could hold all 16 sentences; the even share keeps the loops' steps alike.
-  Fixture f(options(16, 64), 2, milliseconds(2));
-  std::vector<std::vector<int>> ids(16, sentence(20));
-  EXPECT_TRUE(f.submit(ids, beam(2)).get().ok);
-  EXPECT_EQ(f.stop_and_read().sentences, 8);
-  EXPECT_GT(f.engines[0]->encoded, 0);
-  EXPECT_GT(f.engines[1]->encoded, 0);
+TEST(Scheduler, SeveralLoopsTakeEvenSharesOfARequestBeyondTheFill) {
+  // Each loop could hold all 16 sentences; past loop_fill_sentences (8, and 0 = always) the
+  // even share keeps the loops' steps alike.
+  for (int fill : {0, 8}) {
+    SchedulingOptions o = options(16, 64);
+    o.loop_fill_sentences = fill;
+    Fixture f(o, 2, milliseconds(2));
+    std::vector<std::vector<int>> ids(16, sentence(20));
+    EXPECT_TRUE(f.submit(ids, beam(2)).get().ok);
+    EXPECT_EQ(f.stop_and_read().sentences, 8) << "fill " << fill;
+    EXPECT_GT(f.engines[0]->encoded, 0) << "fill " << fill;
+    EXPECT_GT(f.engines[1]->encoded, 0) << "fill " << fill;
+  }
+}
+
+TEST(Scheduler, UpToTheFillOneLoopDecodesEverySentence) {
+  // 16 sentences of a model with loop_fill_sentences 16: one loop takes the first request,
+  // and the requests that come while it decodes join it (the idle loop leaves them to it),
+  // because on a GPU two half-full loops cost two steps where one full loop costs one.
+  SchedulingOptions o = options(16, 64);
+  o.loop_fill_sentences = 16;
+  Fixture f(o, 2, milliseconds(1));
+  std::vector<std::future<JobResult>> futures;
+  futures.push_back(f.submit(std::vector<std::vector<int>>(4, sentence(60)), beam(2)));
+  for (int i = 0; i < 12; ++i) {
+    std::this_thread::sleep_for(milliseconds(2));
+    futures.push_back(f.submit({sentence(20 + i)}, beam(2)));
+  }
+  for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
+  const auto maxima = f.stop_and_read();
+  EXPECT_EQ(std::min(f.engines[0]->encoded.load(), f.engines[1]->encoded.load()), 0)
+      << "encodes: " << f.engines[0]->encoded << " and " << f.engines[1]->encoded;
+  EXPECT_GT(maxima.sentences, 4);
 }
 
 TEST(Scheduler, OneClientsLoneRequestsStayOnOneLoop) {
