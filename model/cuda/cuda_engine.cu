@@ -68,7 +68,9 @@ int bucket(int n) {
 int padded_rows_bound(int rows) { return rows + rows / 2; }
 
 // NMT_CUDA_PROFILE=1: the engine measures its decode steps (GPU time between the step's first
-// and last operation, host time of step()) and prints the averages when destroyed.
+// and last operation, host time of step()) and prints the averages when destroyed. With
+// several engines on the device, another engine's work enqueued between the two on the shared
+// stream counts too: profile one loop.
 bool profile_enabled() {
   const char* v = std::getenv("NMT_CUDA_PROFILE");
   return v && std::string(v) == "1";

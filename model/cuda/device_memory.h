@@ -28,8 +28,9 @@ class DeviceAllocator {
   // same size class is free. Throws nmt::Error(kResourceExhausted) past the limit or when the
   // device is out of memory (after giving the cached blocks back once).
   void* allocate(size_t bytes);
-  // Returns the block to the cache; work already enqueued on the engine's one stream may still
-  // use it, which is safe because every later user is ordered after it on that stream.
+  // Returns the block to the cache; work already enqueued on the device's stream
+  // (device_stream.h) may still use it, which is safe because every later user is ordered
+  // after it on that stream.
   void release(void* ptr);
   // Frees the cached (unused) blocks.
   void trim();
