@@ -21,7 +21,9 @@ struct SchedulingOptions {
   // stream), so two half-full loops cost two steps where one full loop costs one; a second
   // loop pays only once its host-side bookkeeping would otherwise leave the GPU idle.
   // 0 = even shares always (the CPU's loops: each has its own cores).
-  int loop_fill_sentences = 128;
+  // 64: measured on H100 at 64, 128 and 256 clients against 128 and 0 (bench/RESULTS.md
+  // server run 12).
+  int loop_fill_sentences = 64;
   int max_queue_sentences = 4096;  // waiting sentences; beyond it submit() refuses
 };
 
