@@ -187,9 +187,7 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
     queued_ = queue_.size();
     // A lone sentence is the polling loop's (warm, and no wake-up); a larger request spreads
     // over every idle loop.
-    if (options_.loop_fill_sentences > 0 &&
-        size_t(active_.load()) + queue_.size() > size_t(options_.loop_fill_sentences))
-      spill_.notify_all();
+    if (!within_fill()) spill_.notify_all();
     if (n == 1 && spinning_ > 0) return job;
     // A decoding loop with room takes them at its next step: an idle loop woken for them
     // would only leave them to it (at 64 clients, thousands of wake-ups a second).
@@ -243,15 +241,11 @@ void Scheduler::erase_from_queue(const std::function<bool(const Waiting&)>& drop
   queued_ = queue_.size();
 }
 
-// The oldest waiting sentences that fit the loop now, in arrival order, within the encoder
-// token budget (at least one), when an admission is due (see max_admit_delay_steps).
-// Strictly first come, first served: a sentence that does not fit yet (a large beam) is not
-// overtaken.
 // Whether idle loop `index` (-1: any) should leave the queue to a loop that is decoding: the
 // model's sentences fit in loop_fill_sentences and a running loop has room for all that wait.
 bool Scheduler::leaves_to_a_running_loop(int index) const {
+  if (loops_.size() < 2 || !within_fill()) return false;
   const int fill = options_.loop_fill_sentences;
-  if (loops_.size() < 2 || fill <= 0 || size_t(active_.load()) + queue_.size() > size_t(fill)) return false;
   int rows = 0;
   for (const Waiting& w : queue_) rows += w.job->options.beam_size;
   for (size_t j = 0; j < loops_.size(); ++j) {
@@ -264,6 +258,18 @@ bool Scheduler::leaves_to_a_running_loop(int index) const {
   return false;
 }
 
+// The model's sentences (active and queued) number at most loop_fill_sentences (> 0): one
+// loop takes them all.
+bool Scheduler::within_fill() const {
+  const int fill = options_.loop_fill_sentences;
+  return fill > 0 && size_t(active_.load()) + queue_.size() <= size_t(fill);
+}
+
+// The oldest waiting sentences that fit the loop now, in arrival order, within the encoder
+// token budget (at least one), when an admission is due (see max_admit_delay_steps).
+// Strictly first come, first served: a sentence that does not fit yet (a large beam) is not
+// overtaken.
+// *deferred: none, because this idle loop leaves them to a decoding one (loop_fill_sentences).
 std::vector<Scheduler::Waiting> Scheduler::take_admissible(int index, int steps_since_admit,
                                                            Clock::time_point now, bool* deferred) {
   const DecodeLoop& loop = *loops_[size_t(index)];
@@ -279,12 +285,12 @@ std::vector<Scheduler::Waiting> Scheduler::take_admissible(int index, int steps_
   if (!due) return taken;
   int slots = loop.capacity().sentences - loop.active_sentences();
   int rows = loop.capacity().rows - loop.active_rows();
-  const size_t total = size_t(active_.load()) + queue_.size();
-  if (loops_.size() > 1 && total > size_t(std::max(options_.loop_fill_sentences, 0))) {
+  if (loops_.size() > 1 && !within_fill()) {
     // Several loops share one queue: a loop takes no more than its even share of all the
     // sentences in the model's loops and queue, so that the loops' steps stay alike in size.
     // Without it the loop whose admission fell due first took up to its whole capacity, and
     // the sentences in the fuller loop waited on slower steps (the tail at 256 clients).
+    const size_t total = size_t(active_.load()) + queue_.size();
     const int share = int((total + loops_.size() - 1) / loops_.size()) - loop.active_sentences();
     slots = std::min(slots, std::max(share, 0));  // an idle loop's share is >= 1
   }

@@ -39,16 +39,12 @@ stamp() {  # adds device, commit and date to a JSON object
     "$1" "$device" "$commit" "$(date -u +%F)"
 }
 results=$out/results.jsonl
-pin() {  # cpus command...: the command on those cores, or anywhere when cpus is empty
-  local cpus=$1
-  shift
-  if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
-}
-exec_pinned() {  # the same, replacing the (sub)shell that runs it
-  local cpus=$1
+exec_pinned() {  # cpus command...: the command on those cores, or anywhere when cpus is empty,
+  local cpus=$1  # replacing the (sub)shell that runs it
   shift
   if [ -n "$cpus" ]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi
 }
+pin() { (exec_pinned "$@"); }  # the same in a subshell of its own
 
 if [ "${OFFLINE:-1}" = 1 ]; then
 echo "=== offline ($precision)"
