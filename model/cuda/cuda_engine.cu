@@ -17,6 +17,12 @@
 // (beam, k, padded sentences) plus the key-row table parity. Buffers the graphs use only
 // change in reserve() and when the caches grow, which drop the graphs. The beam reorder moves
 // only the key-row table (kernels::beam_reorder_key_rows_cuda), never the KV caches.
+//
+// Encodes: one packed upload (ids, positions, lengths, the slots' source lengths and the
+// pointer arrays of the cross K/V GEMM that writes each sentence's K/V into its slot), the
+// encoder over persistent buffers, so an encode of n sentences padded to S tokens (S rounded
+// up to kEncodeLengthStep) is a graph per (n, S) too: an admission costs the host one graph
+// launch instead of ~10 launches per layer.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,8 +32,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
-#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -138,6 +144,46 @@ struct StepUpload {
   static size_t bytes(int rows, int sentences) { return 6 * sizeof(int) * size_t(rows) + sentences; }
 };
 
+// An encode's sources are padded to a multiple of this many tokens (within the engine's
+// limits): fewer distinct encode graphs, padding masked by the lengths as before.
+constexpr int kEncodeLengthStep = 8;
+
+// The packed upload of an encode of n sentences of `rows` tokens in all (each padded to the
+// same length), in the order of the device buffer: ids [rows], positions [rows], lengths [n],
+// then (8-byte aligned) the cross K/V GEMM's pointer arrays weight [n], input [n], output [n]
+// (each sentence's slot); then, copied to the slot-length table instead, every slot's source
+// length [slots].
+struct EncodeUpload {
+  int *ids, *positions, *lengths;
+  const void **weights, **inputs;
+  void** outputs;
+  int* slot_lengths;
+  EncodeUpload(void* base, int n, int rows) {
+    ids = static_cast<int*>(base);
+    positions = ids + rows;
+    lengths = positions + rows;
+    weights = reinterpret_cast<const void**>(static_cast<char*>(base) + ints_bytes(n, rows));
+    inputs = weights + n;
+    outputs = const_cast<void**>(inputs + n);  // the same pointer size: a layout, not a cast of data
+    slot_lengths = reinterpret_cast<int*>(outputs + n);
+  }
+  static size_t ints_bytes(int n, int rows) { return (sizeof(int) * (2 * size_t(rows) + n) + 7) / 8 * 8; }
+  static size_t device_bytes(int n, int rows) { return ints_bytes(n, rows) + 3 * sizeof(void*) * size_t(n); }
+  static size_t bytes(int n, int rows, int slots) { return device_bytes(n, rows) + sizeof(int) * size_t(slots); }
+};
+
+// Captured graphs of one kind by key. A key's first use runs plain (lazy module loading,
+// cuBLAS heuristics); it is captured the next time.
+using GraphKey = std::vector<int>;
+struct GraphCache {
+  std::map<GraphKey, cudaGraphExec_t> graphs;
+  std::set<GraphKey> seen;  // keys run once without a graph
+  void clear() {
+    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
+    graphs.clear();
+  }
+};
+
 template <typename T>
 class CudaEngine final : public Engine {
  public:
@@ -212,7 +258,8 @@ class CudaEngine final : public Engine {
       cudaEventDestroy(ev_start_);
       cudaEventDestroy(ev_end_);
     }
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    step_graphs_.clear();
+    encode_graphs_.clear();
     release_handles();
   }
 
@@ -242,7 +289,7 @@ class CudaEngine final : public Engine {
     if (sentence >= enc_lengths_.size())
       throw Error(ErrorCode::kInvalidArgument, "encoder_output: no such sentence");
     const size_t n = size_t(enc_lengths_[sentence]) * d_;
-    const T* src = enc_out_.get() + size_t(enc_batch_index_[sentence]) * enc_len_ * d_;
+    const T* src = enc_.x.get() + sentence * enc_len_ * d_;
     std::vector<T> dev(n);
     check_cuda(cudaMemcpyAsync(dev.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_),
                "encoder_output copy");
@@ -257,6 +304,7 @@ class CudaEngine final : public Engine {
   void step(const StepInput& in, StepOutput* out) override;
   // encode() without the profile's synchronize: what a step enqueues behind its own work.
   void enqueue_encode(const std::vector<EncodeItem>& items);
+  void enqueue_encoder(const EncodeUpload& host, const EncodeUpload& dev, int n, int S);
 
  private:
   static constexpr size_t kCublasWorkspace = 8u << 20;
@@ -279,8 +327,6 @@ class CudaEngine final : public Engine {
     const T* cross_v_bias = nullptr;
     Norm self_norm, cross_norm, ffn_norm;
   };
-  // Graph key: the key-row table parity, then (beam, k, padded sentences) of every run.
-  using GraphKey = std::vector<int>;
 
   // ---------------------------------------------------------------- weights
 
@@ -401,6 +447,13 @@ class CudaEngine final : public Engine {
     DeviceBuffer<int> step_out;  // [outputs] scores (float), then [outputs] candidates
   };
 
+  // What an encode of up to `sentences` sentences and `rows` token rows runs on.
+  struct EncodeBuffers {
+    int sentences = 0, rows = 0;
+    DeviceBuffer<char> in;  // EncodeUpload's device part
+    DeviceBuffer<T> x, qkv, ctx, tmp, hidden;  // [rows][d, 3d, d, d, ffn]
+  };
+
   // Cache rows hold one beam each; cache row cap_.rows, past the caller's, is the padding
   // rows' scratch row (they all write and read its position 0 only; their results are
   // dropped).
@@ -456,11 +509,14 @@ class CudaEngine final : public Engine {
     parity_ = 0;
   }
 
-  void drop_graphs() {
-    if (graphs_.empty()) return;
+  void drop_graphs(GraphCache& cache) {
+    if (cache.graphs.empty()) return;
     wait("drop graphs");
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-    graphs_.clear();
+    cache.clear();
+  }
+  void drop_graphs() {
+    drop_graphs(step_graphs_);
+    drop_graphs(encode_graphs_);  // they write the slot-length table, which reserve() replaces
   }
 
   // Doubles the caches' positions (up to max_positions) keeping their contents and the
@@ -473,7 +529,7 @@ class CudaEngine final : public Engine {
     const int64_t rows = cap_.rows + 1, planes = int64_t(2) * c_.decoder_layers * rows;
     DeviceBuffer<T> next(&alloc_, size_t(planes) * cap * d_);
     DeviceBuffer<int> next_rows(&alloc_, size_t(rows) * cap), spare(&alloc_, size_t(rows) * cap);
-    drop_graphs();
+    drop_graphs(step_graphs_);
     check_cuda(cudaMemcpy2DAsync(next.get(), size_t(cap) * d_ * sizeof(T), state_.cache.get(),
                                  size_t(cache_cap_) * d_ * sizeof(T),
                                  size_t(cache_cap_) * d_ * sizeof(T), planes,
@@ -514,17 +570,32 @@ class CudaEngine final : public Engine {
     }
   }
 
-  // Cross-attention K/V of every decoder layer from the encoder output x ([n][S][d], in slot
-  // order): one batched GEMM per run of consecutive slots, straight into the slots.
-  void cross_kv_into_slots(const T* x, int S, const std::vector<int>& slots) {
-    const int n = int(slots.size()), cols = kv_cols();
-    const int64_t slot_stride = int64_t(cap_.source_tokens) * cols;
-    for (int b = 0; b < n;) {
-      int e = b + 1;
-      while (e < n && slots[size_t(e)] == slots[size_t(e - 1)] + 1) ++e;
-      gemm(x + int64_t(b) * S * d_, d_, cross_kv_w_, state_.cross_kv.get() + slots[size_t(b)] * slot_stride,
-           cols, S, cols, d_, e - b, int64_t(S) * d_, slot_stride);
-      b = e;
+  // Encoder buffers for n sentences of `rows` tokens in all, grown in steps, and the pinned
+  // upload buffer for them and the slot table. The encode graphs point into both: a growth
+  // drops them.
+  void reserve_encode(int n, int rows) {
+    if (n > enc_.sentences || rows > enc_.rows) {
+      drop_graphs(encode_graphs_);
+      const int sentences = std::max(enc_.sentences, (n + 15) / 16 * 16);
+      const int most = std::max(enc_.rows, (rows + 1023) / 1024 * 1024);
+      const size_t d = size_t(d_);
+      enc_ = EncodeBuffers();  // release first: a lower peak
+      EncodeBuffers b;
+      b.sentences = sentences;
+      b.rows = most;
+      b.in = DeviceBuffer<char>(&alloc_, EncodeUpload::device_bytes(sentences, most));
+      b.x = DeviceBuffer<T>(&alloc_, size_t(most) * d);
+      b.qkv = DeviceBuffer<T>(&alloc_, size_t(most) * 3 * d);
+      b.ctx = DeviceBuffer<T>(&alloc_, size_t(most) * d);
+      b.tmp = DeviceBuffer<T>(&alloc_, size_t(most) * d);
+      b.hidden = DeviceBuffer<T>(&alloc_, size_t(most) * std::max(c_.encoder_ffn_dim, 1));
+      enc_ = std::move(b);
+    }
+    const size_t upload = EncodeUpload::bytes(enc_.sentences, enc_.rows, cap_.sentences);
+    if (enc_in_.capacity() < upload) {
+      drop_graphs(encode_graphs_);
+      check_cuda(cudaEventSynchronize(enc_uploaded_), "encode upload");
+      enc_in_.reserve(upload);
     }
   }
 
@@ -601,7 +672,6 @@ class CudaEngine final : public Engine {
     kernels::beam_reorder_key_rows_cuda(state_.key_rows[parity_].get(),
                                         state_.key_rows[1 - parity_].get(), dev.parents, rows,
                                         cache_cap_, nullptr, stream_, dev.positions, dev.cache_rows);
-    parity_ = 1 - parity_;
     const int d = d_, hd = d_ / c_.decoder_heads;
     T* y = state_.y.get();
     kernels::embed_positions_cuda<T>(dev.tokens, dec_emb_, dec_pos_, dev.positions, y, rows, d,
@@ -612,7 +682,7 @@ class CudaEngine final : public Engine {
       kernels::DecoderSelfAttentionArgs<T> self;
       self.qkv = state_.qkv.get(); self.bias = L.qkv.b;
       self.k_cache = cache(l, 0); self.v_cache = cache(l, 1);
-      self.key_rows = state_.key_rows[parity_].get();
+      self.key_rows = state_.key_rows[1 - parity_].get();  // the table just reordered
       self.positions = dev.positions; self.cache_rows = dev.cache_rows;
       self.out = state_.ctx.get();
       self.rows = rows; self.capacity = cache_cap_; self.heads = c_.decoder_heads; self.head_dim = hd;
@@ -669,38 +739,39 @@ class CudaEngine final : public Engine {
     return key;
   }
 
-  // The step on the stream: its graph when captured, else plain launches. A shape's first use
-  // runs plain (lazy module loading, cuBLAS heuristics); it is captured the next time.
+  // The step on the stream, then the other key-row table is the current one.
   void launch_step(const StepShape& shape) {
-    if (!use_graphs_) return enqueue_step(shape);
-    const GraphKey key = graph_key(shape);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
-      if (seen_.insert(key).second) return enqueue_step(shape);
-      it = graphs_.emplace(key, capture(shape)).first;
+    launch(step_graphs_, graph_key(shape), [&] { enqueue_step(shape); });
+    parity_ = 1 - parity_;
+  }
+
+  // `enqueue`'s work on the stream: the graph of `key` when captured, else plain launches.
+  void launch(GraphCache& cache, const GraphKey& key, const std::function<void()>& enqueue) {
+    if (!use_graphs_) return enqueue();
+    auto it = cache.graphs.find(key);
+    if (it == cache.graphs.end()) {
+      if (cache.seen.insert(key).second) return enqueue();
+      it = cache.graphs.emplace(key, capture(enqueue)).first;
     }
     check_cuda(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
-    parity_ = 1 - parity_;
   }
 
   // Captured on the engine's private stream (the shared one may get other engines' work while
   // this one captures), replayed on the shared one.
-  cudaGraphExec_t capture(const StepShape& shape) {
-    const int parity_before = parity_;  // capturing runs nothing: the parity stays
+  cudaGraphExec_t capture(const std::function<void()>& enqueue) {
     cudaGraph_t graph = nullptr;
     cudaStream_t shared = stream_;
     auto end_capture = [&] {
       const cudaError_t status = cudaStreamEndCapture(capture_stream_, &graph);
       stream_ = shared;
       cublasSetStream(cublas_, stream_);
-      parity_ = parity_before;
       return status;
     };
     check_cuda(cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
     stream_ = capture_stream_;
     try {
       check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
-      enqueue_step(shape);
+      enqueue();
     } catch (...) {
       end_capture();
       if (graph) cudaGraphDestroy(graph);
@@ -760,10 +831,11 @@ class CudaEngine final : public Engine {
   const T *enc_pos_ = nullptr, *dec_pos_ = nullptr;
   DeviceBuffer<float> out_bias_;
 
-  // the last encode(): its encoder output [n][enc_len_][d] in slot order
-  DeviceBuffer<T> enc_out_;
+  // The encoder's buffers (the encode graphs point into them; only grow) and the last
+  // encode(): its output is enc_.x, [items][enc_len_][d] in item order.
+  EncodeBuffers enc_;
   int enc_len_ = 0;
-  std::vector<int> enc_lengths_, enc_batch_index_;  // per encode() item
+  std::vector<int> enc_lengths_;  // per encode() item
   PinnedBuffer enc_in_;
   cudaEvent_t enc_uploaded_ = nullptr;  // enc_in_ may be refilled once this has passed
 
@@ -775,8 +847,7 @@ class CudaEngine final : public Engine {
   std::vector<int> slot_lengths_;  // host mirror of state_.slot_lengths
   int parity_ = 0;                 // the key-row table the next step reorders from
   PinnedBuffer step_in_, step_out_;
-  std::map<GraphKey, cudaGraphExec_t> graphs_;
-  std::set<GraphKey> seen_;  // keys run once without a graph
+  GraphCache step_graphs_, encode_graphs_;
   const bool profile_ = profile_enabled();
   StepProfile profile_stats_;
   cudaEvent_t ev_start_ = nullptr, ev_end_ = nullptr;
@@ -821,79 +892,81 @@ template <typename T>
 void CudaEngine<T>::enqueue_encode(const std::vector<EncodeItem>& items) {
   check_sources(items);
   enc_lengths_.clear();
-  enc_batch_index_.clear();
   const int n = int(items.size());
   if (n == 0) return;
-  // The batch in slot order: runs of consecutive slots take one cross K/V GEMM each.
-  std::vector<int> order(static_cast<size_t>(n)), slots, lengths;
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](int a, int b) { return items[size_t(a)].slot < items[size_t(b)].slot; });
   int S = 0;
-  for (int i : order) {
-    slots.push_back(items[size_t(i)].slot);
-    lengths.push_back(int(items[size_t(i)].ids->size()));
-    S = std::max(S, lengths.back());
+  for (const EncodeItem& item : items) {
+    enc_lengths_.push_back(int(item.ids->size()));
+    S = std::max(S, enc_lengths_.back());
   }
+  // check_sources keeps S within both limits, and so does the padding
+  S = std::min((S + kEncodeLengthStep - 1) / kEncodeLengthStep * kEncodeLengthStep,
+               std::min(cap_.source_tokens, c_.max_positions));
+  const int rows = n * S;
+  reserve_encode(n, rows);
 
-  const int d = d_, rows = n * S;
-  enc_out_.reset();
-  enc_out_ = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
-  DeviceBuffer<int> ids(&alloc_, size_t(2 * rows + n));
-  DeviceBuffer<T> qkv(&alloc_, size_t(rows) * 3 * d), ctx(&alloc_, size_t(rows) * d),
-      tmp(&alloc_, size_t(rows) * d),
-      hidden(&alloc_, size_t(rows) * std::max(c_.encoder_ffn_dim, 1));
-
-  // One upload: padded ids [n, S], their positions [n, S], the lengths [n]; then every slot's
-  // source length (the mirror updated) into the persistent table the steps read.
   // The pinned buffer may still feed the previous encode's upload (an encode inside a step
   // must not wait for the step itself: an event, not a stream synchronize).
   check_cuda(cudaEventSynchronize(enc_uploaded_), "encode upload");
-  enc_in_.reserve(size_t(2 * rows + n + cap_.sentences) * sizeof(int));
-  int* host = static_cast<int*>(enc_in_.get());
+  const EncodeUpload host(enc_in_.get(), n, rows), dev(enc_.in.get(), n, rows);
+  const int64_t slot_stride = int64_t(cap_.source_tokens) * kv_cols();
   for (int b = 0; b < n; ++b) {
-    const std::vector<int>& src = *items[size_t(order[size_t(b)])].ids;
+    const std::vector<int>& src = *items[size_t(b)].ids;
+    const int length = enc_lengths_[size_t(b)];
     for (int t = 0; t < S; ++t) {
-      host[b * S + t] = t < lengths[size_t(b)] ? src[size_t(t)] : c_.pad_id;
-      host[rows + b * S + t] = t;
+      host.ids[b * S + t] = t < length ? src[size_t(t)] : c_.pad_id;
+      host.positions[b * S + t] = t;
     }
-    host[2 * rows + b] = lengths[size_t(b)];
-    slot_lengths_[size_t(slots[size_t(b)])] = lengths[size_t(b)];
+    host.lengths[b] = length;
+    host.weights[b] = cross_kv_w_;
+    host.inputs[b] = enc_.x.get() + int64_t(b) * S * d_;
+    host.outputs[b] = state_.cross_kv.get() + items[size_t(b)].slot * slot_stride;
+    slot_lengths_[size_t(items[size_t(b)].slot)] = length;
   }
-  std::copy(slot_lengths_.begin(), slot_lengths_.end(), host + 2 * rows + n);
-  check_cuda(cudaMemcpyAsync(ids.get(), host, size_t(2 * rows + n) * sizeof(int),
+  std::copy(slot_lengths_.begin(), slot_lengths_.end(), host.slot_lengths);
+  launch(encode_graphs_, {n, S}, [&] { enqueue_encoder(host, dev, n, S); });
+  check_cuda(cudaEventRecord(enc_uploaded_, stream_), "encode upload");
+  enc_len_ = S;
+}
+
+// The encode of n sentences padded to S tokens whose upload `host` holds: the upload, the
+// encoder, and each sentence's cross-attention K/V of every decoder layer straight into its
+// slot (one batched GEMM through the uploaded pointer arrays).
+template <typename T>
+void CudaEngine<T>::enqueue_encoder(const EncodeUpload& host, const EncodeUpload& dev, int n, int S) {
+  const int d = d_, rows = n * S;
+  check_cuda(cudaMemcpyAsync(dev.ids, host.ids, EncodeUpload::device_bytes(n, rows),
                              cudaMemcpyHostToDevice, stream_), "encode upload");
-  check_cuda(cudaMemcpyAsync(state_.slot_lengths.get(), host + 2 * rows + n,
+  check_cuda(cudaMemcpyAsync(state_.slot_lengths.get(), host.slot_lengths,
                              slot_lengths_.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
              "encode upload");
-  check_cuda(cudaEventRecord(enc_uploaded_, stream_), "encode upload");
-
-  T* x = enc_out_.get();
-  kernels::embed_positions_cuda<T>(ids.get(), enc_emb_, enc_pos_, ids.get() + rows, x, rows, d,
+  T* x = enc_.x.get();
+  kernels::embed_positions_cuda<T>(dev.ids, enc_emb_, enc_pos_, dev.positions, x, rows, d,
                                    embed_scale_, stream_);
   const int hd = d / c_.encoder_heads;
   for (const EncoderLayer& L : encoder_) {
-    linear(x, L.qkv, qkv.get(), rows);
+    linear(x, L.qkv, enc_.qkv.get(), rows);
     kernels::AttentionArgs<T> a;
-    a.q = qkv.get(); a.q_bias = L.qkv.b;
-    a.k = qkv.get() + d; a.v = qkv.get() + 2 * d; a.v_bias = L.qkv.b + 2 * d;
+    a.q = enc_.qkv.get(); a.q_bias = L.qkv.b;
+    a.k = enc_.qkv.get() + d; a.v = enc_.qkv.get() + 2 * d; a.v_bias = L.qkv.b + 2 * d;
     a.q_batch_stride = a.kv_batch_stride = int64_t(S) * 3 * d;
     a.q_row_stride = a.kv_row_stride = 3 * d;
-    a.key_lengths = ids.get() + 2 * rows;
-    a.out = ctx.get(); a.out_batch_stride = int64_t(S) * d; a.out_row_stride = d;
+    a.key_lengths = dev.lengths;
+    a.out = enc_.ctx.get(); a.out_batch_stride = int64_t(S) * d; a.out_row_stride = d;
     a.batch = n; a.q_len = a.kv_len = S; a.heads = c_.encoder_heads; a.head_dim = hd;
     a.scale = 1.f / std::sqrt(float(hd));
     kernels::attention_cuda(a, stream_);
-    linear(ctx.get(), L.out, tmp.get(), rows);
-    layer_norm(tmp.get(), L.out.b, L.attn_norm, x, rows);
-    feed_forward(L.fc1, L.fc2, L.ffn_norm, x, hidden.get(), tmp.get(), rows);
+    linear(enc_.ctx.get(), L.out, enc_.tmp.get(), rows);
+    layer_norm(enc_.tmp.get(), L.out.b, L.attn_norm, x, rows);
+    feed_forward(L.fc1, L.fc2, L.ffn_norm, x, enc_.hidden.get(), enc_.tmp.get(), rows);
   }
-  cross_kv_into_slots(x, S, slots);
-
-  enc_len_ = S;
-  enc_batch_index_.resize(size_t(n));
-  for (int b = 0; b < n; ++b) enc_batch_index_[size_t(order[size_t(b)])] = b;
-  for (const EncodeItem& item : items) enc_lengths_.push_back(int(item.ids->size()));
+  const float alpha = 1.f, beta = 0.f;
+  const int cols = kv_cols();
+  check_cublas(cublasGemmBatchedEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, cols, S, d, &alpha,
+                                   dev.weights, cuda_type<T>(), d, dev.inputs, cuda_type<T>(), d,
+                                   &beta, dev.outputs, cuda_type<T>(), cols, n, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT),
+               "cublasGemmBatchedEx");
 }
 
 template <typename T>

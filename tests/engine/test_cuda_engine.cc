@@ -331,6 +331,45 @@ TEST(CudaEngine, GraphsEqualPlainLaunches) {
   }
 }
 
+// An encode's graph (captured at its shape's second use, replayed from the third) writes the
+// cross-attention K/V into the slots of each call, not those it was captured with: the same
+// two sentences encoded into other slots each round, then a first step over those slots, give
+// what plain launches give.
+TEST(CudaEngine, EncodeGraphsWriteTheGivenSlots) {
+  SKIP_WITHOUT_GPU();
+  setenv("NMT_CUDA_GRAPHS", "0", 1);
+  auto plain = cuda_engine(Precision::kFloat32);
+  unsetenv("NMT_CUDA_GRAPHS");
+  auto graphed = cuda_engine(Precision::kFloat32);
+  for (Engine* e : {plain.get(), graphed.get()}) e->reserve(EngineCapacity{8, 8, 32});
+  for (int round = 0; round < 4; ++round) {
+    const int first = 2 * round, second = (2 * round + 5) % 8;  // 0 5, 2 7, 4 1, 6 3
+    const std::vector<int>& a = kSources[round % 2 ? 3 : 0];  // one shape every round
+    const std::vector<int>& b = kSources[round % 2 ? 0 : 3];
+    const std::vector<EncodeItem> items{{&a, first}, {&b, second}};
+    StepInput in;
+    for (int slot : {first, second}) {
+      StepGroup g;
+      g.slot = slot;
+      g.k = 4;
+      in.groups.push_back(g);
+      in.tokens.push_back(models().config.decoder_start_id);
+      in.cache_rows.push_back(slot);
+      in.parent_rows.push_back(slot);
+      in.running_scores.push_back(0.f);
+    }
+    StepOutput want, got;
+    plain->encode(items);
+    plain->step(in, &want);
+    graphed->encode(items);
+    graphed->step(in, &got);
+    EXPECT_EQ(want.candidates, got.candidates) << "round " << round;
+    ASSERT_EQ(want.scores.size(), got.scores.size());
+    for (size_t i = 0; i < want.scores.size(); ++i)
+      EXPECT_NEAR(want.scores[i], got.scores[i], 1e-4) << "round " << round << " output " << i;
+  }
+}
+
 TEST(CudaEngine, MemoryLimitGivesResourceExhausted) {
   SKIP_WITHOUT_GPU();
   try {
