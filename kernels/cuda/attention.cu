@@ -157,6 +157,7 @@ __device__ __forceinline__ void load_query(const T* src, const T* bias, float sc
 
 template <typename T, int kD>
 __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(AttentionArgs<T> a) {
+  pdl_prologue();
   using L = StepLanes<T, kD>;
   extern __shared__ float step_smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -184,6 +185,7 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
 template <typename T, int kD>
 __global__ void __launch_bounds__(kStepWarps * 32)
     decoder_self_attention_kernel(DecoderSelfAttentionArgs<T> a) {
+  pdl_prologue();
   using L = StepLanes<T, kD>;
   constexpr int kVec = L::kVec;
   extern __shared__ float step_smem[];
@@ -249,7 +251,7 @@ void launch_step(const AttentionArgs<T>& a, size_t smem, cudaStream_t stream) {
     NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(smem)));
   const int64_t tasks = a.batch * a.q_len * a.heads;
-  kernel<<<unsigned((tasks + kStepWarps - 1) / kStepWarps), kStepWarps * 32, smem, stream>>>(a);
+  launch(kernel, unsigned((tasks + kStepWarps - 1) / kStepWarps), kStepWarps * 32, smem, stream, a);
   NMT_CUDA_CHECK_LAUNCH();
 }
 
@@ -325,6 +327,7 @@ __device__ __forceinline__ void load_rows(const T* src, int64_t row_stride, int 
 template <typename T, int kTileM, bool kScoresOnly>
 __global__ void __launch_bounds__(kTiledThreads) attention_tiled_kernel(AttentionArgs<T> a,
                                                                         T* scores, bool vec) {
+  pdl_prologue();
   extern __shared__ float tile_smem[];
   const int D = a.head_dim;
   const int64_t N = a.kv_len;
@@ -409,7 +412,7 @@ void launch_tiled(const AttentionArgs<T>& a, T* scores, size_t smem, cudaStream_
                   unsigned(a.batch));
   constexpr int kVec = 16 / int(sizeof(T));
   const bool vec = a.head_dim % kVec == 0 && aligned_16(a);
-  kernel<<<grid, kTiledThreads, smem, stream>>>(a, scores, vec);
+  launch(kernel, grid, kTiledThreads, smem, stream, a, scores, vec);
   NMT_CUDA_CHECK_LAUNCH();
 }
 
@@ -561,6 +564,7 @@ void run_cublas(const AttentionArgs<T>& a, cudaStream_t stream) {
 // Masks cuBLAS scores in place ([b][h][i][j], -inf where key j is hidden from query i).
 template <typename T>
 __global__ void mask_scores_kernel(AttentionArgs<T> a, T* s) {
+  pdl_prologue();
   const int64_t total = a.batch * a.heads * a.q_len * a.kv_len;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
@@ -614,7 +618,7 @@ void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t st
   cublas_scores(a, scores, a.scale, stream);
   if (a.key_lengths || a.causal) {
     const int64_t total = a.batch * a.heads * a.q_len * a.kv_len;
-    mask_scores_kernel<<<grid_for(total, 256, 8), 256, 0, stream>>>(a, scores);
+    launch(&mask_scores_kernel<T>, grid_for(total, 256, 8), 256, 0, stream, a, scores);
     NMT_CUDA_CHECK_LAUNCH();
   }
 }
@@ -637,7 +641,7 @@ void decoder_self_attention_cuda(const DecoderSelfAttentionArgs<T>& a, cudaStrea
     if (smem > 48 * 1024)
       NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           int(smem)));
-    kernel<<<blocks, kStepWarps * 32, smem, stream>>>(a);
+    launch(kernel, blocks, kStepWarps * 32, smem, stream, a);
   };
   switch (a.head_dim) {
     case 4: go(std::integral_constant<int, 4>()); break;

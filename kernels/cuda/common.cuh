@@ -6,8 +6,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "kernels/activation.h"
 
 namespace nmt::kernels::cuda {
 
@@ -110,6 +114,57 @@ inline int grid_for(int64_t work_items, int items_per_block, int blocks_per_sm =
   const int64_t need = (work_items + items_per_block - 1) / items_per_block;
   const int64_t cap = int64_t(num_sms()) * blocks_per_sm;
   return int(need < cap ? (need > 0 ? need : 1) : cap);
+}
+
+// The feed-forward activations (activation.h) in float32.
+__device__ __forceinline__ float activate(float v, Activation act) {
+  switch (act) {
+    case Activation::kRelu:
+      return v > 0.f ? v : 0.f;
+    case Activation::kGelu:
+      return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+    case Activation::kSwish:
+      return v / (1.f + expf(-v));
+  }
+  return v;
+}
+
+// Programmatic dependent launch (sm_90): every kernel of ours is launched through launch(),
+// so that it may be scheduled while the kernel before it on the stream drains, hiding part of
+// the launch latency between the short kernels of a decode step (a captured CUDA graph keeps
+// the dependency as a programmatic edge). Each such kernel starts with pdl_prologue(), which
+// waits until the previous kernel has finished and its writes are visible (so nothing is read
+// or written early), then lets the next kernel be scheduled. NMT_CUDA_PDL=0 launches plainly
+// (for measuring; pdl_prologue() then returns at once).
+__device__ __forceinline__ void pdl_prologue() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("NMT_CUDA_PDL");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &pdl;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
 }
 
 }  // namespace nmt::kernels::cuda

@@ -13,6 +13,7 @@ constexpr int kThreads = 256;
 // Calls f(row, col) for every pack of N columns of a rows x cols grid (cols % N == 0).
 template <int N, class F>
 __global__ void __launch_bounds__(kThreads) for_each_pack(int64_t rows, int64_t cols, F f) {
+  pdl_prologue();
   const int64_t packs_per_row = cols / N;
   const int64_t total = rows * packs_per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -25,8 +26,7 @@ __global__ void __launch_bounds__(kThreads) for_each_pack(int64_t rows, int64_t 
 template <int N, class F>
 void launch_packs(int64_t rows, int64_t cols, cudaStream_t stream, F f) {
   if (rows <= 0 || cols <= 0) return;
-  for_each_pack<N><<<grid_for(rows * (cols / N), kThreads, 8), kThreads, 0, stream>>>(rows, cols,
-                                                                                      f);
+  launch(&for_each_pack<N, F>, grid_for(rows * (cols / N), kThreads, 8), kThreads, 0, stream, rows, cols, f);
   NMT_CUDA_CHECK_LAUNCH();
 }
 
@@ -50,17 +50,6 @@ void launch_op(bool full, int64_t rows, int64_t cols, cudaStream_t stream, Args.
     launch_packs<1>(rows, cols, stream, Op<T, 1>{args...});
 }
 
-__device__ __forceinline__ float activate(float v, Activation act) {
-  switch (act) {
-    case Activation::kRelu:
-      return v > 0.f ? v : 0.f;
-    case Activation::kGelu:
-      return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-    case Activation::kSwish:
-      return v / (1.f + expf(-v));
-  }
-  return v;
-}
 
 template <typename T, int N>
 struct BiasActivation {
@@ -121,6 +110,7 @@ struct EmbedPositions {
 __global__ void reorder_key_rows_kernel(const int* old_rows, int* new_rows, const int* parent,
                                         int capacity, const int* step, const int* positions,
                                         const int* cache_rows) {
+  pdl_prologue();
   const int64_t r = blockIdx.x;
   const int t = positions ? positions[r] : *step;
   const int c = cache_rows ? cache_rows[r] : int(r);
@@ -173,9 +163,8 @@ void beam_reorder_key_rows_cuda(const int* old_rows, int* new_rows, const int* p
                                 const int* cache_rows) {
   using namespace cuda;
   if (rows <= 0) return;
-  reorder_key_rows_kernel<<<unsigned(rows), 64, 0, stream>>>(old_rows, new_rows, parent,
-                                                             capacity, step, positions,
-                                                             cache_rows);
+  launch(&reorder_key_rows_kernel, unsigned(rows), 64, 0, stream, old_rows, new_rows, parent, capacity,
+         step, positions, cache_rows);
   NMT_CUDA_CHECK_LAUNCH();
 }
 

@@ -181,11 +181,13 @@ __global__ void __launch_bounds__(kWarpThreads) ln_warp_kernel(Load load, Store 
                                                                int64_t rows, int64_t cols,
                                                                float eps, float* mean,
                                                                float* inv_std) {
+  pdl_prologue();
   ln_warp_body<Load, Store, N, kCols, kGroup, kRows>(load, store, rows, cols, eps, mean, inv_std);
 }
 template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
 __global__ void __launch_bounds__(kWarpThreads, 8) ln_warp_kernel_capped(
     Load load, Store store, int64_t rows, int64_t cols, float eps, float* mean, float* inv_std) {
+  pdl_prologue();
   ln_warp_body<Load, Store, N, kCols, kGroup, kRows>(load, store, rows, cols, eps, mean, inv_std);
 }
 template <class Load, class Store, int N, int kCols, int kGroup, int kRows>
@@ -209,6 +211,7 @@ __device__ __forceinline__ float row_pivot(const Load& load, int64_t row) {
 template <class Load, class Store, int N, typename C>
 __global__ void ln_smem_kernel(Load load, Store store, int64_t rows, int64_t cols, float eps,
                                float* mean, float* inv_std) {
+  pdl_prologue();
   extern __shared__ __align__(16) unsigned char ln_smem_raw[];
   C* cache = reinterpret_cast<C*>(ln_smem_raw);
   const int num_packs = int(cols / N);
@@ -243,6 +246,7 @@ template <class Load, class Store, int N>
 __global__ void __launch_bounds__(1024) ln_uncached_kernel(Load load, Store store, int64_t rows,
                                                            int64_t cols, float eps, float* mean,
                                                            float* inv_std) {
+  pdl_prologue();
   const int num_packs = int(cols / N);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float pivot = row_pivot<Load, N>(load, row);
@@ -286,8 +290,8 @@ struct LnKernels {
   }
   template <int kCols, int kGroup, int kRows>
   void launch_warp(dim3 grid, dim3 block, cudaStream_t s) const {
-    ln_warp_kernel_for<Load, Store, N, kCols, kGroup, kRows>()<<<grid, block, 0, s>>>(
-        load, store, rows, cols, eps, mean, inv_std);
+    launch(ln_warp_kernel_for<Load, Store, N, kCols, kGroup, kRows>(), grid, block, 0, s, load, store, rows,
+           cols, eps, mean, inv_std);
   }
   size_t smem_bytes() const { return size_t(cols) * (cache_in_t() ? sizeof(T) : sizeof(float)); }
   const void* smem_kernel() const {
@@ -296,18 +300,18 @@ struct LnKernels {
   }
   void launch_smem(dim3 grid, dim3 block, size_t smem, cudaStream_t s) const {
     if (cache_in_t())
-      ln_smem_kernel<Load, Store, N, T><<<grid, block, smem, s>>>(load, store, rows, cols, eps,
-                                                                   mean, inv_std);
+      launch(&ln_smem_kernel<Load, Store, N, T>, grid, block, smem, s, load, store, rows, cols, eps, mean,
+             inv_std);
     else
-      ln_smem_kernel<Load, Store, N, float><<<grid, block, smem, s>>>(load, store, rows, cols,
-                                                                       eps, mean, inv_std);
+      launch(&ln_smem_kernel<Load, Store, N, float>, grid, block, smem, s, load, store, rows, cols, eps,
+             mean, inv_std);
   }
   const void* uncached_kernel() const {
     return reinterpret_cast<const void*>(&ln_uncached_kernel<Load, Store, N>);
   }
   void launch_uncached(dim3 grid, dim3 block, cudaStream_t s) const {
-    ln_uncached_kernel<Load, Store, N><<<grid, block, 0, s>>>(
-        load, store, rows, cols, eps, mean, inv_std);
+    launch(&ln_uncached_kernel<Load, Store, N>, grid, block, 0, s, load, store, rows, cols, eps, mean,
+           inv_std);
   }
 };
 

@@ -64,6 +64,7 @@ __device__ __forceinline__ float inv_or_zero(float sum) { return sum > 0.f ? 1.f
 template <typename T, class Load, class Store, int N, int kCols, int kGroup, int kRows>
 __global__ void __launch_bounds__(kWarpThreads) softmax_warp_kernel(Load load, Store store,
                                                                     int64_t rows, int64_t cols) {
+  pdl_prologue();
   constexpr int kPacks = kCols / N;
   float buf[kRows][kCols];
   const int lane = threadIdx.x;
@@ -184,6 +185,7 @@ __device__ void block_allreduce(OnlineMaxSum<T>& st) {
 // while caching, then the outputs.
 template <typename T, typename C, class Load, class Store, int N>
 __global__ void softmax_smem_kernel(Load load, Store store, int64_t rows, int64_t cols) {
+  pdl_prologue();
   constexpr bool kRawCache = !std::is_same<C, float>::value;
   extern __shared__ __align__(16) unsigned char softmax_smem_raw[];
   C* cache = reinterpret_cast<C*>(softmax_smem_raw);
@@ -227,6 +229,7 @@ __global__ void softmax_smem_kernel(Load load, Store store, int64_t rows, int64_
 template <typename T, class Load, class Store, int N>
 __global__ void __launch_bounds__(1024) softmax_uncached_kernel(Load load, Store store,
                                                                 int64_t rows, int64_t cols) {
+  pdl_prologue();
   const int num_packs = int(cols / N);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int valid = load.valid(row);
@@ -268,8 +271,8 @@ struct SmKernels {
   }
   template <int kCols, int kGroup, int kRows>
   void launch_warp(dim3 grid, dim3 block, cudaStream_t s) const {
-    softmax_warp_kernel<T, Load, Store, N, kCols, kGroup, kRows>
-        <<<grid, block, 0, s>>>(load, store, rows, cols);
+    launch(&softmax_warp_kernel<T, Load, Store, N, kCols, kGroup, kRows>, grid, block, 0, s, load, store,
+           rows, cols);
   }
   // Rows up to 16384 columns cache float (the transformed values: no re-scaling on read, and
   // still three or more blocks per SM); wider rows cache the raw T to keep blocks resident.
@@ -282,16 +285,15 @@ struct SmKernels {
   }
   void launch_smem(dim3 grid, dim3 block, size_t smem, cudaStream_t s) const {
     if (raw_cache())
-      softmax_smem_kernel<T, T, Load, Store, N><<<grid, block, smem, s>>>(load, store, rows, cols);
+      launch(&softmax_smem_kernel<T, T, Load, Store, N>, grid, block, smem, s, load, store, rows, cols);
     else
-      softmax_smem_kernel<T, float, Load, Store, N><<<grid, block, smem, s>>>(load, store, rows,
-                                                                              cols);
+      launch(&softmax_smem_kernel<T, float, Load, Store, N>, grid, block, smem, s, load, store, rows, cols);
   }
   const void* uncached_kernel() const {
     return reinterpret_cast<const void*>(&softmax_uncached_kernel<T, Load, Store, N>);
   }
   void launch_uncached(dim3 grid, dim3 block, cudaStream_t s) const {
-    softmax_uncached_kernel<T, Load, Store, N><<<grid, block, 0, s>>>(load, store, rows, cols);
+    launch(&softmax_uncached_kernel<T, Load, Store, N>, grid, block, 0, s, load, store, rows, cols);
   }
 };
 

@@ -308,6 +308,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_lse_kernel(const T* logits
                                                                  int64_t row_stride,
                                                                  const float* bias, int vocab,
                                                                  int chunk, Workspace ws) {
+  pdl_prologue();
   const int64_t row = blockIdx.y;
   OnlineLse lse;
   for_each_logit(logits + row * row_stride, bias, Chunk(vocab, chunk, blockIdx.x),
@@ -323,6 +324,7 @@ template <typename T, int kK>
 __global__ void __launch_bounds__(kChunkThreads) topk_score_kernel(
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
     int beam, int vocab, int chunk, TopkMasks masks, Workspace ws) {
+  pdl_prologue();
   const int64_t row = blockIdx.y;
   const int splits = gridDim.x;
   __shared__ float s_lse;
@@ -368,6 +370,7 @@ template <typename T, int kC>
 __global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
     const T* logits, int64_t row_stride, const float* bias, int beam, int vocab, int chunk,
     TopkMasks masks, Workspace ws) {
+  pdl_prologue();
   const int64_t row = blockIdx.y;
   const T* x = logits + row * row_stride;
   const int base = int(row % beam) * vocab;
@@ -416,6 +419,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
     int beam, int vocab, int splits, int chunk, int k, TopkMasks masks, Workspace ws,
     float* out_scores, int* out_index) {
+  pdl_prologue();
   extern __shared__ float s_lse[];  // [beam]
   __shared__ float s_best_v[kC];
   __shared__ int s_best_i[kC];
@@ -494,6 +498,7 @@ template <typename T, int kK, int kPer>
 __global__ void __launch_bounds__(kChunkThreads) topk_row_kernel(
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
     int beam, int vocab, TopkMasks masks, Workspace ws) {
+  pdl_prologue();
   const int64_t row = blockIdx.y;
   const T* x = logits + row * row_stride;
   float z[kPer];
@@ -532,6 +537,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, 
                                                                       Workspace ws,
                                                                       float* out_scores,
                                                                       int* out_index) {
+  pdl_prologue();
   const int64_t sentence = blockIdx.x;
   TopList<kK> list;
   list.clear();
@@ -558,43 +564,40 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
     case BeamTopkPath::kRow: {  // splits == 1, vocab <= kBeamTopkRowTokens, kK <= kBeamTopkRowMaxK
       const Workspace ws(workspace, rows, kK);
       auto go = [&](auto per) {
-        topk_row_kernel<T, std::min(kK, kBeamTopkRowMaxK), decltype(per)::value>
-            <<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, running_scores, beam,
-                                                 vocab, masks, ws);
+        launch(&topk_row_kernel<T, std::min(kK, kBeamTopkRowMaxK), decltype(per)::value>, grid,
+               kChunkThreads, 0, stream, logits, row_stride, bias, running_scores, beam, vocab, masks, ws);
       };
       if (vocab <= 32 * kChunkThreads)
         go(std::integral_constant<int, 32>());
       else
         go(std::integral_constant<int, 64>());
       NMT_CUDA_CHECK_LAUNCH();
-      topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
-          beam, splits, k, ws, out_scores, out_index);
+      launch(&topk_sentence_kernel<kK>, unsigned(sentences), kChunkThreads, 0, stream, beam, splits, k, ws,
+             out_scores, out_index);
       NMT_CUDA_CHECK_LAUNCH();
       return;
     }
     case BeamTopkPath::kTwoPass: {
       const Workspace ws(workspace, rows * splits, kK);
-      topk_lse_kernel<T><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias, vocab,
-                                                             chunk, ws);
+      launch(&topk_lse_kernel<T>, grid, kChunkThreads, 0, stream, logits, row_stride, bias, vocab, chunk, ws);
       NMT_CUDA_CHECK_LAUNCH();
-      topk_score_kernel<T, kK><<<grid, kChunkThreads, 0, stream>>>(
-          logits, row_stride, bias, running_scores, beam, vocab, chunk, masks, ws);
+      launch(&topk_score_kernel<T, kK>, grid, kChunkThreads, 0, stream, logits, row_stride, bias,
+             running_scores, beam, vocab, chunk, masks, ws);
       NMT_CUDA_CHECK_LAUNCH();
-      topk_sentence_kernel<kK><<<unsigned(sentences), kChunkThreads, 0, stream>>>(
-          beam, splits, k, ws, out_scores, out_index);
+      launch(&topk_sentence_kernel<kK>, unsigned(sentences), kChunkThreads, 0, stream, beam, splits, k, ws,
+             out_scores, out_index);
       NMT_CUDA_CHECK_LAUNCH();
       return;
     }
     case BeamTopkPath::kOnePass: {
       constexpr int kC = std::min(2 * kK, 32);  // beam_topk_chunk_candidates
       const Workspace ws(workspace, rows * splits, kC);
-      topk_chunk_kernel<T, kC><<<grid, kChunkThreads, 0, stream>>>(logits, row_stride, bias,
-                                                                  beam, vocab, chunk, masks, ws);
+      launch(&topk_chunk_kernel<T, kC>, grid, kChunkThreads, 0, stream, logits, row_stride, bias, beam, vocab,
+             chunk, masks, ws);
       NMT_CUDA_CHECK_LAUNCH();
-      topk_merge_kernel<T, kC>
-          <<<unsigned(sentences), kChunkThreads, beam * sizeof(float), stream>>>(
-              logits, row_stride, bias, running_scores, beam, vocab, splits, chunk, k, masks,
-              ws, out_scores, out_index);
+      launch(&topk_merge_kernel<T, kC>, unsigned(sentences), kChunkThreads, beam * sizeof(float), stream,
+             logits, row_stride, bias, running_scores, beam, vocab, splits, chunk, k, masks, ws, out_scores,
+             out_index);
       NMT_CUDA_CHECK_LAUNCH();
       return;
     }

@@ -1,5 +1,6 @@
 // The CUDA engine: DESIGN.md §3 on the GPU in float16 or float32 (T), cuBLAS for the dense
-// projections (float32 accumulation), the kernels of kernels/ for everything else (embedding,
+// projections of more than kernels::kSmallGemmRows rows and kernels::small_gemm_cuda for fewer
+// (float32 accumulation either way), the kernels of kernels/ for everything else (embedding,
 // attention, LayerNorm with the residual and bias fused, bias + activation, beam top-k).
 //
 // Persistent decode state (reserve(), model/engine.h): sentence slots holding the
@@ -42,6 +43,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/layer_norm.h"
+#include "kernels/small_gemm.h"
 #include "kernels/topk.h"
 #include "model/cuda/device_memory.h"
 #include "model/cuda/device_stream.h"
@@ -431,7 +433,23 @@ class CudaEngine final : public Engine {
                    "cublasGemmStridedBatchedEx");
     }
   }
-  void linear(const T* x, const Dense& L, T* y, int rows) { gemm(x, L.in, L.w, y, L.out, rows, L.out, L.in); }
+  // y = x W^T; a few rows (a decode step at small batches) through kernels::small_gemm_cuda,
+  // which reads W once for all of them where cuBLAS's smallest tiles are latency-bound.
+  void linear(const T* x, const Dense& L, T* y, int rows) {
+    if (small_gemm(x, L, rows))
+      return kernels::small_gemm_cuda<T>(x, L.in, L.w, nullptr, y, L.out, rows, L.out, L.in, nullptr, stream_);
+    gemm(x, L.in, L.w, y, L.out, rows, L.out, L.in);
+  }
+  // y = act(x W^T + b): the bias and activation in small_gemm's epilogue, else a launch of their own.
+  void linear_activation(const T* x, const Dense& L, T* y, int rows) {
+    if (small_gemm(x, L, rows))
+      return kernels::small_gemm_cuda<T>(x, L.in, L.w, L.b, y, L.out, rows, L.out, L.in, &c_.activation, stream_);
+    gemm(x, L.in, L.w, y, L.out, rows, L.out, L.in);
+    kernels::bias_activation_cuda(y, L.b, rows, L.out, c_.activation, stream_);
+  }
+  bool small_gemm(const T* x, const Dense& L, int rows) const {
+    return kernels::small_gemm_supported<T>(x, L.in, L.w, L.b, L.out, rows, L.in);
+  }
 
   // ---------------------------------------------------------------- persistent decode state
 
@@ -799,8 +817,7 @@ class CudaEngine final : public Engine {
   // x = LN(x + fc2(act(fc1 x + b1)) + b2), hidden: [rows, ffn] scratch
   void feed_forward(const Dense& fc1, const Dense& fc2, const Norm& n, T* x, T* hidden, T* tmp,
                     int rows) {
-    linear(x, fc1, hidden, rows);
-    kernels::bias_activation_cuda(hidden, fc1.b, rows, fc1.out, c_.activation, stream_);
+    linear_activation(x, fc1, hidden, rows);
     linear(hidden, fc2, tmp, rows);
     layer_norm(tmp, fc2.b, n, x, rows);
   }
