@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <utility>
 
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
@@ -317,14 +319,19 @@ TEST(CudaEngine, PerSentenceEosFlags) {
   }
 }
 
+// An engine that never captures graphs (NMT_CUDA_GRAPHS=0 at its construction) and one that does.
+std::pair<std::unique_ptr<Engine>, std::unique_ptr<Engine>> plain_and_graphed(Precision p) {
+  setenv("NMT_CUDA_GRAPHS", "0", 1);
+  auto plain = cuda_engine(p);
+  unsetenv("NMT_CUDA_GRAPHS");
+  return {std::move(plain), cuda_engine(p)};
+}
+
 // The captured decode graphs replay exactly what the plain stream launches compute, with rows
 // moving between positions, slots and cache rows from step to step.
 TEST(CudaEngine, GraphsEqualPlainLaunches) {
   SKIP_WITHOUT_GPU();
-  setenv("NMT_CUDA_GRAPHS", "0", 1);
-  auto plain = cuda_engine(Precision::kFloat16);
-  unsetenv("NMT_CUDA_GRAPHS");
-  auto graphed = cuda_engine(Precision::kFloat16);
+  auto [plain, graphed] = plain_and_graphed(Precision::kFloat16);
   for (const auto& plans : {join_and_leave(4), kMixedBeams}) {
     const Diff d = drive(*plain, *graphed, plans, 8, 0.0);
     EXPECT_EQ(d.same_ids, d.ranks);
@@ -337,10 +344,7 @@ TEST(CudaEngine, GraphsEqualPlainLaunches) {
 // what plain launches give.
 TEST(CudaEngine, EncodeGraphsWriteTheGivenSlots) {
   SKIP_WITHOUT_GPU();
-  setenv("NMT_CUDA_GRAPHS", "0", 1);
-  auto plain = cuda_engine(Precision::kFloat32);
-  unsetenv("NMT_CUDA_GRAPHS");
-  auto graphed = cuda_engine(Precision::kFloat32);
+  auto [plain, graphed] = plain_and_graphed(Precision::kFloat32);
   for (Engine* e : {plain.get(), graphed.get()}) e->reserve(EngineCapacity{8, 8, 32});
   for (int round = 0; round < 4; ++round) {
     const int first = 2 * round, second = (2 * round + 5) % 8;  // 0 5, 2 7, 4 1, 6 3
