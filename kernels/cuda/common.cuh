@@ -1,6 +1,7 @@
 #pragma once
 // Shared device helpers of the kernels: element conversion, 16-byte packs, warp/group
-// reductions, error checks. Only included by kernels/cuda/*.cu.
+// reductions, the activations, error checks, and launch() with programmatic dependent launch.
+// Only included by kernels/cuda/*.cu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
