@@ -252,7 +252,6 @@ void launch_step(const AttentionArgs<T>& a, size_t smem, cudaStream_t stream) {
                                         int(smem)));
   const int64_t tasks = a.batch * a.q_len * a.heads;
   launch(kernel, unsigned((tasks + kStepWarps - 1) / kStepWarps), kStepWarps * 32, smem, stream, a);
-  NMT_CUDA_CHECK_LAUNCH();
 }
 
 constexpr size_t kMaxSmem = 96 * 1024;  // keeps at least two blocks per SM on sm_80/sm_90
@@ -413,7 +412,6 @@ void launch_tiled(const AttentionArgs<T>& a, T* scores, size_t smem, cudaStream_
   constexpr int kVec = 16 / int(sizeof(T));
   const bool vec = a.head_dim % kVec == 0 && aligned_16(a);
   launch(kernel, grid, kTiledThreads, smem, stream, a, scores, vec);
-  NMT_CUDA_CHECK_LAUNCH();
 }
 
 // Shape classes: the tile height follows M (8, 16 or 32 query rows per block).
@@ -619,7 +617,6 @@ void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t st
   if (a.key_lengths || a.causal) {
     const int64_t total = a.batch * a.heads * a.q_len * a.kv_len;
     launch(&mask_scores_kernel<T>, grid_for(total, 256, 8), 256, 0, stream, a, scores);
-    NMT_CUDA_CHECK_LAUNCH();
   }
 }
 
@@ -651,7 +648,6 @@ void decoder_self_attention_cuda(const DecoderSelfAttentionArgs<T>& a, cudaStrea
     case 64: go(std::integral_constant<int, 64>()); break;
     default: go(std::integral_constant<int, 128>()); break;
   }
-  NMT_CUDA_CHECK_LAUNCH();
 }
 
 #define NMT_INSTANTIATE(T)                                                                     \

@@ -20,8 +20,6 @@ inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 #define NMT_CUDA_CHECK(expr) ::nmt::kernels::cuda::check((expr), #expr)
-// Launch errors (bad configuration) surface here; execution errors on a later sync.
-#define NMT_CUDA_CHECK_LAUNCH() ::nmt::kernels::cuda::check(cudaGetLastError(), __func__)
 
 template <typename T>
 __device__ __forceinline__ float to_float(T v) { return float(v); }
@@ -136,7 +134,8 @@ __device__ __forceinline__ float activate(float v, Activation act) {
 // the dependency as a programmatic edge). Each such kernel starts with pdl_prologue(), which
 // waits until the previous kernel has finished and its writes are visible (so nothing is read
 // or written early), then lets the next kernel be scheduled. NMT_CUDA_PDL=0 launches plainly
-// (for measuring; pdl_prologue() then returns at once).
+// (for measuring; pdl_prologue() then returns at once). A launch error (bad configuration)
+// throws here; execution errors surface at a later synchronize.
 __device__ __forceinline__ void pdl_prologue() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -27,7 +27,6 @@ template <int N, class F>
 void launch_packs(int64_t rows, int64_t cols, cudaStream_t stream, F f) {
   if (rows <= 0 || cols <= 0) return;
   launch(&for_each_pack<N, F>, grid_for(rows * (cols / N), kThreads, 8), kThreads, 0, stream, rows, cols, f);
-  NMT_CUDA_CHECK_LAUNCH();
 }
 
 // True when the 16-byte pack fits cols, every pointer and every row stride.
@@ -49,7 +48,6 @@ void launch_op(bool full, int64_t rows, int64_t cols, cudaStream_t stream, Args.
   else
     launch_packs<1>(rows, cols, stream, Op<T, 1>{args...});
 }
-
 
 template <typename T, int N>
 struct BiasActivation {
@@ -165,7 +163,6 @@ void beam_reorder_key_rows_cuda(const int* old_rows, int* new_rows, const int* p
   if (rows <= 0) return;
   launch(&reorder_key_rows_kernel, unsigned(rows), 64, 0, stream, old_rows, new_rows, parent, capacity,
          step, positions, cache_rows);
-  NMT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename From, typename To>

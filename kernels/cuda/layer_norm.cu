@@ -322,7 +322,6 @@ void run(const T* x, const T* residual, const T* bias, const T* gamma, const T* 
   using K = LnKernels<T, N>;
   const K k{{x, residual, bias, cols}, {y, gamma, beta, cols}, rows, cols, eps, mean, inv_std};
   dispatch_rowwise<K, N>(k, rows, cols, stream);
-  NMT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

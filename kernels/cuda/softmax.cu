@@ -303,7 +303,6 @@ void run(const T* x, T* y, int64_t rows, int64_t cols, const SoftmaxOptions& opt
   using K = SmKernels<T, N>;
   const K k{{x, cols, opt.scale, opt.key_lengths, opt}, {y, cols, opt.log}, rows, cols};
   dispatch_rowwise<K, N>(k, rows, cols, stream);
-  NMT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

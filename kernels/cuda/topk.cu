@@ -571,22 +571,17 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
         go(std::integral_constant<int, 32>());
       else
         go(std::integral_constant<int, 64>());
-      NMT_CUDA_CHECK_LAUNCH();
       launch(&topk_sentence_kernel<kK>, unsigned(sentences), kChunkThreads, 0, stream, beam, splits, k, ws,
              out_scores, out_index);
-      NMT_CUDA_CHECK_LAUNCH();
       return;
     }
     case BeamTopkPath::kTwoPass: {
       const Workspace ws(workspace, rows * splits, kK);
       launch(&topk_lse_kernel<T>, grid, kChunkThreads, 0, stream, logits, row_stride, bias, vocab, chunk, ws);
-      NMT_CUDA_CHECK_LAUNCH();
       launch(&topk_score_kernel<T, kK>, grid, kChunkThreads, 0, stream, logits, row_stride, bias,
              running_scores, beam, vocab, chunk, masks, ws);
-      NMT_CUDA_CHECK_LAUNCH();
       launch(&topk_sentence_kernel<kK>, unsigned(sentences), kChunkThreads, 0, stream, beam, splits, k, ws,
              out_scores, out_index);
-      NMT_CUDA_CHECK_LAUNCH();
       return;
     }
     case BeamTopkPath::kOnePass: {
@@ -594,11 +589,9 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
       const Workspace ws(workspace, rows * splits, kC);
       launch(&topk_chunk_kernel<T, kC>, grid, kChunkThreads, 0, stream, logits, row_stride, bias, beam, vocab,
              chunk, masks, ws);
-      NMT_CUDA_CHECK_LAUNCH();
       launch(&topk_merge_kernel<T, kC>, unsigned(sentences), kChunkThreads, beam * sizeof(float), stream,
              logits, row_stride, bias, running_scores, beam, vocab, splits, chunk, k, masks, ws, out_scores,
              out_index);
-      NMT_CUDA_CHECK_LAUNCH();
       return;
     }
   }

@@ -433,22 +433,16 @@ class CudaEngine final : public Engine {
                    "cublasGemmStridedBatchedEx");
     }
   }
-  // y = x W^T; a few rows (a decode step at small batches) through kernels::small_gemm_cuda,
-  // which reads W once for all of them where cuBLAS's smallest tiles are latency-bound.
-  void linear(const T* x, const Dense& L, T* y, int rows) {
-    if (small_gemm(x, L, rows))
-      return kernels::small_gemm_cuda<T>(x, L.in, L.w, nullptr, y, L.out, rows, L.out, L.in, nullptr, stream_);
+  // y = x W^T, or with `act` y = act(x W^T + b). A few rows (a decode step at small batches) go
+  // through kernels::small_gemm_cuda, which reads W once for all of them where cuBLAS's smallest
+  // tiles are latency-bound, with the bias and activation in its epilogue; otherwise cuBLAS,
+  // then bias_activation's launch.
+  void linear(const T* x, const Dense& L, T* y, int rows, const kernels::Activation* act = nullptr) {
+    const T* bias = act ? L.b : nullptr;
+    if (kernels::small_gemm_supported<T>(x, L.in, L.w, bias, L.out, rows, L.in))
+      return kernels::small_gemm_cuda<T>(x, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, stream_);
     gemm(x, L.in, L.w, y, L.out, rows, L.out, L.in);
-  }
-  // y = act(x W^T + b): the bias and activation in small_gemm's epilogue, else a launch of their own.
-  void linear_activation(const T* x, const Dense& L, T* y, int rows) {
-    if (small_gemm(x, L, rows))
-      return kernels::small_gemm_cuda<T>(x, L.in, L.w, L.b, y, L.out, rows, L.out, L.in, &c_.activation, stream_);
-    gemm(x, L.in, L.w, y, L.out, rows, L.out, L.in);
-    kernels::bias_activation_cuda(y, L.b, rows, L.out, c_.activation, stream_);
-  }
-  bool small_gemm(const T* x, const Dense& L, int rows) const {
-    return kernels::small_gemm_supported<T>(x, L.in, L.w, L.b, L.out, rows, L.in);
+    if (act) kernels::bias_activation_cuda(y, bias, rows, L.out, *act, stream_);
   }
 
   // ---------------------------------------------------------------- persistent decode state
@@ -817,7 +811,7 @@ class CudaEngine final : public Engine {
   // x = LN(x + fc2(act(fc1 x + b1)) + b2), hidden: [rows, ffn] scratch
   void feed_forward(const Dense& fc1, const Dense& fc2, const Norm& n, T* x, T* hidden, T* tmp,
                     int rows) {
-    linear_activation(x, fc1, hidden, rows);
+    linear(x, fc1, hidden, rows, &c_.activation);
     linear(hidden, fc2, tmp, rows);
     layer_norm(tmp, fc2.b, n, x, rows);
   }
