@@ -55,7 +55,14 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
   }
 }
 
+namespace {
+// The kOnePass path's shapes: many rows of a wide vocabulary.
+bool one_pass_shape(int64_t rows, int vocab) { return rows >= 512 && vocab > kBeamTopkRowTokens; }
+}  // namespace
+
 int beam_topk_splits(int64_t rows, int vocab) {
+  // kOnePass: chunks a block holds in registers.
+  if (one_pass_shape(rows, vocab)) return (vocab + kBeamTopkChunkTokens - 1) / kBeamTopkChunkTokens;
   // Enough blocks to fill a large GPU (~8 per SM on 132 SMs), chunks of at least 1024 tokens;
   // one chunk per row (the register-resident row path) once the rows alone give a block per SM
   // and rows are short. On H100, 256 rows x 8001: 38 us with one chunk per row, 55 us in
@@ -85,7 +92,7 @@ BeamTopkPath beam_topk_path(int64_t rows, int vocab, int k) {
   // rows <= 16384 tokens at < 128 rows (the demo model's 8001 at 4 rows: single-client decode
   // p50 2.56 ms one-pass against 2.21 ms two-pass, server run 7), the two-pass path stays.
   // Only vocabulary 58101 with k = 8 was measured wide; other k take the same rule.
-  if (rows >= 512 && vocab > kBeamTopkRowTokens) return BeamTopkPath::kOnePass;
+  if (one_pass_shape(rows, vocab)) return BeamTopkPath::kOnePass;
   return BeamTopkPath::kTwoPass;
 }
 

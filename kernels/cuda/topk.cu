@@ -4,17 +4,19 @@
 // log-sum-exp reductions and final_score():
 //   kRow (rows <= 16384 tokens, >= 128 rows or a single chunk, k <= 8): topk_row_kernel, one
 //     block per row, the row held in registers: its log-sum-exp, then its kp best final
-//     scores; then topk_sentence_kernel merges each sentence's beam x kp candidates.
+//     scores (block_select_held); then topk_sentence_kernel merges each sentence's beam x kp
+//     candidates.
 //   kTwoPass (the default: every other shape of fewer than 512 rows or rows <= 16384 tokens),
 //     three launches over (vocab chunk, row) blocks, the logits read twice:
 //     topk_lse_kernel (each chunk's partial log-sum-exp), topk_score_kernel (the row's
 //     log-sum-exp from the partials, each token's final score, the chunk's kp best; the
 //     logits re-read, mostly from L2), topk_sentence_kernel.
 //   kOnePass (>= 512 rows wider than 16384 tokens), two launches, the logits read once:
-//     topk_chunk_kernel, per (vocab chunk, row), the chunk's partial log-sum-exp and its kC
-//     best (masked logit, index) pairs in one pass (log_softmax is monotone within a row;
-//     kC = 2 x kp, at most 32, selected warp-cooperatively by WarpTop); topk_merge_kernel, per
-//     sentence, each row's log-sum-exp, the candidates' final scores, the k best. Where float
+//     topk_chunk_kernel, per (vocab chunk of at most kBeamTopkChunkTokens, row), the chunk
+//     held in registers, its partial log-sum-exp and its kC best (masked logit, index) pairs
+//     (log_softmax is monotone within a row; kC = 2 x kp, at most 32, block_select_held);
+//     topk_merge_kernel, per sentence, each row's log-sum-exp, the candidates' final
+//     scores, the k best. Where float
 //     rounding makes different logits tie in the final score the logit order can disagree
 //     with the tie rule; the merge detects when a dropped token could be involved and then
 //     rescans the sentence's rows on the final scores (rare with kC > k: see unsafe_chunk).
@@ -207,6 +209,174 @@ struct OnlineLse {  // running max and sum of exp(x - max)
   }
 };
 
+// ---- Held rows: a block's tokens in registers (kRow rows, kOnePass chunks) ----
+
+// Tokens [begin, end) of a row, kPer a thread in registers. kVec consecutive tokens per load
+// (4 where the rows are aligned for it): register u of thread x holds token
+// begin + kVec * (x + (u / kVec) * kChunkThreads) + u % kVec. Indices are offset by base (the
+// row's place in its sentence).
+template <int kVec>
+struct HeldTokens {
+  int begin, end, base;
+  __device__ __forceinline__ int token(int u) const {
+    return begin + kVec * (int(threadIdx.x) + (u / kVec) * kChunkThreads) + u % kVec;
+  }
+  __device__ __forceinline__ bool in(int u) const { return token(u) < end; }
+  __device__ __forceinline__ int index(int u) const { return base + token(u); }
+};
+
+// Loads the held tokens of row x (+ bias) into z, -inf past the end, every load issued before
+// the first is used. kVec = 4 needs x + begin and bias + begin aligned to 4 elements and the
+// row (not the bias) readable up to a multiple of 4 tokens past end (a row stride that is a
+// multiple of 4).
+template <typename T, int kVec, int kPer>
+__device__ __forceinline__ void load_held(const T* x, const float* bias, const HeldTokens<kVec>& held,
+                                          float (&z)[kPer]) {
+  static_assert(kPer % kVec == 0, "whole loads a thread");
+#pragma unroll
+  for (int g = 0; g < kPer; g += kVec) {
+    const int t = held.token(g);
+    float v[kVec], b[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = b[j] = 0.f;
+    if (t < held.end) {
+      load_pack<T, kVec>(x + t, v);
+      if (bias && t + kVec <= held.end) {
+        load_pack<float, kVec>(bias + t, b);
+      } else if (bias) {  // the bias ends with the row
+#pragma unroll
+        for (int j = 0; j < kVec; ++j)
+          if (t + j < held.end) b[j] = bias[t + j];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) z[g + j] = t + j < held.end ? v[j] + b[j] : -INFINITY;
+  }
+}
+
+// 2^x, flushing denormal results to zero (the log-sum-exp's terms; __expf adds denormal
+// handling around the same instruction).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The (max, sum of exp) of a thread's held values (-inf: none), for block_lse.
+template <int kPer>
+__device__ __forceinline__ OnlineLse held_lse(const float (&z)[kPer]) {
+  OnlineLse lse;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) lse.m = fmaxf(lse.m, z[u]);
+  if (lse.m == -INFINITY) return lse;
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) lse.s += fast_exp2((z[u] - lse.m) * kLog2e);  // -inf: 0
+  return lse;
+}
+
+// Sets the held key of token t to `value`, if this thread holds it (one thread does).
+template <int kVec, int kPer>
+__device__ __forceinline__ void set_held(float (&key)[kPer], const HeldTokens<kVec>& held, int t,
+                                         float value) {
+  const int offset = t - held.begin;
+  if (t < 0 || offset < 0 || t >= held.end || (offset / kVec) % kChunkThreads != int(threadIdx.x)) return;
+  const int u = offset / kVec / kChunkThreads * kVec + offset % kVec;
+#pragma unroll
+  for (int w = 0; w < kPer; ++w)
+    if (w == u) key[w] = value;
+}
+
+// Room in shared memory for the keys that reach block_select_held's threshold.
+constexpr int kHeldCandidates = 256;
+
+// The block's kK best (key, index) pairs, exact (ties to the lower index), among the keys its
+// threads hold: key[u] for held token u where held.in(u). emit(r, key, index) runs once for
+// each r < kK, on any thread (past the held keys: -inf, kNoToken).
+// The threads form kK equal groups; every group holds a key at least the least of the groups'
+// maxima, T, so the kK best keys are >= T, and few others usually are. Those go to shared
+// memory, where each one's rank is counted: per key a max and a compare. (WarpTop's ballot and
+// compare per key and its insertions made the top-k instruction-bound: ncu, H100, 74% SM
+// throughput at 31% of DRAM bandwidth.) When more than kHeldCandidates keys reach T (keys that
+// tie by the hundred, as a dead beam's scores all do at the first step), WarpTop per warp and
+// block_select instead.
+template <int kK, int kVec, int kPer, class Emit>
+__device__ __forceinline__ void block_select_held(const float (&key)[kPer],
+                                                  const HeldTokens<kVec>& held, Emit emit) {
+  static_assert(kK >= 1 && kK <= 32 && (kK & (kK - 1)) == 0, "kK a power of two <= 32");
+  constexpr int kLanes = kChunkThreads / kK < 32 ? kChunkThreads / kK : 32;  // per group and warp
+  constexpr int kParts = kChunkThreads / kLanes;  // partial maxima, kParts / kK per group
+  __shared__ float s_part[kParts];
+  __shared__ float s_key[kHeldCandidates];
+  __shared__ int s_index[kHeldCandidates];
+  __shared__ int s_count;
+  const int lane = threadIdx.x % 32;
+  float m = -INFINITY;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u)
+    if (held.in(u)) m = fmaxf(m, key[u]);
+  m = group_allreduce<kLanes>(m, MaxOp());
+  if (threadIdx.x % kLanes == 0) s_part[threadIdx.x / kLanes] = m;
+  if (threadIdx.x == 0) s_count = 0;
+  __syncthreads();
+  float threshold = INFINITY;
+#pragma unroll
+  for (int g = 0; g < kK; ++g) {
+    float group_max = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < kParts / kK; ++p) group_max = fmaxf(group_max, s_part[g * (kParts / kK) + p]);
+    threshold = fminf(threshold, group_max);
+  }
+  // Each thread's keys >= T get consecutive places: a count, a scan over the warp, one atomic
+  // per warp.
+  bool pass[kPer];
+  int count = 0;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    pass[u] = held.in(u) && key[u] >= threshold;
+    count += pass[u];
+  }
+  int scan = count;  // inclusive, over the warp's lanes
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int up = __shfl_up_sync(0xffffffffu, scan, d);
+    if (lane >= d) scan += up;
+  }
+  int first = 0;
+  if (lane == 31 && scan > 0) first = atomicAdd(&s_count, scan);
+  int pos = __shfl_sync(0xffffffffu, first, 31) + scan - count;
+  if (count > 0) {
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      if (pass[u] && pos < kHeldCandidates) {
+        s_key[pos] = key[u];
+        s_index[pos] = held.index(u);
+      }
+      pos += pass[u];
+    }
+  }
+  __syncthreads();
+  const int n = s_count;
+  if (n > kHeldCandidates) {
+    WarpTop<kK> top;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const bool in = held.in(u);
+      top.offer(in ? key[u] : -INFINITY, in ? held.index(u) : kNoToken);
+    }
+    block_select<kK>(top, kK, emit);
+    return;
+  }
+  for (int c = threadIdx.x; c < n; c += kChunkThreads) {
+    const float v = s_key[c];
+    const int i = s_index[c];
+    int rank = 0;
+    for (int j = 0; j < n; ++j) rank += better(s_key[j], s_index[j], v, i);
+    if (rank < kK) emit(rank, v, i);
+  }
+  for (int r = n + int(threadIdx.x); r < kK; r += kChunkThreads) emit(r, -INFINITY, kNoToken);
+}
+
 struct Workspace {
   float2* lse_parts;  // [rows][splits]
   float* scores;      // [rows][splits][per_chunk]
@@ -351,44 +521,70 @@ __global__ void __launch_bounds__(kChunkThreads) topk_score_kernel(
 
 // ---- kOnePass: topk_chunk_kernel, then topk_merge_kernel ----
 
-// The key a chunk selects on before the row's log-sum-exp is known: the masked logit
-// (forced EOS: +inf, every other token -inf). final_score(t, key, ...) equals
-// final_score(t, v, ...) and never decreases as the key grows, so a chunk's best keys hold
-// its best final scores, up to ties that float rounding creates between different keys;
+// The key a chunk selects on before the row's log-sum-exp is known: the masked logit (pad and
+// masked EOS -inf; forced EOS: EOS +inf, every other token -inf). final_score(t, key, ...)
+// equals final_score(t, v, ...) and never decreases as the key grows, so a chunk's best keys
+// hold its best final scores, up to ties that float rounding creates between different keys;
 // topk_merge_kernel detects those and rescans (see unsafe_chunk).
-__device__ __forceinline__ float select_key(int t, float v, const TopkMasks& masks,
-                                            unsigned flags) {
-  if (flags & kTopkForceEos) return t == masks.eos_id ? INFINITY : -INFINITY;
-  if (t == masks.pad_id || ((flags & kTopkMaskEos) && t == masks.eos_id)) return -INFINITY;
-  return v;
+
+// A forced EOS (max length) leaves every key -inf but EOS's (eos_key), so the kK best of the
+// held tokens are EOS and the lowest other indices, in better() order: emitted by one thread,
+// without a scan (which every key tying at -inf would send to block_select_held's fallback).
+template <int kK, int kVec, class Emit>
+__device__ __forceinline__ void select_forced_eos(const HeldTokens<kVec>& held, int eos, float eos_key,
+                                                  Emit emit) {
+  if (threadIdx.x != 0) return;
+  bool eos_left = eos >= held.begin && eos < held.end;
+  int t = held.begin;
+  for (int r = 0; r < kK; ++r) {
+    if (t == eos) ++t;
+    const bool other = t < held.end;
+    if (eos_left && (!other || better(eos_key, held.base + eos, -INFINITY, held.base + t))) {
+      emit(r, eos_key, held.base + eos);
+      eos_left = false;
+    } else if (other) {
+      emit(r, -INFINITY, held.base + t++);
+    } else {
+      emit(r, -INFINITY, kNoToken);
+    }
+  }
 }
 
-// One pass over a chunk of a row: its partial log-sum-exp (of the unmasked logits) and its
-// kC best (key, index) pairs, each logit read once. The loop runs the same number of times in
-// every thread (tokens past the chunk offer nothing), as WarpTop needs.
-template <typename T, int kC>
-__global__ void __launch_bounds__(kChunkThreads) topk_chunk_kernel(
+// The pad and (when masked) EOS keys to -inf: the one or two held keys the masks touch (not a
+// forced EOS: select_forced_eos).
+template <int kVec, int kPer>
+__device__ __forceinline__ void mask_held(float (&key)[kPer], const HeldTokens<kVec>& held,
+                                          const TopkMasks& masks, unsigned flags) {
+  set_held(key, held, masks.pad_id, -INFINITY);
+  if (flags & kTopkMaskEos) set_held(key, held, masks.eos_id, -INFINITY);
+}
+
+// One pass over a chunk of a row (at most kBeamTopkChunkTokens, held in registers): its
+// partial log-sum-exp (of the unmasked logits) and its kC best (key, index) pairs.
+// Three blocks an SM (at most 85 registers): two (88 registers) left the memory idle while
+// blocks reduced (H100, base 1024 rows: -15% with three).
+template <typename T, int kC, int kVec>
+__global__ void __launch_bounds__(kChunkThreads, 3) topk_chunk_kernel(
     const T* logits, int64_t row_stride, const float* bias, int beam, int vocab, int chunk,
     TopkMasks masks, Workspace ws) {
+  constexpr int kPer = kBeamTopkChunkTokens / kChunkThreads;
   pdl_prologue();
   const int64_t row = blockIdx.y;
-  const T* x = logits + row * row_stride;
-  const int base = int(row % beam) * vocab;
-  const unsigned flags = row_flags(masks, row, beam);
   const Chunk c(vocab, chunk, blockIdx.x);
-  OnlineLse lse;
-  WarpTop<kC> top;
-  for_each_logit(x, bias, c, [&](int t, float v, bool in) {
-    lse.add(v);  // -inf (past the chunk) adds nothing
-    top.offer(in ? select_key(t, v, masks, flags) : -INFINITY, in ? base + t : kNoToken);
-  });
-  const OnlineLse total = block_lse(lse);
+  const HeldTokens<kVec> held{c.begin, c.end, int(row % beam) * vocab};
+  float z[kPer];
+  load_held(logits + row * row_stride, bias, held, z);
+  const OnlineLse total = block_lse(held_lse(z));
   const int64_t slot = row * gridDim.x + blockIdx.x;
   if (threadIdx.x == 0) ws.lse_parts[slot] = make_float2(total.m, total.s);
-  block_select<kC>(top, kC, [&](int r, float v, int i) {
+  const auto emit = [&](int r, float v, int i) {
     ws.scores[slot * kC + r] = v;
     ws.index[slot * kC + r] = i;
-  });
+  };
+  const unsigned flags = row_flags(masks, row, beam);
+  if (flags & kTopkForceEos) return select_forced_eos<kC>(held, masks.eos_id, INFINITY, emit);
+  mask_held(z, held, masks, flags);
+  block_select_held<kC>(z, held, emit);
 }
 
 // Whether a chunk's dropped tokens (those after its kC kept ones in key order) could still
@@ -493,41 +689,34 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
 // loads its kPer logits into registers at once (one memory round trip), then the row's
 // log-sum-exp and its kK best final scores come from the registers, in one launch.
 static_assert(kBeamTopkRowTokens <= 64 * kChunkThreads, "kPer is 32 or 64");
+static_assert(kBeamTopkChunkTokens % (4 * kChunkThreads) == 0, "whole loads a thread");
 
-template <typename T, int kK, int kPer>
-__global__ void __launch_bounds__(kChunkThreads) topk_row_kernel(
+template <typename T, int kK, int kVec, int kPer>
+__global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_row_kernel(  // see topk_chunk_kernel
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
     int beam, int vocab, TopkMasks masks, Workspace ws) {
   pdl_prologue();
   const int64_t row = blockIdx.y;
-  const T* x = logits + row * row_stride;
+  const HeldTokens<kVec> held{0, vocab, int(row % beam) * vocab};
   float z[kPer];
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int t = threadIdx.x + u * kChunkThreads;
-    z[u] = t < vocab ? to_float(x[t]) + (bias ? bias[t] : 0.f) : -INFINITY;
-  }
-  OnlineLse lse;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) lse.add(z[u]);  // -inf (past the row) adds nothing
+  load_held(logits + row * row_stride, bias, held, z);
   __shared__ float s_lse;
-  const OnlineLse total = block_lse(lse);
+  const OnlineLse total = block_lse(held_lse(z));
   if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
   __syncthreads();
   const float row_lse = s_lse, running = running_scores[row];
-  const int base = int(row % beam) * vocab;
   const unsigned flags = row_flags(masks, row, beam);
-  TopList<kK> list;
-  list.clear();
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int t = threadIdx.x + u * kChunkThreads;
-    if (t < vocab) list.push(final_score(t, z[u], row_lse, running, masks, flags), base + t);
-  }
-  block_merge<kK>(list, kK, [&](int r, float v, int i) {
+  const auto emit = [&](int r, float v, int i) {
     ws.scores[row * kK + r] = v;
     ws.index[row * kK + r] = i;
-  });
+  };
+  if (flags & kTopkForceEos)
+    return select_forced_eos<kK>(held, masks.eos_id, final_score(masks.eos_id, 0.f, row_lse, running, masks, flags), emit);
+  // final_score(), its masks applied to the one or two tokens they touch
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) z[u] = (z[u] - row_lse) + running;
+  mask_held(z, held, masks, flags);
+  block_select_held<kK>(z, held, emit);
 }
 
 // kRow and kTwoPass, one block per sentence: every thread takes a few of the beam x splits x
@@ -552,6 +741,13 @@ __global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, 
   });
 }
 
+// Whether the held-row kernels may load 4 tokens at once: rows and bias 16-byte aligned, each
+// row readable to a whole pack (float32 logits, as the engine's: 4 tokens).
+template <typename T>
+bool held_vectors(const T* logits, int64_t row_stride, const float* bias) {
+  return pick_pack<T>(row_stride, {logits, bias}) >= 4;
+}
+
 template <typename T, int kK>
 void run(const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
          int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
@@ -563,14 +759,18 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
   switch (beam_topk_path(rows, vocab, k)) {  // the shapes each path is for: kernels/cpu/topk.cc
     case BeamTopkPath::kRow: {  // splits == 1, vocab <= kBeamTopkRowTokens, kK <= kBeamTopkRowMaxK
       const Workspace ws(workspace, rows, kK);
-      auto go = [&](auto per) {
-        launch(&topk_row_kernel<T, std::min(kK, kBeamTopkRowMaxK), decltype(per)::value>, grid,
-               kChunkThreads, 0, stream, logits, row_stride, bias, running_scores, beam, vocab, masks, ws);
+      auto go = [&](auto vec, auto per) {
+        launch(&topk_row_kernel<T, std::min(kK, kBeamTopkRowMaxK), decltype(vec)::value, decltype(per)::value>,
+               grid, kChunkThreads, 0, stream, logits, row_stride, bias, running_scores, beam, vocab, masks, ws);
+      };
+      const auto go_per = [&](auto per) {
+        held_vectors<T>(logits, row_stride, bias) ? go(std::integral_constant<int, 4>(), per)
+                                                  : go(std::integral_constant<int, 1>(), per);
       };
       if (vocab <= 32 * kChunkThreads)
-        go(std::integral_constant<int, 32>());
+        go_per(std::integral_constant<int, 32>());
       else
-        go(std::integral_constant<int, 64>());
+        go_per(std::integral_constant<int, 64>());
       launch(&topk_sentence_kernel<kK>, unsigned(sentences), kChunkThreads, 0, stream, beam, splits, k, ws,
              out_scores, out_index);
       return;
@@ -587,10 +787,13 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
     case BeamTopkPath::kOnePass: {
       constexpr int kC = std::min(2 * kK, 32);  // beam_topk_chunk_candidates
       const Workspace ws(workspace, rows * splits, kC);
-      launch(&topk_chunk_kernel<T, kC>, grid, kChunkThreads, 0, stream, logits, row_stride, bias, beam, vocab,
-             chunk, masks, ws);
+      // chunks of whole 4-token loads (still at most kBeamTopkChunkTokens); the merge takes the
+      // same chunk size
+      const int whole = (chunk + 3) / 4 * 4;
+      launch(held_vectors<T>(logits, row_stride, bias) ? &topk_chunk_kernel<T, kC, 4> : &topk_chunk_kernel<T, kC, 1>,
+             grid, kChunkThreads, 0, stream, logits, row_stride, bias, beam, vocab, whole, masks, ws);
       launch(&topk_merge_kernel<T, kC>, unsigned(sentences), kChunkThreads, beam * sizeof(float), stream,
-             logits, row_stride, bias, running_scores, beam, vocab, splits, chunk, k, masks, ws, out_scores,
+             logits, row_stride, bias, running_scores, beam, vocab, splits, whole, k, masks, ws, out_scores,
              out_index);
       return;
     }

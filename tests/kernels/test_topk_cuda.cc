@@ -67,9 +67,10 @@ const Case kCases[] = {
     {128, 1, 16384, 1, true, masks(2, 3, false, false), 5},  // row path, 64 a thread, greedy
     {8, 16, 12000, 32, true, masks(0, 1, false, false)},     // one chunk a row, k > 8
     {1, 4, 70000, 3, true, masks(1, 0, false, false)},       // many chunks per row
-    // >= 512 rows wider than 16384: the one-pass path, 3 chunks a row, then 1
+    // >= 512 rows wider than 16384: the one-pass path, chunks of at most 8192 tokens a row
     {128, 4, 16411, 8, true, masks(16410, 0, true, false), 3},
     {272, 4, 16411, 8, true, masks(0, 1, false, false)},
+    {128, 4, 58101, 8, true, masks(58100, 0, false, false), 3},  // Transformer-base, 8 chunks
 };
 
 // flags: one byte per sentence for TopkMasks::sentence_flags (empty: the global masks).
@@ -77,6 +78,9 @@ const Case kCases[] = {
 struct Ties {
   bool integer_logits = false;  // logits in -3..3: many equal logits (no bias)
   float running_all = 0.f;      // != 0: every row's running score (-1e9 swallows the logits)
+  // logits in steps of 1/16 (no bias): tens of equal logits at the top of each row, few
+  // enough that the register paths rank them in shared memory rather than falling back
+  bool sixteenths = false;
 };
 
 template <typename T>
@@ -86,12 +90,14 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
   auto logits = random_vector(size_t(rows * c.vocab), -8.f, 8.f, seed);
   if (ties.integer_logits)
     for (float& x : logits) x = std::round(x * 3.f / 8.f);
+  if (ties.sixteenths)
+    for (float& x : logits) x = std::round(x * 16.f) / 16.f;
   round_to<T>(logits);
   auto bias = random_vector(size_t(c.vocab), -1.f, 1.f, seed + 1);
   auto running = random_vector(size_t(rows), -12.f, 0.f, seed + 2);
   running[1 % rows] = -1e9f;  // a dead beam, as at the first step
   if (ties.running_all != 0.f) std::fill(running.begin(), running.end(), ties.running_all);
-  const bool use_bias = c.bias && !ties.integer_logits;
+  const bool use_bias = c.bias && !ties.integer_logits && !ties.sixteenths;
   std::vector<float> ref_s(size_t(c.sentences * c.k));
   std::vector<int> ref_i(ref_s.size());
   TopkMasks host_masks = c.masks;
@@ -124,6 +130,7 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
                            " vocab=" + std::to_string(c.vocab) + " k=" + std::to_string(c.k) +
                            (flags.empty() ? "" : " per-sentence flags") +
                            (ties.integer_logits ? " integer logits" : "") +
+                           (ties.sixteenths ? " logits in sixteenths" : "") +
                            (ties.running_all != 0.f ? " running " + std::to_string(ties.running_all) : "");
   EXPECT_EQ(dindex.download(), ref_i) << what;
   // scores are float32 sums of the same inputs: float32 tolerance for every T
@@ -159,8 +166,10 @@ TYPED_TEST(BeamTopkCuda, PerSentenceFlags) {
 // Final scores that tie although the logits differ (running scores of -1e9 round every
 // (logit - lse) away: the k best are the k lowest unmasked indices), and many equal logits.
 // The one-pass chunks select on the logits, so these need its merge's rescan to keep
-// torch.topk's order; the other paths select on the final scores. Every path, and on the
-// two-pass and one-pass paths several chunks a row, one chunk a row, k > 8, greedy, forced EOS.
+// torch.topk's order; the other paths select on the final scores. The register paths (row,
+// one-pass chunks) rank a few tied keys in shared memory (sixteenths) and fall back to warp
+// lists when hundreds tie (integer logits, -1e9). Every path, and on the two-pass and one-pass
+// paths several chunks a row, k > 8, greedy, forced EOS.
 TYPED_TEST(BeamTopkCuda, RoundingTiesKeepIndexOrder) {
   const Case cases[] = {
       {64, 4, 8001, 8, true, masks(1, 0, false, false), 7},      // row path
@@ -169,7 +178,7 @@ TYPED_TEST(BeamTopkCuda, RoundingTiesKeepIndexOrder) {
       {3, 1, 32003, 1, true, masks(0, 6, false, false)},         // greedy
       {4, 3, 5000, 5, true, masks(0, 4999, false, true)},        // forced EOS
       {128, 4, 16411, 8, true, masks(0, 2, true, false)},        // one-pass: 3 chunks a row
-      {264, 4, 16411, 8, true, masks(0, 1, false, false), 3},    // one chunk a row
+      {264, 4, 16411, 8, true, masks(0, 1, false, false), 3},    // padded rows
       {32, 16, 16411, 32, true, masks(0, 1, false, false)},      // k > 8
       {512, 1, 16411, 1, true, masks(0, 6, false, false)},       // greedy
       {171, 3, 16411, 5, true, masks(0, 16410, false, true)},    // forced EOS
@@ -179,6 +188,7 @@ TYPED_TEST(BeamTopkCuda, RoundingTiesKeepIndexOrder) {
   for (const Case& c : cases) {
     check<TypeParam>(c, seed += 17, {}, Ties{false, -1e9f});
     check<TypeParam>(c, seed += 17, {}, Ties{true, 0.f});
+    check<TypeParam>(c, seed += 17, {}, Ties{false, 0.f, true});
   }
 }
 
