@@ -2,15 +2,16 @@
 // three kernel sequences by shape; all three select exactly as torch.topk (descending final
 // score, ties to the lower index) and share the candidate lists (TopList, WarpTop), the
 // log-sum-exp reductions and final_score():
-//   kRow (rows <= 16384 tokens, >= 128 rows or a single chunk, k <= 8): topk_row_kernel, one
+//   kRow (rows <= 16384 tokens, >= 128 rows or a single chunk, k <= 8): topk_held_kernel, one
 //     block per row, the row held in registers: its log-sum-exp, then its kp best final
 //     scores (block_select_held); then topk_sentence_kernel merges each sentence's beam x kp
 //     candidates.
 //   kTwoPass (the default: every other shape of fewer than 512 rows or rows <= 16384 tokens),
 //     three launches over (vocab chunk, row) blocks, the logits read twice:
-//     topk_lse_kernel (each chunk's partial log-sum-exp), topk_score_kernel (the row's
-//     log-sum-exp from the partials, each token's final score, the chunk's kp best; the
-//     logits re-read, mostly from L2), topk_sentence_kernel.
+//     topk_lse_kernel (each chunk's partial log-sum-exp); the row's log-sum-exp from the
+//     partials, each token's final score and the chunk's kp best (the logits re-read, mostly
+//     from L2) in topk_held_kernel (chunks of at most 4096 tokens, k <= 8: held in registers,
+//     block_select_held) or topk_score_kernel (per-thread sorted lists); topk_sentence_kernel.
 //   kOnePass (>= 512 rows wider than 16384 tokens), two launches, the logits read once:
 //     topk_chunk_kernel, per (vocab chunk of at most kBeamTopkChunkTokens, row), the chunk
 //     held in registers, its partial log-sum-exp and its kC best (masked logit, index) pairs
@@ -683,32 +684,44 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
   }
 }
 
-// ---- kRow: topk_row_kernel, then topk_sentence_kernel ----
+// ---- kRow: topk_held_kernel (one chunk a row), then topk_sentence_kernel ----
 
-// One block per row (a single chunk) for rows of at most kBeamTopkRowTokens tokens: each thread
-// loads its kPer logits into registers at once (one memory round trip), then the row's
-// log-sum-exp and its kK best final scores come from the registers, in one launch.
+// Per (vocab chunk, row), the chunk held in registers (kPer tokens a thread, loaded in one
+// memory round trip): its kK best final scores (block_select_held). One chunk a row (kRow,
+// rows of at most kBeamTopkRowTokens tokens): the row's log-sum-exp from the registers, in one
+// launch. Several (kTwoPass, chunks of at most kTwoPassHeldTokens): from topk_lse_kernel's
+// partials, in place of topk_score_kernel, whose per-token list insertion took 10 us at the
+// demo model's batch 1 (4 rows x 7 chunks, ncu, bench/RESULTS.md end-to-end run 15).
 static_assert(kBeamTopkRowTokens <= 64 * kChunkThreads, "kPer is 32 or 64");
 static_assert(kBeamTopkChunkTokens % (4 * kChunkThreads) == 0, "whole loads a thread");
+constexpr int kTwoPassHeldTokens = 16 * kChunkThreads;
 
 template <typename T, int kK, int kVec, int kPer>
-__global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_row_kernel(  // see topk_chunk_kernel
+__global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_kernel(  // see topk_chunk_kernel
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
-    int beam, int vocab, TopkMasks masks, Workspace ws) {
+    int beam, int vocab, int chunk, TopkMasks masks, Workspace ws) {
   pdl_prologue();
   const int64_t row = blockIdx.y;
-  const HeldTokens<kVec> held{0, vocab, int(row % beam) * vocab};
+  const int splits = gridDim.x;
+  const Chunk c(vocab, chunk, blockIdx.x);
+  const HeldTokens<kVec> held{c.begin, c.end, int(row % beam) * vocab};
   float z[kPer];
   load_held(logits + row * row_stride, bias, held, z);
   __shared__ float s_lse;
-  const OnlineLse total = block_lse(held_lse(z));
-  if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
+  if (splits == 1) {
+    const OnlineLse total = block_lse(held_lse(z));
+    if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
+  } else if (threadIdx.x < 32) {
+    const float lse = warp_row_lse(ws, row, splits);
+    if (threadIdx.x == 0) s_lse = lse;
+  }
   __syncthreads();
   const float row_lse = s_lse, running = running_scores[row];
   const unsigned flags = row_flags(masks, row, beam);
+  const int64_t out = (row * splits + blockIdx.x) * kK;
   const auto emit = [&](int r, float v, int i) {
-    ws.scores[row * kK + r] = v;
-    ws.index[row * kK + r] = i;
+    ws.scores[out + r] = v;
+    ws.index[out + r] = i;
   };
   if (flags & kTopkForceEos)
     return select_forced_eos<kK>(held, masks.eos_id, final_score(masks.eos_id, 0.f, row_lse, running, masks, flags), emit);
@@ -757,29 +770,32 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
   const int chunk = (vocab + splits - 1) / splits;
   const dim3 grid{unsigned(splits), unsigned(rows)};
   switch (beam_topk_path(rows, vocab, k)) {  // the shapes each path is for: kernels/cpu/topk.cc
-    case BeamTopkPath::kRow: {  // splits == 1, vocab <= kBeamTopkRowTokens, kK <= kBeamTopkRowMaxK
-      const Workspace ws(workspace, rows, kK);
-      auto go = [&](auto vec, auto per) {
-        launch(&topk_row_kernel<T, std::min(kK, kBeamTopkRowMaxK), decltype(vec)::value, decltype(per)::value>,
-               grid, kChunkThreads, 0, stream, logits, row_stride, bias, running_scores, beam, vocab, masks, ws);
-      };
-      const auto go_per = [&](auto per) {
-        held_vectors<T>(logits, row_stride, bias) ? go(std::integral_constant<int, 4>(), per)
-                                                  : go(std::integral_constant<int, 1>(), per);
-      };
-      if (vocab <= 32 * kChunkThreads)
-        go_per(std::integral_constant<int, 32>());
-      else
-        go_per(std::integral_constant<int, 64>());
-      launch(&topk_sentence_kernel<kK>, unsigned(sentences), kChunkThreads, 0, stream, beam, splits, k, ws,
-             out_scores, out_index);
-      return;
-    }
+    case BeamTopkPath::kRow:  // splits == 1, vocab <= kBeamTopkRowTokens, kK <= kBeamTopkRowMaxK
     case BeamTopkPath::kTwoPass: {
       const Workspace ws(workspace, rows * splits, kK);
-      launch(&topk_lse_kernel<T>, grid, kChunkThreads, 0, stream, logits, row_stride, bias, vocab, chunk, ws);
-      launch(&topk_score_kernel<T, kK>, grid, kChunkThreads, 0, stream, logits, row_stride, bias,
-             running_scores, beam, vocab, chunk, masks, ws);
+      // chunks of whole 4-token loads (topk_held_kernel's); topk_lse_kernel takes the same
+      const int whole = (chunk + 3) / 4 * 4;
+      const bool one_chunk = splits == 1;
+      // topk_held_kernel: kRow's rows, kTwoPass's short chunks (k <= 8 either way)
+      const bool held = kK <= kBeamTopkRowMaxK && whole <= (one_chunk ? kBeamTopkRowTokens : kTwoPassHeldTokens);
+      if (!(held && one_chunk))
+        launch(&topk_lse_kernel<T>, grid, kChunkThreads, 0, stream, logits, row_stride, bias, vocab, whole, ws);
+      if constexpr (kK <= kBeamTopkRowMaxK) {
+        const auto go = [&](auto per) {
+          constexpr int kPer = decltype(per)::value;
+          launch(held_vectors<T>(logits, row_stride, bias) ? &topk_held_kernel<T, kK, 4, kPer>
+                                                           : &topk_held_kernel<T, kK, 1, kPer>,
+                 grid, kChunkThreads, 0, stream, logits, row_stride, bias, running_scores, beam, vocab, whole,
+                 masks, ws);
+        };
+        if (held && whole <= 8 * kChunkThreads) go(std::integral_constant<int, 8>());
+        else if (held && whole <= 16 * kChunkThreads) go(std::integral_constant<int, 16>());
+        else if (held && whole <= 32 * kChunkThreads) go(std::integral_constant<int, 32>());
+        else if (held) go(std::integral_constant<int, 64>());
+      }
+      if (!held)
+        launch(&topk_score_kernel<T, kK>, grid, kChunkThreads, 0, stream, logits, row_stride, bias,
+               running_scores, beam, vocab, whole, masks, ws);
       launch(&topk_sentence_kernel<kK>, unsigned(sentences), kChunkThreads, 0, stream, beam, splits, k, ws,
              out_scores, out_index);
       return;
