@@ -471,7 +471,7 @@ __device__ __forceinline__ float final_score(int t, float v, float lse, float ru
   return logp + running;
 }
 
-// ---- kTwoPass: topk_lse_kernel, topk_score_kernel, then topk_sentence_kernel (below) ----
+// ---- kTwoPass: topk_lse_kernel, topk_held_kernel or topk_score_kernel, topk_sentence_kernel ----
 
 // Pass 1, per (vocab chunk, row): the chunk's partial log-sum-exp.
 template <typename T>
@@ -692,7 +692,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
 // launch. Several (kTwoPass, chunks of at most kTwoPassHeldTokens): from topk_lse_kernel's
 // partials, in place of topk_score_kernel, whose per-token list insertion took 10 us at the
 // demo model's batch 1 (4 rows x 7 chunks, ncu, bench/RESULTS.md end-to-end run 15).
-static_assert(kBeamTopkRowTokens <= 64 * kChunkThreads, "kPer is 32 or 64");
+static_assert(kBeamTopkRowTokens <= 64 * kChunkThreads, "kPer is at most 64");
 static_assert(kBeamTopkChunkTokens % (4 * kChunkThreads) == 0, "whole loads a thread");
 constexpr int kTwoPassHeldTokens = 16 * kChunkThreads;
 
