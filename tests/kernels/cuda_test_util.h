@@ -37,6 +37,27 @@ namespace nmt::kernels::test {
     ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);        \
   } while (0)
 
+// The fixture of the typed kernel tests, over every element type the kernels take: each test
+// skips, saying why, where no GPU is visible. A suite names it with an alias:
+//   template <typename T> using LayerNormCuda = CudaKernelTest<T>;
+//   TYPED_TEST_SUITE(LayerNormCuda, KernelElementTypes);
+template <typename T>
+class CudaKernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override { NMT_SKIP_WITHOUT_GPU(); }
+};
+using KernelElementTypes = ::testing::Types<float, __half, __nv_bfloat16>;
+
+// Row widths that reach every dispatch branch of the row-wise kernels (LayerNorm, softmax):
+// sub-warp groups with two rows per group (<= 32 packs), one warp with the row in registers
+// (<= 1024, odd and prime ones take the 1-element pack with padding), a block with the row
+// cached in shared memory (float up to ~58k columns, 16-bit T up to ~116k), and a block
+// re-reading global memory (60013 in float, 120011 in every type).
+inline constexpr int kRowwiseWidths[] = {
+    1,    2,    3,    5,    7,    8,     13,    16,    31,    32,    33,    64,
+    97,   127,  128,  255,  256,  509,   512,   768,   1000,  1021,  1024,  1025,
+    1536, 2048, 3001, 4096, 8191, 12288, 16384, 32749, 32768, 60013, 120011};
+
 template <typename T>
 inline T to_t(float v) { return T(v); }
 template <>

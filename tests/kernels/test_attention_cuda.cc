@@ -15,12 +15,8 @@ namespace nmt::kernels::test {
 namespace {
 
 template <typename T>
-class AttentionCuda : public ::testing::Test {
- protected:
-  void SetUp() override { NMT_SKIP_WITHOUT_GPU(); }
-};
-using Types = ::testing::Types<float, __half, __nv_bfloat16>;
-TYPED_TEST_SUITE(AttentionCuda, Types);
+using AttentionCuda = CudaKernelTest<T>;
+TYPED_TEST_SUITE(AttentionCuda, KernelElementTypes);
 
 struct Shape {
   int64_t sentences, beam;  // batch = sentences * beam; K/V per sentence when share_kv

@@ -12,12 +12,8 @@ namespace nmt::kernels::test {
 namespace {
 
 template <typename T>
-class ElementwiseCuda : public ::testing::Test {
- protected:
-  void SetUp() override { NMT_SKIP_WITHOUT_GPU(); }
-};
-using Types = ::testing::Types<float, __half, __nv_bfloat16>;
-TYPED_TEST_SUITE(ElementwiseCuda, Types);
+using ElementwiseCuda = CudaKernelTest<T>;
+TYPED_TEST_SUITE(ElementwiseCuda, KernelElementTypes);
 
 const int kCols[] = {1, 7, 8, 64, 509, 512, 2048, 4099};
 

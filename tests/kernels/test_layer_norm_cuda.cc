@@ -7,22 +7,12 @@
 namespace nmt::kernels::test {
 namespace {
 
-// Widths cover: sub-warp groups with two rows per group (<= 32 packs), one warp with the row in
-// registers (<= 1024, odd and prime ones take the 1-element pack with padding), a block with the
-// row cached in shared memory (float up to ~58k columns, 16-bit T up to ~116k when the row is
-// x itself), and a block re-reading global memory (60013 in float, 120011 in every type).
-const int kWidths[] = {1,   2,    3,    5,    7,    8,    13,   16,   31,    32,    33,   64,
-                       97,  127,  128,  255,  256,  509,  512,  768,  1000,  1021,  1024, 1025,
-                       1536, 2048, 3001, 4096, 8191, 12288, 16384, 32749, 32768, 60013,
-                       120011};
+// kRowwiseWidths: every dispatch branch (16-bit rows cached up to ~116k when the row is x
+// itself).
 
 template <typename T>
-class LayerNormCuda : public ::testing::Test {
- protected:
-  void SetUp() override { NMT_SKIP_WITHOUT_GPU(); }
-};
-using Types = ::testing::Types<float, __half, __nv_bfloat16>;
-TYPED_TEST_SUITE(LayerNormCuda, Types);
+using LayerNormCuda = CudaKernelTest<T>;
+TYPED_TEST_SUITE(LayerNormCuda, KernelElementTypes);
 
 template <typename T>
 void check_width(int64_t cols, bool fused, uint32_t seed) {
@@ -58,12 +48,12 @@ void check_width(int64_t cols, bool fused, uint32_t seed) {
 
 TYPED_TEST(LayerNormCuda, AllWidthsResidualBias) {
   uint32_t seed = 100;
-  for (int cols : kWidths) check_width<TypeParam>(cols, true, seed += 10);
+  for (int cols : kRowwiseWidths) check_width<TypeParam>(cols, true, seed += 10);
 }
 
 TYPED_TEST(LayerNormCuda, AllWidthsPlain) {
   uint32_t seed = 900;
-  for (int cols : kWidths) check_width<TypeParam>(cols, false, seed += 10);
+  for (int cols : kRowwiseWidths) check_width<TypeParam>(cols, false, seed += 10);
 }
 
 TEST(LayerNormCudaMisc, NoAffineNoStatsOnStream) {

@@ -14,12 +14,8 @@ namespace nmt::kernels::test {
 namespace {
 
 template <typename T>
-class SmallGemmCuda : public ::testing::Test {
- protected:
-  void SetUp() override { NMT_SKIP_WITHOUT_GPU(); }
-};
-using Types = ::testing::Types<float, __half, __nv_bfloat16>;
-TYPED_TEST_SUITE(SmallGemmCuda, Types);
+using SmallGemmCuda = CudaKernelTest<T>;
+TYPED_TEST_SUITE(SmallGemmCuda, KernelElementTypes);
 
 double activated(double v, const Activation* act) {
   if (!act) return v;

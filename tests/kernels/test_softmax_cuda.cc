@@ -8,20 +8,12 @@
 namespace nmt::kernels::test {
 namespace {
 
-// Same dispatch coverage as the LayerNorm test; 16-bit rows wider than 16384 take the raw-T
+// kRowwiseWidths: every dispatch branch; 16-bit rows wider than 16384 take the raw-T
 // shared-memory cache, 120011 the uncached block kernel in every type.
-const int kWidths[] = {1,   2,    3,    5,    7,    8,    13,   16,   31,    32,    33,   64,
-                       97,  127,  128,  255,  256,  509,  512,  768,  1000,  1021,  1024, 1025,
-                       1536, 2048, 3001, 4096, 8191, 12288, 16384, 32749, 32768, 60013,
-                       120011};
 
 template <typename T>
-class SoftmaxCuda : public ::testing::Test {
- protected:
-  void SetUp() override { NMT_SKIP_WITHOUT_GPU(); }
-};
-using Types = ::testing::Types<float, __half, __nv_bfloat16>;
-TYPED_TEST_SUITE(SoftmaxCuda, Types);
+using SoftmaxCuda = CudaKernelTest<T>;
+TYPED_TEST_SUITE(SoftmaxCuda, KernelElementTypes);
 
 enum class Mask { kNone, kLengths, kCausal };
 
@@ -61,17 +53,17 @@ void check(int64_t cols, bool log, Mask mask, uint32_t seed) {
 
 TYPED_TEST(SoftmaxCuda, AllWidths) {
   uint32_t seed = 1;
-  for (int cols : kWidths) check<TypeParam>(cols, false, Mask::kNone, seed += 3);
+  for (int cols : kRowwiseWidths) check<TypeParam>(cols, false, Mask::kNone, seed += 3);
 }
 
 TYPED_TEST(SoftmaxCuda, LogAllWidths) {
   uint32_t seed = 2000;
-  for (int cols : kWidths) check<TypeParam>(cols, true, Mask::kNone, seed += 3);
+  for (int cols : kRowwiseWidths) check<TypeParam>(cols, true, Mask::kNone, seed += 3);
 }
 
 TYPED_TEST(SoftmaxCuda, KeyLengthsAllWidths) {
   uint32_t seed = 4000;
-  for (int cols : kWidths) {
+  for (int cols : kRowwiseWidths) {
     check<TypeParam>(cols, false, Mask::kLengths, seed += 3);
     check<TypeParam>(cols, true, Mask::kLengths, seed += 3);
   }
@@ -79,7 +71,7 @@ TYPED_TEST(SoftmaxCuda, KeyLengthsAllWidths) {
 
 TYPED_TEST(SoftmaxCuda, CausalAllWidths) {
   uint32_t seed = 6000;
-  for (int cols : kWidths) check<TypeParam>(cols, false, Mask::kCausal, seed += 3);
+  for (int cols : kRowwiseWidths) check<TypeParam>(cols, false, Mask::kCausal, seed += 3);
 }
 
 }  // namespace

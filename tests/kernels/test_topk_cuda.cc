@@ -9,12 +9,8 @@ namespace nmt::kernels::test {
 namespace {
 
 template <typename T>
-class BeamTopkCuda : public ::testing::Test {
- protected:
-  void SetUp() override { NMT_SKIP_WITHOUT_GPU(); }
-};
-using Types = ::testing::Types<float, __half, __nv_bfloat16>;
-TYPED_TEST_SUITE(BeamTopkCuda, Types);
+using BeamTopkCuda = CudaKernelTest<T>;
+TYPED_TEST_SUITE(BeamTopkCuda, KernelElementTypes);
 
 struct Case {
   int64_t sentences;
