@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/error.h"
@@ -54,6 +55,11 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_layer_tensors
 }
 
 }  // namespace
+
+bool Weights::output_bias_is_zero() const {
+  const std::vector<float>& bias = output_bias().data;
+  return std::all_of(bias.begin(), bias.end(), [](float v) { return v == 0.f; });
+}
 
 size_t Weights::bytes() const {
   size_t total = 0;

@@ -33,6 +33,9 @@ class Weights {
   const HostTensor& decoder_embeddings() const { return get(kDecoderEmbeddings); }
   const HostTensor& output_projection() const { return get(kOutputProjection); }  // [vocab, d]
   const HostTensor& output_bias() const { return get(kOutputBias); }              // [vocab]
+  // Marian's final_logits_bias is zeros (trained OPUS-MT models included): the engines then add
+  // none, which spares a read of the bias per logit.
+  bool output_bias_is_zero() const;
   const HostTensor& encoder_positions() const { return get(kEncoderPositions); }  // [max_pos, d]
   const HostTensor& decoder_positions() const { return get(kDecoderPositions); }
 

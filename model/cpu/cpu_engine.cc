@@ -91,9 +91,8 @@ class CpuEngine : public Engine {
     }
     embed_scale_ = c.scale_embedding ? std::sqrt(float(c.d_model)) : 1.f;
     proj_ = Linear{w.output_projection().data.data(), w.output_bias().data.data(), c.d_model, c.target_vocab_size};
-    // Marian's final_logits_bias is zeros: adding it copied rows x vocab floats per step.
-    const std::vector<float>& bias = w.output_bias().data;
-    if (std::all_of(bias.begin(), bias.end(), [](float v) { return v == 0.f; })) proj_.b = nullptr;
+    // a zero bias added copied rows x vocab floats per step
+    if (w.output_bias_is_zero()) proj_.b = nullptr;
     // int8: weights quantized per row; float32: packed once for oneDNN's matmul.
     for_each_linear(*this, [int8](Linear& x) { int8 ? x.quantize() : x.pack(); });
   }

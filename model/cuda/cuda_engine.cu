@@ -404,9 +404,9 @@ class CudaEngine final : public Engine {
     dec_emb_ = upload(w.decoder_embeddings());
     enc_pos_ = upload(w.encoder_positions());
     dec_pos_ = upload(w.decoder_positions());
-    // Marian's final_logits_bias is zeros: then none, and the top-k reads no bias per logit.
-    const std::vector<float>& bias = w.output_bias().data;
-    if (std::any_of(bias.begin(), bias.end(), [](float v) { return v != 0.f; })) {
+    // a zero bias: none, and the top-k reads no bias per logit
+    if (!w.output_bias_is_zero()) {
+      const std::vector<float>& bias = w.output_bias().data;
       out_bias_ = DeviceBuffer<float>(&alloc_, bias.size());
       check_cuda(cudaMemcpy(out_bias_.get(), bias.data(), bias.size() * sizeof(float),
                             cudaMemcpyHostToDevice), "bias upload");
