@@ -72,19 +72,29 @@ float abs_max(const float* row, int64_t k) {
 
 }  // namespace
 
+int int8_weight_levels() {
+  static const int levels = [] {
+    const int isa = int(dnnl_get_effective_cpu_isa());
+    const auto has = [isa](dnnl_cpu_isa_t flags) { return (isa & int(flags)) == int(flags); };
+    return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni) ? 127 : 63;
+  }();
+  return levels;
+}
+
 QuantizedMatrix QuantizedMatrix::quantize(const float* w, int64_t rows, int64_t cols) {
   QuantizedMatrix m;
   m.rows = rows;
   m.cols = cols;
   m.q.resize(size_t(rows * cols));
   m.scale.resize(size_t(rows));
+  const float levels = float(int8_weight_levels());
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = w + r * cols;
     const float amax = abs_max(row, cols);
-    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    const float scale = amax > 0.f ? amax / levels : 1.f;
     m.scale[size_t(r)] = scale;
     for (int64_t c = 0; c < cols; ++c)
-      m.q[size_t(r * cols + c)] = int8_t(std::lrintf(std::clamp(row[c] / scale, -127.f, 127.f)));
+      m.q[size_t(r * cols + c)] = int8_t(std::lrintf(std::clamp(row[c] / scale, -levels, levels)));
   }
   m.packed = PackedMatrix::pack(m.q.data(), rows, cols);
   return m;

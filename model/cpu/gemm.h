@@ -18,8 +18,14 @@ void set_threads(int threads);
 void sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// The int8 weights' range, [-levels, levels]: 127 where oneDNN's int8 kernels use VNNI, which
+// adds the products in int32. Without it they add pairs of u8 x s8 products in int16 first
+// (vpmaddubsw), which saturates once a pair passes 32767 (255 x 127 x 2 = 64770 can): 7-bit
+// weights (63: 255 x 63 x 2 = 32130) never reach it, as oneDNN advises for those CPUs.
+int int8_weight_levels();
+
 // A weight matrix W [rows, cols] quantized per row, symmetric: W[r, c] ~ q[r, c] * scale[r],
-// q in [-127, 127] (made at load from the float checkpoint).
+// q in [-int8_weight_levels(), int8_weight_levels()] (made at load from the float checkpoint).
 struct QuantizedMatrix {
   std::vector<int8_t> q;
   std::vector<float> scale;
