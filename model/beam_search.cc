@@ -13,13 +13,19 @@ namespace {
 // the comparisons (and so the chosen hypotheses) identical.
 constexpr float kNeg = -1.0e9f;
 
-// Indices of the top n of scores (descending, lower index first on ties), as torch.topk.
-std::vector<int> top_n(const std::vector<float>& scores, int n) {
-  std::vector<int> order(scores.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return scores[a] > scores[b]; });
-  order.resize(size_t(n));
-  return order;
+// The indices of the n best of scores[0, size) into order[0, n): descending, the lower
+// index first on ties, as torch.topk (and a stable sort). An insertion into a prefix of at
+// most n: a step ranks 3 x beam values, and a sort's buffers cost more than the ranking.
+void top_n(const float* scores, int size, int n, int* order) {
+  int filled = 0;
+  for (int i = 0; i < size; ++i) {
+    int at = filled;
+    while (at > 0 && scores[order[at - 1]] < scores[i]) --at;
+    if (at >= n) continue;
+    for (int m = std::min(filled, n - 1); m > at; --m) order[m] = order[m - 1];
+    order[at] = i;
+    filled = std::min(filled + 1, n);
+  }
 }
 
 float length_norm(int generated, float penalty) { return std::pow(float(generated), penalty); }
@@ -32,6 +38,17 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
   running_.assign(beam, Beam{});
   for (size_t b = 1; b < beam; ++b) running_[b].score = kNeg;  // one live beam at first
   finished_.assign(beam, Finished{{}, kNeg, false});
+  next_running_.assign(beam, Beam{});
+  next_finished_.assign(beam, Finished{{}, kNeg, false});
+  const size_t k = size_t(this->k());
+  hits_.assign(k, 0);
+  cand_beam_.assign(k, 0);
+  cand_token_.assign(k, 0);
+  running_view_.assign(k, 0.f);
+  merged_.assign(beam + k, 0.f);
+  keep_.assign(beam, 0);
+  order_.assign(beam, 0);
+  next_parents_.assign(beam, 0);
   tokens_.assign(beam, config.decoder_start_id);
   parents_.resize(beam);
   std::iota(parents_.begin(), parents_.end(), 0);
@@ -56,53 +73,64 @@ bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, 
     finished_[0] = {b.ids, b.score / length_norm(step_ + 1, options_.length_penalty), true};
     return true;
   }
-  set_next_rows({0});
+  const int parent = 0;
+  set_next_rows(&parent);
   return false;
 }
 
+// Allocates nothing once the histories have grown to the sentence's length: the decode
+// loop advances every active sentence between two GPU steps, on the step's critical path.
 bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int vocab) {
   const int beam = options_.beam_size, k = this->k();
   const bool at_max = force_eos();
-  auto cand_ids = [&](int j) {  // candidate j's tokens
-    std::vector<int> ids = running_[size_t(cand[j] / vocab)].ids;
-    ids.push_back(cand[j] % vocab);
-    return ids;
+  // Each candidate's beam and token, divided once (a division costs tens of cycles).
+  for (int j = 0; j < k; ++j) {
+    cand_beam_[size_t(j)] = cand[j] / vocab;
+    cand_token_[size_t(j)] = cand[j] - cand_beam_[size_t(j)] * vocab;
+    hits_[size_t(j)] = cand_token_[size_t(j)] == eos_id_ || at_max;
+  }
+  // Candidate j's tokens: its beam's history and its token.
+  auto history = [&](int j, std::vector<int>* ids) {
+    const std::vector<int>& from = running_[size_t(cand_beam_[size_t(j)])].ids;
+    ids->assign(from.begin(), from.end());
+    ids->push_back(cand_token_[size_t(j)]);
   };
-  std::vector<bool> hits(static_cast<size_t>(k));
-  for (int j = 0; j < k; ++j) hits[size_t(j)] = cand[j] % vocab == eos_id_ || at_max;
   const float norm = length_norm(step_ + 1, options_.length_penalty);
 
   // Running beams: the best `beam` candidates that did not just stop.
-  std::vector<float> running_view(static_cast<size_t>(k));
-  for (int j = 0; j < k; ++j) running_view[size_t(j)] = cand_score[j] + (hits[size_t(j)] ? kNeg : 0.f);
-  const std::vector<int> keep = top_n(running_view, beam);
+  for (int j = 0; j < k; ++j) running_view_[size_t(j)] = cand_score[j] + (hits_[size_t(j)] ? kNeg : 0.f);
+  top_n(running_view_.data(), k, beam, keep_.data());
   // Finished hypotheses: only the top `beam` candidates may enter, length-normalized, and
   // only while the heuristic says an improvement is still possible.
-  std::vector<float> merged(static_cast<size_t>(beam + k));
-  for (int b = 0; b < beam; ++b) merged[size_t(b)] = finished_[size_t(b)].score;
+  for (int b = 0; b < beam; ++b) merged_[size_t(b)] = finished_[size_t(b)].score;
   for (int j = 0; j < k; ++j) {
     float v = cand_score[j] / norm;
     if (!improvable_) v += kNeg;
-    if (!(hits[size_t(j)] && j < beam)) v += kNeg;
-    merged[size_t(beam + j)] = v;
+    if (!(hits_[size_t(j)] && j < beam)) v += kNeg;
+    merged_[size_t(beam + j)] = v;
   }
-  std::vector<Finished> next_finished;
-  for (int m : top_n(merged, beam)) {
+  top_n(merged_.data(), beam + k, beam, order_.data());
+  for (int i = 0; i < beam; ++i) {
+    const int m = order_[size_t(i)];
+    Finished& f = next_finished_[size_t(i)];
     if (m < beam) {
-      next_finished.push_back(finished_[size_t(m)]);
+      std::swap(f, finished_[size_t(m)]);  // each kept slot is taken once
     } else {
       const int j = m - beam;
-      next_finished.push_back({cand_ids(j), merged[size_t(m)], hits[size_t(j)] && j < beam});
+      history(j, &f.ids);
+      f.score = merged_[size_t(m)];
+      f.done = hits_[size_t(j)] && j < beam;
     }
   }
-  std::vector<Beam> next_running;
-  std::vector<int> parents;
-  for (int j : keep) {
-    next_running.push_back({cand_ids(j), running_view[size_t(j)]});
-    parents.push_back(cand[j] / vocab);
+  for (int b = 0; b < beam; ++b) {
+    const int j = keep_[size_t(b)];
+    Beam& r = next_running_[size_t(b)];
+    history(j, &r.ids);
+    r.score = running_view_[size_t(j)];
+    next_parents_[size_t(b)] = cand_beam_[size_t(j)];
   }
-  finished_.swap(next_finished);
-  running_.swap(next_running);
+  finished_.swap(next_finished_);
+  running_.swap(next_running_);
   // Early-stop heuristic (early_stopping=False): can the best running beam, normalized by
   // the current length, still beat a finished slot?
   const float best_possible = running_[0].score / norm;
@@ -112,12 +140,12 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
   for (const Finished& f : finished_) improvement = improvement || best_possible > (f.done ? worst : kNeg);
   improvable_ = improvable_ && improvement;
   if (!improvable_ || at_max) return true;
-  set_next_rows(parents);
+  set_next_rows(next_parents_.data());
   return false;
 }
 
-void SentenceSearch::set_next_rows(const std::vector<int>& parents) {
-  for (size_t b = 0; b < parents.size(); ++b) {
+void SentenceSearch::set_next_rows(const int* parents) {
+  for (size_t b = 0; b < running_.size(); ++b) {
     tokens_[b] = running_[b].ids.back();
     parents_[b] = parents[b];
     running_scores_[b] = running_[b].score;

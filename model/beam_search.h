@@ -49,7 +49,7 @@ class SentenceSearch {
   };
   bool advance_greedy(const float* scores, const int* candidates, int vocab);
   bool advance_beam(const float* scores, const int* candidates, int vocab);
-  void set_next_rows(const std::vector<int>& parents);
+  void set_next_rows(const int* parents);  // one per running beam
 
   const DecodeOptions options_;
   const int eos_id_;
@@ -59,6 +59,14 @@ class SentenceSearch {
   bool improvable_ = true;          // transformers' is_early_stop_heuristic_unsatisfied
   std::vector<int> tokens_, parents_;
   std::vector<float> running_scores_;
+  // advance_beam's scratch, sized once: the next beams and slots (swapped in, so that the
+  // histories keep their capacity), the candidates' beams, tokens, EOS hits and scores, and
+  // the rankings.
+  std::vector<Beam> next_running_;
+  std::vector<Finished> next_finished_;
+  std::vector<char> hits_;
+  std::vector<float> running_view_, merged_;
+  std::vector<int> cand_beam_, cand_token_, keep_, order_, next_parents_;
 };
 
 }  // namespace nmt

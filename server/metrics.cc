@@ -196,24 +196,23 @@ void Metrics::decode_time(const std::string& model, double seconds) {
   decode_.Add({{"model", model}}, seconds_buckets()).Observe(seconds);
 }
 
-void Metrics::loop_step(const std::string& model, int loop, int active_rows,
-                        int active_sentences, int admitted, double step_seconds,
-                        double encode_seconds) {
+Metrics::Loop Metrics::loop(const std::string& model, int loop) {
   const prometheus::Labels labels = {{"model", model}, {"loop", std::to_string(loop)}};
-  active_rows_.Add(labels).Set(active_rows);
-  active_sentences_.Add(labels).Set(active_sentences);
-  if (active_sentences == 0) return;  // the loop went idle: no step ran
-  if (admitted > 0) {
-    admitted_sentences_.Add({{"model", model}}, admitted_buckets()).Observe(admitted);
-  }
-  if (encode_seconds > 0) {
-    encode_.Add({{"model", model}}, seconds_buckets()).Observe(encode_seconds);
-  }
-  step_duration_.Add({{"model", model}}, step_buckets()).Observe(step_seconds);
+  return Loop(active_rows_.Add(labels), active_sentences_.Add(labels),
+              admitted_sentences_.Add({{"model", model}}, admitted_buckets()),
+              encode_.Add({{"model", model}}, seconds_buckets()),
+              step_duration_.Add({{"model", model}}, step_buckets()),
+              first_step_.Add({{"model", model}}, first_step_buckets()));
 }
 
-void Metrics::first_step(const std::string& model, double seconds) {
-  first_step_.Add({{"model", model}}, first_step_buckets()).Observe(seconds);
+void Metrics::Loop::step(int active_rows, int active_sentences, int admitted, double step_seconds,
+                         double encode_seconds) {
+  rows_.Set(active_rows);
+  sentences_.Set(active_sentences);
+  if (active_sentences == 0) return;  // the loop went idle: no step ran
+  if (admitted > 0) admitted_.Observe(admitted);
+  if (encode_seconds > 0) encode_.Observe(encode_seconds);
+  step_.Observe(step_seconds);
 }
 
 }  // namespace nmt::server

@@ -75,18 +75,21 @@ std::unique_ptr<Replica> load_replica(const ModelEntry& entry, int device_index,
   // thread-safe) and publishes it here; the gauge shows the replica's sum.
   auto held = std::make_shared<std::vector<std::atomic<size_t>>>(translators.size());
   for (size_t i = 0; i < translators.size(); ++i) (*held)[i] = translators[i]->device_memory_used();
-  hooks.on_step = [&metrics, name, device, translators, held, first_loop](
+  // Each loop's series, looked up once (the histograms are the model's, shared by its loops:
+  // prometheus-cpp's histograms take their own lock).
+  auto series = std::make_shared<std::vector<Metrics::Loop>>();
+  for (size_t i = 0; i < translators.size(); ++i) series->push_back(metrics.loop(entry.name, first_loop + int(i)));
+  hooks.on_step = [&metrics, name, device, translators, held, series](
                       int loop, int rows, int sentences, int admitted, double step_seconds,
                       double encode_seconds) {
-    metrics.loop_step(name, first_loop + loop, rows, sentences, admitted, step_seconds,
-                      encode_seconds);
+    (*series)[size_t(loop)].step(rows, sentences, admitted, step_seconds, encode_seconds);
     if (admitted == 0) return;  // memory grows only when sentences join
     (*held)[size_t(loop)] = translators[size_t(loop)]->device_memory_used();
     size_t total = 0;
     for (const auto& bytes : *held) total += bytes;
     metrics.gpu_memory(name, device, static_cast<double>(total));
   };
-  hooks.on_first_step = [&metrics, name](double seconds) { metrics.first_step(name, seconds); };
+  hooks.on_first_step = [series](double seconds) { series->front().first_step(seconds); };
   // The loops leave texts empty: the scheduler's responder thread detokenizes, off the
   // loop threads.
   const Tokenizer* tokenizer = &first.tokenizer();

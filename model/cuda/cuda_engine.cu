@@ -198,6 +198,7 @@ class CudaEngine final : public Engine {
     check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
     check_cuda(cudaEventCreateWithFlags(&enc_uploaded_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&stepped_, cudaEventDisableTiming), "cudaEventCreate");
     d_ = c.d_model;
     cache_cap_ = std::min(32, c.max_positions);
     if (profile_) {
@@ -270,6 +271,7 @@ class CudaEngine final : public Engine {
     cublasDestroy(cublas_);
     cudaEventDestroy(enc_uploaded_);
     cudaEventDestroy(done_);
+    cudaEventDestroy(stepped_);
     cudaStreamDestroy(capture_stream_);
   }
 
@@ -831,6 +833,7 @@ class CudaEngine final : public Engine {
   cudaStream_t stream_ = nullptr;          // the device's shared stream (device_stream())
   cudaStream_t capture_stream_ = nullptr;  // private: graph captures only
   cudaEvent_t done_ = nullptr;             // wait(): the end of this engine's work so far
+  cudaEvent_t stepped_ = nullptr;          // step(): the end of its own work (not a riding encode)
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer<char> workspace_;
   int d_ = 0;
@@ -1000,14 +1003,17 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
   int last_position = 0;
   for (const StepGroup& g : in.groups) last_position = std::max(last_position, g.position);
   grow_cache(last_position + 1);
-  fill_upload(in, shape);  // the previous step's upload is done: step() ends synchronized
+  fill_upload(in, shape);  // the previous step's upload is done: step() waits for its step
 
   if (profile_) cudaEventRecord(ev_start_, stream_);
   launch_step(shape);
   if (profile_) cudaEventRecord(ev_end_, stream_);
+  check_cuda(cudaEventRecord(stepped_, stream_), "decode step");
   // Newcomers' encoder launches go in while the GPU runs the step; they join at the next.
+  // Only the step is waited for: the encode runs on while the host reads the candidates and
+  // advances the beams (the next step, queued behind it, reads its slots).
   if (in.encode) enqueue_encode(*in.encode);
-  wait("decode step");
+  check_cuda(cudaEventSynchronize(stepped_), "decode step");
   collect(shape, out);
   if (profile_) {
     float ms = 0;

@@ -14,6 +14,7 @@
 
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
+#include "model/decode_loop.h"
 #include "model/error.h"
 #include "model/weights.h"
 #include "tests/support/golden.h"
@@ -371,6 +372,60 @@ TEST(CudaEngine, EncodeGraphsWriteTheGivenSlots) {
     ASSERT_EQ(want.scores.size(), got.scores.size());
     for (size_t i = 0; i < want.scores.size(); ++i)
       EXPECT_NEAR(want.scores[i], got.scores[i], 1e-4) << "round " << round << " output " << i;
+  }
+}
+
+// Sentences that join a decode loop while others decode have their encode ride on a running
+// step, which step() no longer waits for (the host advances the beams meanwhile): every
+// sentence still decodes as it does alone in the loop (float32: same tokens, same scores).
+TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
+  SKIP_WITHOUT_GPU();
+  auto engine = cuda_engine(Precision::kFloat32);
+  const ModelConfig& config = models().config;
+  const EngineCapacity cap{8, 32, 32};
+  std::vector<DecodeOptions> options(3);
+  options[0].beam_size = 4;
+  options[1].beam_size = 2;
+  options[2].beam_size = 1;
+  for (DecodeOptions& o : options) o.return_scores = true;
+  // Sentence i: source i % 4 with options i % 3.
+  const int n = 10;
+  auto source = [](int i) { return kSources[size_t(i) % kSources.size()]; };
+  auto run = [&](DecodeLoop& loop, std::vector<FinishedSentence>* done) {
+    for (FinishedSentence& f : loop.step().finished) done->push_back(std::move(f));
+  };
+  std::vector<Translation> alone(n);
+  for (int i = 0; i < n; ++i) {
+    DecodeLoop loop(*engine, config, {}, cap);
+    loop.admit({{uint64_t(i), source(i), options[size_t(i % 3)]}});
+    std::vector<FinishedSentence> done;
+    while (!loop.idle()) run(loop, &done);
+    ASSERT_EQ(done.size(), 1u);
+    alone[size_t(i)] = done[0].translation;
+  }
+  // Two at first, then one more every second step while the others decode.
+  DecodeLoop loop(*engine, config, {}, cap);
+  std::vector<FinishedSentence> done;
+  int next = 0;
+  for (int step = 0; next < n || !loop.idle(); ++step) {
+    if (next < n && (step == 0 || step % 2 == 1) && loop.can_admit(options[size_t(next % 3)])) {
+      loop.admit({{uint64_t(next), source(next), options[size_t(next % 3)]}});
+      ++next;
+      if (step == 0) {
+        loop.admit({{uint64_t(next), source(next), options[size_t(next % 3)]}});
+        ++next;
+      }
+    }
+    run(loop, &done);
+  }
+  ASSERT_EQ(done.size(), size_t(n));
+  for (const FinishedSentence& f : done) {
+    const Translation& want = alone[size_t(f.id)];
+    ASSERT_EQ(want.hypotheses.size(), f.translation.hypotheses.size()) << "sentence " << f.id;
+    for (size_t h = 0; h < want.hypotheses.size(); ++h) {
+      EXPECT_EQ(want.hypotheses[h].ids, f.translation.hypotheses[h].ids) << "sentence " << f.id;
+      EXPECT_NEAR(want.hypotheses[h].score, f.translation.hypotheses[h].score, 1e-4) << "sentence " << f.id;
+    }
   }
 }
 

@@ -92,12 +92,13 @@ TEST(Metrics, DecodeLoopSteps) {
   m.model_loaded("m", "cpu", true, /*loops=*/2);
   // Loop 0: 5 sentences admitted (3 ms to encode) before a step over 20 rows, then a step
   // without admissions; loop 1: one step with 1 sentence admitted, then it goes idle.
-  m.loop_step("m", 0, 20, 5, 5, 0.0004, 0.003);
-  m.loop_step("m", 0, 24, 6, 0, 0.002, 0);
-  m.loop_step("m", 1, 4, 1, 1, 0.0003, 0.001);
-  m.loop_step("m", 1, 0, 0, 0, 0, 0);
-  m.first_step("m", 0.004);
-  m.first_step("m", 0.2);
+  Metrics::Loop loop0 = m.loop("m", 0), loop1 = m.loop("m", 1);
+  loop0.step(20, 5, 5, 0.0004, 0.003);
+  loop0.step(24, 6, 0, 0.002, 0);
+  loop1.step(4, 1, 1, 0.0003, 0.001);
+  loop1.step(0, 0, 0, 0, 0);
+  loop0.first_step(0.004);
+  loop1.first_step(0.2);
   const std::string text = m.scrape();
   auto has = [&](const std::string& line) {
     EXPECT_NE(text.find(line + "\n"), std::string::npos) << line << "\n" << text;
