@@ -191,7 +191,7 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
     if (n == 1 && spinning_ > 0) return job;
     // A decoding loop with room takes them at its next step: an idle loop woken for them
     // would only leave them to it (at 64 clients, thousands of wake-ups a second).
-    if (leaves_to_a_running_loop(-1)) return job;
+    if (leaves_to_a_fuller_loop(-1)) return job;
   }
   wake_.notify_all();
   return job;
@@ -241,16 +241,18 @@ void Scheduler::erase_from_queue(const std::function<bool(const Waiting&)>& drop
   queued_ = queue_.size();
 }
 
-// Whether idle loop `index` (-1: any) should leave the queue to a loop that is decoding: the
-// model's sentences fit in loop_fill_sentences and a running loop has room for all that wait.
-bool Scheduler::leaves_to_a_running_loop(int index) const {
+// Whether loop `index` (-1: one to be woken) should leave the queue to a fuller loop that is
+// decoding: the model's sentences fit in loop_fill_sentences and a running loop that holds
+// more sentences than this one has room for all that wait.
+bool Scheduler::leaves_to_a_fuller_loop(int index) const {
   if (loops_.size() < 2 || !within_fill()) return false;
   const int fill = options_.loop_fill_sentences;
+  const int own = index < 0 ? 0 : loads_[size_t(index)].sentences;
   int rows = 0;
   for (const Waiting& w : queue_) rows += w.job->options.beam_size;
   for (size_t j = 0; j < loops_.size(); ++j) {
     const LoopLoad& load = loads_[j];
-    if (int(j) == index || load.sentences == 0) continue;
+    if (int(j) == index || load.sentences <= own) continue;
     const EngineCapacity cap = loops_[j]->capacity();
     if (std::min(fill, cap.sentences) - load.sentences >= int(queue_.size()) && cap.rows - load.rows >= rows)
       return true;
@@ -276,8 +278,12 @@ std::vector<Scheduler::Waiting> Scheduler::take_admissible(int index, int steps_
   purge_queue(now);
   loads_[size_t(index)] = {loop.active_sentences(), loop.active_rows()};
   std::vector<Waiting> taken;
-  *deferred = loop.idle() && !queue_.empty() && leaves_to_a_running_loop(index);
+  *deferred = loop.idle() && !queue_.empty() && leaves_to_a_fuller_loop(index);
   if (*deferred) return taken;
+  // A decoding loop leaves newcomers to a fuller one too: two loops that came to split the
+  // model's sentences (an idle loop woken in a race with the running loop's finishes) both
+  // kept admitting, and every round cost two GPU steps; now the emptier one drains.
+  if (!queue_.empty() && leaves_to_a_fuller_loop(index)) return taken;
   // A quarter: measured on H100 at 64 and 256 clients against an eighth, a sixteenth and
   // every step (the last the slowest: 7.9k against 8.7k sentences/s with 64 clients).
   const bool due = loop.idle() || queue_.size() * 4 >= size_t(loop.active_sentences()) ||
@@ -443,12 +449,20 @@ void Scheduler::run(int index) {
     }
     if (report.finished.empty()) continue;
     std::vector<Done> finished;
-    for (FinishedSentence& f : report.finished) {
-      auto it = running.find(f.id);
-      if (it == running.end()) continue;
-      finished.push_back({it->second.job, it->second.index, std::move(f.translation), step_end});
-      running.erase(it);
-      --active_;
+    {
+      // The load the other loops and submit() read drops with the finished sentences before
+      // their requests are answered: a client's next request, judged against the load from
+      // before, found no room here and woke an idle loop, and two loops came to share the
+      // model's sentences.
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (FinishedSentence& f : report.finished) {
+        auto it = running.find(f.id);
+        if (it == running.end()) continue;
+        finished.push_back({it->second.job, it->second.index, std::move(f.translation), step_end});
+        running.erase(it);
+        --active_;
+      }
+      loads_[size_t(index)] = {loop.active_sentences(), loop.active_rows()};
     }
     if (loop.idle() && queued_.load() == 0) {
       // Nothing else to do here: spare a lone request the hand-over. This loop polls the

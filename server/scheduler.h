@@ -103,7 +103,7 @@ class Scheduler {
   std::vector<Waiting> take_admissible(int index, int steps_since_admit, Clock::time_point now,
                                        bool* deferred);
   bool within_fill() const;  // under mutex_
-  bool leaves_to_a_running_loop(int index) const;
+  bool leaves_to_a_fuller_loop(int index) const;  // under mutex_
   bool wait_for_work(std::unique_lock<std::mutex>& lock, int index);
   void answer(std::vector<Done>& finished);
   void purge_queue(Clock::time_point now);

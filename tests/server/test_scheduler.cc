@@ -349,6 +349,33 @@ TEST(Scheduler, UpToTheFillOneLoopDecodesEverySentence) {
   EXPECT_GT(maxima.sentences, 4);
 }
 
+TEST(Scheduler, AnEmptierDecodingLoopLeavesNewcomersToAFullerOne) {
+  // Two loops of 8 slots below a fill of 16: a request of 12 sentences splits 8 and 4. Once
+  // the short ones have left, one loop decodes 6 sentences and the other 2: newcomers that the
+  // fuller loop has room for go to it (the emptier one drains), so that the model's sentences
+  // come back to one loop's steps rather than staying split over two.
+  SchedulingOptions o = options(8, 64);
+  o.loop_fill_sentences = 16;
+  Fixture f(o, 2, milliseconds(1));
+  std::vector<std::vector<int>> first;
+  for (int i = 0; i < 12; ++i) first.push_back(sentence(i % 8 < 2 ? 3 : 200));  // 2 short of each loop's
+  std::vector<std::future<JobResult>> futures;
+  futures.push_back(f.submit(first, beam(1)));
+  std::this_thread::sleep_for(milliseconds(30));
+  const int encoded[2] = {f.engines[0]->encoded.load(), f.engines[1]->encoded.load()};
+  ASSERT_EQ(encoded[0] + encoded[1], 12);
+  ASSERT_EQ(std::min(encoded[0], encoded[1]), 4) << "the first request did not split 8 and 4";
+  const int emptier = encoded[0] < encoded[1] ? 0 : 1;
+  for (int i = 0; i < 2; ++i) {
+    std::this_thread::sleep_for(milliseconds(2));
+    futures.push_back(f.submit({sentence(10)}, beam(1)));
+  }
+  for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
+  f.scheduler->stop();
+  EXPECT_EQ(f.engines[size_t(emptier)]->encoded.load(), encoded[emptier]) << "the emptier loop took newcomers";
+  EXPECT_EQ(f.engines[size_t(1 - emptier)]->encoded.load(), encoded[1 - emptier] + 2);
+}
+
 TEST(Scheduler, OneClientsLoneRequestsStayOnOneLoop) {
   // A closed loop of one client: each request is sent as soon as the previous one is
   // answered, while the loop that answered is still in the answer's callback (held here for
