@@ -37,9 +37,9 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
   const size_t beam = size_t(options.beam_size);
   running_.assign(beam, Beam{});
   for (size_t b = 1; b < beam; ++b) running_[b].score = kNeg;  // one live beam at first
-  finished_.assign(beam, Finished{{}, kNeg, false});
+  finished_.assign(beam, Finished{-1, kNeg, false});
   next_running_.assign(beam, Beam{});
-  next_finished_.assign(beam, Finished{{}, kNeg, false});
+  next_finished_.assign(beam, Finished{-1, kNeg, false});
   const size_t k = size_t(this->k());
   hits_.assign(k, 0);
   cand_beam_.assign(k, 0);
@@ -49,6 +49,7 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
   keep_.assign(beam, 0);
   order_.assign(beam, 0);
   next_parents_.assign(beam, 0);
+  tokens_tree_.reserve(2 * beam * 32);  // a step adds at most 2 x beam nodes
   tokens_.assign(beam, config.decoder_start_id);
   parents_.resize(beam);
   std::iota(parents_.begin(), parents_.end(), 0);
@@ -64,13 +65,26 @@ bool SentenceSearch::advance(const float* scores, const int* candidates, int voc
   return done;
 }
 
+int SentenceSearch::extend(int node, int token) {
+  tokens_tree_.push_back({token, node});
+  return int(tokens_tree_.size()) - 1;
+}
+
+std::vector<int> SentenceSearch::path(int node) const {
+  std::vector<int> ids;
+  for (; node >= 0; node = tokens_tree_[size_t(node)].parent) ids.push_back(tokens_tree_[size_t(node)].token);
+  std::reverse(ids.begin(), ids.end());
+  return ids;
+}
+
 bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, int vocab) {
   Beam& b = running_[0];
-  b.ids.push_back(candidates[0] % vocab);
+  const int token = candidates[0] % vocab;
+  b.node = extend(b.node, token);
   b.score = scores[0];
-  const bool done = b.ids.back() == eos_id_ || force_eos();
+  const bool done = token == eos_id_ || force_eos();
   if (done) {
-    finished_[0] = {b.ids, b.score / length_norm(step_ + 1, options_.length_penalty), true};
+    finished_[0] = {b.node, b.score / length_norm(step_ + 1, options_.length_penalty), true};
     return true;
   }
   const int parent = 0;
@@ -78,7 +92,7 @@ bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, 
   return false;
 }
 
-// Allocates nothing once the histories have grown to the sentence's length: the decode
+// Allocates nothing but the new tokens' nodes (amortized) and copies no history: the decode
 // loop advances every active sentence between two GPU steps, on the step's critical path.
 bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int vocab) {
   const int beam = options_.beam_size, k = this->k();
@@ -89,12 +103,8 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
     cand_token_[size_t(j)] = cand[j] - cand_beam_[size_t(j)] * vocab;
     hits_[size_t(j)] = cand_token_[size_t(j)] == eos_id_ || at_max;
   }
-  // Candidate j's tokens: its beam's history and its token.
-  auto history = [&](int j, std::vector<int>* ids) {
-    const std::vector<int>& from = running_[size_t(cand_beam_[size_t(j)])].ids;
-    ids->assign(from.begin(), from.end());
-    ids->push_back(cand_token_[size_t(j)]);
-  };
+  // Candidate j's tokens: its beam's and its own.
+  auto history = [&](int j) { return extend(running_[size_t(cand_beam_[size_t(j)])].node, cand_token_[size_t(j)]); };
   const float norm = length_norm(step_ + 1, options_.length_penalty);
 
   // Running beams: the best `beam` candidates that did not just stop.
@@ -114,10 +124,10 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
     const int m = order_[size_t(i)];
     Finished& f = next_finished_[size_t(i)];
     if (m < beam) {
-      std::swap(f, finished_[size_t(m)]);  // each kept slot is taken once
+      f = finished_[size_t(m)];
     } else {
       const int j = m - beam;
-      history(j, &f.ids);
+      f.node = history(j);
       f.score = merged_[size_t(m)];
       f.done = hits_[size_t(j)] && j < beam;
     }
@@ -125,7 +135,7 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
   for (int b = 0; b < beam; ++b) {
     const int j = keep_[size_t(b)];
     Beam& r = next_running_[size_t(b)];
-    history(j, &r.ids);
+    r.node = history(j);
     r.score = running_view_[size_t(j)];
     next_parents_[size_t(b)] = cand_beam_[size_t(j)];
   }
@@ -146,7 +156,7 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
 
 void SentenceSearch::set_next_rows(const int* parents) {
   for (size_t b = 0; b < running_.size(); ++b) {
-    tokens_[b] = running_[b].ids.back();
+    tokens_[b] = tokens_tree_[size_t(running_[b].node)].token;
     parents_[b] = parents[b];
     running_scores_[b] = running_[b].score;
   }
@@ -156,7 +166,7 @@ DecodeResult SentenceSearch::result() const {
   DecodeResult r;
   const int n = options_.beam_size == 1 ? 1 : options_.num_hypotheses;
   for (int h = 0; h < n; ++h) {
-    r.ids.push_back(finished_[size_t(h)].ids);
+    r.ids.push_back(path(finished_[size_t(h)].node));
     r.scores.push_back(finished_[size_t(h)].score);
   }
   return r;

@@ -38,15 +38,23 @@ class SentenceSearch {
   DecodeResult result() const;  // once finished
 
  private:
+  // A hypothesis's tokens are a path in tokens_tree_: its last token's node, whose parents
+  // lead back to its first (-1: no token yet). A step adds nodes and copies no history.
+  struct Node {
+    int token;
+    int parent;
+  };
   struct Beam {
-    std::vector<int> ids;
+    int node = -1;
     float score = 0.f;
   };
   struct Finished {
-    std::vector<int> ids;
+    int node;
     float score;
     bool done;  // transformers' is_sent_finished for this slot
   };
+  int extend(int node, int token);  // a new node: `node`'s path and `token`
+  std::vector<int> path(int node) const;
   bool advance_greedy(const float* scores, const int* candidates, int vocab);
   bool advance_beam(const float* scores, const int* candidates, int vocab);
   void set_next_rows(const int* parents);  // one per running beam
@@ -59,9 +67,9 @@ class SentenceSearch {
   bool improvable_ = true;          // transformers' is_early_stop_heuristic_unsatisfied
   std::vector<int> tokens_, parents_;
   std::vector<float> running_scores_;
-  // advance_beam's scratch, sized once: the next beams and slots (swapped in, so that the
-  // histories keep their capacity), the candidates' beams, tokens, EOS hits and scores, and
-  // the rankings.
+  std::vector<Node> tokens_tree_;
+  // advance_beam's scratch, sized once: the next beams and slots, the candidates' beams,
+  // tokens, EOS hits and scores, and the rankings.
   std::vector<Beam> next_running_;
   std::vector<Finished> next_finished_;
   std::vector<char> hits_;
