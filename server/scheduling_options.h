@@ -16,8 +16,9 @@ struct SchedulingOptions {
   // once. 1 = admit between every two steps.
   int max_admit_delay_steps = 8;
   // Several loops of one model on one GPU: while the model's sentences (active and queued)
-  // number at most this, one loop decodes them all and the others stay idle; beyond it the
-  // loops take even shares. The GPU runs the loops' steps one after another (they share its
+  // number at most this, one loop decodes them all and the others stay idle (a decoding loop
+  // that holds fewer sentences than another leaves newcomers to it, so loops that came to
+  // share them drain back to one); beyond it the loops take even shares. The GPU runs the loops' steps one after another (they share its
   // stream), so two half-full loops cost two steps where one full loop costs one; a second
   // loop pays only once its host-side bookkeeping would otherwise leave the GPU idle.
   // 0 = even shares always (the CPU's loops: each has its own cores).
