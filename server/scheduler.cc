@@ -449,6 +449,7 @@ void Scheduler::run(int index) {
     }
     if (report.finished.empty()) continue;
     std::vector<Done> finished;
+    bool answer_here = false;
     {
       // The load the other loops and submit() read drops with the finished sentences before
       // their requests are answered: a client's next request, judged against the load from
@@ -463,18 +464,18 @@ void Scheduler::run(int index) {
         --active_;
       }
       loads_[size_t(index)] = {loop.active_sentences(), loop.active_rows()};
-    }
-    if (loop.idle() && queued_.load() == 0) {
       // Nothing else to do here: spare a lone request the hand-over. This loop polls the
       // queue again once the answer is out, so it counts as polling already: a lone request
       // that arrives meanwhile (the client's next one) waits for it rather than waking a
       // sleeping loop. Woken, that loop took it, and a single client's requests alternated
       // between the engines, each time paying a sleeping thread's wake-up and a cold engine.
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
+      answer_here = loop.idle() && queue_.empty();
+      if (answer_here) {
         last_idle_loop_ = index;
         ++spinning_;
       }
+    }
+    if (answer_here) {
       answer(finished);
       {
         std::lock_guard<std::mutex> lock(mutex_);
