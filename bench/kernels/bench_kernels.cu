@@ -331,8 +331,7 @@ void bench_topk() {
   row("beam_topk_fp16", vocab, "ours", us, 2.0 * sentences * beam * vocab / us / 1e3);
   std::fprintf(stderr, "\nbeam top-k 16 x 4 x %d, k = 8 (log-softmax + masks + top-k): %.2f us\n",
                vocab, us);
-  // The float32 CUDA engine's batch-1 and batch-64 decode steps (float32 logits; the float16
-  // engine's are float16), rows padded to 8.
+  // The CUDA engine's batch-1 and batch-64 decode steps: float32 logits, rows padded to 8.
   for (int64_t n : {1, 64})
     for (int v : {8001, 58101})
       std::fprintf(stderr, "beam top-k %ld x 4 x %d float32, k = 8 (engine batch %ld): %.2f us\n",

@@ -755,7 +755,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, 
 }
 
 // Whether the held-row kernels may load 4 tokens at once: rows and bias 16-byte aligned, each
-// row readable to a whole pack of 4 tokens (16 bytes of float32 logits, 8 of float16).
+// row readable to a whole pack (float32 logits, as the engine's: 4 tokens).
 template <typename T>
 bool held_vectors(const T* logits, int64_t row_stride, const float* bias) {
   return pick_pack<T>(row_stride, {logits, bias}) >= 4;

@@ -459,10 +459,7 @@ class CudaEngine final : public Engine {
     DeviceBuffer<T> cache;           // [L * 2][rows + 1][cache_cap][d]
     DeviceBuffer<int> key_rows[2];   // ping-pong [rows + 1][cache_cap]: cache row of a position
     DeviceBuffer<T> y, qkv, ctx, tmp, hidden;  // [padded rows][d, 3d, d, d, ffn]
-    // [padded rows][logits_ld()] in the compute type, as transformers' lm_head gives them
-    // (float16 logits under float16, which generate() then takes to float32 for its
-    // log-softmax, as the top-k does): half the bytes the largest steps write and read.
-    DeviceBuffer<T> logits;
+    DeviceBuffer<float> logits;                // [padded rows][logits_ld()]
     DeviceBuffer<char> topk_ws, step_in;
     DeviceBuffer<int> step_out;  // [outputs] scores (float), then [outputs] candidates
   };
@@ -513,7 +510,7 @@ class CudaEngine final : public Engine {
     s.ctx = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
     s.tmp = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
     s.hidden = DeviceBuffer<T>(&alloc_, size_t(rows) * std::max(c_.decoder_ffn_dim, 1));
-    s.logits = DeviceBuffer<T>(&alloc_, size_t(rows) * logits_ld());
+    s.logits = DeviceBuffer<float>(&alloc_, size_t(rows) * logits_ld());
     s.topk_ws = DeviceBuffer<char>(&alloc_, topk_workspace_bound(rows));
     s.step_in = DeviceBuffer<char>(&alloc_, StepUpload::bytes(rows, rows));
     s.step_out = DeviceBuffer<int>(&alloc_, size_t(2) * rows * kMaxTopk);
@@ -745,7 +742,7 @@ class CudaEngine final : public Engine {
     masks.eos_id = c_.eos_id;
     for (const Run& run : shape.runs) {
       masks.sentence_flags = dev.flags + run.first_sentence;
-      kernels::beam_topk_cuda<T>(
+      kernels::beam_topk_cuda<float>(
           state_.logits.get() + int64_t(run.first_row) * logits_ld(), out_bias_.get(),
           dev.running + run.first_row, run.padded, run.beam, c_.target_vocab_size, run.k, masks,
           scores + run.first_output, index + run.first_output, state_.topk_ws.get(),
