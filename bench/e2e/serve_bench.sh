@@ -9,7 +9,9 @@
 #      Health.Check calls (the transport's round trip alone), then nmt-loadgen with 1 client
 #      (blocking in its call, then again polling for the answer: --busy-poll leaves out the
 #      client thread's wake-up), 64 and 256 single-sentence clients, and 64 clients of 8
-#      sentences per request, each after a warm-up pass.
+#      sentences per request, each after a warm-up pass; and 256 clients of Health.Check calls:
+#      the most calls a second this machine's transport carries with 256 connections, the
+#      ceiling of the 256-client figure where it is lower than the engine's (server run 21).
 # Every figure is a RESULT line (JSON, with device, commit and date) appended to
 # OUT_DIR/results.jsonl; a summary with the served/offline ratios goes to stdout.
 # usage: bench/e2e/serve_bench.sh OUT_DIR [WORKERS...]   (default workers: 1 2)
@@ -88,6 +90,9 @@ for w in $workers; do
   load single-client-busy-poll 1 1 --busy-poll
   load clients-64 64 1
   load clients-256 256 1
+  # The transport's call rate at the same concurrency, with no work behind the calls.
+  loadgen --ping --clients 256 --duration 3 > /dev/null 2>&1
+  loadgen --ping --clients 256 --duration "$seconds" --json 2>/dev/null | record ping-256
   load clients-64x8 64 8
   curl -s 127.0.0.1:$((port + 1))/metrics | grep -E "^nmt_(admitted_sentences|step_duration_seconds|time_to_first_step_seconds|encode_duration_seconds)_(sum|count|bucket)" > "$out/metrics-$w.txt"
   kill "$pid"; wait "$pid"
