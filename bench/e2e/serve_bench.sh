@@ -18,7 +18,11 @@
 #   SERVER_ARGS="--max-admit-delay-steps 4" adds flags to nmt-server (recorded in the results);
 #   OFFLINE=0 skips the offline figures (a second configuration in the same run);
 #   SERVER_CPUS=0-7 CLIENT_CPUS=8-15 pin the server and the load generator to disjoint cores
-#   (taskset), so that the clients' threads cannot delay the server's (recorded in the results).
+#   (taskset), so that the clients' threads cannot delay the server's (recorded in the results);
+#   CLIENT_THREADS=4 drives the many-client loads (64, 256, 64 x 8, the 256-client ping) from 4
+#   threads' completion queues (nmt-loadgen --client-threads) instead of a thread per client,
+#   leaving the server the cores 256 blocking client threads take (server run 23); the single
+#   client keeps its own thread.
 set -uo pipefail
 out=${1:?usage: serve_bench.sh OUT_DIR [WORKERS...]}
 shift
@@ -88,12 +92,14 @@ for w in $workers; do
   loadgen --ping --clients 1 --duration 3 --json 2>/dev/null | record ping
   load single-client 1 1
   load single-client-busy-poll 1 1 --busy-poll
-  load clients-64 64 1
-  load clients-256 256 1
+  many=()
+  [ -n "${CLIENT_THREADS:-}" ] && many=(--client-threads "$CLIENT_THREADS")
+  load clients-64 64 1 "${many[@]}"
+  load clients-256 256 1 "${many[@]}"
   # The transport's call rate at the same concurrency, with no work behind the calls.
-  loadgen --ping --clients 256 --duration 3 > /dev/null 2>&1
-  loadgen --ping --clients 256 --duration "$seconds" --json 2>/dev/null | record ping-256
-  load clients-64x8 64 8
+  loadgen --ping --clients 256 "${many[@]}" --duration 3 > /dev/null 2>&1
+  loadgen --ping --clients 256 "${many[@]}" --duration "$seconds" --json 2>/dev/null | record ping-256
+  load clients-64x8 64 8 "${many[@]}"
   curl -s 127.0.0.1:$((port + 1))/metrics | grep -E "^nmt_(admitted_sentences|step_duration_seconds|time_to_first_step_seconds|encode_duration_seconds)_(sum|count|bucket)" > "$out/metrics-$w.txt"
   kill "$pid"; wait "$pid"
   if curl -s -o /dev/null 127.0.0.1:$((port + 1))/metrics; then echo "the server of workers $w is still running" >&2; exit 1; fi

@@ -25,14 +25,20 @@ def flags(r):
     return " ".join(f for f in (r.get("server_args", ""), pinned) if f)
 
 
+def load_flags(r):
+    """flags() and, where the load generator shared its clients out over threads, how many."""
+    threads = f"clients on {r['client_threads']} threads" if r.get("client_threads") else ""
+    return " ".join(f for f in (flags(r), threads) if f)
+
+
 # Calls a second the transport alone carried at 256 clients, per server configuration.
-ping_rate = {(r["workers"], flags(r)): r["requests_per_s"] for r in served if r["name"] == "ping-256"}
+ping_rate = {(r["workers"], load_flags(r)): r["requests_per_s"] for r in served if r["name"] == "ping-256"}
 
 for r in served:
     clients = r["clients"]
     if r["name"] == "ping-256":
         lat = r["latency_ms"]
-        print(f"| {r['workers']} | {flags(r)} | ping, 256 clients | {r['requests_per_s']:,.0f} calls/s | "
+        print(f"| {r['workers']} | {load_flags(r)} | ping, 256 clients | {r['requests_per_s']:,.0f} calls/s | "
               f"the transport's call rate | {lat['p50']:.3f} | {lat['p99']:.3f} | | | {r['errors']} |")
         continue
     if r["name"] == "ping":
@@ -45,7 +51,7 @@ for r in served:
         if match and clients > 1 else (f"p50 - offline p50 = {r['latency_ms']['p50'] - b1:+.2f} ms" if b1 else "")
     if clients == 1 and b1 and "server_ms" in r:  # the part of it inside the server
         ratio += f" (server-side {r['server_ms']['total']['p50'] - b1:+.2f} ms)"
-    rate = ping_rate.get((r["workers"], flags(r)))
+    rate = ping_rate.get((r["workers"], load_flags(r)))
     if clients == 256 and r["sentences_per_request"] == 1 and rate:
         ratio += f", {100 * r['requests_per_s'] / rate:.0f}% of the transport's call rate"
     lat = r["latency_ms"]
@@ -53,5 +59,5 @@ for r in served:
     # transport's or the load generator's.
     total = r.get("server_ms", {}).get("total")
     server_tail = f"{total['p99'] / total['p50']:.2f}" if total and total.get("p50") else ""
-    print(f"| {r['workers']} | {flags(r)} | {r['name']} | {r['sentences_per_s']:,.0f} | {ratio} | {lat['p50']:.2f} | "
+    print(f"| {r['workers']} | {load_flags(r)} | {r['name']} | {r['sentences_per_s']:,.0f} | {ratio} | {lat['p50']:.2f} | "
           f"{lat['p99']:.2f} | {lat['p99'] / lat['p50']:.2f} | {server_tail} | {r['errors']} |")

@@ -5,6 +5,7 @@
 //   nmt-loadgen --ping --clients 1 --duration 5   (the transport's round trip alone)
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -38,6 +39,7 @@ struct Options {
   bool health_check = false;
   bool ping = false;  // closed-loop Health.Check calls instead of Translate
   bool busy_poll = false;  // wait for answers by polling, never sleeping (see kUsage)
+  int client_threads = 0;  // 0: a thread per client; else the clients shared out over this many
   bool json = false;
 };
 
@@ -45,9 +47,9 @@ const char* kUsage =
     "Usage: nmt-loadgen --input FILE [--target HOST:PORT] [--clients N]\n"
     "                   (--duration SECONDS | --count REQUESTS) [--beam K]\n"
     "                   [--sentences-per-request N] [--model NAME] [--timeout-ms MS] [--json]\n"
-    "                   [--busy-poll]\n"
+    "                   [--busy-poll | --client-threads N]\n"
     "       nmt-loadgen --ping [--target HOST:PORT] [--clients N] (--duration S | --count N)\n"
-    "                   [--busy-poll]\n"
+    "                   [--busy-poll | --client-threads N]\n"
     "       nmt-loadgen --health-check [--target HOST:PORT] [--timeout-ms MS]\n\n"
     "Closed loop: each of N clients sends its next Translate request as soon as the previous\n"
     "one is answered, taking sentences from FILE (one per line, gzip or plain) in turn.\n"
@@ -60,6 +62,10 @@ const char* kUsage =
     "its CPU's wake-up when the answer comes (on virtual machines a large part of a\n"
     "millisecond); polling leaves that client-side cost out of the latency, so that it\n"
     "measures the server and the transport. It keeps one core busy per client.\n"
+    "--client-threads N: the clients' calls are driven asynchronously by N threads, one\n"
+    "completion queue each, instead of a blocking thread per client (still one connection\n"
+    "and one call in flight per client): hundreds of client threads otherwise take the\n"
+    "cores a server on the same machine needs.\n"
     "Defaults: --target 127.0.0.1:50051 --clients 8 --beam 4 --sentences-per-request 1\n"
     "--timeout-ms 10000 (per request deadline).\n";
 
@@ -103,11 +109,13 @@ Options parse(int argc, char** argv) {
     else if (flag == "beam") o.beam = static_cast<int>(to_number(flag, value, 1));
     else if (flag == "sentences-per-request") o.sentences_per_request = static_cast<int>(to_number(flag, value, 1));
     else if (flag == "timeout-ms") o.timeout_ms = static_cast<int>(to_number(flag, value, 1));
+    else if (flag == "client-threads") o.client_threads = static_cast<int>(to_number(flag, value, 1));
     else usage_error("unknown flag --" + flag);
   }
   if (!o.health_check) {
     if (o.input.empty() && !o.ping) usage_error("--input FILE is required");
     if ((o.duration_s > 0) == (o.count > 0)) usage_error("give exactly one of --duration and --count");
+    if (o.busy_poll && o.client_threads > 0) usage_error("--busy-poll polls one client per thread: not with --client-threads");
   }
   return o;
 }
@@ -145,15 +153,84 @@ struct Totals {
   long sentences = 0;
 };
 
+// What one thread's calls gathered, merged into Totals when it ends.
+struct Tally {
+  std::vector<double> latencies, total, queue, decode;
+  std::map<std::string, long> errors;
+  long sentences = 0;
+
+  void add(const Options& o, double ms, long n, const nmt::v1::Timings& timings, const std::string& error) {
+    if (!error.empty()) {
+      ++errors[error];
+      return;
+    }
+    latencies.push_back(ms);
+    sentences += n;
+    if (!o.ping) {
+      total.push_back(timings.total_ms());
+      queue.push_back(timings.queue_ms());
+      decode.push_back(timings.decode_ms());
+    }
+  }
+
+  void merge_into(Totals& totals) const {
+    std::lock_guard<std::mutex> lock(totals.mutex);
+    totals.latencies_ms.insert(totals.latencies_ms.end(), latencies.begin(), latencies.end());
+    totals.server_total_ms.insert(totals.server_total_ms.end(), total.begin(), total.end());
+    totals.server_queue_ms.insert(totals.server_queue_ms.end(), queue.begin(), queue.end());
+    totals.server_decode_ms.insert(totals.server_decode_ms.end(), decode.begin(), decode.end());
+    for (const auto& [e, n] : errors) totals.errors[e] += n;
+    totals.sentences += sentences;
+  }
+};
+
+// A client's own connection to the target.
+std::shared_ptr<grpc::Channel> client_channel(const Options& o) {
+  grpc::ChannelArguments args;
+  args.SetInt("grpc.use_local_subchannel_pool", 1);  // one connection per client
+  return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
+}
+
+// The next Translate request: the next sentences of the input, in turn across clients.
+void fill_request(const Options& o, const std::vector<std::string>& sentences,
+                  std::atomic<size_t>& next_sentence, nmt::v1::TranslateRequest* request) {
+  request->Clear();
+  request->set_model(o.model);
+  request->mutable_options()->set_beam_size(o.beam);
+  for (int i = 0; i < o.sentences_per_request; ++i) {
+    request->add_texts(sentences[next_sentence.fetch_add(1) % sentences.size()]);
+  }
+}
+
+// "" for a Translate call that returned every translation, else what went wrong.
+std::string translate_error(const grpc::Status& status, const nmt::v1::TranslateRequest& request,
+                            const nmt::v1::TranslateResponse& response) {
+  if (status.ok() && response.translations_size() == request.texts_size()) return "";
+  return std::to_string(status.error_code()) + ": " +
+         (status.ok() ? "wrong number of translations" : status.error_message());
+}
+
+std::string call_error(const grpc::Status& status) {
+  return status.ok() ? "" : std::to_string(status.error_code()) + ": " + status.error_message();
+}
+
+double elapsed_ms(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Whether the closed loop goes on: requests left (--count) or time left (--duration).
+bool more_requests(const Options& o, std::atomic<long>& next_request, Clock::time_point end) {
+  if (o.count > 0) return next_request.fetch_add(1) < o.count;
+  return Clock::now() < end;
+}
+
 // One request of the closed loop: a Translate call of the next sentences, or with --ping a
 // Health.Check. Returns the sentences it translated (0 for a ping) or sets *error.
 class Caller {
  public:
   Caller(const Options& o, const std::vector<std::string>& sentences, std::atomic<size_t>& next_sentence)
       : o_(o), sentences_(sentences), next_sentence_(next_sentence) {
-    grpc::ChannelArguments args;
-    args.SetInt("grpc.use_local_subchannel_pool", 1);  // one connection per client
-    auto channel = grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
+    auto channel = client_channel(o);
     if (o.ping) health_ = grpc::health::v1::Health::NewStub(channel);
     else translation_ = nmt::v1::TranslationService::NewStub(channel);
   }
@@ -180,15 +257,11 @@ class Caller {
                        : health_->Check(&context, request, &response);
       const double ms = elapsed_ms(start);
       *sentences = 0;
-      if (!status.ok()) *error = std::to_string(status.error_code()) + ": " + status.error_message();
+      *error = call_error(status);
       return ms;
     }
     nmt::v1::TranslateRequest request;
-    request.set_model(o_.model);
-    request.mutable_options()->set_beam_size(o_.beam);
-    for (int i = 0; i < o_.sentences_per_request; ++i) {
-      request.add_texts(sentences_[next_sentence_.fetch_add(1) % sentences_.size()]);
-    }
+    fill_request(o_, sentences_, next_sentence_, &request);
     nmt::v1::TranslateResponse response;
     const Clock::time_point start = Clock::now();
     const grpc::Status status =
@@ -197,10 +270,7 @@ class Caller {
     const double ms = elapsed_ms(start);
     *sentences = request.texts_size();
     *timings = response.timings();
-    if (!status.ok() || response.translations_size() != request.texts_size()) {
-      *error = std::to_string(status.error_code()) + ": " +
-               (status.ok() ? "wrong number of translations" : status.error_message());
-    }
+    *error = translate_error(status, request, response);
     return ms;
   }
 
@@ -220,10 +290,6 @@ class Caller {
     return status;  // the queue holds one call at a time: `got` is &tag
   }
 
-  static double elapsed_ms(Clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  }
-
   const Options& o_;
   const std::vector<std::string>& sentences_;
   std::atomic<size_t>& next_sentence_;
@@ -236,35 +302,82 @@ void client_loop(const Options& o, const std::vector<std::string>& sentences,
                  std::atomic<long>& next_request, std::atomic<size_t>& next_sentence,
                  Clock::time_point end, Totals& totals) {
   Caller caller(o, sentences, next_sentence);
-  std::vector<double> latencies, total, queue, decode;
-  std::map<std::string, long> errors;
-  long done_sentences = 0;
-  while (true) {
-    if (o.count > 0 && next_request.fetch_add(1) >= o.count) break;
-    if (o.count == 0 && Clock::now() >= end) break;
+  Tally tally;
+  while (more_requests(o, next_request, end)) {
     long n = 0;
     nmt::v1::Timings timings;
     std::string error;
     const double ms = caller.call(&n, &timings, &error);
-    if (error.empty()) {
-      latencies.push_back(ms);
-      done_sentences += n;
-      if (!o.ping) {
-        total.push_back(timings.total_ms());
-        queue.push_back(timings.queue_ms());
-        decode.push_back(timings.decode_ms());
-      }
+    tally.add(o, ms, n, timings, error);
+  }
+  tally.merge_into(totals);
+}
+
+// --client-threads: one thread drives clients first, first + step, ... through one completion
+// queue, each client with its own connection and one call in flight, the next started as soon
+// as the previous is answered (the same closed loop as client_loop's).
+void shared_client_loop(const Options& o, int first, int step, const std::vector<std::string>& sentences,
+                        std::atomic<long>& next_request, std::atomic<size_t>& next_sentence,
+                        Clock::time_point end, Totals& totals) {
+  struct Call {
+    std::unique_ptr<grpc::health::v1::Health::Stub> health;
+    std::unique_ptr<nmt::v1::TranslationService::Stub> translation;
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::health::v1::HealthCheckResponse>> ping_reader;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<nmt::v1::TranslateResponse>> reader;
+    grpc::health::v1::HealthCheckRequest ping_request;
+    grpc::health::v1::HealthCheckResponse ping_response;
+    nmt::v1::TranslateRequest request;
+    nmt::v1::TranslateResponse response;
+    grpc::Status status;
+    Clock::time_point start;
+  };
+  grpc::CompletionQueue queue;
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int c = first; c < o.clients; c += step) {
+    auto call = std::make_unique<Call>();
+    auto channel = client_channel(o);
+    if (o.ping) call->health = grpc::health::v1::Health::NewStub(channel);
+    else call->translation = nmt::v1::TranslationService::NewStub(channel);
+    calls.push_back(std::move(call));
+  }
+  auto start = [&](Call& c) {
+    c.context = std::make_unique<grpc::ClientContext>();
+    c.context->set_deadline(deadline_in(o.timeout_ms));
+    if (!o.ping) fill_request(o, sentences, next_sentence, &c.request);
+    c.start = Clock::now();
+    if (o.ping) {
+      c.ping_reader = c.health->AsyncCheck(c.context.get(), c.ping_request, &queue);
+      c.ping_reader->Finish(&c.ping_response, &c.status, &c);
     } else {
-      ++errors[error];
+      c.reader = c.translation->AsyncTranslate(c.context.get(), c.request, &queue);
+      c.reader->Finish(&c.response, &c.status, &c);
+    }
+  };
+  int in_flight = 0;
+  for (auto& c : calls) {
+    if (!more_requests(o, next_request, end)) break;
+    start(*c);
+    ++in_flight;
+  }
+  Tally tally;
+  void* tag = nullptr;
+  bool ok = false;
+  while (in_flight > 0 && queue.Next(&tag, &ok)) {
+    Call& c = *static_cast<Call*>(tag);
+    --in_flight;
+    const double ms = elapsed_ms(c.start);
+    if (o.ping) tally.add(o, ms, 0, {}, call_error(c.status));
+    else tally.add(o, ms, c.request.texts_size(), c.response.timings(), translate_error(c.status, c.request, c.response));
+    if (more_requests(o, next_request, end)) {
+      start(c);
+      ++in_flight;
     }
   }
-  std::lock_guard<std::mutex> lock(totals.mutex);
-  totals.latencies_ms.insert(totals.latencies_ms.end(), latencies.begin(), latencies.end());
-  totals.server_total_ms.insert(totals.server_total_ms.end(), total.begin(), total.end());
-  totals.server_queue_ms.insert(totals.server_queue_ms.end(), queue.begin(), queue.end());
-  totals.server_decode_ms.insert(totals.server_decode_ms.end(), decode.begin(), decode.end());
-  for (const auto& [e, n] : errors) totals.errors[e] += n;
-  totals.sentences += done_sentences;
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  tally.merge_into(totals);
 }
 
 int load(const Options& o) {
@@ -282,9 +395,17 @@ int load(const Options& o) {
   const Clock::time_point end =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
   std::vector<std::thread> clients;
-  for (int i = 0; i < o.clients; ++i) {
-    clients.emplace_back(client_loop, std::cref(o), std::cref(sentences), std::ref(next_request),
-                         std::ref(next_sentence), end, std::ref(totals));
+  if (o.client_threads > 0) {
+    const int threads = std::min(o.client_threads, o.clients);
+    for (int t = 0; t < threads; ++t) {
+      clients.emplace_back(shared_client_loop, std::cref(o), t, threads, std::cref(sentences),
+                           std::ref(next_request), std::ref(next_sentence), end, std::ref(totals));
+    }
+  } else {
+    for (int i = 0; i < o.clients; ++i) {
+      clients.emplace_back(client_loop, std::cref(o), std::cref(sentences), std::ref(next_request),
+                           std::ref(next_sentence), end, std::ref(totals));
+    }
   }
   for (std::thread& t : clients) t.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -294,7 +415,7 @@ int load(const Options& o) {
   for (const auto& [e, n] : totals.errors) errors += n;
   nlohmann::ordered_json report = {
       {"target", o.target}, {"rpc", o.ping ? "Health.Check" : "Translate"}, {"clients", o.clients}, {"beam", o.beam},
-      {"busy_poll", o.busy_poll},
+      {"busy_poll", o.busy_poll}, {"client_threads", o.client_threads},
       {"sentences_per_request", o.sentences_per_request}, {"seconds", elapsed},
       {"requests", s.count}, {"errors", errors}, {"sentences", totals.sentences},
       {"requests_per_s", s.count / elapsed}, {"sentences_per_s", totals.sentences / elapsed},

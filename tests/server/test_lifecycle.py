@@ -205,6 +205,30 @@ def run_loadgen(server, loadgen, tmp):
                         "--count", "4", "--beam", "99"], capture_output=True, text=True, timeout=120)
     check(r.returncode == 1 and "errors" in r.stdout and "max_beam_size" in r.stdout,
           f"nmt-loadgen reports errors and exits 1: {r.stdout.strip().splitlines()[-1:]}")
+    # --client-threads: 5 clients' calls driven by 2 threads' completion queues, the same
+    # closed loop (each client's next request sent once its previous one is answered).
+    r = subprocess.run([loadgen, "--target", server.target, "--input", sentences, "--clients", "5",
+                        "--count", "20", "--beam", "2", "--sentences-per-request", "2", "--client-threads", "2",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    report = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(report.get("client_threads") == 2 and report.get("requests") == 20 and report.get("errors") == 0
+          and report.get("sentences") == 40 and report["server_ms"]["total"]["p50"] > 0,
+          f"nmt-loadgen --client-threads 2 --count 20: {report or r.stderr}")
+    ok = harness.metric(server.metrics(), 'nmt_requests_total{code="OK",model="m30k"}')
+    check(ok == 46, f"the server counted 20 + 6 + 20 loadgen requests ({ok})")
+    r = subprocess.run([loadgen, "--ping", "--target", server.target, "--clients", "8", "--count", "40",
+                        "--client-threads", "3", "--json"], capture_output=True, text=True, timeout=120)
+    report = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(report.get("requests") == 40 and report.get("errors") == 0 and report.get("rpc") == "Health.Check",
+          f"nmt-loadgen --ping --client-threads 3: {report or r.stderr}")
+    r = subprocess.run([loadgen, "--target", server.target, "--input", sentences, "--clients", "3",
+                        "--count", "6", "--beam", "99", "--client-threads", "2"], capture_output=True, text=True,
+                       timeout=120)
+    check(r.returncode == 1 and "6 errors" in r.stdout and "max_beam_size" in r.stdout,
+          f"nmt-loadgen --client-threads counts each failed call: {r.stdout.strip().splitlines()[-2:]}")
+    r = subprocess.run([loadgen, "--ping", "--target", server.target, "--count", "2", "--busy-poll",
+                        "--client-threads", "2"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--busy-poll" in r.stderr, "nmt-loadgen refuses --busy-poll with --client-threads")
     r = subprocess.run([loadgen, "--health-check", "--target", server.target], capture_output=True,
                        text=True, timeout=60)
     check(r.returncode == 0 and r.stdout.strip() == "SERVING", "nmt-loadgen --health-check: SERVING, exit 0")
