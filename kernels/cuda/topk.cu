@@ -229,20 +229,22 @@ struct HeldTokens {
 // Loads the held tokens of row x (+ bias) into z, -inf past the end, every load issued before
 // the first is used. kVec = 4 needs x + begin and bias + begin aligned to 4 elements and the
 // row (not the bias) readable up to a multiple of 4 tokens past end (a row stride that is a
-// multiple of 4).
-template <typename T, int kVec, int kPer>
-__device__ __forceinline__ void load_held(const T* x, const float* bias, const HeldTokens<kVec>& held,
-                                          float (&z)[kPer]) {
-  static_assert(kPer % kVec == 0, "whole loads a thread");
+// multiple of 4). Registers [kCheckFrom, kPer) are compared with the end; the others are known
+// to be in the row (three instructions a token fewer).
+template <int kCheckFrom, typename T, int kVec, int kPer>
+__device__ __forceinline__ void load_held_tokens(const T* x, const float* bias,
+                                                 const HeldTokens<kVec>& held, float (&z)[kPer]) {
+  static_assert(kPer % kVec == 0 && kCheckFrom % kVec == 0, "whole loads a thread");
 #pragma unroll
   for (int g = 0; g < kPer; g += kVec) {
+    const bool check = g >= kCheckFrom;
     const int t = held.token(g);
     float v[kVec], b[kVec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[j] = b[j] = 0.f;
-    if (t < held.end) {
+    if (!check || t < held.end) {
       load_pack<T, kVec>(x + t, v);
-      if (bias && t + kVec <= held.end) {
+      if (bias && (!check || t + kVec <= held.end)) {
         load_pack<float, kVec>(bias + t, b);
       } else if (bias) {  // the bias ends with the row
 #pragma unroll
@@ -251,8 +253,23 @@ __device__ __forceinline__ void load_held(const T* x, const float* bias, const H
       }
     }
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) z[g + j] = t + j < held.end ? v[j] + b[j] : -INFINITY;
+    for (int j = 0; j < kVec; ++j) {
+      const float value = bias ? v[j] + b[j] : v[j];
+      z[g + j] = !check || t + j < held.end ? value : -INFINITY;
+    }
   }
+}
+
+// A thread's tokens increase with the register, so where the first kPer - kVec are in the row
+// (a chunk or row at least (kPer / kVec - 1) * kVec * kChunkThreads tokens long, as the engine's
+// are) only the last load is checked.
+template <typename T, int kVec, int kPer>
+__device__ __forceinline__ void load_held(const T* x, const float* bias, const HeldTokens<kVec>& held,
+                                          float (&z)[kPer]) {
+  if (held.in(kPer - kVec - 1))
+    load_held_tokens<kPer - kVec>(x, bias, held, z);
+  else
+    load_held_tokens<0>(x, bias, held, z);
 }
 
 // 2^x, flushing denormal results to zero (the log-sum-exp's terms; __expf adds denormal
@@ -263,12 +280,20 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// The largest of a thread's held values (-inf past the end: never above a held one).
+template <int kPer>
+__device__ __forceinline__ float held_max(const float (&z)[kPer]) {
+  float m = -INFINITY;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) m = fmaxf(m, z[u]);
+  return m;
+}
+
 // The (max, sum of exp) of a thread's held values (-inf: none), for block_lse.
 template <int kPer>
 __device__ __forceinline__ OnlineLse held_lse(const float (&z)[kPer]) {
   OnlineLse lse;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) lse.m = fmaxf(lse.m, z[u]);
+  lse.m = held_max(z);
   if (lse.m == -INFINITY) return lse;
   constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
@@ -276,34 +301,41 @@ __device__ __forceinline__ OnlineLse held_lse(const float (&z)[kPer]) {
   return lse;
 }
 
-// Sets the held key of token t to `value`, if this thread holds it (one thread does).
+// Sets the held key of token t to `value`, if this thread holds it (one thread does); returns
+// whether it did.
 template <int kVec, int kPer>
-__device__ __forceinline__ void set_held(float (&key)[kPer], const HeldTokens<kVec>& held, int t,
+__device__ __forceinline__ bool set_held(float (&key)[kPer], const HeldTokens<kVec>& held, int t,
                                          float value) {
   const int offset = t - held.begin;
-  if (t < 0 || offset < 0 || t >= held.end || (offset / kVec) % kChunkThreads != int(threadIdx.x)) return;
+  if (t < 0 || offset < 0 || t >= held.end || (offset / kVec) % kChunkThreads != int(threadIdx.x)) return false;
   const int u = offset / kVec / kChunkThreads * kVec + offset % kVec;
 #pragma unroll
   for (int w = 0; w < kPer; ++w)
     if (w == u) key[w] = value;
+  return true;
 }
 
 // Room in shared memory for the keys that reach block_select_held's threshold.
 constexpr int kHeldCandidates = 256;
 
 // The block's kK best (key, index) pairs, exact (ties to the lower index), among the keys its
-// threads hold: key[u] for held token u where held.in(u). emit(r, key, index) runs once for
-// each r < kK, on any thread (past the held keys: -inf, kNoToken).
+// threads hold: key[u] for held token u where held.in(u), -inf past the end; thread_max is the
+// largest of the thread's keys. emit(r, key, index) runs once for each r < kK, on any thread
+// (past the held keys: -inf, kNoToken).
 // The threads form kK equal groups; every group holds a key at least the least of the groups'
-// maxima, T, so the kK best keys are >= T, and few others usually are. Those go to shared
-// memory, where each one's rank is counted: per key a max and a compare. (WarpTop's ballot and
-// compare per key and its insertions made the top-k instruction-bound: ncu, H100, 74% SM
-// throughput at 31% of DRAM bandwidth.) When more than kHeldCandidates keys reach T (keys that
-// tie by the hundred, as a dead beam's scores all do at the first step), WarpTop per warp and
-// block_select instead.
+// maxima, T, so the kK best keys are >= T, and few others usually are (tens of a chunk's
+// thousands). Each of those takes a place in shared memory by a shared atomic, where its rank
+// is counted: per key a max and a compare, the whole test a compare and a branch a key.
+// (WarpTop's ballot and compare per key and its insertions made the top-k instruction-bound:
+// ncu, H100, 74% SM throughput at 31% of DRAM bandwidth; a per-thread count, warp scan and
+// second pass over the keys to place them cost ~8 instructions a key, end-to-end run 25.)
+// When more than kHeldCandidates keys reach T (keys that tie by the hundred, as a dead beam's
+// scores all do at the first step), or T is -inf (a group with no key above -inf), WarpTop
+// per warp and block_select instead.
 template <int kK, int kVec, int kPer, class Emit>
 __device__ __forceinline__ void block_select_held(const float (&key)[kPer],
-                                                  const HeldTokens<kVec>& held, Emit emit) {
+                                                  const HeldTokens<kVec>& held, float thread_max,
+                                                  Emit emit) {
   static_assert(kK >= 1 && kK <= 32 && (kK & (kK - 1)) == 0, "kK a power of two <= 32");
   constexpr int kLanes = kChunkThreads / kK < 32 ? kChunkThreads / kK : 32;  // per group and warp
   constexpr int kParts = kChunkThreads / kLanes;  // partial maxima, kParts / kK per group
@@ -311,12 +343,7 @@ __device__ __forceinline__ void block_select_held(const float (&key)[kPer],
   __shared__ float s_key[kHeldCandidates];
   __shared__ int s_index[kHeldCandidates];
   __shared__ int s_count;
-  const int lane = threadIdx.x % 32;
-  float m = -INFINITY;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u)
-    if (held.in(u)) m = fmaxf(m, key[u]);
-  m = group_allreduce<kLanes>(m, MaxOp());
+  const float m = group_allreduce<kLanes>(thread_max, MaxOp());
   if (threadIdx.x % kLanes == 0) s_part[threadIdx.x / kLanes] = m;
   if (threadIdx.x == 0) s_count = 0;
   __syncthreads();
@@ -328,37 +355,22 @@ __device__ __forceinline__ void block_select_held(const float (&key)[kPer],
     for (int p = 0; p < kParts / kK; ++p) group_max = fmaxf(group_max, s_part[g * (kParts / kK) + p]);
     threshold = fminf(threshold, group_max);
   }
-  // Each thread's keys >= T get consecutive places: a count, a scan over the warp, one atomic
-  // per warp.
-  bool pass[kPer];
-  int count = 0;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    pass[u] = held.in(u) && key[u] >= threshold;
-    count += pass[u];
-  }
-  int scan = count;  // inclusive, over the warp's lanes
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int up = __shfl_up_sync(0xffffffffu, scan, d);
-    if (lane >= d) scan += up;
-  }
-  int first = 0;
-  if (lane == 31 && scan > 0) first = atomicAdd(&s_count, scan);
-  int pos = __shfl_sync(0xffffffffu, first, 31) + scan - count;
-  if (count > 0) {
+  // threshold > -inf: a key past the end (-inf) never reaches it
+  if (threshold > -INFINITY && thread_max >= threshold) {
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
-      if (pass[u] && pos < kHeldCandidates) {
-        s_key[pos] = key[u];
-        s_index[pos] = held.index(u);
+      if (key[u] >= threshold) {
+        const int pos = atomicAdd(&s_count, 1);
+        if (pos < kHeldCandidates) {
+          s_key[pos] = key[u];
+          s_index[pos] = held.index(u);
+        }
       }
-      pos += pass[u];
     }
   }
   __syncthreads();
   const int n = s_count;
-  if (n > kHeldCandidates) {
+  if (threshold == -INFINITY || n > kHeldCandidates) {
     WarpTop<kK> top;
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
@@ -552,12 +564,15 @@ __device__ __forceinline__ void select_forced_eos(const HeldTokens<kVec>& held, 
 }
 
 // The pad and (when masked) EOS keys to -inf: the one or two held keys the masks touch (not a
-// forced EOS: select_forced_eos).
+// forced EOS: select_forced_eos). Returns the largest of the thread's keys after it: thread_max
+// (the largest before) unless a masked key was this thread's.
 template <int kVec, int kPer>
-__device__ __forceinline__ void mask_held(float (&key)[kPer], const HeldTokens<kVec>& held,
-                                          const TopkMasks& masks, unsigned flags) {
-  set_held(key, held, masks.pad_id, -INFINITY);
-  if (flags & kTopkMaskEos) set_held(key, held, masks.eos_id, -INFINITY);
+__device__ __forceinline__ float mask_held(float (&key)[kPer], const HeldTokens<kVec>& held,
+                                           const TopkMasks& masks, unsigned flags,
+                                           float thread_max) {
+  bool touched = set_held(key, held, masks.pad_id, -INFINITY);
+  if (flags & kTopkMaskEos) touched |= set_held(key, held, masks.eos_id, -INFINITY);
+  return touched ? held_max(key) : thread_max;
 }
 
 // One pass over a chunk of a row (at most kBeamTopkChunkTokens, held in registers): its
@@ -575,7 +590,8 @@ __global__ void __launch_bounds__(kChunkThreads, 3) topk_chunk_kernel(
   const HeldTokens<kVec> held{c.begin, c.end, int(row % beam) * vocab};
   float z[kPer];
   load_held(logits + row * row_stride, bias, held, z);
-  const OnlineLse total = block_lse(held_lse(z));
+  const OnlineLse mine = held_lse(z);
+  const OnlineLse total = block_lse(mine);
   const int64_t slot = row * gridDim.x + blockIdx.x;
   if (threadIdx.x == 0) ws.lse_parts[slot] = make_float2(total.m, total.s);
   const auto emit = [&](int r, float v, int i) {
@@ -584,8 +600,8 @@ __global__ void __launch_bounds__(kChunkThreads, 3) topk_chunk_kernel(
   };
   const unsigned flags = row_flags(masks, row, beam);
   if (flags & kTopkForceEos) return select_forced_eos<kC>(held, masks.eos_id, INFINITY, emit);
-  mask_held(z, held, masks, flags);
-  block_select_held<kC>(z, held, emit);
+  const float thread_max = mask_held(z, held, masks, flags, mine.m);
+  block_select_held<kC>(z, held, thread_max, emit);
 }
 
 // Whether a chunk's dropped tokens (those after its kC kept ones in key order) could still
@@ -708,12 +724,18 @@ __global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_k
   float z[kPer];
   load_held(logits + row * row_stride, bias, held, z);
   __shared__ float s_lse;
+  float thread_max;  // of z
   if (splits == 1) {
-    const OnlineLse total = block_lse(held_lse(z));
+    const OnlineLse mine = held_lse(z);
+    thread_max = mine.m;
+    const OnlineLse total = block_lse(mine);
     if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
-  } else if (threadIdx.x < 32) {
-    const float lse = warp_row_lse(ws, row, splits);
-    if (threadIdx.x == 0) s_lse = lse;
+  } else {
+    thread_max = held_max(z);
+    if (threadIdx.x < 32) {
+      const float lse = warp_row_lse(ws, row, splits);
+      if (threadIdx.x == 0) s_lse = lse;
+    }
   }
   __syncthreads();
   const float row_lse = s_lse, running = running_scores[row];
@@ -725,11 +747,12 @@ __global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_k
   };
   if (flags & kTopkForceEos)
     return select_forced_eos<kK>(held, masks.eos_id, final_score(masks.eos_id, 0.f, row_lse, running, masks, flags), emit);
-  // final_score(), its masks applied to the one or two tokens they touch
+  // final_score(), its masks applied to the one or two tokens they touch; rounding is
+  // monotone, so the largest key is the largest logit's
 #pragma unroll
   for (int u = 0; u < kPer; ++u) z[u] = (z[u] - row_lse) + running;
-  mask_held(z, held, masks, flags);
-  block_select_held<kK>(z, held, emit);
+  thread_max = mask_held(z, held, masks, flags, (thread_max - row_lse) + running);
+  block_select_held<kK>(z, held, thread_max, emit);
 }
 
 // kRow and kTwoPass, one block per sentence: every thread takes a few of the beam x splits x
