@@ -577,10 +577,11 @@ __device__ __forceinline__ float mask_held(float (&key)[kPer], const HeldTokens<
 
 // One pass over a chunk of a row (at most kBeamTopkChunkTokens, held in registers): its
 // partial log-sum-exp (of the unmasked logits) and its kC best (key, index) pairs.
-// Three blocks an SM (at most 85 registers): two (88 registers) left the memory idle while
-// blocks reduced (H100, base 1024 rows: -15% with three).
+// Four blocks an SM (at most 64 registers, ptxas spills 36 bytes): the blocks' reductions leave
+// the memory idle unless other blocks load meanwhile (H100, base 1024 rows: three blocks 15%
+// faster than two; H200: four 468 -> 391 us against three, end-to-end run 26).
 template <typename T, int kC, int kVec>
-__global__ void __launch_bounds__(kChunkThreads, 3) topk_chunk_kernel(
+__global__ void __launch_bounds__(kChunkThreads, 4) topk_chunk_kernel(
     const T* logits, int64_t row_stride, const float* bias, int beam, int vocab, int chunk,
     TopkMasks masks, Workspace ws) {
   constexpr int kPer = kBeamTopkChunkTokens / kChunkThreads;
@@ -712,8 +713,10 @@ static_assert(kBeamTopkRowTokens <= 64 * kChunkThreads, "kPer is at most 64");
 static_assert(kBeamTopkChunkTokens % (4 * kChunkThreads) == 0, "whole loads a thread");
 constexpr int kTwoPassHeldTokens = 16 * kChunkThreads;
 
+// Three blocks an SM where kPer <= 32, not four as topk_chunk_kernel: at 64 registers kPer = 32
+// spills, and the demo model's 768-row launch took 18.1 -> 19.0 us (end-to-end run 26).
 template <typename T, int kK, int kVec, int kPer>
-__global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_kernel(  // see topk_chunk_kernel
+__global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_kernel(
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
     int beam, int vocab, int chunk, TopkMasks masks, Workspace ws) {
   pdl_prologue();
