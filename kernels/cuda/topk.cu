@@ -327,8 +327,9 @@ constexpr int kHeldCandidates = 256;
 // thousands). Each of those takes a place in shared memory by a shared atomic, where its rank
 // is counted: per key a max and a compare, the whole test a compare and a branch a key.
 // (WarpTop's ballot and compare per key and its insertions made the top-k instruction-bound:
-// ncu, H100, 74% SM throughput at 31% of DRAM bandwidth; a per-thread count, warp scan and
-// second pass over the keys to place them cost ~8 instructions a key, end-to-end run 25.)
+// ncu, H100, 74% SM throughput at 31% of DRAM bandwidth. A per-thread count, a warp scan and a
+// second pass over the keys to place them, with a max over the keys of its own, took the chunk
+// kernel to 53 instructions a logit against 33 now: end-to-end run 25.)
 // When more than kHeldCandidates keys reach T (keys that tie by the hundred, as a dead beam's
 // scores all do at the first step), or T is -inf (a group with no key above -inf), WarpTop
 // per warp and block_select instead.
@@ -751,10 +752,11 @@ __global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_k
   if (flags & kTopkForceEos)
     return select_forced_eos<kK>(held, masks.eos_id, final_score(masks.eos_id, 0.f, row_lse, running, masks, flags), emit);
   // final_score(), its masks applied to the one or two tokens they touch; rounding is
-  // monotone, so the largest key is the largest logit's
+  // monotone, so the largest key is the key of the largest logit
+  const auto key = [&](float v) { return (v - row_lse) + running; };
 #pragma unroll
-  for (int u = 0; u < kPer; ++u) z[u] = (z[u] - row_lse) + running;
-  thread_max = mask_held(z, held, masks, flags, (thread_max - row_lse) + running);
+  for (int u = 0; u < kPer; ++u) z[u] = key(z[u]);
+  thread_max = mask_held(z, held, masks, flags, key(thread_max));
   block_select_held<kK>(z, held, thread_max, emit);
 }
 
