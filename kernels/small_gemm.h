@@ -14,18 +14,40 @@ namespace nmt::kernels {
 
 constexpr int kSmallGemmRows = 16;
 
+// The post-norm residual of a decode step, taken into the small GEMM's prologue: the GEMM's
+// input rows become LN(x + residual + bias) (kernels/layer_norm.h's semantics and statistics),
+// which are also written to `out` as the next sublayer's residual. Each block normalizes the
+// few rows itself into shared memory, so the LayerNorm needs no launch of its own and no
+// grid-wide barrier (the first block alone writes `out`).
+template <typename T>
+struct SmallGemmNorm {
+  const T* residual = nullptr;  // [rows, ldx], may be null
+  const T* bias = nullptr;      // [k], may be null
+  const T* gamma = nullptr;     // [k]
+  const T* beta = nullptr;      // [k]
+  float eps = 1e-5f;
+  T* out = nullptr;  // [rows, ldx]: neither x nor residual (other blocks still read them)
+};
+
+// Shared memory the normalized rows take: at most this, or small_gemm_supported says no.
+constexpr int kSmallGemmNormBytes = 48 * 1024;
+
 #if NMT_WITH_CUDA
 // Whether small_gemm_cuda takes this shape: 1 <= rows <= kSmallGemmRows, and k, ldx and ldy
-// whole 16-byte packs of T with 16-byte aligned x, w and bias (y needs only T's alignment).
+// whole 16-byte packs of T with 16-byte aligned x, w and bias (y needs only T's alignment);
+// with `norm`, also its pointers 16-byte aligned and the rows (rounded up to a power of two)
+// within kSmallGemmNormBytes.
 template <typename T>
 bool small_gemm_supported(const T* x, int64_t ldx, const T* w, const T* bias, int64_t ldy,
-                          int rows, int k);
+                          int rows, int k, const SmallGemmNorm<T>* norm = nullptr);
 
-// act == nullptr: no activation. All pointers are device pointers; bias may be null. Throws
-// std::invalid_argument for a shape small_gemm_supported rejects.
+// act == nullptr: no activation; norm == nullptr: x is the input as it is. All pointers are
+// device pointers; bias may be null. Throws std::invalid_argument for a shape
+// small_gemm_supported rejects, or a norm.out that is x or residual.
 template <typename T>
 void small_gemm_cuda(const T* x, int64_t ldx, const T* w, const T* bias, T* y, int64_t ldy,
-                     int rows, int n, int k, const Activation* act, cudaStream_t stream);
+                     int rows, int n, int k, const Activation* act, cudaStream_t stream,
+                     const SmallGemmNorm<T>* norm = nullptr);
 #endif
 
 }  // namespace nmt::kernels

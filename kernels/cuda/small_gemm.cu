@@ -5,10 +5,13 @@
 // into all rows (x is small and stays in L1), then a butterfly reduction gives every lane the
 // column's sums and lane m writes row m with the bias and activation applied. Launched with
 // programmatic dependent launch (common.cuh), each lane loads its first weight packs before
-// waiting for the previous kernel: the weights do not depend on it.
+// waiting for the previous kernel: the weights do not depend on it. With a SmallGemmNorm the
+// block first normalizes the rows into shared memory (a warp per row, LayerNorm's Welford
+// statistics) and multiplies from there.
 #include <stdexcept>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/welford.cuh"
 #include "kernels/small_gemm.h"
 
 namespace nmt::kernels {
@@ -27,6 +30,7 @@ struct SmallGemmArgs {
   int rows, n, k;
   bool has_act;
   Activation act;
+  SmallGemmNorm<T> norm;  // used when the kernel's kNorm
 };
 
 // Lane's weight packs loaded before pdl_prologue(): they do not depend on the previous kernel,
@@ -34,22 +38,76 @@ struct SmallGemmArgs {
 // K <= 1024 in 16-bit types, the whole row of most projections).
 constexpr int kEarlyPacks = 4;
 
-// acc[m] += w . x[m, k:k + kVec] for the rows present.
+// acc[m] += w . x[m, k:k + kVec] for the rows present (x global or shared).
 template <typename T, int kRows, int kVec>
-__device__ __forceinline__ void multiply_rows(const SmallGemmArgs<T>& a, const float* w, int k, float* acc) {
+__device__ __forceinline__ void multiply_rows(const T* x, int64_t ldx, int rows, const float* w, int k,
+                                              float* acc) {
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
-    if (m < a.rows) {
+    if (m < rows) {
       float xv[kVec];
-      load_pack<T, kVec>(a.x + m * a.ldx + k, xv);
+      load_pack<T, kVec>(x + m * ldx + k, xv);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) acc[m] += w[e] * xv[e];
     }
   }
 }
 
-// kRows: rows rounded up to a power of two (the accumulators are registers).
-template <typename T, int kRows>
+// z = x + residual + bias for the pack at column c of row m.
+template <typename T, int kVec>
+__device__ __forceinline__ void load_sum(const SmallGemmArgs<T>& a, int m, int c, float* z) {
+  load_pack<T, kVec>(a.x + m * a.ldx + c, z);
+  float t[kVec];
+  if (a.norm.residual) {
+    load_pack<T, kVec>(a.norm.residual + m * a.ldx + c, t);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) z[i] += t[i];
+  }
+  if (a.norm.bias) {
+    load_pack<T, kVec>(a.norm.bias + c, t);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) z[i] += t[i];
+  }
+}
+
+// rows_out[m, :] = LN(x + residual + bias)[m, :] for every row, a warp per row: as
+// layer_norm.cu's kernels, Welford over packs shifted by the row's first element, the row
+// read again for the second pass (L1 holds it). Block 0 also writes a.norm.out.
+template <typename T, int kVec>
+__device__ void normalize_rows(const SmallGemmArgs<T>& a, T* rows_out) {
+  const int lane = threadIdx.x % 32;
+  const bool write_out = blockIdx.x == 0;
+  for (int m = threadIdx.x / 32; m < a.rows; m += kWarps) {
+    float first[kVec];
+    load_sum<T, kVec>(a, m, 0, first);
+    const float pivot = first[0];
+    Welford w;
+    for (int c = lane * kVec; c < a.k; c += 32 * kVec) {
+      float z[kVec];
+      load_sum<T, kVec>(a, m, c, z);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) z[i] -= pivot;
+      w.add_pack<kVec>(z, 1.f / (w.count + kVec));
+    }
+    group_allreduce<32>(w);
+    const float inv = rsqrtf(w.m2 / w.count + a.norm.eps);
+    for (int c = lane * kVec; c < a.k; c += 32 * kVec) {
+      float z[kVec], g[kVec], b[kVec];
+      load_sum<T, kVec>(a, m, c, z);
+      load_pack<T, kVec>(a.norm.gamma + c, g);
+      load_pack<T, kVec>(a.norm.beta + c, b);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) z[i] = (z[i] - pivot - w.mean) * inv * g[i] + b[i];
+      store_pack<T, kVec>(rows_out + m * a.k + c, z);
+      if (write_out) store_pack<T, kVec>(a.norm.out + m * a.ldx + c, z);
+    }
+  }
+  __syncthreads();
+}
+
+// kRows: rows rounded up to a power of two (the accumulators are registers). kNorm: the input
+// is LN(x + residual + bias), built in dynamic shared memory ([rows][k]) by every block.
+template <typename T, int kRows, bool kNorm>
 __global__ void __launch_bounds__(kWarps * 32) small_gemm_kernel(SmallGemmArgs<T> a) {
   constexpr int kVec = 16 / int(sizeof(T));
   const int lane = threadIdx.x % 32;
@@ -62,6 +120,15 @@ __global__ void __launch_bounds__(kWarps * 32) small_gemm_kernel(SmallGemmArgs<T
     if (k < a.k) load_pack<T, kVec>(w + k, early[i]);
   }
   pdl_prologue();
+  const T* x = a.x;
+  int64_t ldx = a.ldx;
+  if constexpr (kNorm) {
+    extern __shared__ __align__(16) unsigned char small_gemm_smem[];
+    T* normalized = reinterpret_cast<T*>(small_gemm_smem);
+    normalize_rows<T, kVec>(a, normalized);
+    x = normalized;
+    ldx = a.k;
+  }
   if (col >= a.n) return;  // whole warp
   float acc[kRows];
 #pragma unroll
@@ -69,13 +136,13 @@ __global__ void __launch_bounds__(kWarps * 32) small_gemm_kernel(SmallGemmArgs<T
 #pragma unroll
   for (int i = 0; i < kEarlyPacks; ++i) {
     const int k = (lane + 32 * i) * kVec;
-    if (k < a.k) multiply_rows<T, kRows, kVec>(a, early[i], k, acc);
+    if (k < a.k) multiply_rows<T, kRows, kVec>(x, ldx, a.rows, early[i], k, acc);
   }
 #pragma unroll 4
   for (int k = (lane + 32 * kEarlyPacks) * kVec; k < a.k; k += 32 * kVec) {
     float wv[kVec];
     load_pack<T, kVec>(w + k, wv);
-    multiply_rows<T, kRows, kVec>(a, wv, k, acc);
+    multiply_rows<T, kRows, kVec>(x, ldx, a.rows, wv, k, acc);
   }
   float mine = 0.f;  // lane m keeps row m's sum
 #pragma unroll
@@ -91,44 +158,65 @@ __global__ void __launch_bounds__(kWarps * 32) small_gemm_kernel(SmallGemmArgs<T
 }
 
 template <typename T, int kRows>
-void launch_rows(const SmallGemmArgs<T>& a, cudaStream_t stream) {
-  launch(&small_gemm_kernel<T, kRows>, unsigned((a.n + kWarps - 1) / kWarps), kWarps * 32, 0, stream, a);
+size_t norm_bytes(int k) { return size_t(kRows) * size_t(k) * sizeof(T); }
+
+template <typename T, int kRows>
+void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream) {
+  const unsigned grid = unsigned((a.n + kWarps - 1) / kWarps);
+  if (with_norm)
+    launch(&small_gemm_kernel<T, kRows, true>, grid, kWarps * 32, norm_bytes<T, kRows>(a.k), stream, a);
+  else
+    launch(&small_gemm_kernel<T, kRows, false>, grid, kWarps * 32, 0, stream, a);
 }
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+int rows_bucket(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : rows <= 8 ? 8 : 16; }
 
 }  // namespace
 }  // namespace cuda
 
 template <typename T>
 bool small_gemm_supported(const T* x, int64_t ldx, const T* w, const T* bias, int64_t ldy,
-                          int rows, int k) {
+                          int rows, int k, const SmallGemmNorm<T>* norm) {
   constexpr int kVec = 16 / int(sizeof(T));
-  return rows >= 1 && rows <= kSmallGemmRows && k % kVec == 0 && ldx % kVec == 0 && ldy >= 1 &&
-         cuda::aligned(x) && cuda::aligned(w) && (!bias || cuda::aligned(bias));
+  const bool plain = rows >= 1 && rows <= kSmallGemmRows && k % kVec == 0 && ldx % kVec == 0 &&
+                     ldy >= 1 && cuda::aligned(x) && cuda::aligned(w) && (!bias || cuda::aligned(bias));
+  if (!plain || !norm) return plain;
+  using cuda::aligned;
+  return size_t(cuda::rows_bucket(rows)) * size_t(k) * sizeof(T) <= size_t(kSmallGemmNormBytes) &&
+         norm->gamma && norm->beta && norm->out && aligned(norm->gamma) && aligned(norm->beta) &&
+         aligned(norm->out) && (!norm->residual || aligned(norm->residual)) &&
+         (!norm->bias || aligned(norm->bias));
 }
 
 template <typename T>
 void small_gemm_cuda(const T* x, int64_t ldx, const T* w, const T* bias, T* y, int64_t ldy,
-                     int rows, int n, int k, const Activation* act, cudaStream_t stream) {
+                     int rows, int n, int k, const Activation* act, cudaStream_t stream,
+                     const SmallGemmNorm<T>* norm) {
   using namespace cuda;
-  if (!small_gemm_supported(x, ldx, w, bias, ldy, rows, k))
+  if (!small_gemm_supported(x, ldx, w, bias, ldy, rows, k, norm))
     throw std::invalid_argument("small_gemm_cuda: unsupported shape or alignment");
+  if (norm && (norm->out == x || norm->out == norm->residual))
+    throw std::invalid_argument("small_gemm_cuda: norm.out must be neither x nor residual");
   if (n <= 0) return;
   const SmallGemmArgs<T> a{x, w, bias, y, ldx, ldy, rows, n, k, act != nullptr,
-                           act ? *act : Activation::kRelu};
-  if (rows <= 1) return launch_rows<T, 1>(a, stream);
-  if (rows <= 2) return launch_rows<T, 2>(a, stream);
-  if (rows <= 4) return launch_rows<T, 4>(a, stream);
-  if (rows <= 8) return launch_rows<T, 8>(a, stream);
-  launch_rows<T, 16>(a, stream);
+                           act ? *act : Activation::kRelu, norm ? *norm : SmallGemmNorm<T>{}};
+  const bool with_norm = norm != nullptr;
+  switch (rows_bucket(rows)) {
+    case 1: return launch_rows<T, 1>(a, with_norm, stream);
+    case 2: return launch_rows<T, 2>(a, with_norm, stream);
+    case 4: return launch_rows<T, 4>(a, with_norm, stream);
+    case 8: return launch_rows<T, 8>(a, with_norm, stream);
+    default: return launch_rows<T, 16>(a, with_norm, stream);
+  }
 }
 
 #define NMT_SMALL_GEMM(T)                                                                      \
   template bool small_gemm_supported<T>(const T*, int64_t, const T*, const T*, int64_t, int,  \
-                                        int);                                                  \
+                                        int, const SmallGemmNorm<T>*);                         \
   template void small_gemm_cuda<T>(const T*, int64_t, const T*, const T*, T*, int64_t, int, int, \
-                                   int, const Activation*, cudaStream_t);
+                                   int, const Activation*, cudaStream_t, const SmallGemmNorm<T>*);
 NMT_SMALL_GEMM(float)
 NMT_SMALL_GEMM(__half)
 NMT_SMALL_GEMM(__nv_bfloat16)

@@ -1,7 +1,8 @@
 // The CUDA engine: DESIGN.md §3 on the GPU in float16 or float32 (T), cuBLAS for the dense
 // projections of more than kernels::kSmallGemmRows rows and kernels::small_gemm_cuda for fewer
 // (float32 accumulation either way), the kernels of kernels/ for everything else (embedding,
-// attention, LayerNorm with the residual and bias fused, bias + activation, beam top-k).
+// attention, LayerNorm with the residual and bias fused, bias + activation, beam top-k). At
+// few rows a sublayer's LayerNorm runs in the next projection's small GEMM (Residual below).
 //
 // Persistent decode state (reserve(), model/engine.h): sentence slots holding the
 // cross-attention K/V of every decoder layer and the source length, KV-cache rows, and the
@@ -293,7 +294,7 @@ class CudaEngine final : public Engine {
     if (sentence >= enc_lengths_.size())
       throw Error(ErrorCode::kInvalidArgument, "encoder_output: no such sentence");
     const size_t n = size_t(enc_lengths_[sentence]) * d_;
-    const T* src = enc_.x.get() + sentence * enc_len_ * d_;
+    const T* src = enc_.x[0].get() + sentence * enc_len_ * d_;
     std::vector<T> dev(n);
     check_cuda(cudaMemcpyAsync(dev.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_),
                "encoder_output copy");
@@ -458,7 +459,7 @@ class CudaEngine final : public Engine {
     DeviceBuffer<int> slot_lengths;  // [sentences]: source length of each slot
     DeviceBuffer<T> cache;           // [L * 2][rows + 1][cache_cap][d]
     DeviceBuffer<int> key_rows[2];   // ping-pong [rows + 1][cache_cap]: cache row of a position
-    DeviceBuffer<T> y, qkv, ctx, tmp, hidden;  // [padded rows][d, 3d, d, d, ffn]
+    DeviceBuffer<T> y[2], qkv, ctx, tmp, hidden;  // [padded rows][d (Residual's pair), 3d, d, d, ffn]
     DeviceBuffer<float> logits;                // [padded rows][logits_ld()]
     DeviceBuffer<char> topk_ws, step_in;
     DeviceBuffer<int> step_out;  // [outputs] scores (float), then [outputs] candidates
@@ -468,7 +469,7 @@ class CudaEngine final : public Engine {
   struct EncodeBuffers {
     int sentences = 0, rows = 0;
     DeviceBuffer<char> in;  // EncodeUpload's device part
-    DeviceBuffer<T> x, qkv, ctx, tmp, hidden;  // [rows][d, 3d, d, d, ffn]
+    DeviceBuffer<T> x[2], qkv, ctx, tmp, hidden;  // [rows][d (Residual's pair), 3d, d, d, ffn]
   };
 
   // Cache rows hold one beam each; cache row cap_.rows, past the caller's, is the padding
@@ -505,7 +506,7 @@ class CudaEngine final : public Engine {
     s.slot_lengths = DeviceBuffer<int>(&alloc_, size_t(cap.sentences));
     s.cache = DeviceBuffer<T>(&alloc_, size_t(2) * c_.decoder_layers * cache_rows * cache_cap_ * d);
     for (auto& t : s.key_rows) t = DeviceBuffer<int>(&alloc_, size_t(cache_rows) * cache_cap_);
-    s.y = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
+    for (auto& y : s.y) y = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
     s.qkv = DeviceBuffer<T>(&alloc_, size_t(rows) * 3 * d);
     s.ctx = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
     s.tmp = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
@@ -601,7 +602,7 @@ class CudaEngine final : public Engine {
       b.sentences = sentences;
       b.rows = most;
       b.in = DeviceBuffer<char>(&alloc_, EncodeUpload::device_bytes(sentences, most));
-      b.x = DeviceBuffer<T>(&alloc_, size_t(most) * d);
+      for (auto& x : b.x) x = DeviceBuffer<T>(&alloc_, size_t(most) * d);
       b.qkv = DeviceBuffer<T>(&alloc_, size_t(most) * 3 * d);
       b.ctx = DeviceBuffer<T>(&alloc_, size_t(most) * d);
       b.tmp = DeviceBuffer<T>(&alloc_, size_t(most) * d);
@@ -690,12 +691,12 @@ class CudaEngine final : public Engine {
                                         state_.key_rows[1 - parity_].get(), dev.parents, rows,
                                         cache_cap_, nullptr, stream_, dev.positions, dev.cache_rows);
     const int d = d_, hd = d_ / c_.decoder_heads;
-    T* y = state_.y.get();
-    kernels::embed_positions_cuda<T>(dev.tokens, dec_emb_, dec_pos_, dev.positions, y, rows, d,
-                                     embed_scale_, stream_);
+    Residual x{{state_.y[0].get(), state_.y[1].get()}};
+    kernels::embed_positions_cuda<T>(dev.tokens, dec_emb_, dec_pos_, dev.positions, x.current, rows,
+                                     d, embed_scale_, stream_);
     for (int l = 0; l < c_.decoder_layers; ++l) {
       const DecoderLayer& L = decoder_[size_t(l)];
-      linear(y, L.qkv, state_.qkv.get(), rows);
+      norm_linear(x, L.qkv, state_.qkv.get(), rows);
       kernels::DecoderSelfAttentionArgs<T> self;
       self.qkv = state_.qkv.get(); self.bias = L.qkv.b;
       self.k_cache = cache(l, 0); self.v_cache = cache(l, 1);
@@ -706,11 +707,11 @@ class CudaEngine final : public Engine {
       self.scale = 1.f / std::sqrt(float(hd));
       kernels::decoder_self_attention_cuda(self, stream_);
       linear(state_.ctx.get(), L.out, state_.tmp.get(), rows);
-      layer_norm(state_.tmp.get(), L.out.b, L.self_norm, y, rows);
+      x.add(state_.tmp.get(), L.out.b, L.self_norm);
 
-      linear(y, L.cross_q, state_.tmp.get(), rows);
+      norm_linear(x, L.cross_q, state_.qkv.get(), rows);  // the query into qkv's first columns
       kernels::AttentionArgs<T> cross;
-      cross.q = state_.tmp.get(); cross.q_bias = L.cross_q.b;
+      cross.q = state_.qkv.get(); cross.q_bias = L.cross_q.b;
       cross.q_batch_stride = cross.q_row_stride = d;
       cross.k = state_.cross_kv.get() + int64_t(l) * 2 * d; cross.v = cross.k + d;
       cross.kv_row_stride = kv_cols();
@@ -722,11 +723,11 @@ class CudaEngine final : public Engine {
       cross.kv_len = cap_.source_tokens; cross.scale = self.scale;
       kernels::attention_cuda(cross, stream_);
       linear(state_.ctx.get(), L.cross_out, state_.tmp.get(), rows);
-      layer_norm(state_.tmp.get(), L.cross_out.b, L.cross_norm, y, rows);
+      x.add(state_.tmp.get(), L.cross_out.b, L.cross_norm);
 
-      feed_forward(L.fc1, L.fc2, L.ffn_norm, y, state_.hidden.get(), state_.tmp.get(), rows);
+      feed_forward(x, L.fc1, L.fc2, L.ffn_norm, state_.hidden.get(), state_.tmp.get(), rows);
     }
-    gemm(y, d, out_proj_, state_.logits.get(), logits_ld(), rows, logits_ld(), d);
+    gemm(settle(x, rows), d, out_proj_, state_.logits.get(), logits_ld(), rows, logits_ld(), d);
     enqueue_topk(shape, dev);
     check_cuda(cudaMemcpyAsync(step_out_.get(), state_.step_out.get(),
                                size_t(shape.outputs) * 2 * sizeof(int), cudaMemcpyDeviceToHost,
@@ -813,17 +814,62 @@ class CudaEngine final : public Engine {
     }
   }
 
-  // x = LN(x + fc2(act(fc1 x + b1)) + b2), hidden: [rows, ffn] scratch
-  void feed_forward(const Dense& fc1, const Dense& fc2, const Norm& n, T* x, T* hidden, T* tmp,
-                    int rows) {
-    linear(x, fc1, hidden, rows, &c_.activation);
-    linear(hidden, fc2, tmp, rows);
-    layer_norm(tmp, fc2.b, n, x, rows);
+  // The post-norm residual stream of a layer stack, [rows, d]: after each sublayer it becomes
+  // LN(current + sub + bias). That LayerNorm is left pending and done by the next projection's
+  // small GEMM in its prologue where it can (norm_linear: no launch of its own), or by
+  // layer_norm_cuda otherwise (more rows than the small GEMM takes, settle()). It writes the
+  // other buffer of the pair: the GEMM's other blocks still read the current one.
+  struct Residual {
+    T* buffers[2];
+    T* current = buffers[0];
+    const T* sub = nullptr;  // pending: current = LN(current + sub + bias)
+    const T* bias = nullptr;
+    const Norm* norm = nullptr;
+
+    void add(const T* sublayer, const T* sublayer_bias, const Norm& n) {
+      sub = sublayer;
+      bias = sublayer_bias;
+      norm = &n;
+    }
+    T* next() const { return current == buffers[0] ? buffers[1] : buffers[0]; }
+    void advance() {
+      current = next();
+      sub = nullptr;
+    }
+  };
+
+  // y = L(x.current) (see linear()) with x's pending LayerNorm done first.
+  void norm_linear(Residual& x, const Dense& L, T* y, int rows, const kernels::Activation* act = nullptr) {
+    if (!x.sub) return linear(x.current, L, y, rows, act);
+    kernels::SmallGemmNorm<T> n;
+    n.residual = x.current;
+    n.bias = x.bias;
+    n.gamma = x.norm->gamma;
+    n.beta = x.norm->beta;
+    n.eps = c_.layer_norm_eps;
+    n.out = x.next();
+    const T* bias = act ? L.b : nullptr;
+    if (!kernels::small_gemm_supported<T>(x.sub, L.in, L.w, bias, L.out, rows, L.in, &n))
+      return linear(settle(x, rows), L, y, rows, act);
+    kernels::small_gemm_cuda<T>(x.sub, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, stream_, &n);
+    x.advance();
   }
 
-  // x = LN(x + y + bias) in place (the residual add and the projection's bias fused).
-  void layer_norm(const T* y, const T* bias, const Norm& n, T* x, int rows) {
-    kernels::layer_norm_cuda(y, x, bias, n.gamma, n.beta, x, rows, d_, c_.layer_norm_eps, stream_);
+  // x's pending LayerNorm done on its own; returns the stream's value.
+  const T* settle(Residual& x, int rows) {
+    if (!x.sub) return x.current;
+    kernels::layer_norm_cuda(x.sub, x.current, x.bias, x.norm->gamma, x.norm->beta, x.next(), rows,
+                             d_, c_.layer_norm_eps, stream_);
+    x.advance();
+    return x.current;
+  }
+
+  // x = LN(x + fc2(act(fc1 x + b1)) + b2), left pending; hidden: [rows, ffn] scratch
+  void feed_forward(Residual& x, const Dense& fc1, const Dense& fc2, const Norm& n, T* hidden, T* tmp,
+                    int rows) {
+    norm_linear(x, fc1, hidden, rows, &c_.activation);
+    linear(hidden, fc2, tmp, rows);
+    x.add(tmp, fc2.b, n);
   }
 
   const ModelConfig c_;
@@ -936,7 +982,7 @@ void CudaEngine<T>::enqueue_encode(const std::vector<EncodeItem>& items) {
     }
     host.lengths[b] = length;
     host.weights[b] = cross_kv_w_;
-    host.inputs[b] = enc_.x.get() + int64_t(b) * S * d_;
+    host.inputs[b] = enc_.x[0].get() + int64_t(b) * S * d_;
     host.outputs[b] = state_.cross_kv.get() + items[size_t(b)].slot * slot_stride;
     slot_lengths_[size_t(items[size_t(b)].slot)] = length;
   }
@@ -957,12 +1003,12 @@ void CudaEngine<T>::enqueue_encoder(const EncodeUpload& host, const EncodeUpload
   check_cuda(cudaMemcpyAsync(state_.slot_lengths.get(), host.slot_lengths,
                              slot_lengths_.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
              "encode upload");
-  T* x = enc_.x.get();
-  kernels::embed_positions_cuda<T>(dev.ids, enc_emb_, enc_pos_, dev.positions, x, rows, d,
+  Residual x{{enc_.x[0].get(), enc_.x[1].get()}};
+  kernels::embed_positions_cuda<T>(dev.ids, enc_emb_, enc_pos_, dev.positions, x.current, rows, d,
                                    embed_scale_, stream_);
   const int hd = d / c_.encoder_heads;
   for (const EncoderLayer& L : encoder_) {
-    linear(x, L.qkv, enc_.qkv.get(), rows);
+    norm_linear(x, L.qkv, enc_.qkv.get(), rows);
     kernels::AttentionArgs<T> a;
     a.q = enc_.qkv.get(); a.q_bias = L.qkv.b;
     a.k = enc_.qkv.get() + d; a.v = enc_.qkv.get() + 2 * d; a.v_bias = L.qkv.b + 2 * d;
@@ -974,9 +1020,15 @@ void CudaEngine<T>::enqueue_encoder(const EncodeUpload& host, const EncodeUpload
     a.scale = 1.f / std::sqrt(float(hd));
     kernels::attention_cuda(a, stream_);
     linear(enc_.ctx.get(), L.out, enc_.tmp.get(), rows);
-    layer_norm(enc_.tmp.get(), L.out.b, L.attn_norm, x, rows);
-    feed_forward(L.fc1, L.fc2, L.ffn_norm, x, enc_.hidden.get(), enc_.tmp.get(), rows);
+    x.add(enc_.tmp.get(), L.out.b, L.attn_norm);
+    feed_forward(x, L.fc1, L.fc2, L.ffn_norm, enc_.hidden.get(), enc_.tmp.get(), rows);
   }
+  // host.inputs and encoder_output() read x[0]; two LayerNorms a layer leave the output there
+  // (the copy covers any other count).
+  const T* out = settle(x, rows);
+  if (out != enc_.x[0].get())
+    check_cuda(cudaMemcpyAsync(enc_.x[0].get(), out, size_t(rows) * d * sizeof(T),
+                               cudaMemcpyDeviceToDevice, stream_), "encoder output");
   const float alpha = 1.f, beta = 0.f;
   const int cols = kv_cols();
   check_cublas(cublasGemmBatchedEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, cols, S, d, &alpha,

@@ -1,13 +1,15 @@
 // small_gemm_cuda (small_gemm.h) against a double-precision reference on the same rounded
 // inputs: every row count up to kSmallGemmRows's bucket edges, column counts that leave a
 // block's last warps idle, K of one and of many 16-byte packs per lane, padded leading
-// dimensions (whose extra columns must stay unwritten), bias and each activation.
+// dimensions (whose extra columns must stay unwritten), bias and each activation; with a
+// SmallGemmNorm, the LayerNorm prologue against layer_norm_cpu on the same inputs.
 #include "tests/kernels/cuda_test_util.h"
 
 #if NMT_WITH_CUDA
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/layer_norm.h"
 #include "kernels/small_gemm.h"
 
 namespace nmt::kernels::test {
@@ -80,6 +82,118 @@ TYPED_TEST(SmallGemmCuda, MatchesReference) {
       EXPECT_EQ(written_padding, 0) << what;
     }
   }
+}
+
+// y = LN(x + residual + bias) W^T + b with the LayerNorm in the prologue; norm.out holds the
+// normalized rows (padding of x's leading dimension unwritten), every block reads the same
+// inputs. Shapes: K of one pack per lane to past the rows' shared-memory bucket of 16 rows.
+TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
+  using T = TypeParam;
+  constexpr int kVec = 16 / int(sizeof(T));
+  const Shape shapes[] = {{37, 32 * kVec, 0, 0}, {512, 512, kVec, 0}, {1536, 256, 0, 2}, {300, 1024, 0, 0}};
+  const Activation relu = Activation::kRelu;
+  uint32_t seed = 101;
+  int variant = 0;
+  for (const Shape& s : shapes) {
+    for (int rows : {1, 3, 4, 8, 16}) {
+      const int64_t ldx = s.k + s.x_pad, ldy = s.n + s.y_pad;
+      const bool with_residual = variant % 2 == 0, with_bias = variant % 3 != 0;
+      const Activation* act = variant++ % 4 == 1 ? &relu : nullptr;
+      auto x = random_vector(size_t(rows * ldx), -1.f, 1.f, seed++);
+      auto res = random_vector(size_t(rows * ldx), -2.f, 3.f, seed++);  // a row mean away from 0
+      auto nb = random_vector(size_t(s.k), -0.5f, 0.5f, seed++);
+      auto gamma = random_vector(size_t(s.k), 0.5f, 1.5f, seed++);
+      auto beta = random_vector(size_t(s.k), -0.5f, 0.5f, seed++);
+      auto w = random_vector(size_t(s.n) * s.k, -0.5f, 0.5f, seed++);
+      auto bias = random_vector(size_t(s.n), -1.f, 1.f, seed++);
+      for (auto* v : {&x, &res, &nb, &gamma, &beta, &w, &bias}) round_to<T>(*v);
+      // The normalized rows, rounded to T as the kernel keeps them, then the projection.
+      std::vector<float> z(size_t(rows) * s.k), zres(z.size()), normed(z.size());
+      for (int m = 0; m < rows; ++m)
+        for (int k = 0; k < s.k; ++k) {
+          z[size_t(m) * s.k + k] = x[size_t(m * ldx + k)];
+          zres[size_t(m) * s.k + k] = res[size_t(m * ldx + k)];
+        }
+      layer_norm_cpu(z.data(), with_residual ? zres.data() : nullptr, with_bias ? nb.data() : nullptr,
+                     gamma.data(), beta.data(), normed.data(), rows, s.k, 1e-5f);
+      round_to<T>(normed);
+      std::vector<float> ref(size_t(rows) * s.n);
+      for (int m = 0; m < rows; ++m)
+        for (int n = 0; n < s.n; ++n) {
+          double sum = bias[size_t(n)];
+          for (int k = 0; k < s.k; ++k) sum += double(normed[size_t(m) * s.k + k]) * w[size_t(n) * s.k + k];
+          ref[size_t(m) * s.n + n] = float(activated(sum, act));
+        }
+      DeviceBuffer<T> dx(x), dres(res), dnb(nb), dg(gamma), dbeta(beta), dw(w), db(bias),
+          dout(size_t(rows * ldx)), dy(size_t(rows * ldy));
+      SmallGemmNorm<T> norm;
+      norm.residual = with_residual ? dres.get() : nullptr;
+      norm.bias = with_bias ? dnb.get() : nullptr;
+      norm.gamma = dg.get();
+      norm.beta = dbeta.get();
+      norm.out = dout.get();
+      ASSERT_TRUE(small_gemm_supported<T>(dx.get(), ldx, dw.get(), db.get(), ldy, rows, s.k, &norm));
+      small_gemm_cuda<T>(dx.get(), ldx, dw.get(), db.get(), dy.get(), ldy, rows, s.n, s.k, act, nullptr, &norm);
+      NMT_CHECK_CUDA(cudaDeviceSynchronize());
+      const std::vector<float> y = dy.download(), out = dout.download();
+      std::vector<float> got(ref.size()), got_normed(normed.size());
+      int written_padding = 0;
+      for (int m = 0; m < rows; ++m) {
+        for (int n = 0; n < ldy; ++n) {
+          if (n < s.n) got[size_t(m) * s.n + n] = y[size_t(m * ldy + n)];
+          else written_padding += !std::isnan(y[size_t(m * ldy + n)]);
+        }
+        for (int k = 0; k < ldx; ++k) {
+          if (k < s.k) got_normed[size_t(m) * s.k + k] = out[size_t(m * ldx + k)];
+          else written_padding += !std::isnan(out[size_t(m * ldx + k)]);
+        }
+      }
+      const std::string what = std::string(type_name<T>()) + " rows=" + std::to_string(rows) +
+                               " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                               (with_residual ? " residual" : "") + (with_bias ? " bias" : "") +
+                               (act ? " act" : "");
+      NMT_EXPECT_CLOSE(got_normed, normed, tolerance<T>(), what + " normalized rows");
+      NMT_EXPECT_CLOSE(got, ref, tolerance<T>(), what);
+      EXPECT_EQ(written_padding, 0) << what;
+    }
+  }
+}
+
+TYPED_TEST(SmallGemmCuda, NormRejectsWhatItCannotTake) {
+  using T = TypeParam;
+  constexpr int kVec = 16 / int(sizeof(T));
+  const int k = 512;
+  const size_t cols = size_t(k), rows_cols = 16 * cols;
+  DeviceBuffer<T> x(rows_cols), w(cols * cols), g(cols), b(cols), out(rows_cols), y(rows_cols);
+  SmallGemmNorm<T> norm;
+  norm.gamma = g.get();
+  norm.beta = b.get();
+  norm.out = out.get();
+  EXPECT_TRUE(small_gemm_supported<T>(x.get(), k, w.get(), nullptr, k, 16, k, &norm));
+  // 16 rows of K = 48 KiB / sizeof(T) / 8 fit exactly; a pack more does not.
+  const int most = kSmallGemmNormBytes / int(sizeof(T)) / 16;
+  const size_t wide_cols = size_t(most + kVec);
+  DeviceBuffer<T> wide(16 * wide_cols), wide_out(16 * wide_cols), wide_g(wide_cols);
+  SmallGemmNorm<T> wide_norm = norm;
+  wide_norm.gamma = wide_norm.beta = wide_g.get();
+  wide_norm.out = wide_out.get();
+  EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most, w.get(), nullptr, 8, 16, most, &wide_norm));
+  EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 16, most + kVec, &wide_norm));
+  EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 8, most + kVec, &wide_norm));
+  SmallGemmNorm<T> bad = norm;
+  bad.out = out.get() + 1;  // misaligned
+  EXPECT_FALSE(small_gemm_supported<T>(x.get(), k, w.get(), nullptr, k, 4, k, &bad));
+  bad = norm;
+  bad.gamma = nullptr;
+  EXPECT_FALSE(small_gemm_supported<T>(x.get(), k, w.get(), nullptr, k, 4, k, &bad));
+  bad = norm;
+  bad.out = x.get();  // other blocks still read x
+  EXPECT_THROW(small_gemm_cuda<T>(x.get(), k, w.get(), nullptr, y.get(), k, 4, k, k, nullptr, nullptr, &bad),
+               std::invalid_argument);
+  bad.residual = out.get();
+  bad.out = out.get();
+  EXPECT_THROW(small_gemm_cuda<T>(x.get(), k, w.get(), nullptr, y.get(), k, 4, k, k, nullptr, nullptr, &bad),
+               std::invalid_argument);
 }
 
 TYPED_TEST(SmallGemmCuda, RejectsWhatItCannotTake) {
