@@ -29,14 +29,14 @@ struct SmallGemmNorm {
   T* out = nullptr;  // [rows, ldx]: neither x nor residual (other blocks still read them)
 };
 
-// Shared memory the normalized rows take: at most this, or small_gemm_supported says no.
-constexpr int kSmallGemmNormBytes = 48 * 1024;
+// With a SmallGemmNorm each lane holds its share of a row in registers: K up to this many
+// 16-byte packs a lane (32 lanes), 1024 in 16-bit types and 512 in float.
+constexpr int kSmallGemmNormPacks = 4;
 
 #if NMT_WITH_CUDA
 // Whether small_gemm_cuda takes this shape: 1 <= rows <= kSmallGemmRows, and k, ldx and ldy
 // whole 16-byte packs of T with 16-byte aligned x, w and bias (y needs only T's alignment);
-// with `norm`, also its pointers 16-byte aligned and the rows (rounded up to a power of two)
-// within kSmallGemmNormBytes.
+// with `norm`, also its pointers 16-byte aligned and k within kSmallGemmNormPacks packs a lane.
 template <typename T>
 bool small_gemm_supported(const T* x, int64_t ldx, const T* w, const T* bias, int64_t ldy,
                           int rows, int k, const SmallGemmNorm<T>* norm = nullptr);

@@ -70,44 +70,54 @@ __device__ __forceinline__ void load_sum(const SmallGemmArgs<T>& a, int m, int c
   }
 }
 
-// rows_out[m, :] = LN(x + residual + bias)[m, :] for every row, a warp per row: as
-// layer_norm.cu's kernels, Welford over packs shifted by the row's first element, the row
-// read again for the second pass (L1 holds it). Block 0 also writes a.norm.out.
-template <typename T, int kVec>
+// rows_out[m, :] = LN(x + residual + bias)[m, :] for every row, a warp per row holding the
+// row in registers (kPacks 16-byte packs a lane), computed as layer_norm.cu's warp kernels do:
+// shifted by the row's first element, Welford per pack, merged across the lanes. All loads
+// of a row go out at once: one memory round trip after the wait. Block 0 also writes
+// a.norm.out.
+template <typename T, int kVec, int kPacks>
 __device__ void normalize_rows(const SmallGemmArgs<T>& a, T* rows_out) {
   const int lane = threadIdx.x % 32;
   const bool write_out = blockIdx.x == 0;
   for (int m = threadIdx.x / 32; m < a.rows; m += kWarps) {
-    float first[kVec];
-    load_sum<T, kVec>(a, m, 0, first);
-    const float pivot = first[0];
-    Welford w;
-    for (int c = lane * kVec; c < a.k; c += 32 * kVec) {
-      float z[kVec];
-      load_sum<T, kVec>(a, m, c, z);
+    float z[kPacks][kVec];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) z[i] -= pivot;
-      w.add_pack<kVec>(z, 1.f / (w.count + kVec));
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = (p * 32 + lane) * kVec;
+      if (c < a.k) load_sum<T, kVec>(a, m, c, z[p]);
+    }
+    const float pivot = __shfl_sync(0xffffffffu, z[0][0], 0);  // lane 0's first pack always exists
+    Welford w;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      if ((p * 32 + lane) * kVec < a.k) {  // a lane's valid packs form a prefix
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) z[p][i] -= pivot;
+        w.add_pack<kVec>(z[p], 1.f / float((p + 1) * kVec));
+      }
     }
     group_allreduce<32>(w);
     const float inv = rsqrtf(w.m2 / w.count + a.norm.eps);
-    for (int c = lane * kVec; c < a.k; c += 32 * kVec) {
-      float z[kVec], g[kVec], b[kVec];
-      load_sum<T, kVec>(a, m, c, z);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = (p * 32 + lane) * kVec;
+      if (c >= a.k) continue;
+      float g[kVec], b[kVec];
       load_pack<T, kVec>(a.norm.gamma + c, g);
       load_pack<T, kVec>(a.norm.beta + c, b);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) z[i] = (z[i] - pivot - w.mean) * inv * g[i] + b[i];
-      store_pack<T, kVec>(rows_out + m * a.k + c, z);
-      if (write_out) store_pack<T, kVec>(a.norm.out + m * a.ldx + c, z);
+      for (int i = 0; i < kVec; ++i) z[p][i] = (z[p][i] - w.mean) * inv * g[i] + b[i];
+      store_pack<T, kVec>(rows_out + m * a.k + c, z[p]);
+      if (write_out) store_pack<T, kVec>(a.norm.out + m * a.ldx + c, z[p]);
     }
   }
   __syncthreads();
 }
 
-// kRows: rows rounded up to a power of two (the accumulators are registers). kNorm: the input
-// is LN(x + residual + bias), built in dynamic shared memory ([rows][k]) by every block.
-template <typename T, int kRows, bool kNorm>
+// kRows: rows rounded up to a power of two (the accumulators are registers). kNormPacks > 0:
+// the input is LN(x + residual + bias), built in dynamic shared memory ([rows][k]) by every
+// block, kNormPacks packs of a row per lane.
+template <typename T, int kRows, int kNormPacks>
 __global__ void __launch_bounds__(kWarps * 32) small_gemm_kernel(SmallGemmArgs<T> a) {
   constexpr int kVec = 16 / int(sizeof(T));
   const int lane = threadIdx.x % 32;
@@ -122,10 +132,10 @@ __global__ void __launch_bounds__(kWarps * 32) small_gemm_kernel(SmallGemmArgs<T
   pdl_prologue();
   const T* x = a.x;
   int64_t ldx = a.ldx;
-  if constexpr (kNorm) {
+  if constexpr (kNormPacks > 0) {
     extern __shared__ __align__(16) unsigned char small_gemm_smem[];
     T* normalized = reinterpret_cast<T*>(small_gemm_smem);
-    normalize_rows<T, kVec>(a, normalized);
+    normalize_rows<T, kVec, kNormPacks>(a, normalized);
     x = normalized;
     ldx = a.k;
   }
@@ -158,15 +168,15 @@ __global__ void __launch_bounds__(kWarps * 32) small_gemm_kernel(SmallGemmArgs<T
 }
 
 template <typename T, int kRows>
-size_t norm_bytes(int k) { return size_t(kRows) * size_t(k) * sizeof(T); }
-
-template <typename T, int kRows>
 void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream) {
+  constexpr int kVec = 16 / int(sizeof(T));
   const unsigned grid = unsigned((a.n + kWarps - 1) / kWarps);
-  if (with_norm)
-    launch(&small_gemm_kernel<T, kRows, true>, grid, kWarps * 32, norm_bytes<T, kRows>(a.k), stream, a);
-  else
-    launch(&small_gemm_kernel<T, kRows, false>, grid, kWarps * 32, 0, stream, a);
+  const size_t smem = size_t(kRows) * size_t(a.k) * sizeof(T);  // at most 16 x 64 packs: 16 KiB
+  if (!with_norm) return launch(&small_gemm_kernel<T, kRows, 0>, grid, kWarps * 32, 0, stream, a);
+  const int packs = (a.k + 32 * kVec - 1) / (32 * kVec);
+  if (packs <= 1) return launch(&small_gemm_kernel<T, kRows, 1>, grid, kWarps * 32, smem, stream, a);
+  if (packs <= 2) return launch(&small_gemm_kernel<T, kRows, 2>, grid, kWarps * 32, smem, stream, a);
+  launch(&small_gemm_kernel<T, kRows, kSmallGemmNormPacks>, grid, kWarps * 32, smem, stream, a);
 }
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -184,8 +194,7 @@ bool small_gemm_supported(const T* x, int64_t ldx, const T* w, const T* bias, in
                      ldy >= 1 && cuda::aligned(x) && cuda::aligned(w) && (!bias || cuda::aligned(bias));
   if (!plain || !norm) return plain;
   using cuda::aligned;
-  return size_t(cuda::rows_bucket(rows)) * size_t(k) * sizeof(T) <= size_t(kSmallGemmNormBytes) &&
-         norm->gamma && norm->beta && norm->out && aligned(norm->gamma) && aligned(norm->beta) &&
+  return k <= kSmallGemmNormPacks * 32 * kVec && norm->gamma && norm->beta && norm->out && aligned(norm->gamma) && aligned(norm->beta) &&
          aligned(norm->out) && (!norm->residual || aligned(norm->residual)) &&
          (!norm->bias || aligned(norm->bias));
 }

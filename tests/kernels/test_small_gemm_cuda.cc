@@ -86,11 +86,12 @@ TYPED_TEST(SmallGemmCuda, MatchesReference) {
 
 // y = LN(x + residual + bias) W^T + b with the LayerNorm in the prologue; norm.out holds the
 // normalized rows (padding of x's leading dimension unwritten), every block reads the same
-// inputs. Shapes: K of one pack per lane to past the rows' shared-memory bucket of 16 rows.
+// inputs. Shapes: K from part of one pack a lane to kSmallGemmNormPacks packs a lane.
 TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
   using T = TypeParam;
   constexpr int kVec = 16 / int(sizeof(T));
-  const Shape shapes[] = {{37, 32 * kVec, 0, 0}, {512, 512, kVec, 0}, {1536, 256, 0, 2}, {300, 1024, 0, 0}};
+  const Shape shapes[] = {{37, 32 * kVec, 0, 0}, {512, 512, kVec, 0},    {1536, 256, 0, 2},
+                          {64, 24 * kVec, 0, 0}, {300, 96 * kVec, 0, 0}, {40, kSmallGemmNormPacks * 32 * kVec, 0, 0}};
   const Activation relu = Activation::kRelu;
   uint32_t seed = 101;
   int variant = 0;
@@ -170,8 +171,8 @@ TYPED_TEST(SmallGemmCuda, NormRejectsWhatItCannotTake) {
   norm.beta = b.get();
   norm.out = out.get();
   EXPECT_TRUE(small_gemm_supported<T>(x.get(), k, w.get(), nullptr, k, 16, k, &norm));
-  // 16 rows of K = 48 KiB / sizeof(T) / 8 fit exactly; a pack more does not.
-  const int most = kSmallGemmNormBytes / int(sizeof(T)) / 16;
+  // K of kSmallGemmNormPacks packs a lane fits; a pack more does not, at any row count.
+  const int most = kSmallGemmNormPacks * 32 * kVec;
   const size_t wide_cols = size_t(most + kVec);
   DeviceBuffer<T> wide(16 * wide_cols), wide_out(16 * wide_cols), wide_g(wide_cols);
   SmallGemmNorm<T> wide_norm = norm;
@@ -179,7 +180,8 @@ TYPED_TEST(SmallGemmCuda, NormRejectsWhatItCannotTake) {
   wide_norm.out = wide_out.get();
   EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most, w.get(), nullptr, 8, 16, most, &wide_norm));
   EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 16, most + kVec, &wide_norm));
-  EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 8, most + kVec, &wide_norm));
+  EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 1, most + kVec, &wide_norm));
+  EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 1, most + kVec));  // unnormalized
   SmallGemmNorm<T> bad = norm;
   bad.out = out.get() + 1;  // misaligned
   EXPECT_FALSE(small_gemm_supported<T>(x.get(), k, w.get(), nullptr, k, 4, k, &bad));
