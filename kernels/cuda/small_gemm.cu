@@ -34,7 +34,7 @@ struct SmallGemmArgs {
   int rows, n, k;
   bool has_act;
   Activation act;
-  SmallGemmNorm<T> norm;  // used when the kernel's kNorm
+  SmallGemmNorm<T> norm;  // read by the kernels with kNormPacks > 0
 };
 
 // Lane's weight packs loaded before pdl_prologue(): they do not depend on the previous kernel,
