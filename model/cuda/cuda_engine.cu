@@ -1023,12 +1023,9 @@ void CudaEngine<T>::enqueue_encoder(const EncodeUpload& host, const EncodeUpload
     x.add(enc_.tmp.get(), L.out.b, L.attn_norm);
     feed_forward(x, L.fc1, L.fc2, L.ffn_norm, enc_.hidden.get(), enc_.tmp.get(), rows);
   }
-  // host.inputs and encoder_output() read x[0]; two LayerNorms a layer leave the output there
-  // (the copy covers any other count).
-  const T* out = settle(x, rows);
-  if (out != enc_.x[0].get())
-    check_cuda(cudaMemcpyAsync(enc_.x[0].get(), out, size_t(rows) * d * sizeof(T),
-                               cudaMemcpyDeviceToDevice, stream_), "encoder output");
+  // host.inputs and encoder_output() read x[0]: two LayerNorms a layer, each moving the stream
+  // to the other buffer of the pair, leave the output there.
+  settle(x, rows);
   const float alpha = 1.f, beta = 0.f;
   const int cols = kv_cols();
   check_cublas(cublasGemmBatchedEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, cols, S, d, &alpha,
