@@ -6,11 +6,18 @@
 // encodes them in one batched encoder pass, enqueued behind that step's own work so that
 // the encode does not delay the sentences already decoding (they then take their first
 // step at the step after; an idle loop encodes first and steps them at once). step() runs
-// one decoder step over every active sentence, each at its own position with its own
+// one decoder step over the active sentences, each at its own position with its own
 // options, and returns those that finished. A sentence's result never depends on what
 // else is in the loop.
 //
-// Not thread-safe: one thread drives a loop (the server's Scheduler, or Translator).
+// On an engine that overlaps steps (a GPU's: Engine::submit() only enqueues) a step stays in
+// flight across step() calls: step() collects the previous step, advances its sentences and
+// submits their next step, so the caller's own work between calls (answering, admitting)
+// runs while the device computes. From split_rows() rows on, the sentences are spread over
+// two lanes whose steps alternate: while the device computes one lane's step, the host
+// advances the other's beams, which at large batches otherwise leaves the device idle for
+// a quarter of each step. Each step() call then steps one lane.
+//
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -74,7 +81,7 @@ class DecodeLoop {
   // Gives the sentences free slots and rows (each must pass can_admit() in turn; throws
   // nmt::Error otherwise, and the loop is unchanged); the next step() encodes them.
   void admit(std::vector<LoopSentence> sentences);
-  // One decoder step over every active sentence, with the admitted ones' encode.
+  // One decoder step (of one lane: see above), with the admitted ones' encode.
   // Throws nmt::Error when the engine fails: the active and admitted sentences are then
   // dropped and the loop is empty (its caller fails every sentence it gave the loop). With
   // shed_on_out_of_memory(), an out-of-memory (kResourceExhausted) on a step that encodes
@@ -90,29 +97,59 @@ class DecodeLoop {
   // Drops a sentence now (cancelled, expired); its slot and rows are free again.
   void remove(uint64_t id);
 
-  bool idle() const { return active_.empty() && joining_.empty(); }
+  // Loops of at least this many cache rows use two lanes (on an engine that overlaps
+  // steps); 0: one lane always. Two lanes pay only where a half step costs the device about
+  // half a full one, so that hiding the host's work is worth a second step's fixed cost: on
+  // an H100 (end-to-end run 29) the demo model gained 18-69% at 1,024 sentences of beam 4
+  // and 23-80% at 2,048, Transformer-base 7-14% at 2,048 and lost 2-4% at 1,024, and 256
+  // sentences lost 14-21% for both.
+  static constexpr int kDefaultSplitRows = 4096;
+  int split_rows() const { return split_rows_; }
+  void set_split_rows(int rows) { split_rows_ = rows; }
+
+  // No sentence left (a removed sentence's step may still be in flight: the next step()
+  // collects it).
+  bool idle() const { return sentences_ == 0; }
   // Sentences holding slots (decoding, or admitted and not yet stepped).
-  int active_sentences() const { return int(active_.size() + joining_.size()); }
+  int active_sentences() const { return sentences_; }
   int active_rows() const { return capacity_.rows - int(free_rows_.size()); }
 
  private:
   struct Active;
+  using ActiveList = std::vector<std::unique_ptr<Active>>;
+  // Sentences that step together; at most one step of theirs in flight.
+  struct Lane {
+    ActiveList active;    // ordered by beam (the engine's top-k runs); in the step in flight
+    ActiveList encoding;  // newcomers whose encode rides on the step in flight
+    bool in_flight = false;
+    bool idle() const { return !in_flight && active.empty() && encoding.empty(); }
+  };
+  int lane_rows(const Lane& lane) const;
+  int pick_lane() const;
+  void collect(int lane, StepReport* report);
+  void submit(int lane, StepReport* report);
+  // Newcomers from joining_ that `lane` takes now (the other lane takes the rest later).
+  ActiveList take_newcomers(int lane, std::vector<LoopSentence>* sources);
+  void encode_idle(StepReport* report);  // nothing in flight: encode every newcomer now
   void release(Active& a);
-  void join();  // the encoded newcomers become active, in beam order
+  static void join(ActiveList& from, ActiveList& into);  // in beam order
   void drop_all();
-  // After an out-of-memory step: the active sentences at the furthest position leave as
-  // failed. False when none is active (nothing to shed).
-  bool shed_furthest(const Error& e, StepReport* report);
+  // After an out-of-memory step: the lane's active sentences at the furthest position leave
+  // as failed. False when none is active (nothing to shed).
+  bool shed_furthest(Lane& lane, const Error& e, StepReport* report);
 
   Engine& engine_;
   const ModelConfig& config_;
   DetokenizeFn detokenize_;
   EngineCapacity capacity_;
-  std::vector<std::unique_ptr<Active>> active_;  // ordered by beam (the engine's top-k runs)
-  std::vector<std::unique_ptr<Active>> joining_;  // admitted, encoded by the next step
-  std::vector<LoopSentence> joining_sources_;     // their sources, for that encode
+  Lane lanes_[Engine::kStepLanes];
+  int last_lane_ = 0;  // the lane submitted last
+  int split_rows_ = kDefaultSplitRows;
+  ActiveList joining_;                         // admitted, not yet encoded
+  std::vector<LoopSentence> joining_sources_;  // their sources, for that encode
+  int sentences_ = 0;                          // holding slots
   std::vector<EncodeItem> encode_items_;
-  std::vector<int> free_slots_, free_rows_;      // stacks
+  std::vector<int> free_slots_, free_rows_;  // stacks
   StepInput in_;
   StepOutput out_;
   bool shed_on_out_of_memory_ = false;

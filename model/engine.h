@@ -15,6 +15,7 @@
 //     read it never see it change; the loop gives a freed row to a new sentence only.
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace nmt {
@@ -75,6 +76,19 @@ class Engine {
   virtual void encode(const std::vector<EncodeItem>& items) = 0;
   // One decoder step over the given rows (no groups: only the encode, if any).
   virtual void step(const StepInput& in, StepOutput* out) = 0;
+  // The same step in two halves, so that the host can work while a device computes it:
+  // submit() checks the input and enqueues the step (and its encode), collect() waits for
+  // it and returns its candidates. There are kStepLanes lanes, at most one step in flight
+  // in each; the lanes' steps run in the order submitted. A lane's sentences hold their
+  // own slots and cache rows, so the two steps in flight never touch the same state. Input
+  // errors (and a cache growth out of memory) throw from submit(), before anything is
+  // enqueued; device errors from collect(). An engine that computes on the calling thread
+  // keeps these defaults (submit() computes the step) and overlaps_steps() false: its
+  // decode loop then collects at once and uses one lane.
+  static constexpr int kStepLanes = 2;
+  virtual void submit(const StepInput& in, int lane) { step(in, &submitted_[lane]); }
+  virtual void collect(int lane, StepOutput* out) { std::swap(*out, submitted_[lane]); }
+  virtual bool overlaps_steps() const { return false; }
   virtual int vocab_size() const = 0;  // the target vocabulary, which candidates index
   // The encoder's float32 output of sentence i of the last encode(), [length, d_model]: for
   // tests and layer-by-layer debugging against the reference implementation.
@@ -88,6 +102,9 @@ class Engine {
   // beyond first grows them (doubling), and only that growth can run out of memory before
   // the step changes anything. 0 when the engine does not say.
   virtual int cache_positions() const { return 0; }
+
+ private:
+  StepOutput submitted_[kStepLanes];  // the defaults' results, until collected
 };
 
 // The candidates a sentence asks the top-k for: 1 for greedy search, 2 x beam otherwise

@@ -63,6 +63,7 @@ std::unique_ptr<Translator> Translator::load(const std::string& model_dir,
   t->precision_ = t->device_ == Device::kCpu && options.precision == Precision::kFloat16 ? Precision::kFloat32
                                                                                         : options.precision;
   // The engines keep pointers into the host weights (the CPU engine computes from them).
+  t->lane_split_rows_ = options.lane_split_rows;
   t->weights_ = std::make_unique<Weights>(Weights::load(model_dir, t->config_));
   t->engine_ = t->device_ == Device::kCuda ? make_cuda_engine(t->config_, *t->weights_, options)
                                            : make_cpu_engine(t->config_, *t->weights_, options.device_memory_limit,
@@ -83,7 +84,9 @@ std::unique_ptr<DecodeLoop> Translator::make_loop(const EngineCapacity& capacity
   const Tokenizer* tokenizer = tokenizer_.get();
   DetokenizeFn fn;
   if (detokenize) fn = [tokenizer](const std::vector<int>& ids) { return tokenizer->decode(ids); };
-  return std::make_unique<DecodeLoop>(*engine_, config_, std::move(fn), capacity);
+  auto loop = std::make_unique<DecodeLoop>(*engine_, config_, std::move(fn), capacity);
+  if (lane_split_rows_ >= 0) loop->set_split_rows(lane_split_rows_);
+  return loop;
 }
 
 std::vector<Translation> Translator::translate(const std::vector<std::string>& sources,
@@ -125,9 +128,9 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
   while (!loop->idle()) {
     for (FinishedSentence& f : loop->step().finished) {
       for (const Hypothesis& h : f.translation.hypotheses) st.output_tokens += int64_t(h.ids.size());
+      st.decode_steps = std::max(st.decode_steps, f.steps);
       out[f.id] = std::move(f.translation);
     }
-    st.decode_steps++;
   }
   st.encode_seconds += std::chrono::duration<double>(t1 - t0).count();
   st.decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();

@@ -9,14 +9,16 @@
 #   as "commit". CTranslate2 is measured when python3 can import ctranslate2 (see
 #   ../shared/peers/README.md); the Multi30k data comes from NMT_SHARED (default ../shared).
 #   NMT_CUDA_PROFILE=1 adds the engine's per-step GPU time to the log. NMT_E2E_BATCHES (default
-#   1,64,128,256,512,1024) measures other batch sizes; a LABEL given twice runs twice, in order
-#   (interleaved rounds: old=A new=B old=A new=B).
+#   1,64,128,256,512,1024) measures other batch sizes, NMT_E2E_BASE_SENTENCES (default 1024) the
+#   Transformer-base shape over more sentences (batches past 1024 need them); a LABEL given
+#   twice runs twice, in order (interleaved rounds: old=A new=B old=A new=B).
 # Writes OUT_DIR/results.jsonl (RESULT objects with device, commit and date) and OUT_DIR/e2e.log.
 set -uo pipefail
 out=${1:?usage: compare_e2e.sh OUT_DIR LABEL=BIN_DIR...}
 shift
 mkdir -p "$out"
 batches=${NMT_E2E_BATCHES:-1,64,128,256,512,1024}
+base_sentences=${NMT_E2E_BASE_SENTENCES:-1024}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 shared=${NMT_SHARED:-$repo/../shared}
@@ -45,14 +47,14 @@ for spec in "$@"; do
   run "$label" "$bin/nmt-bench-e2e" --model "$model" --source "$src" --precision float16 \
     --batches "$batches" --latency-sentences 300
   run "$label" "$bin/nmt-bench-e2e" --ids-model "$work/base" --precision float16 \
-    --batches "$batches" --sentences 1024
+    --batches "$batches" --sentences "$base_sentences"
 done
 if python3 -c "import ctranslate2" 2> /dev/null; then
   v=ctranslate2-$(python3 -c "import ctranslate2; print(ctranslate2.__version__)")
   run "$v" python3 "$here/ct2_gpu_bench.py" demo --model "$model" --source "$src" \
     --batches "$batches" --latency-sentences 300 --repeat 2
   run "$v" python3 "$here/ct2_gpu_bench.py" random --model "$work/base" \
-    --batches "$batches" --sentences 1024 --repeat 2
+    --batches "$batches" --sentences "$base_sentences" --repeat 2
 fi
 rm -rf "$work"
 cat "$out/results.jsonl"

@@ -77,9 +77,9 @@ int bucket(int n) {
 int padded_rows_bound(int rows) { return rows + rows / 2; }
 
 // NMT_CUDA_PROFILE=1: the engine measures its decode steps (GPU time between the step's first
-// and last operation, host time of step()) and prints the averages when destroyed. With
-// several engines on the device, another engine's work enqueued between the two on the shared
-// stream counts too: profile one loop.
+// and last operation, host time in its submit() and collect()) and prints the averages when
+// destroyed. With several engines on the device, another engine's work enqueued between the
+// two on the shared stream counts too: profile one loop.
 bool profile_enabled() {
   const char* v = std::getenv("NMT_CUDA_PROFILE");
   return v && std::string(v) == "1";
@@ -199,13 +199,15 @@ class CudaEngine final : public Engine {
     check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
     check_cuda(cudaEventCreateWithFlags(&enc_uploaded_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cudaEventCreateWithFlags(&stepped_, cudaEventDisableTiming), "cudaEventCreate");
+    for (StepLane& lane : lanes_) {
+      check_cuda(cudaEventCreateWithFlags(&lane.stepped, cudaEventDisableTiming), "cudaEventCreate");
+      if (profile_) {
+        cudaEventCreate(&lane.start);
+        cudaEventCreate(&lane.end);
+      }
+    }
     d_ = c.d_model;
     cache_cap_ = std::min(32, c.max_positions);
-    if (profile_) {
-      cudaEventCreate(&ev_start_);
-      cudaEventCreate(&ev_end_);
-    }
     embed_scale_ = c.scale_embedding ? std::sqrt(float(d_)) : 1.f;
     try {
       init(w);
@@ -256,11 +258,13 @@ class CudaEngine final : public Engine {
       const StepProfile& p = profile_stats_;
       std::fprintf(stderr,
                    "nmt cuda profile: %ld encodes, %.1f us wall each; %ld steps: GPU %.1f us, "
-                   "step() wall %.1f us per step\n",
+                   "submit() + collect() wall %.1f us per step\n",
                    p.encodes, 1e3 * p.encode_wall_ms / std::max(p.encodes, 1L), p.steps,
                    1e3 * p.gpu_ms / std::max(p.steps, 1L), 1e3 * p.step_wall_ms / std::max(p.steps, 1L));
-      cudaEventDestroy(ev_start_);
-      cudaEventDestroy(ev_end_);
+      for (StepLane& lane : lanes_) {
+        cudaEventDestroy(lane.start);
+        cudaEventDestroy(lane.end);
+      }
     }
     step_graphs_.clear();
     encode_graphs_.clear();
@@ -272,7 +276,7 @@ class CudaEngine final : public Engine {
     cublasDestroy(cublas_);
     cudaEventDestroy(enc_uploaded_);
     cudaEventDestroy(done_);
-    cudaEventDestroy(stepped_);
+    for (StepLane& lane : lanes_) cudaEventDestroy(lane.stepped);
     cudaStreamDestroy(capture_stream_);
   }
 
@@ -307,6 +311,9 @@ class CudaEngine final : public Engine {
   void reserve(const EngineCapacity& capacity) override;
   void encode(const std::vector<EncodeItem>& items) override;
   void step(const StepInput& in, StepOutput* out) override;
+  void submit(const StepInput& in, int lane) override;
+  void collect(int lane, StepOutput* out) override;
+  bool overlaps_steps() const override { return true; }
   // encode() without the profile's synchronize: what a step enqueues behind its own work.
   void enqueue_encode(const std::vector<EncodeItem>& items);
   void enqueue_encoder(const EncodeUpload& host, const EncodeUpload& dev, int n, int S);
@@ -465,6 +472,17 @@ class CudaEngine final : public Engine {
     DeviceBuffer<int> step_out;  // [outputs] scores (float), then [outputs] candidates
   };
 
+  // What a lane's step in flight needs until it is collected (Engine::submit()).
+  struct StepLane {
+    PinnedBuffer in, out;  // its packed upload and the top-k download
+    cudaEvent_t stepped = nullptr;  // the end of its step's own work (not a riding encode)
+    cudaEvent_t start = nullptr, end = nullptr;  // NMT_CUDA_PROFILE's
+    int parity = 0;      // the key-row table its next step reorders from
+    StepShape pending;   // of the step in flight (no runs: an encode only)
+    bool in_flight = false;
+    double submit_wall_ms = 0;
+  };
+
   // What an encode of up to `sentences` sentences and `rows` token rows runs on.
   struct EncodeBuffers {
     int sentences = 0, rows = 0;
@@ -515,8 +533,11 @@ class CudaEngine final : public Engine {
     s.topk_ws = DeviceBuffer<char>(&alloc_, topk_workspace_bound(rows));
     s.step_in = DeviceBuffer<char>(&alloc_, StepUpload::bytes(rows, rows));
     s.step_out = DeviceBuffer<int>(&alloc_, size_t(2) * rows * kMaxTopk);
-    step_in_.reserve(StepUpload::bytes(rows, rows));
-    step_out_.reserve(size_t(2) * rows * kMaxTopk * sizeof(int));
+    for (StepLane& lane : lanes_) {
+      lane.in.reserve(StepUpload::bytes(rows, rows));
+      lane.out.reserve(size_t(2) * rows * kMaxTopk * sizeof(int));
+      lane.parity = 0;
+    }
     if (cap.sentences > 0)
       check_cuda(cudaMemsetAsync(s.slot_lengths.get(), 0, size_t(cap.sentences) * sizeof(int),
                                  stream_), "slot lengths");
@@ -524,7 +545,6 @@ class CudaEngine final : public Engine {
     slot_lengths_.assign(size_t(cap.sentences), 0);
     cap_ = cap;
     padded_rows_cap_ = rows;
-    parity_ = 0;
   }
 
   void drop_graphs(GraphCache& cache) {
@@ -537,8 +557,8 @@ class CudaEngine final : public Engine {
     drop_graphs(encode_graphs_);  // they write the slot-length table, which reserve() replaces
   }
 
-  // Doubles the caches' positions (up to max_positions) keeping their contents and the
-  // current key-row table.
+  // Doubles the caches' positions (up to max_positions) keeping their contents and both
+  // key-row tables (each lane's rows are current in its own parity's table).
   void grow_cache(int positions) {
     if (positions <= cache_cap_) return;
     int cap = cache_cap_;
@@ -546,19 +566,21 @@ class CudaEngine final : public Engine {
     cap = std::min(cap, c_.max_positions);
     const int64_t rows = cap_.rows + 1, planes = int64_t(2) * c_.decoder_layers * rows;
     DeviceBuffer<T> next(&alloc_, size_t(planes) * cap * d_);
-    DeviceBuffer<int> next_rows(&alloc_, size_t(rows) * cap), spare(&alloc_, size_t(rows) * cap);
+    DeviceBuffer<int> next_rows[2] = {DeviceBuffer<int>(&alloc_, size_t(rows) * cap),
+                                      DeviceBuffer<int>(&alloc_, size_t(rows) * cap)};
     drop_graphs(step_graphs_);
     check_cuda(cudaMemcpy2DAsync(next.get(), size_t(cap) * d_ * sizeof(T), state_.cache.get(),
                                  size_t(cache_cap_) * d_ * sizeof(T),
                                  size_t(cache_cap_) * d_ * sizeof(T), planes,
                                  cudaMemcpyDeviceToDevice, stream_), "cache growth");
-    check_cuda(cudaMemcpy2DAsync(next_rows.get(), size_t(cap) * sizeof(int),
-                                 state_.key_rows[parity_].get(), size_t(cache_cap_) * sizeof(int),
-                                 size_t(cache_cap_) * sizeof(int), rows,
-                                 cudaMemcpyDeviceToDevice, stream_), "cache growth");
+    for (int t = 0; t < 2; ++t) {
+      check_cuda(cudaMemcpy2DAsync(next_rows[t].get(), size_t(cap) * sizeof(int),
+                                   state_.key_rows[t].get(), size_t(cache_cap_) * sizeof(int),
+                                   size_t(cache_cap_) * sizeof(int), rows,
+                                   cudaMemcpyDeviceToDevice, stream_), "cache growth");
+      state_.key_rows[t] = std::move(next_rows[t]);
+    }
     state_.cache = std::move(next);
-    state_.key_rows[parity_] = std::move(next_rows);
-    state_.key_rows[1 - parity_] = std::move(spare);
     cache_cap_ = cap;
   }
 
@@ -655,8 +677,8 @@ class CudaEngine final : public Engine {
 
   // The packed upload of a step into the pinned buffer: the real sentences of each run, then
   // its padding sentences.
-  void fill_upload(const StepInput& in, const StepShape& shape) {
-    const StepUpload h(step_in_.get(), shape.rows);
+  void fill_upload(const StepInput& in, const StepShape& shape, StepLane& lane) {
+    const StepUpload h(lane.in.get(), shape.rows);
     size_t group = 0, row = 0;  // next real sentence and row of `in`
     for (const Run& run : shape.runs) {
       int r = run.first_row;
@@ -680,15 +702,16 @@ class CudaEngine final : public Engine {
   }
 
   // Everything a step enqueues, between the packed upload and the top-k download.
-  void enqueue_step(const StepShape& shape) {
+  void enqueue_step(const StepShape& shape, const StepLane& lane) {
     const int rows = shape.rows;
-    check_cuda(cudaMemcpyAsync(state_.step_in.get(), step_in_.get(),
+    const int parity = lane.parity;
+    check_cuda(cudaMemcpyAsync(state_.step_in.get(), lane.in.get(),
                                StepUpload::bytes(rows, shape.sentences), cudaMemcpyHostToDevice,
                                stream_), "step upload");
     const StepUpload dev(state_.step_in.get(), rows);
     // Beam reorder: only the small table of which cache row holds each position moves.
-    kernels::beam_reorder_key_rows_cuda(state_.key_rows[parity_].get(),
-                                        state_.key_rows[1 - parity_].get(), dev.parents, rows,
+    kernels::beam_reorder_key_rows_cuda(state_.key_rows[parity].get(),
+                                        state_.key_rows[1 - parity].get(), dev.parents, rows,
                                         cache_cap_, nullptr, stream_, dev.positions, dev.cache_rows);
     const int d = d_, hd = d_ / c_.decoder_heads;
     Residual x{{state_.y[0].get(), state_.y[1].get()}};
@@ -700,7 +723,7 @@ class CudaEngine final : public Engine {
       kernels::DecoderSelfAttentionArgs<T> self;
       self.qkv = state_.qkv.get(); self.bias = L.qkv.b;
       self.k_cache = cache(l, 0); self.v_cache = cache(l, 1);
-      self.key_rows = state_.key_rows[1 - parity_].get();  // the table just reordered
+      self.key_rows = state_.key_rows[1 - parity].get();  // the table just reordered
       self.positions = dev.positions; self.cache_rows = dev.cache_rows;
       self.out = state_.ctx.get();
       self.rows = rows; self.capacity = cache_cap_; self.heads = c_.decoder_heads; self.head_dim = hd;
@@ -729,7 +752,7 @@ class CudaEngine final : public Engine {
     }
     gemm(settle(x, rows), d, out_proj_, state_.logits.get(), logits_ld(), rows, logits_ld(), d);
     enqueue_topk(shape, dev);
-    check_cuda(cudaMemcpyAsync(step_out_.get(), state_.step_out.get(),
+    check_cuda(cudaMemcpyAsync(lane.out.get(), state_.step_out.get(),
                                size_t(shape.outputs) * 2 * sizeof(int), cudaMemcpyDeviceToHost,
                                stream_), "step download");
   }
@@ -751,16 +774,18 @@ class CudaEngine final : public Engine {
     }
   }
 
-  GraphKey graph_key(const StepShape& shape) const {
-    GraphKey key{parity_};
+  // A lane's graphs copy from and to its own pinned buffers and reorder its parity's table.
+  GraphKey graph_key(const StepShape& shape, int lane) const {
+    GraphKey key{lane, lanes_[lane].parity};
     for (const Run& r : shape.runs) key.insert(key.end(), {r.beam, r.k, r.padded});
     return key;
   }
 
-  // The step on the stream, then the other key-row table is the current one.
-  void launch_step(const StepShape& shape) {
-    launch(step_graphs_, graph_key(shape), [&] { enqueue_step(shape); });
-    parity_ = 1 - parity_;
+  // The step on the stream, then the other key-row table is the lane's current one.
+  void launch_step(const StepShape& shape, int lane) {
+    StepLane& l = lanes_[lane];
+    launch(step_graphs_, graph_key(shape, lane), [&] { enqueue_step(shape, l); });
+    l.parity = 1 - l.parity;
   }
 
   // `enqueue`'s work on the stream: the graph of `key` when captured, else plain launches.
@@ -804,9 +829,9 @@ class CudaEngine final : public Engine {
   }
 
   // The real sentences' k best of the downloaded step output, in group order.
-  void collect(const StepShape& shape, StepOutput* out) const {
-    const float* scores = static_cast<const float*>(step_out_.get());
-    const int* index = static_cast<const int*>(step_out_.get()) + shape.outputs;
+  void collect_output(const StepShape& shape, const StepLane& lane, StepOutput* out) const {
+    const float* scores = static_cast<const float*>(lane.out.get());
+    const int* index = static_cast<const int*>(lane.out.get()) + shape.outputs;
     for (const Run& run : shape.runs) {
       const size_t first = size_t(run.first_output), n = size_t(run.sentences) * run.k;
       out->scores.insert(out->scores.end(), scores + first, scores + first + n);
@@ -879,7 +904,6 @@ class CudaEngine final : public Engine {
   cudaStream_t stream_ = nullptr;          // the device's shared stream (device_stream())
   cudaStream_t capture_stream_ = nullptr;  // private: graph captures only
   cudaEvent_t done_ = nullptr;             // wait(): the end of this engine's work so far
-  cudaEvent_t stepped_ = nullptr;          // step(): the end of its own work (not a riding encode)
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer<char> workspace_;
   int d_ = 0;
@@ -908,12 +932,10 @@ class CudaEngine final : public Engine {
   int padded_rows_cap_ = 0;  // rows of the step buffers
   DecodeState state_;
   std::vector<int> slot_lengths_;  // host mirror of state_.slot_lengths
-  int parity_ = 0;                 // the key-row table the next step reorders from
-  PinnedBuffer step_in_, step_out_;
+  StepLane lanes_[kStepLanes];
   GraphCache step_graphs_, encode_graphs_;
   const bool profile_ = profile_enabled();
   StepProfile profile_stats_;
-  cudaEvent_t ev_start_ = nullptr, ev_end_ = nullptr;
 };
 
 template <typename T>
@@ -1037,13 +1059,25 @@ void CudaEngine<T>::enqueue_encoder(const EncodeUpload& host, const EncodeUpload
 
 template <typename T>
 void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
+  submit(in, 0);
+  collect(0, out);
+}
+
+template <typename T>
+void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (lane_index < 0 || lane_index >= kStepLanes)
+    throw Error(ErrorCode::kInternal, "CUDA engine: no step lane " + std::to_string(lane_index));
+  StepLane& lane = lanes_[lane_index];
   const auto wall0 = std::chrono::steady_clock::now();
+  // A step never collected (its loop was dropped) still owns the lane's pinned buffers.
+  if (lane.in_flight) check_cuda(cudaEventSynchronize(lane.stepped), "decode step");
+  lane.in_flight = false;
   check_step(in);
-  out->scores.clear();
-  out->candidates.clear();
+  lane.pending = StepShape();
   if (in.groups.empty()) {
-    if (in.encode) encode(*in.encode);
+    if (in.encode) enqueue_encode(*in.encode);
+    lane.in_flight = true;  // collect() has no candidates to wait for
     return;
   }
   const StepShape shape = shape_of(in.groups);
@@ -1052,24 +1086,44 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
   int last_position = 0;
   for (const StepGroup& g : in.groups) last_position = std::max(last_position, g.position);
   grow_cache(last_position + 1);
-  fill_upload(in, shape);  // the previous step's upload is done: step() waits for its step
+  fill_upload(in, shape, lane);  // the lane's previous step has been waited for
 
-  if (profile_) cudaEventRecord(ev_start_, stream_);
-  launch_step(shape);
-  if (profile_) cudaEventRecord(ev_end_, stream_);
-  check_cuda(cudaEventRecord(stepped_, stream_), "decode step");
+  if (profile_) cudaEventRecord(lane.start, stream_);
+  launch_step(shape, lane_index);
+  if (profile_) cudaEventRecord(lane.end, stream_);
+  check_cuda(cudaEventRecord(lane.stepped, stream_), "decode step");
+  lane.pending = shape;
+  lane.in_flight = true;
   // Newcomers' encoder launches go in while the GPU runs the step; they join at the next.
   // Only the step is waited for: the encode runs on while the host reads the candidates and
   // advances the beams (the next step, queued behind it, reads its slots).
   if (in.encode) enqueue_encode(*in.encode);
-  check_cuda(cudaEventSynchronize(stepped_), "decode step");
-  collect(shape, out);
+  lane.submit_wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
+}
+
+template <typename T>
+void CudaEngine<T>::collect(int lane_index, StepOutput* out) {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (lane_index < 0 || lane_index >= kStepLanes)
+    throw Error(ErrorCode::kInternal, "CUDA engine: no step lane " + std::to_string(lane_index));
+  StepLane& lane = lanes_[lane_index];
+  out->scores.clear();
+  out->candidates.clear();
+  if (!lane.in_flight || lane.pending.runs.empty()) {
+    lane.in_flight = false;
+    return;
+  }
+  const auto wall0 = std::chrono::steady_clock::now();
+  lane.in_flight = false;
+  check_cuda(cudaEventSynchronize(lane.stepped), "decode step");
+  collect_output(lane.pending, lane, out);
   if (profile_) {
     float ms = 0;
-    cudaEventElapsedTime(&ms, ev_start_, ev_end_);
+    cudaEventElapsedTime(&ms, lane.start, lane.end);
     profile_stats_.steps++;
     profile_stats_.gpu_ms += ms;
     profile_stats_.step_wall_ms +=
+        lane.submit_wall_ms +
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
   }
 }

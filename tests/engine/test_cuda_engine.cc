@@ -377,7 +377,8 @@ TEST(CudaEngine, EncodeGraphsWriteTheGivenSlots) {
 
 // Sentences that join a decode loop while others decode have their encode ride on a running
 // step, which step() no longer waits for (the host advances the beams meanwhile): every
-// sentence still decodes as it does alone in the loop (float32: same tokens, same scores).
+// sentence still decodes as it does alone in the loop (float32: same tokens, same scores),
+// in one lane or two.
 TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
   SKIP_WITHOUT_GPU();
   auto engine = cuda_engine(Precision::kFloat32);
@@ -403,28 +404,35 @@ TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
     ASSERT_EQ(done.size(), 1u);
     alone[size_t(i)] = done[0].translation;
   }
-  // Two at first, then one more every second step while the others decode.
-  DecodeLoop loop(*engine, config, {}, cap);
-  std::vector<FinishedSentence> done;
-  int next = 0;
-  for (int step = 0; next < n || !loop.idle(); ++step) {
-    if (next < n && (step == 0 || step % 2 == 1) && loop.can_admit(options[size_t(next % 3)])) {
-      loop.admit({{uint64_t(next), source(next), options[size_t(next % 3)]}});
-      ++next;
-      if (step == 0) {
+  // Two at first, then one more every second step while the others decode: in one lane, and
+  // in two lanes whose steps alternate (two steps in flight, each lane with its own buffers
+  // and key-row table).
+  for (const int split_rows : {0, 4}) {
+    DecodeLoop loop(*engine, config, {}, cap);
+    loop.set_split_rows(split_rows);
+    std::vector<FinishedSentence> done;
+    int next = 0;
+    for (int step = 0; next < n || !loop.idle(); ++step) {
+      if (next < n && (step == 0 || step % 2 == 1) && loop.can_admit(options[size_t(next % 3)])) {
         loop.admit({{uint64_t(next), source(next), options[size_t(next % 3)]}});
         ++next;
+        if (step == 0) {
+          loop.admit({{uint64_t(next), source(next), options[size_t(next % 3)]}});
+          ++next;
+        }
       }
+      run(loop, &done);
     }
-    run(loop, &done);
-  }
-  ASSERT_EQ(done.size(), size_t(n));
-  for (const FinishedSentence& f : done) {
-    const Translation& want = alone[size_t(f.id)];
-    ASSERT_EQ(want.hypotheses.size(), f.translation.hypotheses.size()) << "sentence " << f.id;
-    for (size_t h = 0; h < want.hypotheses.size(); ++h) {
-      EXPECT_EQ(want.hypotheses[h].ids, f.translation.hypotheses[h].ids) << "sentence " << f.id;
-      EXPECT_NEAR(want.hypotheses[h].score, f.translation.hypotheses[h].score, 1e-4) << "sentence " << f.id;
+    ASSERT_EQ(done.size(), size_t(n)) << "split_rows " << split_rows;
+    for (const FinishedSentence& f : done) {
+      const Translation& want = alone[size_t(f.id)];
+      ASSERT_EQ(want.hypotheses.size(), f.translation.hypotheses.size()) << "sentence " << f.id;
+      for (size_t h = 0; h < want.hypotheses.size(); ++h) {
+        EXPECT_EQ(want.hypotheses[h].ids, f.translation.hypotheses[h].ids)
+            << "sentence " << f.id << ", split_rows " << split_rows;
+        EXPECT_NEAR(want.hypotheses[h].score, f.translation.hypotheses[h].score, 1e-4)
+            << "sentence " << f.id << ", split_rows " << split_rows;
+      }
     }
   }
 }

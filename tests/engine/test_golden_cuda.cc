@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <string>
 
 #include "model/cuda_engine.h"
 #include "model/translator.h"
@@ -19,11 +20,13 @@ struct Result {
   size_t n = 0;
 };
 
-Result run_golden(Precision precision, int batch_size, int beam) {
+// split_rows: the decode loops' (DecodeLoop::set_split_rows); -1 their default.
+Result run_golden(Precision precision, int batch_size, int beam, int split_rows = -1) {
   const auto golden = test::load_golden();
   TranslatorOptions o;
   o.device = Device::kCuda;
   o.precision = precision;
+  o.lane_split_rows = split_rows;
   auto translator = Translator::load(test::demo_model_dir(), o);
   DecodeOptions d;
   d.beam_size = beam;
@@ -43,7 +46,8 @@ Result run_golden(Precision precision, int batch_size, int beam) {
   }
   r.bleu = test::corpus_bleu(hyps, test::test2016_references());
   std::cout << (precision == Precision::kFloat16 ? "fp16" : "fp32") << " beam " << beam
-            << " batch " << batch_size << ": identical " << r.same << " / " << r.n << ", BLEU "
+            << " batch " << batch_size << (split_rows >= 0 ? " split_rows " + std::to_string(split_rows) : "")
+            << ": identical " << r.same << " / " << r.n << ", BLEU "
             << r.bleu << ", GPU memory " << (translator->device_memory_used() >> 20) << " MiB\n";
   return r;
 }
@@ -59,6 +63,14 @@ Result run_golden(Precision precision, int batch_size, int beam) {
 TEST(GoldenCuda, Float32Beam4) {
   SKIP_UNLESS_READY();
   const Result r = run_golden(Precision::kFloat32, 64, 4);
+  EXPECT_GE(r.same, int(r.n) * 98 / 100);
+  EXPECT_NEAR(r.bleu, 37.61, 0.2);
+}
+
+// Batches of 256 in two lanes whose steps alternate (two steps in flight).
+TEST(GoldenCuda, Float32Beam4TwoLanes) {
+  SKIP_UNLESS_READY();
+  const Result r = run_golden(Precision::kFloat32, 256, 4, 4);
   EXPECT_GE(r.same, int(r.n) * 98 / 100);
   EXPECT_NEAR(r.bleu, 37.61, 0.2);
 }

@@ -1,10 +1,13 @@
 // The host search (SentenceSearch) and the decode loop against a scripted engine: stopping
 // rules, length limits, n-best, sentences joining and leaving at any step, slots and cache
-// rows reused, results independent of the other sentences in the loop, out-of-memory steps.
+// rows reused, results independent of the other sentences in the loop, out-of-memory steps;
+// on an engine that overlaps steps, the same with steps in flight and two lanes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "model/decode_loop.h"
 #include "tests/support/scripted_engine.h"
@@ -233,4 +236,143 @@ TEST(DecodeLoop, OutOfMemoryThrowsByDefault) {
   e.out_of_memory_at_position = 1;
   EXPECT_THROW(loop.step(), Error);  // Translator needs every sentence of its batch
   EXPECT_TRUE(loop.idle());
+}
+
+// ---- an engine that overlaps steps (a device's): steps in flight across step() calls, and
+// from split_rows on two lanes whose steps alternate.
+
+namespace {
+
+// Each sentence's translation alone, through a loop on an engine that does not overlap.
+Translation alone(int eos_step, const DecodeOptions& o) {
+  ScriptedEngine e;
+  return run(e, {eos_step}, o).at(0).translation;
+}
+
+void expect_same(const Translation& got, const Translation& want, uint64_t id) {
+  ASSERT_EQ(got.hypotheses.size(), want.hypotheses.size()) << id;
+  for (size_t h = 0; h < want.hypotheses.size(); ++h) {
+    EXPECT_EQ(got.hypotheses[h].ids, want.hypotheses[h].ids) << id << " hypothesis " << h;
+    EXPECT_EQ(got.hypotheses[h].score, want.hypotheses[h].score) << id << " hypothesis " << h;
+  }
+}
+
+}  // namespace
+
+TEST(DecodeLoop, TwoLanesGiveEachSentenceItsResultAlone) {
+  std::mt19937 rng(7);
+  std::vector<int> eos_steps;
+  std::vector<DecodeOptions> options;
+  for (int i = 0; i < 40; ++i) {
+    eos_steps.push_back(1 + int(rng() % 20));
+    DecodeOptions o = beam(1 + int(rng() % 4));
+    if (i % 5 == 1) o.min_decoding_length = 4;
+    if (i % 7 == 2) o.max_decoding_length = 6;
+    if (i % 3 == 0 && o.beam_size > 1) o.num_hypotheses = 2;
+    options.push_back(o);
+  }
+  ScriptedEngine e;
+  e.overlapping = true;
+  DecodeLoop loop(e, kConfig, {}, {12, 30, 4});
+  loop.set_split_rows(8);
+  std::map<uint64_t, Translation> together;
+  size_t next = 0;
+  for (int call = 0; together.size() < eos_steps.size(); ++call) {
+    ASSERT_LT(call, 10000);
+    // Random arrivals, as many as fit.
+    for (int n = int(rng() % 4); n > 0 && next < eos_steps.size() && loop.can_admit(options[next]); --n, ++next)
+      loop.admit({{next, {eos_steps[next], kEos}, options[next]}});
+    EXPECT_LE(loop.active_rows(), 30);
+    for (auto& f : loop.step().finished) together[f.id] = std::move(f.translation);
+  }
+  EXPECT_TRUE(loop.idle());
+  for (size_t i = 0; i < eos_steps.size(); ++i) expect_same(together[i], alone(eos_steps[i], options[i]), i);
+  // Both lanes stepped, alternating.
+  const std::vector<int>& lanes = e.lanes_submitted;
+  EXPECT_GT(std::count(lanes.begin(), lanes.end(), 1), 10);
+  EXPECT_GT(std::count(lanes.begin(), lanes.end(), 0), 10);
+  int switches = 0;
+  for (size_t i = 1; i < lanes.size(); ++i) switches += lanes[i] != lanes[i - 1];
+  EXPECT_GT(switches, 10);
+}
+
+TEST(DecodeLoop, BelowSplitRowsOneLaneStaysInFlightAcrossCalls) {
+  ScriptedEngine e;
+  e.overlapping = true;
+  const std::vector<int> eos_steps{3, 9, 5};
+  const auto r = run(e, eos_steps, beam(4));  // 12 rows: below the default split
+  for (const int lane : e.lanes_submitted) EXPECT_EQ(lane, 0);
+  for (size_t i = 0; i < eos_steps.size(); ++i) expect_same(r.at(i).translation, alone(eos_steps[i], beam(4)), i);
+}
+
+TEST(DecodeLoop, SentenceRemovedInFlightFreesItsRowsAndGivesNoResult) {
+  ScriptedEngine e;
+  e.overlapping = true;
+  DecodeLoop loop(e, kConfig, {}, {2, 8, 4});
+  loop.set_split_rows(4);
+  DecodeOptions o = beam(4);
+  o.max_decoding_length = 20;
+  loop.admit({{1, {50, kEos}, o}, {2, {50, kEos}, o}});
+  for (int i = 0; i < 4; ++i) loop.step();
+  loop.remove(2);  // its lane's step is in flight
+  EXPECT_EQ(loop.active_sentences(), 1);
+  EXPECT_EQ(loop.active_rows(), 4);
+  ASSERT_TRUE(loop.can_admit(beam(4)));
+  loop.admit({{3, {3, kEos}, beam(4)}});  // takes sentence 2's slot and rows
+  std::map<uint64_t, Translation> finished;
+  while (!loop.idle()) {
+    for (auto& f : loop.step().finished) finished[f.id] = std::move(f.translation);
+  }
+  ASSERT_EQ(finished.size(), 2u);
+  EXPECT_EQ(finished.count(2), 0u);
+  expect_same(finished.at(1), alone(50, o), 1);
+  expect_same(finished.at(3), alone(3, beam(4)), 3);
+}
+
+TEST(DecodeLoop, DeviceFailureWithTwoLanesInFlightEmptiesTheLoop) {
+  ScriptedEngine e;
+  e.overlapping = true;
+  DecodeLoop loop(e, kConfig, {}, {4, 16, 4});
+  loop.set_split_rows(4);
+  loop.admit({{1, {30, kEos}, beam(4)}, {2, {30, kEos}, beam(4)}});
+  loop.step();
+  loop.step();  // both lanes in flight
+  e.fail_next_step = true;
+  EXPECT_THROW(loop.step(), Error);
+  EXPECT_TRUE(loop.idle());
+  EXPECT_EQ(loop.active_rows(), 0);
+  loop.admit({{3, {2, kEos}, beam(4)}, {4, {2, kEos}, beam(4)}});
+  int finished = 0;
+  for (int call = 0; !loop.idle() && call < 100; ++call) finished += int(loop.step().finished.size());
+  EXPECT_EQ(finished, 2);
+}
+
+TEST(DecodeLoop, OutOfMemoryInOneLaneShedsItsFurthestAndTheOtherLaneGoesOn) {
+  ScriptedEngine e;
+  e.overlapping = true;
+  e.report_cache_positions = false;
+  DecodeLoop loop(e, kConfig, {}, {4, 8, 4});
+  loop.set_split_rows(4);
+  loop.shed_on_out_of_memory(true);
+  loop.admit({{1, {50, kEos}, beam(4)}});
+  for (int i = 0; i < 6; ++i) loop.step();  // sentence 1 at position 6, alone in lane 0
+  loop.admit({{2, {3, kEos}, beam(4)}});     // 8 rows: lane 1 takes it
+  loop.step();
+  e.out_of_memory_at_position = 8;
+  std::vector<FailedSentence> failed;
+  std::map<uint64_t, Translation> finished;
+  for (int call = 0; !loop.idle() && call < 100; ++call) {
+    StepReport r = loop.step();
+    failed.insert(failed.end(), r.failed.begin(), r.failed.end());
+    for (auto& f : r.finished) finished[f.id] = std::move(f.translation);
+  }
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].id, 1u);
+  EXPECT_EQ(failed[0].code, ErrorCode::kResourceExhausted);
+  ASSERT_EQ(finished.size(), 1u);
+  expect_same(finished.at(2), alone(3, beam(4)), 2);
+  ScriptedEngine alone_engine;
+  const int steps = run(alone_engine, {3}, beam(4)).at(0).steps;
+  EXPECT_EQ(std::count(e.lanes_submitted.begin(), e.lanes_submitted.end(), 1), 1 + steps)
+      << "lane 1: sentence 2's encode, then its steps";
 }

@@ -1,9 +1,11 @@
 // The step-level scheduler over decode loops with a scripted engine (no model): every
 // sentence answered in request order with the result it gets alone, short requests never
 // wait for long ones, admission within slots, rows and the encoder token budget, the
-// bounded queue, cancellation and deadlines at the next step, engine failures, shutdown.
+// bounded queue, cancellation and deadlines at the next step, engine failures, shutdown; some
+// also on engines that step as a device's does (steps in flight, two lanes).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
 #include <random>
 #include <map>
@@ -31,14 +33,21 @@ DecodeOptions beam(int k, int max_length = 255) {
 
 std::vector<int> sentence(int eos_step) { return {eos_step, 1, 2, kEos}; }
 
+// How the fixture's engines step: at once, or as a device's engine does (steps in flight
+// across the loop's calls), in one lane or in two from 4 rows on (DecodeLoop).
+enum class Stepping { kAtOnce, kOverlapped, kTwoLanes };
+
 // A loop over its own scripted engine, and the scheduler over `loops` of them.
 struct Fixture {
-  explicit Fixture(SchedulingOptions o = {}, int loops = 1, milliseconds delay = milliseconds(0)) {
+  explicit Fixture(SchedulingOptions o = {}, int loops = 1, milliseconds delay = milliseconds(0),
+                   Stepping stepping = Stepping::kAtOnce) {
     for (int i = 0; i < loops; ++i) {
       engines.push_back(std::make_unique<ScriptedEngine>());
       engines.back()->step_delay = delay;
+      engines.back()->overlapping = stepping != Stepping::kAtOnce;
       this->loops.push_back(std::make_unique<DecodeLoop>(
           *engines.back(), kConfig, DetokenizeFn(), EngineCapacity{o.max_active_sentences, o.max_active_rows, 8}));
+      if (stepping == Stepping::kTwoLanes) this->loops.back()->set_split_rows(4);
       raw.push_back(this->loops.back().get());
     }
     SchedulerHooks hooks;
@@ -99,8 +108,11 @@ SchedulingOptions options(int sentences, int rows, int admit_tokens = 2048, int 
 
 }  // namespace
 
-TEST(Scheduler, ConcurrentMixedRequestsGetTheirAloneResultsInOrder) {
-  Fixture f(options(6, 16), 2, milliseconds(1));
+namespace {
+
+// 40 requests of mixed options at random times over two loops: each sentence's result is its
+// result alone, and the loops stay within their limits.
+void expect_mixed_requests_as_alone(Fixture& f) {
   std::mt19937 rng(7);
   std::vector<std::vector<std::vector<int>>> requests;
   std::vector<DecodeOptions> opts;
@@ -132,6 +144,24 @@ TEST(Scheduler, ConcurrentMixedRequestsGetTheirAloneResultsInOrder) {
   const Fixture::Maxima m = f.stop_and_read();
   EXPECT_LE(m.rows, 16);
   EXPECT_LE(m.sentences, 6);
+}
+
+}  // namespace
+
+TEST(Scheduler, ConcurrentMixedRequestsGetTheirAloneResultsInOrder) {
+  Fixture f(options(6, 16), 2, milliseconds(1));
+  expect_mixed_requests_as_alone(f);
+}
+
+TEST(Scheduler, OnADevicesEngineMixedRequestsGetTheirAloneResults) {
+  for (const Stepping stepping : {Stepping::kOverlapped, Stepping::kTwoLanes}) {
+    Fixture f(options(6, 16), 2, milliseconds(1), stepping);
+    expect_mixed_requests_as_alone(f);
+    int lane1 = 0;
+    for (const auto& e : f.engines) lane1 += int(std::count(e->lanes_submitted.begin(), e->lanes_submitted.end(), 1));
+    if (stepping == Stepping::kTwoLanes) EXPECT_GT(lane1, 0) << "the second lane stepped";
+    else EXPECT_EQ(lane1, 0) << "below split_rows: one lane";
+  }
 }
 
 TEST(Scheduler, AShortRequestDoesNotWaitForLongOnes) {
@@ -203,8 +233,10 @@ TEST(Scheduler, CancelledSentencesHoldNoPlaceInTheQueue) {
   EXPECT_TRUE(busy.get().ok);
 }
 
-TEST(Scheduler, CancelledAndExpiredSentencesLeaveAtTheNextStep) {
-  Fixture f(options(8, 32), 1, milliseconds(2));
+namespace {
+
+// A cancelled and an expiring sentence leave their loop mid-decode; the kept one finishes.
+void expect_cancelled_and_expired_leave(Fixture& f) {
   std::shared_ptr<Job> cancelled_job;
   auto cancelled = f.submit({sentence(500)}, beam(4), Clock::time_point::max(), &cancelled_job);
   auto expiring = f.submit({sentence(500)}, beam(4), Clock::now() + milliseconds(60));
@@ -224,6 +256,20 @@ TEST(Scheduler, CancelledAndExpiredSentencesLeaveAtTheNextStep) {
   EXPECT_LT(f.engines[0]->steps().size(), 200u);  // nobody decoded to 500
 }
 
+}  // namespace
+
+TEST(Scheduler, CancelledAndExpiredSentencesLeaveAtTheNextStep) {
+  Fixture f(options(8, 32), 1, milliseconds(2));
+  expect_cancelled_and_expired_leave(f);
+}
+
+TEST(Scheduler, OnADevicesEngineCancelledAndExpiredSentencesLeave) {
+  for (const Stepping stepping : {Stepping::kOverlapped, Stepping::kTwoLanes}) {
+    Fixture f(options(8, 32), 1, milliseconds(2), stepping);
+    expect_cancelled_and_expired_leave(f);
+  }
+}
+
 TEST(Scheduler, ExpiredWorkNeverEntersALoop) {
   Fixture f(options(1, 4), 1, milliseconds(2));
   auto busy = f.submit({sentence(40)}, beam(4));
@@ -236,14 +282,19 @@ TEST(Scheduler, ExpiredWorkNeverEntersALoop) {
 }
 
 TEST(Scheduler, EngineFailureFailsTheActiveSentencesAndServingGoesOn) {
-  Fixture f(options(8, 32), 1, milliseconds(2));
-  auto a = f.submit({sentence(50)}, beam(4));
-  std::this_thread::sleep_for(milliseconds(20));
-  f.engines[0]->fail_next_step = true;
-  const JobResult r = a.get();
-  EXPECT_EQ(r.code, ErrorCode::kResourceExhausted);
-  EXPECT_NE(r.message.find("scripted out of memory"), std::string::npos);
-  EXPECT_TRUE(f.submit({sentence(3)}, beam(4)).get().ok);
+  for (const Stepping stepping : {Stepping::kAtOnce, Stepping::kOverlapped, Stepping::kTwoLanes}) {
+    Fixture f(options(8, 32), 1, milliseconds(2), stepping);
+    auto a = f.submit({sentence(50)}, beam(4));
+    auto b = f.submit({sentence(50)}, beam(4));
+    std::this_thread::sleep_for(milliseconds(20));
+    f.engines[0]->fail_next_step = true;
+    for (auto* job : {&a, &b}) {
+      const JobResult r = job->get();
+      EXPECT_EQ(r.code, ErrorCode::kResourceExhausted);
+      EXPECT_NE(r.message.find("scripted out of memory"), std::string::npos);
+    }
+    EXPECT_TRUE(f.submit({sentence(3)}, beam(4)).get().ok);
+  }
 }
 
 TEST(Scheduler, OutOfMemoryFailsOnlyTheSentencesThatNeededTheGrowth) {

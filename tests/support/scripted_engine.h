@@ -4,8 +4,10 @@
 // result must not depend on its neighbours. Sentence s (its source ids) prefers EOS from
 // step eos_step = source[0] on; before that token 1 + ((step + token) % 4) is likeliest.
 // It records the rows of every step, can sleep per step (an engine's time) and fail on
-// request, or run out of memory past a position.
+// request, or run out of memory past a position; with `overlapping` it defers each step to
+// collect(), as a device's engine does.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -92,6 +94,36 @@ class ScriptedEngine : public Engine {
     if (in.encode) encode(*in.encode);
   }
 
+  // With `overlapping`, as a device's engine: submit() checks and keeps the step, collect()
+  // computes it (a step fails there when fail_next_step is set), and a lane takes one step at a
+  // time. The lane of each submitted step is recorded.
+  bool overlaps_steps() const override { return overlapping; }
+  void submit(const StepInput& in, int lane) override {
+    if (!overlapping) return Engine::submit(in, lane);
+    if (lane < 0 || lane >= kStepLanes || pending_[size_t(lane)].in_flight)
+      throw std::logic_error("submit to a lane with a step in flight");
+    for (const StepGroup& g : in.groups) {
+      if (out_of_memory_at_position >= 0 && g.position >= out_of_memory_at_position)
+        throw Error(ErrorCode::kResourceExhausted, "scripted out of memory growing the caches");
+    }
+    Pending& p = pending_[size_t(lane)];
+    p.in = in;
+    p.in.encode = nullptr;
+    p.in_flight = true;
+    if (in.encode) encode(*in.encode);
+    std::lock_guard<std::mutex> lock(mutex_);
+    lanes_submitted.push_back(lane);
+  }
+  void collect(int lane, StepOutput* out) override {
+    if (!overlapping) return Engine::collect(lane, out);
+    Pending& p = pending_.at(size_t(lane));
+    out->scores.clear();
+    out->candidates.clear();
+    if (!p.in_flight) return;
+    p.in_flight = false;
+    if (!p.in.groups.empty()) step(p.in, out);
+  }
+
   std::vector<size_t> steps() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return rows_per_step;
@@ -104,6 +136,8 @@ class ScriptedEngine : public Engine {
   std::atomic<int> out_of_memory_at_position{-1};
   bool report_cache_positions = true;
   std::atomic<int> encoded{0};
+  bool overlapping = false;
+  std::vector<int> lanes_submitted;  // with `overlapping`: the lane of each submit()
 
  private:
   static std::vector<float> log_probs(const StepGroup& g, int token, int eos_step) {
@@ -121,6 +155,11 @@ class ScriptedEngine : public Engine {
     return lp;
   }
 
+  struct Pending {
+    StepInput in;
+    bool in_flight = false;
+  };
+  std::array<Pending, kStepLanes> pending_;
   EngineCapacity cap_;
   std::vector<int> eos_step_;  // per slot
   mutable std::mutex mutex_;
