@@ -148,19 +148,15 @@ void expect_mixed_requests_as_alone(Fixture& f) {
 
 }  // namespace
 
+// On each kind of engine; on a device's, in one lane and in two.
 TEST(Scheduler, ConcurrentMixedRequestsGetTheirAloneResultsInOrder) {
-  Fixture f(options(6, 16), 2, milliseconds(1));
-  expect_mixed_requests_as_alone(f);
-}
-
-TEST(Scheduler, OnADevicesEngineMixedRequestsGetTheirAloneResults) {
-  for (const Stepping stepping : {Stepping::kOverlapped, Stepping::kTwoLanes}) {
+  for (const Stepping stepping : {Stepping::kAtOnce, Stepping::kOverlapped, Stepping::kTwoLanes}) {
     Fixture f(options(6, 16), 2, milliseconds(1), stepping);
     expect_mixed_requests_as_alone(f);
     int lane1 = 0;
     for (const auto& e : f.engines) lane1 += int(std::count(e->lanes_submitted.begin(), e->lanes_submitted.end(), 1));
     if (stepping == Stepping::kTwoLanes) EXPECT_GT(lane1, 0) << "the second lane stepped";
-    else EXPECT_EQ(lane1, 0) << "below split_rows: one lane";
+    else EXPECT_EQ(lane1, 0) << "one lane";
   }
 }
 
@@ -259,12 +255,7 @@ void expect_cancelled_and_expired_leave(Fixture& f) {
 }  // namespace
 
 TEST(Scheduler, CancelledAndExpiredSentencesLeaveAtTheNextStep) {
-  Fixture f(options(8, 32), 1, milliseconds(2));
-  expect_cancelled_and_expired_leave(f);
-}
-
-TEST(Scheduler, OnADevicesEngineCancelledAndExpiredSentencesLeave) {
-  for (const Stepping stepping : {Stepping::kOverlapped, Stepping::kTwoLanes}) {
+  for (const Stepping stepping : {Stepping::kAtOnce, Stepping::kOverlapped, Stepping::kTwoLanes}) {
     Fixture f(options(8, 32), 1, milliseconds(2), stepping);
     expect_cancelled_and_expired_leave(f);
   }
