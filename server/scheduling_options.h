@@ -1,6 +1,7 @@
 #pragma once
 // The `batching:` section of the config: the capacity of each decode loop and the queue in
 // front of them (server/scheduler.h).
+#include "model/decode_loop.h"
 
 namespace nmt::server {
 
@@ -26,6 +27,9 @@ struct SchedulingOptions {
   // server run 12).
   int loop_fill_sentences = 64;
   int max_queue_sentences = 4096;  // waiting sentences; beyond it submit() refuses
+  // GPU: a loop holding at least this many cache rows steps its sentences as two alternating
+  // lanes (DecodeLoop::set_split_rows; 0 = one lane always).
+  int lane_split_rows = DecodeLoop::kDefaultSplitRows;
 };
 
 }  // namespace nmt::server

@@ -1,4 +1,4 @@
-// Step-level batching seen from a client (DESIGN.md §2): the real nmt-server on the CPU,
+// Step-level batching seen from a client (DESIGN.md §2): the real nmt-server on the CPU (or the GPU),
 // requests arriving at random times from a random number of concurrent clients (1-64) with
 // mixed decoding options; every output must equal the sentence translated alone offline:
 // the same tokens and text, and the same score up to float rounding (a BLAS GEMM's result
@@ -31,6 +31,13 @@ namespace {
 
 const std::string kModelDir = std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small";
 
+// NMT_STEP_TEST_DEVICE=cuda (the GPU machine) serves and translates offline on the GPU in
+// float32, its loops in two lanes from 8 rows (steps in flight, lanes alternating); else the CPU.
+bool on_gpu() {
+  const char* d = std::getenv("NMT_STEP_TEST_DEVICE");
+  return d && std::string(d) == "cuda";
+}
+
 bool listening(int port);
 
 // nmt-server on loopback with one decode loop of few slots and rows (so that sentences
@@ -47,7 +54,8 @@ class Server {
     port_ = nmt::test::free_port();
     process_ = std::make_unique<nmt::test::ServerProcess>(
         NMT_SERVER_BIN,
-        std::vector<std::string>{"--config", (dir_ / "config.yaml").string(), "--device", "cpu", "--host",
+        std::vector<std::string>{"--config", (dir_ / "config.yaml").string(), "--device", on_gpu() ? "cuda" : "cpu",
+                                 "--precision", "float32", "--lane-split-rows", "8", "--host",
                                  "127.0.0.1", "--port", std::to_string(port_), "--metrics-port",
                                  std::to_string(nmt::test::free_port())},
         (dir_ / "server.log").string());
@@ -166,7 +174,8 @@ TEST(StepBatching, RandomArrivalsConcurrencyAndOptionsEqualOfflineTranslation) {
   }
 
   nmt::TranslatorOptions options;
-  options.device = nmt::Device::kCpu;
+  options.device = on_gpu() ? nmt::Device::kCuda : nmt::Device::kCpu;
+  options.precision = nmt::Precision::kFloat32;
   auto offline = nmt::Translator::load(kModelDir, options);
   int identical = 0, total = 0;
   for (const Sent& r : requests) {
