@@ -32,7 +32,7 @@ namespace {
 const std::string kModelDir = std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small";
 
 // NMT_STEP_TEST_DEVICE=cuda (the GPU machine) serves and translates offline on the GPU in
-// float32, its loops in two lanes from 8 rows (steps in flight, lanes alternating); else the CPU.
+// float32 (steps in flight across the loop's calls); else the CPU.
 bool on_gpu() {
   const char* d = std::getenv("NMT_STEP_TEST_DEVICE");
   return d && std::string(d) == "cuda";
@@ -40,11 +40,17 @@ bool on_gpu() {
 
 bool listening(int port);
 
+std::vector<std::string> flags(std::vector<std::string> f, int lane_split_rows) {
+  if (lane_split_rows >= 0) f.insert(f.end(), {"--lane-split-rows", std::to_string(lane_split_rows)});
+  return f;
+}
+
 // nmt-server on loopback with one decode loop of few slots and rows (so that sentences
 // queue, join and leave all the time), SERVING when constructed.
 class Server {
  public:
-  explicit Server(const std::string& batching) {
+  // batching: the config's batching keys; lane_split_rows: --lane-split-rows (-1: the default)
+  explicit Server(const std::string& batching, int lane_split_rows = -1) {
     dir_ = fs::temp_directory_path() / ("nmt-step-test-" + std::to_string(getpid()));
     fs::create_directories(dir_);
     std::ofstream(dir_ / "config.yaml") << "server:\n  log_level: warn\n"
@@ -54,10 +60,10 @@ class Server {
     port_ = nmt::test::free_port();
     process_ = std::make_unique<nmt::test::ServerProcess>(
         NMT_SERVER_BIN,
-        std::vector<std::string>{"--config", (dir_ / "config.yaml").string(), "--device", on_gpu() ? "cuda" : "cpu",
-                                 "--precision", "float32", "--lane-split-rows", "8", "--host",
-                                 "127.0.0.1", "--port", std::to_string(port_), "--metrics-port",
-                                 std::to_string(nmt::test::free_port())},
+        flags({"--config", (dir_ / "config.yaml").string(), "--device", on_gpu() ? "cuda" : "cpu",
+               "--precision", "float32", "--host", "127.0.0.1", "--port", std::to_string(port_),
+               "--metrics-port", std::to_string(nmt::test::free_port())},
+              lane_split_rows),
         (dir_ / "server.log").string());
     // The channel only once the port listens: a gRPC channel that finds nothing there backs
     // off for seconds before it tries again.
@@ -142,7 +148,8 @@ TEST(StepBatching, RandomArrivalsConcurrencyAndOptionsEqualOfflineTranslation) {
   const size_t n = std::getenv("NMT_STEP_TEST_SENTENCES") ? std::stoul(std::getenv("NMT_STEP_TEST_SENTENCES")) : 300;
   const std::vector<std::string> texts = nmt::test::sentences(n);
   const std::vector<nmt::DecodeOptions> mixes = option_mixes();
-  Server server("  max_active_sentences: 12\n  max_active_rows: 40\n  max_admit_tokens: 128\n");
+  // On a GPU its loop steps in two lanes from 8 rows (two steps in flight, lanes alternating).
+  Server server("  max_active_sentences: 12\n  max_active_rows: 40\n  max_admit_tokens: 128\n", 8);
 
   struct Sent {
     std::vector<std::string> texts;
@@ -210,27 +217,37 @@ TEST(StepBatching, AShortRequestIsAnsweredWhileLongOnesDecode) {
   nmt::DecodeOptions long_options;
   long_options.min_decoding_length = 150;
   long_options.max_decoding_length = 200;
-  const std::vector<std::string> texts = nmt::test::sentences(4);
-  std::vector<std::future<double>> longs;
-  const auto start = Clock::now();
-  for (int i = 0; i < 3; ++i) {
-    longs.push_back(std::async(std::launch::async, [&, i] {
-      nmt::v1::TranslateResponse response;
-      const grpc::Status status = server.translate(request({texts[size_t(i)]}, long_options), &response);
-      EXPECT_TRUE(status.ok()) << status.error_message();
-      return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    }));
-  }
-  std::this_thread::sleep_for(milliseconds(100));
-  const auto short_start = Clock::now();
-  nmt::v1::TranslateResponse response;
   nmt::DecodeOptions short_options;
   short_options.max_decoding_length = 200;
-  const grpc::Status status = server.translate(request({texts[3]}, short_options), &response);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  const double short_ms = std::chrono::duration<double, std::milli>(Clock::now() - short_start).count();
-  double long_ms = 0;
-  for (auto& f : longs) long_ms = std::max(long_ms, f.get());
+  const std::vector<std::string> texts = nmt::test::sentences(4);
+  // The long ones decode for seconds on the CPU, for ~100 ms on a GPU.
+  const milliseconds pause = on_gpu() ? milliseconds(10) : milliseconds(100);
+  // Three long requests, then the short one: {short's ms, the longs' ms}.
+  auto race = [&] {
+    std::vector<std::future<double>> longs;
+    const auto start = Clock::now();
+    for (int i = 0; i < 3; ++i) {
+      longs.push_back(std::async(std::launch::async, [&, i] {
+        nmt::v1::TranslateResponse response;
+        const grpc::Status status = server.translate(request({texts[size_t(i)]}, long_options), &response);
+        EXPECT_TRUE(status.ok()) << status.error_message();
+        return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      }));
+    }
+    std::this_thread::sleep_for(pause);
+    const auto short_start = Clock::now();
+    nmt::v1::TranslateResponse response;
+    const grpc::Status status = server.translate(request({texts[3]}, short_options), &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    const double short_ms = std::chrono::duration<double, std::milli>(Clock::now() - short_start).count();
+    double long_ms = 0;
+    for (auto& f : longs) long_ms = std::max(long_ms, f.get());
+    return std::make_pair(short_ms, long_ms);
+  };
+  // A GPU's first race captures the step graphs of each shape and grows the caches to 200
+  // positions (milliseconds each, against a ~100 ms race): the second is timed.
+  if (on_gpu()) race();
+  const auto [short_ms, long_ms] = race();
   std::cout << "short request " << short_ms << " ms while the long ones took " << long_ms << " ms\n";
-  EXPECT_LT(short_ms * 4, long_ms - 100);
+  EXPECT_LT(short_ms * 4, long_ms - double(pause.count()));
 }
