@@ -104,20 +104,23 @@ int DecodeLoop::lane_rows(const Lane& lane) const {
   return rows;
 }
 
+bool DecodeLoop::splits() const {
+  return engine_.overlaps_steps() && split_rows_ > 0 && active_rows() >= split_rows_;
+}
+
 // The lanes alternate while both have work. An idle lane starts once newcomers bring the
 // loop to split_rows_; below it the loop keeps to one lane.
 int DecodeLoop::pick_lane() const {
   const int other = 1 - last_lane_;
   if (!lanes_[other].idle()) return other;
   if (lanes_[last_lane_].idle()) return last_lane_;
-  if (!joining_.empty() && split_rows_ > 0 && active_rows() >= split_rows_) return other;
+  if (!joining_.empty() && splits()) return other;
   return last_lane_;
 }
 
 DecodeLoop::ActiveList DecodeLoop::take_newcomers(int lane, std::vector<LoopSentence>* sources) {
   const Lane& other = lanes_[1 - lane];
-  const bool one_lane = !engine_.overlaps_steps() || split_rows_ <= 0 ||
-                        (other.idle() && active_rows() < split_rows_);
+  const bool one_lane = !engine_.overlaps_steps() || split_rows_ <= 0 || (other.idle() && !splits());
   int mine = lane_rows(lanes_[lane]);
   const int theirs = lane_rows(other);
   size_t n = 0;
@@ -147,7 +150,7 @@ void DecodeLoop::encode_idle(StepReport* report) {
   }
   report->encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report->encoded += int(joining_.size());
-  const bool two = engine_.overlaps_steps() && split_rows_ > 0 && active_rows() >= split_rows_;
+  const bool two = splits();
   const int first = last_lane_;
   ActiveList parts[Engine::kStepLanes];
   int rows[Engine::kStepLanes] = {0, 0};

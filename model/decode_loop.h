@@ -125,6 +125,7 @@ class DecodeLoop {
     bool idle() const { return !in_flight && active.empty() && encoding.empty(); }
   };
   int lane_rows(const Lane& lane) const;
+  bool splits() const;  // the loop holds split_rows_ rows or more, on an engine that overlaps steps
   int pick_lane() const;
   void collect(int lane, StepReport* report);
   void submit(int lane, StepReport* report);

@@ -478,8 +478,8 @@ class CudaEngine final : public Engine {
     cudaEvent_t stepped = nullptr;  // the end of its step's own work (not a riding encode)
     cudaEvent_t start = nullptr, end = nullptr;  // NMT_CUDA_PROFILE's
     int parity = 0;      // the key-row table its next step reorders from
-    StepShape pending;   // of the step in flight (no runs: an encode only)
-    bool in_flight = false;
+    StepShape pending;   // of the step in flight
+    bool in_flight = false;  // a step to collect (an encode-only submit leaves none)
     double submit_wall_ms = 0;
   };
 
@@ -774,6 +774,12 @@ class CudaEngine final : public Engine {
     }
   }
 
+  StepLane& step_lane(int lane) {
+    if (lane < 0 || lane >= kStepLanes)
+      throw Error(ErrorCode::kInternal, "CUDA engine: no step lane " + std::to_string(lane));
+    return lanes_[lane];
+  }
+
   // A lane's graphs copy from and to its own pinned buffers and reorder its parity's table.
   GraphKey graph_key(const StepShape& shape, int lane) const {
     GraphKey key{lane, lanes_[lane].parity};
@@ -1066,18 +1072,14 @@ void CudaEngine<T>::step(const StepInput& in, StepOutput* out) {
 template <typename T>
 void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  if (lane_index < 0 || lane_index >= kStepLanes)
-    throw Error(ErrorCode::kInternal, "CUDA engine: no step lane " + std::to_string(lane_index));
-  StepLane& lane = lanes_[lane_index];
+  StepLane& lane = step_lane(lane_index);
   const auto wall0 = std::chrono::steady_clock::now();
   // A step never collected (its loop was dropped) still owns the lane's pinned buffers.
   if (lane.in_flight) check_cuda(cudaEventSynchronize(lane.stepped), "decode step");
   lane.in_flight = false;
   check_step(in);
-  lane.pending = StepShape();
-  if (in.groups.empty()) {
+  if (in.groups.empty()) {  // an encode only: collect() has no candidates to wait for
     if (in.encode) enqueue_encode(*in.encode);
-    lane.in_flight = true;  // collect() has no candidates to wait for
     return;
   }
   const StepShape shape = shape_of(in.groups);
@@ -1104,15 +1106,10 @@ void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
 template <typename T>
 void CudaEngine<T>::collect(int lane_index, StepOutput* out) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  if (lane_index < 0 || lane_index >= kStepLanes)
-    throw Error(ErrorCode::kInternal, "CUDA engine: no step lane " + std::to_string(lane_index));
-  StepLane& lane = lanes_[lane_index];
+  StepLane& lane = step_lane(lane_index);
   out->scores.clear();
   out->candidates.clear();
-  if (!lane.in_flight || lane.pending.runs.empty()) {
-    lane.in_flight = false;
-    return;
-  }
+  if (!lane.in_flight) return;
   const auto wall0 = std::chrono::steady_clock::now();
   lane.in_flight = false;
   check_cuda(cudaEventSynchronize(lane.stepped), "decode step");
