@@ -56,6 +56,13 @@ struct AttentionArgs {
   const T* v_bias = nullptr;         // [heads * head_dim]
   bool causal = false;
   int64_t causal_offset = 0;
+  // K, V, key_lengths and kv_index were written two or more launches before this one on the
+  // stream (the decode step's cross-attention: by the encode and the step's upload). The
+  // decoder-step kernel then reads the first keys before waiting for the previous kernel
+  // (programmatic dependent launch), overlapping its end. Every kernel of ours waits for its
+  // predecessor before letting the next one start (kernels/cuda/common.cuh), so by then
+  // everything two launches back has finished. Leave false where the previous kernel writes them.
+  bool kv_settled = false;
   AttentionPath path = AttentionPath::kAuto;
   // Scratch for the cuBLAS path (batch * heads * M * N elements of T); when null or too small
   // that path allocates stream-ordered memory (cudaMallocAsync) itself.
@@ -103,6 +110,11 @@ struct DecoderSelfAttentionArgs {
   int64_t rows = 0;
   int capacity = 0, heads = 0, head_dim = 0;
   float scale = 1.0f;
+  // key_rows, positions / step, cache_rows and the caches' past positions were written two or
+  // more launches before this one (the decode step: by the step's upload, its beam reorder
+  // and earlier steps): read before waiting for the previous kernel, as
+  // AttentionArgs::kv_settled.
+  bool history_settled = false;
 };
 
 // float32 reference (all pointers host pointers).

@@ -24,17 +24,24 @@ namespace nmt::kernels {
 namespace cuda {
 namespace {
 
-template <typename T>
-__device__ __forceinline__ int64_t kv_batch(const AttentionArgs<T>& a, int64_t b) {
-  return a.kv_index ? a.kv_index[b] : b / a.queries_per_kv;
+// kL2: read through L2 only (ld.global.cg), as a decoder-step kernel does before waiting for
+// the previous kernel (see HeldKeys below).
+template <bool kL2 = false>
+__device__ __forceinline__ int read_index(const int* p) {
+  return kL2 ? __ldcg(p) : *p;
 }
 
-template <typename T>
+template <bool kL2 = false, typename T>
+__device__ __forceinline__ int64_t kv_batch(const AttentionArgs<T>& a, int64_t b) {
+  return a.kv_index ? read_index<kL2>(a.kv_index + b) : b / a.queries_per_kv;
+}
+
+template <bool kL2 = false, typename T>
 __device__ __forceinline__ int64_t visible_keys(const AttentionArgs<T>& a, int64_t b,
                                                 int64_t i) {
   int64_t n = a.kv_len;
   if (a.key_lengths) {
-    const int64_t len = a.key_lengths[kv_batch(a, b)];
+    const int64_t len = read_index<kL2>(a.key_lengths + kv_batch<kL2>(a, b));
     n = len < n ? len : n;
   }
   if (a.causal) {
@@ -62,18 +69,109 @@ struct StepLanes {
       : row_lane(lane / kLanesPerRow), d0(lane % kLanesPerRow * kVec) {}
 };
 
+// Held keys: with AttentionArgs::kv_settled / DecoderSelfAttentionArgs::history_settled a
+// step kernel loads each lane's packs of the first HeldKeys::kKeys keys' K and V rows into
+// registers before waiting for the previous kernel, through L2 only (ld.global.cg: this SM's
+// L1 may hold lines of an earlier grid until the wait). Under programmatic dependent launch
+// those reads overlap the previous kernel, and after the wait only the query is a memory round
+// trip away: at batch 1 the keys' two to four dependent rounds were most of the kernel. The
+// lane holds exactly the (key, elements) it reads in warp_attend. Registers, not shared
+// memory: a kernel that needs a larger shared-memory carveout than its neighbours cannot share
+// their SMs, which undoes the overlap (a staging area of 32 KiB a block, end-to-end run 30,
+// gained much less). Only for 16-byte packs (not head_dim 4 in 16-bit types; those kernels
+// are compiled but never launched) and grids of one wave.
+template <typename T, int kD>
+struct HeldKeys {
+  using L = StepLanes<T, kD>;
+  static constexpr bool kPossible = L::kVec * int(sizeof(T)) == 16;
+  static constexpr int kPacks = 8;  // of K and of V: 64 registers
+  static constexpr int kKeys = kPacks * L::kRowsPerIter;
+  Pack<T, L::kVec> k[kPacks], v[kPacks];
+  int count = 0;  // keys held: j < count come from k / v
+
+  template <class KeyFn, class ValueFn>
+  __device__ __forceinline__ void load(int held, KeyFn key, ValueFn value, int row_lane) {
+    count = held;
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      const int j = row_lane + i * L::kRowsPerIter;
+      if (j < held) {
+        k[i] = bit_cast_pack(__ldcg(reinterpret_cast<const uint4*>(key(j))));
+        v[i] = bit_cast_pack(__ldcg(reinterpret_cast<const uint4*>(value(j))));
+      }
+    }
+  }
+  __device__ static Pack<T, L::kVec> bit_cast_pack(uint4 raw) {
+    Pack<T, L::kVec> p;
+    static_assert(sizeof(p) <= sizeof(raw), "a pack is at most 16 bytes");
+    memcpy(&p, &raw, sizeof(p));
+    return p;
+  }
+};
+
+// A held pack's elements in float32.
+template <typename T, int kVec>
+__device__ __forceinline__ void unpack(const Pack<T, kVec>& pk, float* dst) {
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) dst[e] = to_float(pk.v[e]);
+}
+
 // The core of both decoder-step kernels, for one warp: out = softmax_j(q . K_j) V_j (+ v_bias)
 // over j < n. q holds the lane's kVec elements (scaled); key(j) / value(j) point at the lane's
-// elements of row j (called for j < n only); p has n floats of this warp's shared memory.
-// Scores: kRowsPerIter keys per step, four steps in flight; the lanes of row_lane 0 store.
-template <typename T, int kD, class KeyFn, class ValueFn>
+// elements of row j (called for j < n only, and not for held keys); p has n floats of this
+// warp's shared memory. Scores: kRowsPerIter keys per step, four steps in flight; the lanes of
+// row_lane 0 store. kHeld: the first HeldKeys::kKeys keys are visited first in an unrolled
+// pass (their packs indexed at compile time), each from `held` or from memory, in the same
+// lane and order as the loops that follow, so the sums are the same either way.
+template <typename T, int kD, bool kHeld, class KeyFn, class ValueFn>
 __device__ __forceinline__ void warp_attend(const float* q, int64_t n, KeyFn key, ValueFn value,
-                                            float* p, const T* v_bias, T* out, int lane) {
+                                            float* p, const T* v_bias, T* out, int lane,
+                                            const HeldKeys<T, kD>* held = nullptr) {
   using L = StepLanes<T, kD>;
+  using H = HeldKeys<T, kD>;
   constexpr int kVec = L::kVec, kRowsPerIter = L::kRowsPerIter;
   const L lanes(lane);
   constexpr int kUnroll = 4;
-  for (int64_t j0 = 0; j0 < n; j0 += kRowsPerIter * kUnroll) {
+  // dot[u] of keys j0 + u * kRowsPerIter + row_lane, summed over the row's lanes and stored.
+  auto store_scores = [&](float* dot, int64_t j0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      dot[u] = group_allreduce<L::kLanesPerRow>(dot[u], SumOp());
+      const int64_t j = j0 + u * kRowsPerIter + lanes.row_lane;
+      if (lanes.d0 == 0 && j < n) p[j] = dot[u];
+    }
+  };
+  auto dot_of = [&](const float* kr) {
+    float dot = 0.f;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) dot += q[e] * kr[e];
+    return dot;
+  };
+  int64_t first = 0;  // the first key of the plain loops
+  if constexpr (kHeld) {
+    static_assert(H::kPacks % kUnroll == 0, "held packs come in whole steps");
+#pragma unroll
+    for (int i0 = 0; i0 < H::kPacks; i0 += kUnroll) {
+      float dot[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t j = int64_t(i0 + u) * kRowsPerIter + lanes.row_lane;
+        float kr[kVec];
+        if (j < held->count) {
+          unpack<T, kVec>(held->k[i0 + u], kr);
+        } else if (j < n) {
+          load_pack<T, kVec>(key(j), kr);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) kr[e] = 0.f;
+        }
+        dot[u] = dot_of(kr);
+      }
+      store_scores(dot, int64_t(i0) * kRowsPerIter);
+    }
+    first = H::kKeys;
+  }
+  for (int64_t j0 = first; j0 < n; j0 += kRowsPerIter * kUnroll) {
     float dot[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -85,16 +183,9 @@ __device__ __forceinline__ void warp_attend(const float* q, int64_t n, KeyFn key
 #pragma unroll
         for (int e = 0; e < kVec; ++e) kr[e] = 0.f;
       }
-      dot[u] = 0.f;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) dot[u] += q[e] * kr[e];
+      dot[u] = dot_of(kr);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      dot[u] = group_allreduce<L::kLanesPerRow>(dot[u], SumOp());
-      const int64_t j = j0 + u * kRowsPerIter + lanes.row_lane;
-      if (lanes.d0 == 0 && j < n) p[j] = dot[u];
-    }
+    store_scores(dot, j0);
   }
   __syncwarp();
   float max_v = -INFINITY;
@@ -112,13 +203,29 @@ __device__ __forceinline__ void warp_attend(const float* q, int64_t n, KeyFn key
   float acc[kVec];
 #pragma unroll
   for (int e = 0; e < kVec; ++e) acc[e] = 0.f;
-#pragma unroll 4
-  for (int64_t j = lanes.row_lane; j < n; j += kRowsPerIter) {
-    float vr[kVec];
-    load_pack<T, kVec>(value(j), vr);
-    const float w = p[j];
+  auto add_value = [&](const float* vr, float w) {
 #pragma unroll
     for (int e = 0; e < kVec; ++e) acc[e] += w * vr[e];
+  };
+  if constexpr (kHeld) {
+#pragma unroll
+    for (int i = 0; i < H::kPacks; ++i) {
+      const int64_t j = int64_t(i) * kRowsPerIter + lanes.row_lane;
+      if (j >= n) break;
+      float vr[kVec];
+      if (j < held->count) {
+        unpack<T, kVec>(held->v[i], vr);
+      } else {
+        load_pack<T, kVec>(value(j), vr);
+      }
+      add_value(vr, p[j]);
+    }
+  }
+#pragma unroll 4
+  for (int64_t j = first + lanes.row_lane; j < n; j += kRowsPerIter) {
+    float vr[kVec];
+    load_pack<T, kVec>(value(j), vr);
+    add_value(vr, p[j]);
   }
 #pragma unroll
   for (int mask = L::kLanesPerRow; mask < 32; mask *= 2) {
@@ -155,9 +262,10 @@ __device__ __forceinline__ void load_query(const T* src, const T* bias, float sc
   for (int e = 0; e < kVec; ++e) q[e] = (q[e] + b[e]) * scale;
 }
 
-template <typename T, int kD>
+// kHeld: K/V settled, the first keys held before the wait (see HeldKeys).
+template <typename T, int kD, bool kHeld>
 __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(AttentionArgs<T> a) {
-  pdl_prologue();
+  if constexpr (!kHeld) pdl_prologue();
   using L = StepLanes<T, kD>;
   extern __shared__ float step_smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -165,27 +273,34 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
   if (task >= a.batch * a.q_len * a.heads) return;  // whole warp leaves together
   const int h = int(task % a.heads);
   const int64_t i = task / a.heads % a.q_len, b = task / a.heads / a.q_len;
-  const int64_t kv = kv_batch(a, b);
+  const int64_t kv = kv_batch<kHeld>(a, b);
+  const int64_t n = visible_keys<kHeld>(a, b, i);
   const int d0 = L(lane).d0, hd = h * kD + d0;
+  const T* k_head = a.k + kv * a.kv_batch_stride + hd;
+  const T* v_head = a.v + kv * a.kv_batch_stride + hd;
+  auto key = [&](int64_t j) { return k_head + j * a.kv_row_stride; };
+  auto value = [&](int64_t j) { return v_head + j * a.kv_row_stride; };
+  HeldKeys<T, kD> held;
+  if constexpr (kHeld) {
+    held.load(int(n < held.kKeys ? n : held.kKeys), key, value, L(lane).row_lane);
+    pdl_prologue();
+  }
   float q[L::kVec];
   load_query<T, L::kVec>(a.q + b * a.q_batch_stride + i * a.q_row_stride + hd,
                          a.q_bias ? a.q_bias + hd : nullptr, a.scale, q);
-  const T* k_head = a.k + kv * a.kv_batch_stride + hd;
-  const T* v_head = a.v + kv * a.kv_batch_stride + hd;
-  warp_attend<T, kD>(
-      q, visible_keys(a, b, i), [&](int64_t j) { return k_head + j * a.kv_row_stride; },
-      [&](int64_t j) { return v_head + j * a.kv_row_stride; },
-      step_smem + int64_t(warp) * a.kv_len, a.v_bias ? a.v_bias + hd : nullptr,
-      a.out + b * a.out_batch_stride + i * a.out_row_stride + hd, lane);
+  warp_attend<T, kD, kHeld>(q, n, key, value, step_smem + int64_t(warp) * a.kv_len,
+                            a.v_bias ? a.v_bias + hd : nullptr,
+                            a.out + b * a.out_batch_stride + i * a.out_row_stride + hd, lane, &held);
 }
 
 // decoder_self_attention: the lanes of row_lane 0 append the row's new key/value at position t
 // of its cache row c, then the warp attends over positions 0..t through c's key-row table
-// (each position's cache row is kept in shared memory for the value pass).
-template <typename T, int kD>
+// (each position's cache row is kept in shared memory for the value pass). kHeld: the history
+// is settled, its first positions held before the wait (see HeldKeys).
+template <typename T, int kD, bool kHeld>
 __global__ void __launch_bounds__(kStepWarps * 32)
     decoder_self_attention_kernel(DecoderSelfAttentionArgs<T> a) {
-  pdl_prologue();
+  if constexpr (!kHeld) pdl_prologue();
   using L = StepLanes<T, kD>;
   constexpr int kVec = L::kVec;
   extern __shared__ float step_smem[];
@@ -194,11 +309,22 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   if (task >= a.rows * a.heads) return;
   const int h = int(task % a.heads);
   const int64_t r = task / a.heads;
-  const int t = a.positions ? a.positions[r] : *a.step;
-  const int64_t own = a.cache_rows ? a.cache_rows[r] : r;
+  const int t = read_index<kHeld>(a.positions ? a.positions + r : a.step);
+  const int64_t own = a.cache_rows ? read_index<kHeld>(a.cache_rows + r) : r;
   const int64_t d = int64_t(a.heads) * kD, row_stride = int64_t(a.capacity) * d;
   const L lanes(lane);
   const int64_t hd = int64_t(h) * kD + lanes.d0;
+  const int* key_rows = a.key_rows + own * a.capacity;
+  HeldKeys<T, kD> held;
+  if constexpr (kHeld) {
+    // Past positions only: t's own is written below.
+    held.load(
+        t < held.kKeys ? t : held.kKeys,
+        [&](int j) { return a.k_cache + int64_t(__ldcg(key_rows + j)) * row_stride + j * d + hd; },
+        [&](int j) { return a.v_cache + int64_t(__ldcg(key_rows + j)) * row_stride + j * d + hd; },
+        lanes.row_lane);
+    pdl_prologue();
+  }
   const T* src = a.qkv + r * 3 * d + hd;
   float q[kVec];
   load_query<T, kVec>(src, a.bias + hd, a.scale, q);
@@ -219,8 +345,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   __syncwarp();  // other lanes read the new key/value back below
   float* p = step_smem + int64_t(warp) * 2 * a.capacity;
   int* cache_row = reinterpret_cast<int*>(p + a.capacity);
-  const int* key_rows = a.key_rows + own * a.capacity;
-  warp_attend<T, kD>(
+  warp_attend<T, kD, kHeld>(
       q, int64_t(t) + 1,
       [&](int64_t j) {
         const int64_t kr = j == t ? own : key_rows[j];
@@ -228,7 +353,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
         return a.k_cache + kr * row_stride + j * d + hd;
       },
       [&](int64_t j) { return a.v_cache + int64_t(cache_row[j]) * row_stride + j * d + hd; },
-      p, static_cast<const T*>(nullptr), a.out + r * d + hd, lane);
+      p, static_cast<const T*>(nullptr), a.out + r * d + hd, lane, &held);
 }
 
 template <typename T>
@@ -244,17 +369,31 @@ bool aligned_16(const AttentionArgs<T>& a) {
   return true;
 }
 
+constexpr size_t kMaxSmem = 96 * 1024;  // keeps at least two blocks per SM on sm_80/sm_90
+
+// Whether a step kernel of `blocks` blocks holds its first keys (see HeldKeys): settled inputs
+// and one wave (larger grids keep their occupancy: the held packs take 64 registers).
 template <typename T, int kD>
-void launch_step(const AttentionArgs<T>& a, size_t smem, cudaStream_t stream) {
-  const auto kernel = &attention_step_kernel<T, kD>;
-  if (smem > 48 * 1024)
-    NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem)));
-  const int64_t tasks = a.batch * a.q_len * a.heads;
-  launch(kernel, unsigned((tasks + kStepWarps - 1) / kStepWarps), kStepWarps * 32, smem, stream, a);
+bool holds(bool settled, int64_t blocks) {
+  return settled && HeldKeys<T, kD>::kPossible && blocks <= num_sms();
 }
 
-constexpr size_t kMaxSmem = 96 * 1024;  // keeps at least two blocks per SM on sm_80/sm_90
+// Launches `held` when hold, else `plain`, with `smem` bytes of dynamic shared memory.
+template <class Kernel, class Args>
+void launch_step_kernel(Kernel plain, Kernel held, bool hold, unsigned blocks, size_t smem, cudaStream_t stream,
+                        const Args& a) {
+  const Kernel kernel = hold ? held : plain;
+  if (smem > 48 * 1024)
+    NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  launch(kernel, blocks, kStepWarps * 32, smem, stream, a);
+}
+
+template <typename T, int kD>
+void launch_step(const AttentionArgs<T>& a, size_t smem, cudaStream_t stream) {
+  const int64_t blocks = (a.batch * a.q_len * a.heads + kStepWarps - 1) / kStepWarps;
+  launch_step_kernel(&attention_step_kernel<T, kD, false>, &attention_step_kernel<T, kD, true>,
+                     holds<T, kD>(a.kv_settled, blocks), unsigned(blocks), smem, stream, a);
+}
 
 // The head sizes the step kernels are instantiated for: Marian-base/big's 64, and the small
 // ones of tiny test models (Transformer-big proportions at d_model 64 give 4).
@@ -632,13 +771,11 @@ void decoder_self_attention_cuda(const DecoderSelfAttentionArgs<T>& a, cudaStrea
     throw std::invalid_argument(
         "decoder_self_attention_cuda: head_dim must be 4, 8, 16, 32, 64 or 128, pointers 16-byte aligned, "
         "capacity in [1, 6144]");
-  const unsigned blocks = unsigned((a.rows * a.heads + kStepWarps - 1) / kStepWarps);
+  const int64_t blocks = (a.rows * a.heads + kStepWarps - 1) / kStepWarps;
   auto go = [&](auto hd) {
-    const auto kernel = &decoder_self_attention_kernel<T, decltype(hd)::value>;
-    if (smem > 48 * 1024)
-      NMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(smem)));
-    launch(kernel, blocks, kStepWarps * 32, smem, stream, a);
+    constexpr int kD = decltype(hd)::value;
+    launch_step_kernel(&decoder_self_attention_kernel<T, kD, false>, &decoder_self_attention_kernel<T, kD, true>,
+                       holds<T, kD>(a.history_settled, blocks), unsigned(blocks), smem, stream, a);
   };
   switch (a.head_dim) {
     case 4: go(std::integral_constant<int, 4>()); break;

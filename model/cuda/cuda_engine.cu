@@ -728,6 +728,7 @@ class CudaEngine final : public Engine {
       self.out = state_.ctx.get();
       self.rows = rows; self.capacity = cache_cap_; self.heads = c_.decoder_heads; self.head_dim = hd;
       self.scale = 1.f / std::sqrt(float(hd));
+      self.history_settled = true;  // the reorder and the embedding ran at least two launches ago
       kernels::decoder_self_attention_cuda(self, stream_);
       linear(state_.ctx.get(), L.out, state_.tmp.get(), rows);
       x.add(state_.tmp.get(), L.out.b, L.self_norm);
@@ -744,6 +745,7 @@ class CudaEngine final : public Engine {
       cross.out = state_.ctx.get(); cross.out_batch_stride = cross.out_row_stride = d;
       cross.batch = rows; cross.q_len = 1; cross.heads = c_.decoder_heads; cross.head_dim = hd;
       cross.kv_len = cap_.source_tokens; cross.scale = self.scale;
+      cross.kv_settled = true;  // written by the encode, behind an earlier step
       kernels::attention_cuda(cross, stream_);
       linear(state_.ctx.get(), L.cross_out, state_.tmp.get(), rows);
       x.add(state_.tmp.get(), L.cross_out.b, L.cross_norm);

@@ -34,8 +34,10 @@ std::string describe(const Shape& s) {
 }
 
 // fused: q_bias, v_bias and a random kv_index table (the engine's encoder and cross-attention).
+// settled: K/V marked as written launches ago (the step kernel stages its first keys before
+// waiting; grids of up to one wave).
 template <typename T>
-void check(const Shape& s, AttentionPath path, uint32_t seed, bool fused = false) {
+void check(const Shape& s, AttentionPath path, uint32_t seed, bool fused = false, bool settled = false) {
   const int64_t batch = s.sentences * s.beam;
   const int64_t kv_batches = s.share_kv ? s.sentences : batch;
   const int64_t hd = int64_t(s.heads) * s.head_dim;
@@ -113,9 +115,10 @@ void check(const Shape& s, AttentionPath path, uint32_t seed, bool fused = false
   a.causal = c.causal;
   a.causal_offset = c.causal_offset;
   a.path = path;
+  a.kv_settled = settled;
   const char* path_name[] = {"auto", "step", "tiled", "cublas"};
   const std::string what = std::string(type_name<T>()) + " " + path_name[int(path)] + " " +
-                           describe(s) + (fused ? " biases+kv_index" : "");
+                           describe(s) + (fused ? " biases+kv_index" : "") + (settled ? " settled" : "");
   if (fused) {
     a.q_bias = dqb.get();
     a.v_bias = dvb.get();
@@ -173,8 +176,9 @@ TYPED_TEST(AttentionCuda, Auto) {
 
 TYPED_TEST(AttentionCuda, DecoderStep) {
   uint32_t seed = 211;
-  for (const Shape& s : kShapes)
-    if (s.m == 1) check<TypeParam>(s, AttentionPath::kDecoderStep, seed += 7);
+  for (bool settled : {false, true})
+    for (const Shape& s : kShapes)
+      if (s.m == 1) check<TypeParam>(s, AttentionPath::kDecoderStep, seed += 7, false, settled);
 }
 
 TYPED_TEST(AttentionCuda, Tiled) {
@@ -189,7 +193,8 @@ TYPED_TEST(AttentionCuda, Cublas) {
 
 TYPED_TEST(AttentionCuda, BiasesAndKvIndex) {
   uint32_t seed = 811;
-  for (const Shape& s : kShapes) check<TypeParam>(s, AttentionPath::kAuto, seed += 7, true);
+  for (bool settled : {false, true})
+    for (const Shape& s : kShapes) check<TypeParam>(s, AttentionPath::kAuto, seed += 7, true, settled);
 }
 
 // The caches after a decoder step: appended positions as the reference (exactly: a T rounding
@@ -221,7 +226,7 @@ struct CacheShape {
 // One decode step at *step over caches whose earlier positions hold random keys/values in
 // random cache rows (the key-row table), later positions NaN (never read, never written).
 template <typename T>
-void check_decoder_self_attention(const CacheShape& s, uint32_t seed) {
+void check_decoder_self_attention(const CacheShape& s, uint32_t seed, bool settled) {
   const int64_t d = int64_t(s.heads) * s.head_dim, plane = s.rows * s.capacity * d;
   auto qkv = random_vector(size_t(s.rows * 3 * d), -1.f, 1.f, seed);
   auto bias = random_vector(size_t(3 * d), -1.f, 1.f, seed + 1);
@@ -252,11 +257,12 @@ void check_decoder_self_attention(const CacheShape& s, uint32_t seed) {
   a.key_rows = drows.get(); a.step = dstep.get(); a.out = dout.get();
   a.rows = c.rows; a.capacity = c.capacity; a.heads = c.heads; a.head_dim = c.head_dim;
   a.scale = c.scale;
+  a.history_settled = settled;
   decoder_self_attention_cuda(a, nullptr);
   NMT_CHECK_CUDA(cudaDeviceSynchronize());
   const std::string what = std::string(type_name<T>()) + " rows=" + std::to_string(s.rows) +
                            " h=" + std::to_string(s.heads) + " d=" + std::to_string(s.head_dim) +
-                           " step=" + std::to_string(s.step);
+                           " step=" + std::to_string(s.step) + (settled ? " settled" : "");
   NMT_EXPECT_CLOSE(dout.download(), ref, tolerance<T>(), what);
   expect_caches<T>(dk, dv, ref_k, ref_v, what);
 }
@@ -268,14 +274,15 @@ TYPED_TEST(AttentionCuda, DecoderSelfAttention) {
       {6, 16, 4, 30, 17},
   };
   uint32_t seed = 1011;
-  for (const CacheShape& s : shapes) check_decoder_self_attention<TypeParam>(s, seed += 5);
+  for (bool settled : {false, true})
+    for (const CacheShape& s : shapes) check_decoder_self_attention<TypeParam>(s, seed += 5, settled);
 }
 
 // Step-level batching: every row at its own position, writing its own cache row out of a larger
 // cache (cache row != row), no common step. A cache row's positions from its row's position on
 // are NaN (not written yet); the table points only at positions that are written.
 template <typename T>
-void check_decoder_self_attention_per_row(const CacheShape& s, uint32_t seed) {
+void check_decoder_self_attention_per_row(const CacheShape& s, uint32_t seed, bool settled) {
   const int64_t d = int64_t(s.heads) * s.head_dim, cache_rows_n = s.rows + 3;
   const int64_t plane = cache_rows_n * s.capacity * d;
   auto qkv = random_vector(size_t(s.rows * 3 * d), -1.f, 1.f, seed);
@@ -325,12 +332,13 @@ void check_decoder_self_attention_per_row(const CacheShape& s, uint32_t seed) {
   a.out = dout.get();
   a.rows = c.rows; a.capacity = c.capacity; a.heads = c.heads; a.head_dim = c.head_dim;
   a.scale = c.scale;
+  a.history_settled = settled;
   decoder_self_attention_cuda(a, nullptr);
   NMT_CHECK_CUDA(cudaDeviceSynchronize());
   const std::string what = std::string(type_name<T>()) + " per-row rows=" +
                            std::to_string(s.rows) + " h=" + std::to_string(s.heads) +
                            " d=" + std::to_string(s.head_dim) +
-                           " capacity=" + std::to_string(s.capacity);
+                           " capacity=" + std::to_string(s.capacity) + (settled ? " settled" : "");
   NMT_EXPECT_CLOSE(dout.download(), ref, tolerance<T>(), what);
   expect_caches<T>(dk, dv, ref_k, ref_v, what);
 }
@@ -340,7 +348,8 @@ TYPED_TEST(AttentionCuda, DecoderSelfAttentionPerRow) {
       {64, 8, 64, 32, 0}, {7, 2, 128, 40, 0}, {5, 4, 32, 9, 0}, {16, 8, 64, 512, 0}, {6, 16, 8, 30, 0}, {6, 16, 4, 30, 0},
   };
   uint32_t seed = 1211;
-  for (const CacheShape& s : shapes) check_decoder_self_attention_per_row<TypeParam>(s, seed += 5);
+  for (bool settled : {false, true})
+    for (const CacheShape& s : shapes) check_decoder_self_attention_per_row<TypeParam>(s, seed += 5, settled);
 }
 
 TEST(AttentionCudaArgs, DecoderSelfAttentionRejectsHeadDim) {
