@@ -18,9 +18,9 @@ namespace nmt::kernels {
 namespace cuda {
 namespace {
 
-// Columns (warps) per block: 4 up to 4 rows, 8 from 8 rows, where each block's LayerNorm
+// Columns (warps) per block: 4 up to 4 rows, 8 at 8 rows, where each block's LayerNorm
 // prologue has more rows to normalize and fewer blocks repeat it (end-to-end run 28 on an H200:
-// 16 rows +5-9% against 4 warps, 4 rows the same; 2 warps lost 15-20%).
+// 8 and 16 rows +5-9% against 4 warps, 4 rows the same; 2 warps lost 15-20%).
 template <int kRows>
 constexpr int kWarps = kRows >= 8 ? 8 : 4;
 
@@ -176,7 +176,7 @@ void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream)
   constexpr int kVec = 16 / int(sizeof(T));
   constexpr int kThreads = kWarps<kRows> * 32;
   const unsigned grid = unsigned((a.n + kWarps<kRows> - 1) / kWarps<kRows>);
-  const size_t smem = size_t(kRows) * size_t(a.k) * sizeof(T);  // at most 16 x 64 packs: 16 KiB
+  const size_t smem = size_t(kRows) * size_t(a.k) * sizeof(T);  // at most 8 x 128 packs: 16 KiB
   if (!with_norm) return launch(&small_gemm_kernel<T, kRows, 0>, grid, kThreads, 0, stream, a);
   const int packs = (a.k + 32 * kVec - 1) / (32 * kVec);
   if (packs <= 1) return launch(&small_gemm_kernel<T, kRows, 1>, grid, kThreads, smem, stream, a);
@@ -186,7 +186,7 @@ void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream)
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-int rows_bucket(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : rows <= 8 ? 8 : 16; }
+int rows_bucket(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8; }
 
 }  // namespace
 }  // namespace cuda
@@ -221,8 +221,7 @@ void small_gemm_cuda(const T* x, int64_t ldx, const T* w, const T* bias, T* y, i
     case 1: return launch_rows<T, 1>(a, with_norm, stream);
     case 2: return launch_rows<T, 2>(a, with_norm, stream);
     case 4: return launch_rows<T, 4>(a, with_norm, stream);
-    case 8: return launch_rows<T, 8>(a, with_norm, stream);
-    default: return launch_rows<T, 16>(a, with_norm, stream);
+    default: return launch_rows<T, 8>(a, with_norm, stream);
   }
 }
 
