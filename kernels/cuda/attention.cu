@@ -89,15 +89,19 @@ struct HeldKeys {
   Pack<T, L::kVec> k[kPacks], v[kPacks];
   int count = 0;  // keys held: j < count come from k / v
 
-  template <class KeyFn, class ValueFn>
-  __device__ __forceinline__ void load(int held, KeyFn key, ValueFn value, int row_lane) {
+  // Key j's lane elements are at k_base + offset(j) and v_base + offset(j): K and V share the
+  // row layout, so a key-row table is read once for both.
+  template <class OffsetFn>
+  __device__ __forceinline__ void load(int held, const T* k_base, const T* v_base, OffsetFn offset,
+                                       int row_lane) {
     count = held;
 #pragma unroll
     for (int i = 0; i < kPacks; ++i) {
       const int j = row_lane + i * L::kRowsPerIter;
       if (j < held) {
-        k[i] = bit_cast_pack(__ldcg(reinterpret_cast<const uint4*>(key(j))));
-        v[i] = bit_cast_pack(__ldcg(reinterpret_cast<const uint4*>(value(j))));
+        const int64_t at = offset(j);
+        k[i] = bit_cast_pack(__ldcg(reinterpret_cast<const uint4*>(k_base + at)));
+        v[i] = bit_cast_pack(__ldcg(reinterpret_cast<const uint4*>(v_base + at)));
       }
     }
   }
@@ -282,7 +286,8 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
   auto value = [&](int64_t j) { return v_head + j * a.kv_row_stride; };
   HeldKeys<T, kD> held;
   if constexpr (kHeld) {
-    held.load(int(n < held.kKeys ? n : held.kKeys), key, value, L(lane).row_lane);
+    held.load(int(n < held.kKeys ? n : held.kKeys), k_head, v_head,
+              [&](int j) { return int64_t(j) * a.kv_row_stride; }, L(lane).row_lane);
     pdl_prologue();
   }
   float q[L::kVec];
@@ -318,11 +323,9 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   HeldKeys<T, kD> held;
   if constexpr (kHeld) {
     // Past positions only: t's own is written below.
-    held.load(
-        t < held.kKeys ? t : held.kKeys,
-        [&](int j) { return a.k_cache + int64_t(__ldcg(key_rows + j)) * row_stride + j * d + hd; },
-        [&](int j) { return a.v_cache + int64_t(__ldcg(key_rows + j)) * row_stride + j * d + hd; },
-        lanes.row_lane);
+    held.load(t < held.kKeys ? t : held.kKeys, a.k_cache, a.v_cache,
+              [&](int j) { return int64_t(__ldcg(key_rows + j)) * row_stride + j * d + hd; },
+              lanes.row_lane);
     pdl_prologue();
   }
   const T* src = a.qkv + r * 3 * d + hd;
