@@ -40,10 +40,26 @@ void embed_positions_cuda(const int* ids, const T* embeddings, const T* position
                           cudaStream_t stream, const int* step = nullptr);
 template <typename T>
 void add_bias_cuda(T* x, const T* bias, int64_t rows, int64_t cols, cudaStream_t stream);
-void beam_reorder_key_rows_cuda(const int* old_rows, int* new_rows, const int* parent,
-                                int64_t rows, int capacity, const int* step,
-                                cudaStream_t stream, const int* positions = nullptr,
-                                const int* cache_rows = nullptr);
+// A decode step's token embedding (embed_positions_cuda's operands; positions come from the
+// reorder's per-row positions).
+template <typename T>
+struct RowEmbedding {
+  const int* ids = nullptr;
+  const T* embeddings = nullptr;
+  const T* positions_table = nullptr;  // may be null
+  T* out = nullptr;
+  int d_model = 0;
+  float scale = 1.f;
+};
+// beam_reorder_key_rows_cpu with per-row positions (cache_rows may be null) and
+// embed_positions_cuda(e.ids, e.embeddings, e.positions_table, positions, e.out, rows, ...) in
+// one launch, a block per row: the two start a decode step, where at small batches each would
+// cost a kernel's latency rather than its work.
+template <typename T>
+void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* parent,
+                                 int64_t rows, int capacity, const int* positions,
+                                 const int* cache_rows, const RowEmbedding<T>& e,
+                                 cudaStream_t stream);
 // dst[i] = To(src[i]) for n elements; From/To among float, __half, __nv_bfloat16.
 template <typename From, typename To>
 void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream);

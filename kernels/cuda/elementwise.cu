@@ -82,6 +82,7 @@ struct AddBias {
 
 template <typename T, int N>
 struct EmbedPositions {
+  static constexpr int kPack = N;
   const int* ids;
   const T* embeddings;
   const T* positions_table;
@@ -103,18 +104,23 @@ struct EmbedPositions {
   }
 };
 
-// One block per row: the table of row r's cache row after the reorder (see
-// beam_reorder_key_rows_cpu).
-__global__ void reorder_key_rows_kernel(const int* old_rows, int* new_rows, const int* parent,
-                                        int capacity, const int* step, const int* positions,
-                                        const int* cache_rows) {
+constexpr int kReorderThreads = 64;
+
+// One block per row: its new key-row table (see beam_reorder_key_rows_cpu), then its
+// embedding (EmbedPositions' arithmetic, as embed_positions_cuda).
+template <typename T, int N>
+__global__ void __launch_bounds__(kReorderThreads)
+    reorder_embed_kernel(const int* old_rows, int* new_rows, const int* parent, int capacity,
+                         const int* positions, const int* cache_rows, EmbedPositions<T, N> embed) {
   pdl_prologue();
   const int64_t r = blockIdx.x;
-  const int t = positions ? positions[r] : *step;
+  const int t = positions[r];
   const int c = cache_rows ? cache_rows[r] : int(r);
   const int* src = old_rows + int64_t(parent[r]) * capacity;
   int* dst = new_rows + int64_t(c) * capacity;
   for (int j = threadIdx.x; j <= t; j += blockDim.x) dst[j] = j < t ? src[j] : c;
+  for (int64_t col = int64_t(threadIdx.x) * N; col < embed.d_model; col += int64_t(blockDim.x) * N)
+    embed(r, col);
 }
 
 template <typename From, typename To, int N>
@@ -155,14 +161,24 @@ void embed_positions_cuda(const int* ids, const T* embeddings, const T* position
                                int64_t(d_model), scale, step);
 }
 
-void beam_reorder_key_rows_cuda(const int* old_rows, int* new_rows, const int* parent,
-                                int64_t rows, int capacity, const int* step,
-                                cudaStream_t stream, const int* positions,
-                                const int* cache_rows) {
+template <typename T>
+void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* parent,
+                                 int64_t rows, int capacity, const int* positions,
+                                 const int* cache_rows, const RowEmbedding<T>& e,
+                                 cudaStream_t stream) {
   using namespace cuda;
   if (rows <= 0) return;
-  launch(&reorder_key_rows_kernel, unsigned(rows), 64, 0, stream, old_rows, new_rows, parent, capacity,
-         step, positions, cache_rows);
+  constexpr int kFull = 16 / int(sizeof(T));
+  auto run = [&](auto embed) {
+    launch(&reorder_embed_kernel<T, decltype(embed)::kPack>, unsigned(rows), kReorderThreads, 0,
+           stream, old_rows, new_rows, parent, capacity, positions, cache_rows, embed);
+  };
+  if (full_pack<T>(e.d_model, {e.embeddings, e.positions_table, e.out}))
+    run(EmbedPositions<T, kFull>{e.ids, e.embeddings, e.positions_table, positions, e.out,
+                                 int64_t(e.d_model), e.scale, nullptr});
+  else
+    run(EmbedPositions<T, 1>{e.ids, e.embeddings, e.positions_table, positions, e.out,
+                             int64_t(e.d_model), e.scale, nullptr});
 }
 
 template <typename From, typename To>
@@ -183,7 +199,10 @@ void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream) {
                                         cudaStream_t);                                         \
   template void add_bias_cuda<T>(T*, const T*, int64_t, int64_t, cudaStream_t);               \
   template void embed_positions_cuda<T>(const int*, const T*, const T*, const int*, T*,       \
-                                        int64_t, int, float, cudaStream_t, const int*);
+                                        int64_t, int, float, cudaStream_t, const int*);     \
+  template void beam_reorder_and_embed_cuda<T>(const int*, int*, const int*, int64_t, int,     \
+                                               const int*, const int*, const RowEmbedding<T>&, \
+                                               cudaStream_t);
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 NMT_INSTANTIATE(__nv_bfloat16)

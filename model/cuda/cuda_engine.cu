@@ -18,7 +18,7 @@
 // write a scratch cache row and whose results are dropped; the graph key is the runs'
 // (beam, k, padded sentences) plus the key-row table parity. Buffers the graphs use only
 // change in reserve() and when the caches grow, which drop the graphs. The beam reorder moves
-// only the key-row table (kernels::beam_reorder_key_rows_cuda), never the KV caches.
+// only the key-row table (kernels::beam_reorder_and_embed_cuda), never the KV caches.
 //
 // Encodes: one packed upload (ids, positions, lengths, the slots' source lengths and the
 // pointer arrays of the cross K/V GEMM that writes each sentence's K/V into its slot), the
@@ -709,14 +709,16 @@ class CudaEngine final : public Engine {
                                StepUpload::bytes(rows, shape.sentences), cudaMemcpyHostToDevice,
                                stream_), "step upload");
     const StepUpload dev(state_.step_in.get(), rows);
-    // Beam reorder: only the small table of which cache row holds each position moves.
-    kernels::beam_reorder_key_rows_cuda(state_.key_rows[parity].get(),
-                                        state_.key_rows[1 - parity].get(), dev.parents, rows,
-                                        cache_cap_, nullptr, stream_, dev.positions, dev.cache_rows);
     const int d = d_, hd = d_ / c_.decoder_heads;
     Residual x{{state_.y[0].get(), state_.y[1].get()}};
-    kernels::embed_positions_cuda<T>(dev.tokens, dec_emb_, dec_pos_, dev.positions, x.current, rows,
-                                     d, embed_scale_, stream_);
+    // Beam reorder (only the small table of which cache row holds each position moves) and
+    // the tokens' embeddings, in one launch.
+    kernels::RowEmbedding<T> embed;
+    embed.ids = dev.tokens; embed.embeddings = dec_emb_; embed.positions_table = dec_pos_;
+    embed.out = x.current; embed.d_model = d; embed.scale = embed_scale_;
+    kernels::beam_reorder_and_embed_cuda<T>(state_.key_rows[parity].get(),
+                                            state_.key_rows[1 - parity].get(), dev.parents, rows,
+                                            cache_cap_, dev.positions, dev.cache_rows, embed, stream_);
     for (int l = 0; l < c_.decoder_layers; ++l) {
       const DecoderLayer& L = decoder_[size_t(l)];
       norm_linear(x, L.qkv, state_.qkv.get(), rows);
@@ -728,7 +730,7 @@ class CudaEngine final : public Engine {
       self.out = state_.ctx.get();
       self.rows = rows; self.capacity = cache_cap_; self.heads = c_.decoder_heads; self.head_dim = hd;
       self.scale = 1.f / std::sqrt(float(hd));
-      self.history_settled = true;  // the reorder and the embedding ran at least two launches ago
+      self.history_settled = true;  // the reorder ran at least two launches ago
       kernels::decoder_self_attention_cuda(self, stream_);
       linear(state_.ctx.get(), L.out, state_.tmp.get(), rows);
       x.add(state_.tmp.get(), L.out.b, L.self_norm);

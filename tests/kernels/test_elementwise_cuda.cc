@@ -105,36 +105,15 @@ TYPED_TEST(ElementwiseCuda, EmbedPositions) {
   }
 }
 
-// The key-row table of the beam reorder: fresh random parents each step, the table carried
-// from step to step, entries past the step never written.
-TEST(ElementwiseCudaInts, BeamReorderKeyRows) {
-  NMT_SKIP_WITHOUT_GPU();
-  std::mt19937 gen(140);
-  for (int rows : {1, 12, 256}) {
-    const int capacity = 37;
-    std::vector<int> table(size_t(rows) * capacity, -1), next(table.size(), -1);
-    DeviceInts a(table), b(table);
-    DeviceInts *cur = &a, *nxt = &b;
-    for (int step = 0; step < capacity; ++step) {
-      std::vector<int> parent(static_cast<size_t>(rows));
-      for (auto& p : parent) p = int(gen() % rows);
-      beam_reorder_key_rows_cpu(table.data(), next.data(), parent.data(), rows, capacity, &step);
-      DeviceInts dparent(parent), dstep(std::vector<int>{step});
-      beam_reorder_key_rows_cuda(cur->get(), nxt->get(), dparent.get(), rows, capacity,
-                                 dstep.get(), nullptr);
-      NMT_CHECK_CUDA(cudaDeviceSynchronize());
-      ASSERT_EQ(nxt->download(), next) << "rows=" << rows << " step=" << step;
-      std::swap(table, next);
-      std::swap(cur, nxt);
-    }
-  }
-}
-
-// Step-level batching: each row at its own position (no common step), owning a cache row out
-// of a larger table (a random subset, reshuffled every step), continuing a random cache row.
+// The key-row table of the beam reorder, carried from round to round. Step-level batching:
+// each row at its own position, owning a cache row out of a larger table (a random subset,
+// reshuffled every round), continuing a random cache row.
 TEST(ElementwiseCudaInts, BeamReorderKeyRowsPerRow) {
   NMT_SKIP_WITHOUT_GPU();
   std::mt19937 gen(141);
+  DeviceBuffer<float> emb(std::vector<float>(8 * 4, 1.f)), emb_out(size_t(256) * 8);
+  RowEmbedding<float> e;  // the table is what is checked here (see BeamReorderAndEmbed)
+  e.embeddings = emb.get(); e.out = emb_out.get(); e.d_model = 8;
   for (int rows : {1, 12, 256}) {
     const int capacity = 37, cache_rows_n = rows + 5;
     std::vector<int> table(size_t(cache_rows_n) * capacity, -1), next(table.size(), -1);
@@ -151,13 +130,61 @@ TEST(ElementwiseCudaInts, BeamReorderKeyRowsPerRow) {
       }
       beam_reorder_key_rows_cpu(table.data(), next.data(), parent.data(), rows, capacity,
                                 nullptr, positions.data(), cache_rows.data());
-      DeviceInts dparent(parent), dpositions(positions), dcache_rows(cache_rows);
-      beam_reorder_key_rows_cuda(cur->get(), nxt->get(), dparent.get(), rows, capacity, nullptr,
-                                 nullptr, dpositions.get(), dcache_rows.get());
+      DeviceInts dparent(parent), dpositions(positions), dcache_rows(cache_rows),
+          dids(std::vector<int>(size_t(rows), 3));
+      e.ids = dids.get();
+      beam_reorder_and_embed_cuda<float>(cur->get(), nxt->get(), dparent.get(), rows, capacity,
+                                         dpositions.get(), dcache_rows.get(), e, nullptr);
       NMT_CHECK_CUDA(cudaDeviceSynchronize());
       ASSERT_EQ(nxt->download(), next) << "rows=" << rows << " round=" << round;
       std::swap(table, next);
       std::swap(cur, nxt);
+    }
+  }
+}
+
+// The decode step's first launch: the per-row reorder above and the embedding of each row at
+// its position, exactly as the two separate kernels compute them (bit-equal).
+TYPED_TEST(ElementwiseCuda, BeamReorderAndEmbed) {
+  using T = TypeParam;
+  std::mt19937 gen(142);
+  uint32_t seed = 300;
+  for (int d : kCols) {
+    for (int rows : {1, 4, 12, 256}) {
+      const int capacity = 37, cache_rows_n = rows + 5, vocab = 57;
+      auto emb = random_vector(size_t(vocab * d), -1.f, 1.f, seed++);
+      auto pos = random_vector(size_t(capacity * d), -1.f, 1.f, seed++);
+      std::vector<int> table(size_t(cache_rows_n) * capacity);
+      std::vector<int> order(static_cast<size_t>(cache_rows_n));
+      for (auto& v : table) v = int(gen() % cache_rows_n);
+      for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+      std::shuffle(order.begin(), order.end(), gen);
+      std::vector<int> cache_rows(order.begin(), order.begin() + rows), parent, positions, ids;
+      for (int r = 0; r < rows; ++r) {
+        parent.push_back(int(gen() % cache_rows_n));
+        positions.push_back(r == 0 ? 0 : r == 1 ? capacity - 1 : int(gen() % capacity));
+        ids.push_back(int(gen() % vocab));
+      }
+      for (bool with_pos : {true, false}) {
+        std::vector<int> next(table.size(), -1);
+        beam_reorder_key_rows_cpu(table.data(), next.data(), parent.data(), rows, capacity,
+                                  nullptr, positions.data(), cache_rows.data());
+        DeviceBuffer<T> demb(emb), dpos(pos), ref_out(size_t(rows) * d), out(size_t(rows) * d);
+        DeviceInts dtable(table), dnext(std::vector<int>(table.size(), -1)), dparent(parent),
+            dpositions(positions), dcache_rows(cache_rows), dids(ids);
+        embed_positions_cuda<T>(dids.get(), demb.get(), with_pos ? dpos.get() : nullptr,
+                                dpositions.get(), ref_out.get(), rows, d, 22.627417f, nullptr);
+        RowEmbedding<T> e;
+        e.ids = dids.get(); e.embeddings = demb.get(); e.out = out.get();
+        e.positions_table = with_pos ? dpos.get() : nullptr; e.d_model = d; e.scale = 22.627417f;
+        beam_reorder_and_embed_cuda<T>(dtable.get(), dnext.get(), dparent.get(), rows, capacity,
+                                       dpositions.get(), dcache_rows.get(), e, nullptr);
+        NMT_CHECK_CUDA(cudaDeviceSynchronize());
+        const std::string at = what("reorder+embed", type_name<T>(), d) +
+                               " rows=" + std::to_string(rows) + (with_pos ? "" : " no positions");
+        EXPECT_EQ(dnext.download(), next) << at;
+        NMT_EXPECT_CLOSE(out.download(), ref_out.download(), 0.f, at);
+      }
     }
   }
 }
