@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA engine of two builds (e.g. the previous commit and this one) and CTranslate2 in the
 # same run, on the shapes of the engine-speed issue (GPU machine, float16, beam 4):
-#   demo model: test2016 x4 (4000 sentences) at batch 64..1024, batch 1 p50 over 300 sentences;
+#   demo model: test2016 x4 (4000 sentences; NMT_E2E_DEMO_COPIES) at batch 64..1024, batch 1
+#     p50 over 300 sentences;
 #   Transformer-base shape (random weights, hf_baseline.py write-random): 27 -> 32 tokens,
 #     1024 sentences at batch 64..1024, batch 1 over 20 sentences (ms per decode step).
 # usage: bench/e2e/compare_e2e.sh OUT_DIR LABEL=BIN_DIR [LABEL=BIN_DIR ...]
@@ -10,7 +11,9 @@
 #   ../shared/peers/README.md); the Multi30k data comes from NMT_SHARED (default ../shared).
 #   NMT_CUDA_PROFILE=1 adds the engine's per-step GPU time to the log. NMT_E2E_BATCHES (default
 #   1,64,128,256,512,1024) measures other batch sizes, NMT_E2E_BASE_SENTENCES (default 1024) the
-#   Transformer-base shape over more sentences (batches past 1024 need them); a LABEL given
+#   Transformer-base shape over more sentences (batches past 1024 need them),
+#   NMT_E2E_DEMO_COPIES (default 4) the demo model over fewer copies of test2016 (small batches
+#   beside CTranslate2, whose batch 2 over 4000 sentences takes minutes); a LABEL given
 #   twice runs twice, in order (interleaved rounds: old=A new=B old=A new=B).
 # Writes OUT_DIR/results.jsonl (RESULT objects with device, commit and date) and OUT_DIR/e2e.log.
 set -uo pipefail
@@ -19,13 +22,14 @@ shift
 mkdir -p "$out"
 batches=${NMT_E2E_BATCHES:-1,64,128,256,512,1024}
 base_sentences=${NMT_E2E_BASE_SENTENCES:-1024}
+demo_copies=${NMT_E2E_DEMO_COPIES:-4}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 shared=${NMT_SHARED:-$repo/../shared}
 model=$repo/models/m30k-en-de-small
 work=$(mktemp -d)
-src=$work/test2016x4.en
-for _ in 1 2 3 4; do gzip -dc "$shared/data/multi30k/test_2016_flickr.en.gz"; done > "$src"
+src=$work/test2016x$demo_copies.en
+for _ in $(seq "$demo_copies"); do gzip -dc "$shared/data/multi30k/test_2016_flickr.en.gz"; done > "$src"
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 date=$(date -u +%F)
 python3 "$here/hf_baseline.py" write-random --shape base --out "$work/base" >> "$out/e2e.log" 2>&1
