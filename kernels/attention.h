@@ -111,9 +111,9 @@ struct DecoderSelfAttentionArgs {
   int capacity = 0, heads = 0, head_dim = 0;
   float scale = 1.0f;
   // key_rows, positions / step, cache_rows and the caches' past positions were written two or
-  // more launches before this one (the decode step: by the step's upload, its beam reorder
-  // and earlier steps): read before waiting for the previous kernel, as
-  // AttentionArgs::kv_settled.
+  // more launches before this one, with a kernel of ours between (the decode step: by the
+  // step's upload, its beam reorder and earlier steps): read before waiting for the previous
+  // kernel, as AttentionArgs::kv_settled.
   bool history_settled = false;
 };
 

@@ -1,5 +1,7 @@
 // Elementwise fusions (kernels/elementwise.h, kernels/activation.h). All are memory-bound:
 // 16-byte packs where the row width and the pointers allow it, one element otherwise.
+#include <stdexcept>
+
 #include "kernels/activation.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/elementwise.h"
@@ -167,6 +169,7 @@ void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* 
                                  const int* cache_rows, const RowEmbedding<T>& e,
                                  cudaStream_t stream) {
   using namespace cuda;
+  if (!positions) throw std::invalid_argument("beam_reorder_and_embed_cuda: positions is null");
   if (rows <= 0) return;
   constexpr int kFull = 16 / int(sizeof(T));
   auto run = [&](auto embed) {

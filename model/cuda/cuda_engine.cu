@@ -449,13 +449,17 @@ class CudaEngine final : public Engine {
   // y = x W^T, or with `act` y = act(x W^T + b). A few rows (a decode step at small batches) go
   // through kernels::small_gemm_cuda, which reads W once for all of them where cuBLAS's smallest
   // tiles are latency-bound, with the bias and activation in its epilogue; otherwise cuBLAS,
-  // then bias_activation's launch.
-  void linear(const T* x, const Dense& L, T* y, int rows, const kernels::Activation* act = nullptr) {
+  // then bias_activation's launch. True when its last launch is a kernel of ours, which lets
+  // the next one start only after its own wait (a cuBLAS kernel makes no such promise).
+  bool linear(const T* x, const Dense& L, T* y, int rows, const kernels::Activation* act = nullptr) {
     const T* bias = act ? L.b : nullptr;
-    if (kernels::small_gemm_supported<T>(x, L.in, L.w, bias, L.out, rows, L.in))
-      return kernels::small_gemm_cuda<T>(x, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, stream_);
+    if (kernels::small_gemm_supported<T>(x, L.in, L.w, bias, L.out, rows, L.in)) {
+      kernels::small_gemm_cuda<T>(x, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, stream_);
+      return true;
+    }
     gemm(x, L.in, L.w, y, L.out, rows, L.out, L.in);
     if (act) kernels::bias_activation_cuda(y, bias, rows, L.out, *act, stream_);
+    return act != nullptr;
   }
 
   // ---------------------------------------------------------------- persistent decode state
@@ -721,7 +725,7 @@ class CudaEngine final : public Engine {
                                             cache_cap_, dev.positions, dev.cache_rows, embed, stream_);
     for (int l = 0; l < c_.decoder_layers; ++l) {
       const DecoderLayer& L = decoder_[size_t(l)];
-      norm_linear(x, L.qkv, state_.qkv.get(), rows);
+      const bool qkv_ours = norm_linear(x, L.qkv, state_.qkv.get(), rows);
       kernels::DecoderSelfAttentionArgs<T> self;
       self.qkv = state_.qkv.get(); self.bias = L.qkv.b;
       self.k_cache = cache(l, 0); self.v_cache = cache(l, 1);
@@ -730,7 +734,10 @@ class CudaEngine final : public Engine {
       self.out = state_.ctx.get();
       self.rows = rows; self.capacity = cache_cap_; self.heads = c_.decoder_heads; self.head_dim = hd;
       self.scale = 1.f / std::sqrt(float(hd));
-      self.history_settled = true;  // the reorder ran at least two launches ago
+      // Settled: the reorder wrote the key-row table two launches ago in layer 0, where that
+      // needs the launch between to be ours (a cuBLAS kernel might let this one start before
+      // waiting for the reorder), and many launches ago in the later layers.
+      self.history_settled = l > 0 || qkv_ours;
       kernels::decoder_self_attention_cuda(self, stream_);
       linear(state_.ctx.get(), L.out, state_.tmp.get(), rows);
       x.add(state_.tmp.get(), L.out.b, L.self_norm);
@@ -873,8 +880,9 @@ class CudaEngine final : public Engine {
     }
   };
 
-  // y = L(x.current) (see linear()) with x's pending LayerNorm done first.
-  void norm_linear(Residual& x, const Dense& L, T* y, int rows, const kernels::Activation* act = nullptr) {
+  // y = L(x.current) (see linear(), also for what it returns) with x's pending LayerNorm done
+  // first.
+  bool norm_linear(Residual& x, const Dense& L, T* y, int rows, const kernels::Activation* act = nullptr) {
     if (!x.sub) return linear(x.current, L, y, rows, act);
     kernels::SmallGemmNorm<T> n;
     n.residual = x.current;
@@ -888,6 +896,7 @@ class CudaEngine final : public Engine {
       return linear(settle(x, rows), L, y, rows, act);
     kernels::small_gemm_cuda<T>(x.sub, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, stream_, &n);
     x.advance();
+    return true;
   }
 
   // x's pending LayerNorm done on its own; returns the stream's value.

@@ -141,6 +141,13 @@ TEST(ElementwiseCudaInts, BeamReorderKeyRowsPerRow) {
       std::swap(cur, nxt);
     }
   }
+  // A decode step has per-row positions: without them the call is refused.
+  DeviceInts dtable(std::vector<int>(37, 0)), dnew(std::vector<int>(37, 0)),
+      dparent(std::vector<int>{0}), dids(std::vector<int>{3});
+  e.ids = dids.get();
+  EXPECT_THROW(beam_reorder_and_embed_cuda<float>(dtable.get(), dnew.get(), dparent.get(), 1, 37,
+                                                  nullptr, nullptr, e, nullptr),
+               std::invalid_argument);
 }
 
 // The decode step's first launch: the per-row reorder above and the embedding of each row at
