@@ -1,6 +1,7 @@
 // Elementwise fusions (kernels/elementwise.h, kernels/activation.h). All are memory-bound:
 // 16-byte packs where the row width and the pointers allow it, one element otherwise.
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/activation.h"
 #include "kernels/cuda/common.cuh"
@@ -84,7 +85,6 @@ struct AddBias {
 
 template <typename T, int N>
 struct EmbedPositions {
-  static constexpr int kPack = N;
   const int* ids;
   const T* embeddings;
   const T* positions_table;
@@ -171,17 +171,17 @@ void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* 
   using namespace cuda;
   if (!positions) throw std::invalid_argument("beam_reorder_and_embed_cuda: positions is null");
   if (rows <= 0) return;
-  constexpr int kFull = 16 / int(sizeof(T));
-  auto run = [&](auto embed) {
-    launch(&reorder_embed_kernel<T, decltype(embed)::kPack>, unsigned(rows), kReorderThreads, 0,
-           stream, old_rows, new_rows, parent, capacity, positions, cache_rows, embed);
+  auto run = [&](auto pack) {
+    constexpr int N = decltype(pack)::value;
+    launch(&reorder_embed_kernel<T, N>, unsigned(rows), kReorderThreads, 0, stream, old_rows,
+           new_rows, parent, capacity, positions, cache_rows,
+           EmbedPositions<T, N>{e.ids, e.embeddings, e.positions_table, positions, e.out,
+                                int64_t(e.d_model), e.scale, nullptr});
   };
   if (full_pack<T>(e.d_model, {e.embeddings, e.positions_table, e.out}))
-    run(EmbedPositions<T, kFull>{e.ids, e.embeddings, e.positions_table, positions, e.out,
-                                 int64_t(e.d_model), e.scale, nullptr});
+    run(std::integral_constant<int, 16 / int(sizeof(T))>());
   else
-    run(EmbedPositions<T, 1>{e.ids, e.embeddings, e.positions_table, positions, e.out,
-                             int64_t(e.d_model), e.scale, nullptr});
+    run(std::integral_constant<int, 1>());
 }
 
 template <typename From, typename To>
