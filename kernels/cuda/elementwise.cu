@@ -42,14 +42,23 @@ bool full_pack(int64_t cols, std::initializer_list<const void*> ptrs,
   return full;
 }
 
-// Launches Op<T, N> over rows x cols with the full pack when allowed, else one element.
+// Calls f(std::integral_constant<int, N>()) with N the full 16-byte pack of T when allowed
+// (full_pack), else one element: the one place a launch picks its compile-time pack width.
+template <typename T, class F>
+void with_pack(bool full, F f) {
+  if (full)
+    f(std::integral_constant<int, 16 / int(sizeof(T))>());
+  else
+    f(std::integral_constant<int, 1>());
+}
+
+// Launches Op<T, N> over rows x cols with the pack with_pack picks.
 template <typename T, template <typename, int> class Op, class... Args>
 void launch_op(bool full, int64_t rows, int64_t cols, cudaStream_t stream, Args... args) {
-  constexpr int kFull = 16 / int(sizeof(T));
-  if (full)
-    launch_packs<kFull>(rows, cols, stream, Op<T, kFull>{args...});
-  else
-    launch_packs<1>(rows, cols, stream, Op<T, 1>{args...});
+  with_pack<T>(full, [&](auto pack) {
+    constexpr int N = decltype(pack)::value;
+    launch_packs<N>(rows, cols, stream, Op<T, N>{args...});
+  });
 }
 
 template <typename T, int N>
@@ -171,17 +180,13 @@ void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* 
   using namespace cuda;
   if (!positions) throw std::invalid_argument("beam_reorder_and_embed_cuda: positions is null");
   if (rows <= 0) return;
-  auto run = [&](auto pack) {
+  with_pack<T>(full_pack<T>(e.d_model, {e.embeddings, e.positions_table, e.out}), [&](auto pack) {
     constexpr int N = decltype(pack)::value;
     launch(&reorder_embed_kernel<T, N>, unsigned(rows), kReorderThreads, 0, stream, old_rows,
            new_rows, parent, capacity, positions, cache_rows,
            EmbedPositions<T, N>{e.ids, e.embeddings, e.positions_table, positions, e.out,
                                 int64_t(e.d_model), e.scale, nullptr});
-  };
-  if (full_pack<T>(e.d_model, {e.embeddings, e.positions_table, e.out}))
-    run(std::integral_constant<int, 16 / int(sizeof(T))>());
-  else
-    run(std::integral_constant<int, 1>());
+  });
 }
 
 template <typename From, typename To>
