@@ -18,9 +18,8 @@ struct DecodeLoop::Active {
   bool removed = false;   // removed while its step was in flight: dropped when collected
 };
 
-DecodeLoop::DecodeLoop(Engine& engine, const ModelConfig& config, DetokenizeFn detokenize,
-                       const EngineCapacity& capacity)
-    : engine_(engine), config_(config), detokenize_(std::move(detokenize)), capacity_(capacity) {
+DecodeLoop::DecodeLoop(Engine& engine, const ModelConfig& config, const EngineCapacity& capacity)
+    : engine_(engine), config_(config), capacity_(capacity) {
   if (capacity.sentences < 1 || capacity.rows < 1 || capacity.source_tokens < 1)
     throw Error(ErrorCode::kInvalidArgument, "a decode loop needs at least one slot, row and token");
   engine_.reserve(capacity);
@@ -275,7 +274,7 @@ void DecodeLoop::collect(int l, StepReport* report) {
       f.steps = a.search.position();
       const DecodeResult r = a.search.result();
       for (size_t h = 0; h < r.ids.size(); ++h) {
-        f.translation.hypotheses.push_back({r.ids[h], detokenize_ ? detokenize_(r.ids[h]) : "", r.scores[h]});
+        f.translation.hypotheses.push_back({r.ids[h], "", r.scores[h]});
       }
       report->finished.push_back(std::move(f));
     }

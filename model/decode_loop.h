@@ -7,8 +7,10 @@
 // the encode does not delay the sentences already decoding (they then take their first
 // step at the step after; an idle loop encodes first and steps them at once). step() runs
 // one decoder step over the active sentences, each at its own position with its own
-// options, and returns those that finished. A sentence's result never depends on what
-// else is in the loop.
+// options, and returns those that finished, as ids and scores: their text is the caller's
+// to make (Translator::translate_ids, the server's responder), after step() has submitted
+// the next step, so that detokenizing overlaps the device's work instead of delaying it. A
+// sentence's result never depends on what else is in the loop.
 //
 // On an engine that overlaps steps (a GPU's: Engine::submit() only enqueues) a step stays in
 // flight across step() calls: step() collects the previous step, advances its sentences and
@@ -19,7 +21,6 @@
 // a quarter of each step. Each step() call then steps one lane.
 //
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,8 +34,6 @@
 
 namespace nmt {
 
-using DetokenizeFn = std::function<std::string(const std::vector<int>& ids)>;
-
 struct LoopSentence {
   uint64_t id = 0;  // the caller's name for it (unique among active sentences)
   std::vector<int> source_ids;  // </s> included
@@ -43,7 +42,7 @@ struct LoopSentence {
 
 struct FinishedSentence {
   uint64_t id = 0;
-  Translation translation;
+  Translation translation;  // hypotheses' ids and scores; texts empty
   int steps = 0;  // decoder steps it took
 };
 
@@ -68,8 +67,7 @@ class DecodeLoop {
  public:
   // Reserves `capacity` in the engine (throws nmt::Error(kResourceExhausted) when it does
   // not fit its memory limit). The engine must outlive the loop.
-  DecodeLoop(Engine& engine, const ModelConfig& config, DetokenizeFn detokenize,
-             const EngineCapacity& capacity);
+  DecodeLoop(Engine& engine, const ModelConfig& config, const EngineCapacity& capacity);
   ~DecodeLoop();
 
   const EngineCapacity& capacity() const { return capacity_; }
@@ -141,7 +139,6 @@ class DecodeLoop {
 
   Engine& engine_;
   const ModelConfig& config_;
-  DetokenizeFn detokenize_;
   EngineCapacity capacity_;
   Lane lanes_[Engine::kStepLanes];
   int last_lane_ = 0;  // the lane submitted last

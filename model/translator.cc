@@ -80,11 +80,8 @@ size_t Translator::memory_held() const {
   return (weights_ ? weights_->bytes() : 0) + engine_->host_memory_used();
 }
 
-std::unique_ptr<DecodeLoop> Translator::make_loop(const EngineCapacity& capacity, bool detokenize) {
-  const Tokenizer* tokenizer = tokenizer_.get();
-  DetokenizeFn fn;
-  if (detokenize) fn = [tokenizer](const std::vector<int>& ids) { return tokenizer->decode(ids); };
-  auto loop = std::make_unique<DecodeLoop>(*engine_, config_, std::move(fn), capacity);
+std::unique_ptr<DecodeLoop> Translator::make_loop(const EngineCapacity& capacity) {
+  auto loop = std::make_unique<DecodeLoop>(*engine_, config_, capacity);
   if (lane_split_rows_ >= 0) loop->set_split_rows(lane_split_rows_);
   return loop;
 }
@@ -126,8 +123,14 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<Translation> out(source_ids.size());
   while (!loop->idle()) {
+    // step() returned with the next step submitted: the texts are made while the device
+    // computes it (on the GPU at large batches detokenizing a step's finished sentences in
+    // the loop took longer than the step itself).
     for (FinishedSentence& f : loop->step().finished) {
-      for (const Hypothesis& h : f.translation.hypotheses) st.output_tokens += int64_t(h.ids.size());
+      for (Hypothesis& h : f.translation.hypotheses) {
+        st.output_tokens += int64_t(h.ids.size());
+        h.text = tokenizer_->decode(h.ids);
+      }
       st.decode_steps = std::max(st.decode_steps, f.steps);
       out[f.id] = std::move(f.translation);
     }

@@ -45,6 +45,8 @@ struct Translation {
   std::vector<Hypothesis> hypotheses;  // best first; num_hypotheses of them
 };
 
+using DetokenizeFn = std::function<std::string(const std::vector<int>& ids)>;
+
 struct BatchStats {
   double encode_seconds = 0;
   double decode_seconds = 0;
@@ -80,9 +82,9 @@ class Translator {
                                          const DecodeOptions& options, BatchStats* stats = nullptr);
 
   // A decode loop over this translator's engine (the server's scheduler drives it). One
-  // loop at a time per translator: the engine's decode state is the loop's. Without
-  // detokenize, hypotheses come back with ids only (the caller detokenizes elsewhere).
-  std::unique_ptr<DecodeLoop> make_loop(const EngineCapacity& capacity, bool detokenize = true);
+  // loop at a time per translator: the engine's decode state is the loop's. Its hypotheses
+  // come back with ids only (the caller detokenizes: tokenizer().decode()).
+  std::unique_ptr<DecodeLoop> make_loop(const EngineCapacity& capacity);
   size_t device_memory_used() const;
   // What this translator holds on its device, as a memory budget counts it: the CUDA
   // engine's device allocations (weights and decode state), or on the CPU the host weights

@@ -61,9 +61,9 @@ class Job;
 
 class Scheduler {
  public:
-  // One thread per loop, and one that answers finished sentences (detokenized with
-  // `detokenize` when the loops leave the texts empty). The loops (and their engines) must
-  // outlive the scheduler.
+  // One thread per loop, and one that answers finished sentences, detokenized with
+  // `detokenize` (the loops leave texts empty; without it, answers carry ids only). The loops
+  // (and their engines) must outlive the scheduler.
   Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, SchedulerHooks hooks = {},
             DetokenizeFn detokenize = {});
   ~Scheduler();  // stop()

@@ -56,7 +56,7 @@ std::unique_ptr<Replica> load_replica(const ModelEntry& entry, int device_index,
   std::vector<DecodeLoop*> loops;
   try {
     for (auto& t : replica->translators) {
-      replica->loops.push_back(t->make_loop(capacity, /*detokenize=*/false));
+      replica->loops.push_back(t->make_loop(capacity));
       replica->loops.back()->set_split_rows(config.batching.lane_split_rows);
       loops.push_back(replica->loops.back().get());
     }

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   NullEngine engine;
   double best = 1e30;
   for (int r = 0; r < repeat; ++r) {
-    DecodeLoop loop(engine, config, {}, {sentences, sentences * beam, 8});
+    DecodeLoop loop(engine, config, {sentences, sentences * beam, 8});
     std::vector<LoopSentence> in;
     for (int s = 0; s < sentences; ++s) in.push_back({uint64_t(s), {5, 6, 7, 0}, o});
     loop.admit(std::move(in));

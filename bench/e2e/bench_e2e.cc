@@ -178,7 +178,7 @@ int run_ids(const Args& a) {
   int steps = 0;
   auto translate = [&](const std::vector<std::vector<int>>& b) {
     const int n = int(b.size());
-    DecodeLoop loop(*engine, config, {}, {n, n * a.beam, a.src_len});
+    DecodeLoop loop(*engine, config, {n, n * a.beam, a.src_len});
     if (a.split_rows >= 0) loop.set_split_rows(a.split_rows);
     std::vector<LoopSentence> sentences;
     for (int i = 0; i < n; ++i) sentences.push_back({uint64_t(i), b[size_t(i)], d});

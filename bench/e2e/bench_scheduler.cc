@@ -89,7 +89,9 @@ int run(const Args& a) {
     totals.admitted += admitted;
     totals.active_rows += rows;
   };
-  Scheduler scheduler(raw, a.batching, hooks);
+  // Texts are made on the scheduler's responder thread, as in the server.
+  const Tokenizer* tokenizer = &translators[0]->tokenizer();
+  Scheduler scheduler(raw, a.batching, hooks, [tokenizer](const std::vector<int>& ids) { return tokenizer->decode(ids); });
   DecodeOptions d;
   d.beam_size = a.beam;
 

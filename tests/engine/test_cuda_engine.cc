@@ -397,7 +397,7 @@ TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
   };
   std::vector<Translation> alone(n);
   for (int i = 0; i < n; ++i) {
-    DecodeLoop loop(*engine, config, {}, cap);
+    DecodeLoop loop(*engine, config, cap);
     loop.admit({{uint64_t(i), source(i), options[size_t(i % 3)]}});
     std::vector<FinishedSentence> done;
     while (!loop.idle()) run(loop, &done);
@@ -408,7 +408,7 @@ TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
   // in two lanes whose steps alternate (two steps in flight, each lane with its own buffers
   // and key-row table).
   for (const int split_rows : {0, 4}) {
-    DecodeLoop loop(*engine, config, {}, cap);
+    DecodeLoop loop(*engine, config, cap);
     loop.set_split_rows(split_rows);
     std::vector<FinishedSentence> done;
     int next = 0;

@@ -29,7 +29,7 @@ DecodeOptions beam(int k) {
 // Runs sentences (eos_step values) through a fresh loop, all admitted at once.
 std::map<uint64_t, FinishedSentence> run(ScriptedEngine& e, const std::vector<int>& eos_steps,
                                          const DecodeOptions& o, EngineCapacity cap = {16, 64, 4}) {
-  DecodeLoop loop(e, kConfig, {}, cap);
+  DecodeLoop loop(e, kConfig, cap);
   std::vector<LoopSentence> in;
   for (size_t i = 0; i < eos_steps.size(); ++i) in.push_back({i, {eos_steps[i], kEos}, o});
   loop.admit(in);
@@ -98,7 +98,7 @@ TEST(BeamSearch, NBestIsSortedAndDistinct) {
 
 TEST(DecodeLoop, RemovedSentenceLeavesAtTheNextStep) {
   ScriptedEngine e;
-  DecodeLoop loop(e, kConfig, {}, {4, 16, 4});
+  DecodeLoop loop(e, kConfig, {4, 16, 4});
   DecodeOptions o = beam(4);
   o.max_decoding_length = 20;
   loop.admit({{1, {50, kEos}, o}, {2, {50, kEos}, o}});
@@ -125,7 +125,7 @@ TEST(DecodeLoop, SentencesJoinAtAnyStepWithTheSameResultAsAlone) {
   // Together: one joins every other step, with too few slots and rows for all, so slots and
   // rows freed by finished sentences are reused.
   ScriptedEngine e;
-  DecodeLoop loop(e, kConfig, {}, {3, 9, 4});
+  DecodeLoop loop(e, kConfig, {3, 9, 4});
   std::map<uint64_t, Translation> together;
   size_t next = 0;
   for (int step = 0; together.size() < eos_steps.size(); ++step) {
@@ -146,7 +146,7 @@ TEST(DecodeLoop, SentencesJoinAtAnyStepWithTheSameResultAsAlone) {
 
 TEST(DecodeLoop, RefusesWhatCanNeverFit) {
   ScriptedEngine e;
-  DecodeLoop loop(e, kConfig, {}, {2, 4, 8});
+  DecodeLoop loop(e, kConfig, {2, 4, 8});
   std::string why;
   EXPECT_FALSE(loop.fits(9, beam(1), &why));
   EXPECT_NE(why.find("9 tokens"), std::string::npos) << why;
@@ -161,7 +161,7 @@ TEST(DecodeLoop, RefusesWhatCanNeverFit) {
 
 TEST(DecodeLoop, EngineFailureEmptiesTheLoopAndItKeepsServing) {
   ScriptedEngine e;
-  DecodeLoop loop(e, kConfig, {}, {2, 8, 4});
+  DecodeLoop loop(e, kConfig, {2, 8, 4});
   loop.admit({{1, {30, kEos}, beam(4)}});
   e.fail_next_step = true;
   EXPECT_THROW(loop.step(), Error);
@@ -175,7 +175,7 @@ TEST(DecodeLoop, EngineFailureEmptiesTheLoopAndItKeepsServing) {
 
 TEST(DecodeLoop, OutOfMemoryShedsTheFurthestSentencesWhenAsked) {
   ScriptedEngine e;
-  DecodeLoop loop(e, kConfig, {}, {4, 8, 4});
+  DecodeLoop loop(e, kConfig, {4, 8, 4});
   loop.shed_on_out_of_memory(true);
   loop.admit({{1, {50, kEos}, beam(1)}});
   for (int i = 0; i < 5; ++i) loop.step();  // sentence 1 at position 5
@@ -230,7 +230,7 @@ TEST(DecodeLoop, OutOfMemoryShedsTheFurthestSentencesWhenAsked) {
 
 TEST(DecodeLoop, OutOfMemoryThrowsByDefault) {
   ScriptedEngine e;
-  DecodeLoop loop(e, kConfig, {}, {2, 4, 4});
+  DecodeLoop loop(e, kConfig, {2, 4, 4});
   loop.admit({{1, {50, kEos}, beam(1)}});
   loop.step();
   e.out_of_memory_at_position = 1;
@@ -273,7 +273,7 @@ TEST(DecodeLoop, TwoLanesGiveEachSentenceItsResultAlone) {
   }
   ScriptedEngine e;
   e.overlapping = true;
-  DecodeLoop loop(e, kConfig, {}, {12, 30, 4});
+  DecodeLoop loop(e, kConfig, {12, 30, 4});
   loop.set_split_rows(8);
   std::map<uint64_t, Translation> together;
   size_t next = 0;
@@ -308,7 +308,7 @@ TEST(DecodeLoop, BelowSplitRowsOneLaneStaysInFlightAcrossCalls) {
 TEST(DecodeLoop, SentenceRemovedInFlightFreesItsRowsAndGivesNoResult) {
   ScriptedEngine e;
   e.overlapping = true;
-  DecodeLoop loop(e, kConfig, {}, {2, 8, 4});
+  DecodeLoop loop(e, kConfig, {2, 8, 4});
   loop.set_split_rows(4);
   DecodeOptions o = beam(4);
   o.max_decoding_length = 20;
@@ -332,7 +332,7 @@ TEST(DecodeLoop, SentenceRemovedInFlightFreesItsRowsAndGivesNoResult) {
 TEST(DecodeLoop, DeviceFailureWithTwoLanesInFlightEmptiesTheLoop) {
   ScriptedEngine e;
   e.overlapping = true;
-  DecodeLoop loop(e, kConfig, {}, {4, 16, 4});
+  DecodeLoop loop(e, kConfig, {4, 16, 4});
   loop.set_split_rows(4);
   loop.admit({{1, {30, kEos}, beam(4)}, {2, {30, kEos}, beam(4)}});
   loop.step();
@@ -351,7 +351,7 @@ TEST(DecodeLoop, OutOfMemoryInOneLaneShedsItsFurthestAndTheOtherLaneGoesOn) {
   ScriptedEngine e;
   e.overlapping = true;
   e.report_cache_positions = false;
-  DecodeLoop loop(e, kConfig, {}, {4, 8, 4});
+  DecodeLoop loop(e, kConfig, {4, 8, 4});
   loop.set_split_rows(4);
   loop.shed_on_out_of_memory(true);
   loop.admit({{1, {50, kEos}, beam(4)}});

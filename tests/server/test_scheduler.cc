@@ -46,7 +46,7 @@ struct Fixture {
       engines.back()->step_delay = delay;
       engines.back()->overlapping = stepping != Stepping::kAtOnce;
       this->loops.push_back(std::make_unique<DecodeLoop>(
-          *engines.back(), kConfig, DetokenizeFn(), EngineCapacity{o.max_active_sentences, o.max_active_rows, 8}));
+          *engines.back(), kConfig, EngineCapacity{o.max_active_sentences, o.max_active_rows, 8}));
       if (stepping == Stepping::kTwoLanes) this->loops.back()->set_split_rows(4);
       raw.push_back(this->loops.back().get());
     }
@@ -89,7 +89,7 @@ struct Fixture {
 // The sentence's translation alone in a loop of its own.
 Translation alone(const std::vector<int>& ids, const DecodeOptions& o) {
   ScriptedEngine e;
-  DecodeLoop loop(e, kConfig, {}, {1, 16, 8});
+  DecodeLoop loop(e, kConfig, {1, 16, 8});
   loop.admit({{0, ids, o}});
   while (true) {
     auto done = loop.step().finished;
@@ -457,7 +457,7 @@ TEST(Scheduler, ABusyLoopAdmitsOnceNewcomersAreWorthAnEncode) {
   o.max_admit_delay_steps = 30;
   auto engine = std::make_unique<ScriptedEngine>();
   engine->step_delay = milliseconds(1);
-  DecodeLoop loop(*engine, kConfig, DetokenizeFn(), {o.max_active_sentences, o.max_active_rows, 8});
+  DecodeLoop loop(*engine, kConfig, {o.max_active_sentences, o.max_active_rows, 8});
   std::mutex mutex;
   std::vector<int> encoded_at;  // step numbers of the steps that encoded newcomers
   std::atomic<int> steps{0};
