@@ -7,6 +7,7 @@
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
 #include "model/error.h"
+#include "model/text_worker.h"
 #include "model/weights.h"
 
 namespace nmt {
@@ -122,19 +123,23 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
   loop->admit(std::move(admitted));
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<Translation> out(source_ids.size());
+  TextWorker texts(*tokenizer_);
   while (!loop->idle()) {
-    // step() returned with the next step submitted: the texts are made while the device
-    // computes it (on the GPU at large batches detokenizing a step's finished sentences in
-    // the loop took longer than the step itself).
     for (FinishedSentence& f : loop->step().finished) {
-      for (Hypothesis& h : f.translation.hypotheses) {
-        st.output_tokens += int64_t(h.ids.size());
-        h.text = tokenizer_->decode(h.ids);
-      }
+      for (const Hypothesis& h : f.translation.hypotheses) st.output_tokens += int64_t(h.ids.size());
       st.decode_steps = std::max(st.decode_steps, f.steps);
-      out[f.id] = std::move(f.translation);
+      Translation& t = out[f.id];
+      t = std::move(f.translation);
+      // While steps are in flight the worker makes the texts; a sentence finishing an idle
+      // loop (always so at batch 1) gets them here, without a thread hop.
+      if (loop->idle() && !texts.started()) {
+        for (Hypothesis& h : t.hypotheses) h.text = tokenizer_->decode(h.ids);
+      } else {
+        texts.add(&t);
+      }
     }
   }
+  texts.wait();
   st.encode_seconds += std::chrono::duration<double>(t1 - t0).count();
   st.decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   return out;
