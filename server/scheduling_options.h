@@ -23,9 +23,11 @@ struct SchedulingOptions {
   // stream), so two half-full loops cost two steps where one full loop costs one; a second
   // loop pays only once its host-side bookkeeping would otherwise leave the GPU idle.
   // 0 = even shares always (the CPU's loops: each has its own cores).
-  // 64: measured on H100 at 64, 128 and 256 clients against 128 and 0 (bench/RESULTS.md
-  // server run 12).
-  int loop_fill_sentences = 64;
+  // 256 (a loop's max_active_sentences): measured on H200 against 64 (server run 27): 128
+  // clients 23.1k sentences/s against 15.1k (two loops of 64 cost two steps), 256 clients
+  // 25.0-28.6k against 24.7-25.2k, 64 clients and one client the same. Server run 12's 64
+  // predates the host's cheaper beam bookkeeping, which made one full loop's steps shorter.
+  int loop_fill_sentences = 256;
   int max_queue_sentences = 4096;  // waiting sentences; beyond it submit() refuses
   // GPU: a loop holding at least this many cache rows steps its sentences as two alternating
   // lanes (DecodeLoop::set_split_rows; 0 = one lane always).

@@ -2,13 +2,13 @@
 # Served throughput against the engine's offline throughput, in one device run (issue:
 # step-level batching). On the GPU machine, with nmt-bench-e2e, nmt-server and nmt-loadgen
 # on PATH and the Multi30k test2016 source in $NMT_SHARED (default ../shared):
-#   1. offline: nmt-bench-e2e on test2016 x 4, batches 64 and 256 (sentences/s), and one
+#   1. offline: nmt-bench-e2e on test2016 x 4, batches 64, 128 and 256 (sentences/s), and one
 #      sentence at a time over all of test2016 (p50 latency: the sentences the single client
 #      cycles through);
 #   2. served, for each WORKERS value (decode loops of the model): a closed loop of
 #      Health.Check calls (the transport's round trip alone), then nmt-loadgen with 1 client
 #      (blocking in its call, then again polling for the answer: --busy-poll leaves out the
-#      client thread's wake-up), 64 and 256 single-sentence clients, and 64 clients of 8
+#      client thread's wake-up), 64, 128 and 256 single-sentence clients, and 64 clients of 8
 #      sentences per request, each after a warm-up pass; and 256 clients of Health.Check calls:
 #      the most calls a second this machine's transport carries with 256 connections, the
 #      ceiling of the 256-client figure where it is lower than the engine's (server run 21).
@@ -54,7 +54,7 @@ pin() { (exec_pinned "$@"); }  # the same in a subshell of its own
 
 if [ "${OFFLINE:-1}" = 1 ]; then
 echo "=== offline ($precision)"
-nmt-bench-e2e --model "$model" --source "$work/test2016x4.en" --precision "$precision" --batches 64,256 --repeat 2 \
+nmt-bench-e2e --model "$model" --source "$work/test2016x4.en" --precision "$precision" --batches 64,128,256 --repeat 2 \
   2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done
 nmt-bench-e2e --model "$model" --source "$src" --precision "$precision" --batches 1 \
   2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done
@@ -95,6 +95,7 @@ for w in $workers; do
   many=()
   [ -n "${CLIENT_THREADS:-}" ] && many=(--client-threads "$CLIENT_THREADS")
   load clients-64 64 1 "${many[@]}"
+  load clients-128 128 1 "${many[@]}"
   load clients-256 256 1 "${many[@]}"
   # The transport's call rate at the same concurrency, with no work behind the calls.
   loadgen --ping --clients 256 "${many[@]}" --duration 3 > /dev/null 2>&1
