@@ -28,7 +28,11 @@ void top_n(const float* scores, int size, int n, int* order) {
   }
 }
 
-float length_norm(int generated, float penalty) { return std::pow(float(generated), penalty); }
+// transformers divides by generated ** length_penalty in Python floats: with the default
+// penalty 1 that is the length itself, without a powf per sentence and step.
+float length_norm(int generated, float penalty) {
+  return penalty == 1.f ? float(generated) : std::pow(float(generated), penalty);
+}
 
 }  // namespace
 
@@ -97,11 +101,23 @@ bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, 
 bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int vocab) {
   const int beam = options_.beam_size, k = this->k();
   const bool at_max = force_eos();
-  // Each candidate's beam and token, divided once (a division costs tens of cycles).
+  // Each candidate's beam and token: the quotient through a reciprocal, corrected to the
+  // exact one (it is off by at most 1), where an integer division per candidate costs tens
+  // of cycles on the step's critical path.
+  const double inverse = 1.0 / vocab;
   for (int j = 0; j < k; ++j) {
-    cand_beam_[size_t(j)] = cand[j] / vocab;
-    cand_token_[size_t(j)] = cand[j] - cand_beam_[size_t(j)] * vocab;
-    hits_[size_t(j)] = cand_token_[size_t(j)] == eos_id_ || at_max;
+    int b = int(double(cand[j]) * inverse);
+    int token = cand[j] - b * vocab;
+    if (token < 0) {
+      --b;
+      token += vocab;
+    } else if (token >= vocab) {
+      ++b;
+      token -= vocab;
+    }
+    cand_beam_[size_t(j)] = b;
+    cand_token_[size_t(j)] = token;
+    hits_[size_t(j)] = token == eos_id_ || at_max;
   }
   // Candidate j's tokens: its beam's and its own.
   auto history = [&](int j) { return extend(running_[size_t(cand_beam_[size_t(j)])].node, cand_token_[size_t(j)]); };
