@@ -11,18 +11,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
+
+#include "kernels/cuda/common.cuh"  // pdl_prologue(), NMT_CUDA_CHECK
 
 namespace cg = cooperative_groups;
-
-#define CHECK(x)                                                          \
-  do {                                                                    \
-    const cudaError_t e = (x);                                            \
-    if (e != cudaSuccess) {                                               \
-      std::printf("%s: %s\n", #x, cudaGetErrorString(e));                 \
-      std::exit(1);                                                       \
-    }                                                                     \
-  } while (0)
+using nmt::kernels::cuda::pdl_prologue;
+#define CHECK NMT_CUDA_CHECK
 
 namespace {
 
@@ -38,12 +32,10 @@ __device__ __forceinline__ void phase_work(const float* src, float* dst, int pha
   }
 }
 
-// One phase a launch; with_pdl: waits for the previous kernel, then lets the next start.
-__global__ void phase_kernel(const float* src, float* dst, int phase, int with_pdl) {
-  if (with_pdl) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  }
+// One phase a launch, with the engine kernels' prologue (a no-op when launched without
+// programmatic dependent launch).
+__global__ void phase_kernel(const float* src, float* dst, int phase) {
+  pdl_prologue();
   phase_work(src, dst, phase, gridDim.x, 0);
 }
 
@@ -122,6 +114,24 @@ __global__ void stream_kernel(const uint4* w, size_t n16, float* out) {
   if (s == 1.2345f) out[0] = s;  // keeps the loads
 }
 
+// Microseconds per call of enqueue(i), i = 0..reps-1, on stream s (CUDA events).
+template <class Enqueue>
+float us_per_call(cudaStream_t s, int reps, Enqueue enqueue) {
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  CHECK(cudaEventRecord(e0, s));
+  for (int i = 0; i < reps; ++i) enqueue(i);
+  CHECK(cudaEventRecord(e1, s));
+  CHECK(cudaEventSynchronize(e1));
+  float ms = 0.f;
+  CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  return ms * 1000.f / float(reps);
+}
+
+// Microseconds per replay of the graph that enqueue() captures (after 20 warm-up replays).
 template <class Enqueue>
 float us_per_replay(cudaStream_t s, Enqueue enqueue) {
   cudaGraph_t graph;
@@ -131,18 +141,10 @@ float us_per_replay(cudaStream_t s, Enqueue enqueue) {
   CHECK(cudaStreamEndCapture(s, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 0; i < 20; ++i) CHECK(cudaGraphLaunch(exec, s));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  CHECK(cudaEventRecord(e0, s));
-  for (int i = 0; i < kReps; ++i) CHECK(cudaGraphLaunch(exec, s));
-  CHECK(cudaEventRecord(e1, s));
-  CHECK(cudaEventSynchronize(e1));
-  float ms = 0.f;
-  CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  const float us = us_per_call(s, kReps, [&](int) { CHECK(cudaGraphLaunch(exec, s)); });
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
-  return ms * 1000.f / kReps;
+  return us;
 }
 
 }  // namespace
@@ -175,8 +177,7 @@ int main() {
           c.stream = s;
           c.attrs = &pdl;
           c.numAttrs = with_pdl;
-          CHECK(cudaLaunchKernelEx(&c, phase_kernel, static_cast<const float*>(i & 1 ? b : a), i & 1 ? a : b, i,
-                                   with_pdl));
+          CHECK(cudaLaunchKernelEx(&c, phase_kernel, static_cast<const float*>(i & 1 ? b : a), i & 1 ? a : b, i));
         }
       });
       std::printf("kernel chain%s, %d blocks: %.2f us a phase\n", with_pdl ? " (PDL)" : "", blocks, us / kPhases);
@@ -210,18 +211,11 @@ int main() {
   uint4* w;
   CHECK(cudaMalloc(&w, bytes));
   CHECK(cudaMemset(w, 1, bytes));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
   for (int blocks : {8, 16, 32, 64, 132}) {
-    constexpr int kStreams = 48;  // each from another part of the buffer
-    CHECK(cudaEventRecord(e0, s));
-    for (int i = 0; i < kStreams; ++i) stream_kernel<<<blocks, 1024, 0, s>>>(w + size_t(i % 24) * words, words, out);
-    CHECK(cudaEventRecord(e1, s));
-    CHECK(cudaEventSynchronize(e1));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    const float us = ms * 1000.f / kStreams;
+    // Plain launches, each from another part of the buffer (a graph would replay one).
+    const float us = us_per_call(s, 48, [&](int i) {
+      stream_kernel<<<blocks, 1024, 0, s>>>(w + size_t(i % 24) * words, words, out);
+    });
     std::printf("stream 42 MiB, %d blocks x 1024 threads: %.1f us, %.0f GB/s\n", blocks, us, chunk / us / 1e3);
   }
   CHECK(cudaDeviceSynchronize());

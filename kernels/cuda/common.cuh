@@ -1,7 +1,8 @@
 #pragma once
 // Shared device helpers of the kernels: element conversion, 16-byte packs, warp/group
 // reductions, the activations, error checks, and launch() with programmatic dependent launch.
-// Only included by kernels/cuda/*.cu.
+// Only included by kernels/cuda/*.cu (and bench/kernels' phase-boundary benchmark, which
+// measures pdl_prologue() itself).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
