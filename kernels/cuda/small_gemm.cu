@@ -8,7 +8,9 @@
 // waiting for the previous kernel: the weights do not depend on it. With a SmallGemmNorm the
 // block first normalizes the rows into shared memory (a warp per row, LayerNorm's Welford
 // statistics) and multiplies from there.
+#include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/welford.cuh"
@@ -171,22 +173,166 @@ __global__ void __launch_bounds__(kWarps<kRows> * 32) small_gemm_kernel(SmallGem
   }
 }
 
+// ---- wide: the output projection (kernels/small_gemm.h, small_gemm_logits_cuda) ----
+
+// Warps of a wide block, one block an SM. A warp owns groups of kWideCols consecutive columns
+// for the kWideRows rows (fewer rows are computed as zero rows: they cost less than a warp's
+// reads of more columns), so its 32 lanes end a group with one (column, row) sum each.
+constexpr int kWideWarps = 8;
+constexpr int kWideRows = kSmallGemmLogitsRows, kWideCols = 32 / kWideRows;
+
+// Lane l of the warp ends with the sum over the warp's lanes of v[l]: five halving exchanges,
+// each lane keeping the half its lane bit selects (31 shuffles for 32 sums, where a butterfly
+// per value would take 160). kWidth: the exchange's lane bit, 16 down to 1.
+template <int kWidth = 16>
+__device__ __forceinline__ float transpose_reduce(float (&v)[32]) {
+  const bool upper = threadIdx.x & kWidth;
+#pragma unroll
+  for (int i = 0; i < kWidth; ++i) {
+    const float send = upper ? v[i] : v[i + kWidth];
+    const float keep = upper ? v[i + kWidth] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kWidth);
+  }
+  if constexpr (kWidth > 1) return transpose_reduce<kWidth / 2>(v);
+  return v[0];
+}
+
+// y[m, col] = x[m, :] . w[col, :] in float32. Persistent: each block normalizes the rows once
+// (kNorm: the LayerNorm prologue, into shared memory), then each warp takes column groups
+// gridDim.x * kWideWarps apart. A lane holds its kKPacks 16-byte packs of K for each of the
+// group's columns (all of K: kKPacks * 32 packs); the next group's packs are read while the
+// current one is multiplied and reduced where registers allow (kPrefetch), and the first
+// group's before the wait. acc[column][row] accumulates; one transpose_reduce then leaves
+// lane l the sum of column l / kR, row l % kR.
+template <typename T, bool kNorm, int kKPacks>
+__global__ void __launch_bounds__(kWideWarps * 32, 1) small_gemm_wide_kernel(SmallGemmArgs<T> a, float* y) {
+  constexpr int kVec = 16 / int(sizeof(T));
+  constexpr int kR = kWideRows, kC = kWideCols;
+  constexpr bool kPrefetch = kC * kKPacks <= 16;  // two sets of packs within ~128 registers
+  using P = Pack<T, kVec>;
+  const int lane = threadIdx.x % 32;
+  const int groups = (a.n + kC - 1) / kC, stride = int(gridDim.x) * kWideWarps;
+  int group = int(blockIdx.x) * kWideWarps + int(threadIdx.x) / 32;
+  const auto fetch = [&](int g, P (&p)[kC][kKPacks]) {
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const T* row = a.w + int64_t(min(g * kC + c, a.n - 1)) * a.k;  // past n: read, not stored
+#pragma unroll
+      for (int j = 0; j < kKPacks; ++j) {
+        const int k = (lane + 32 * j) * kVec;
+        if (k < a.k) p[c][j] = *reinterpret_cast<const P*>(row + k);
+      }
+    }
+  };
+  P cur[kC][kKPacks];
+  if (group < groups) fetch(group, cur);
+  pdl_prologue();
+  const T* x = a.x;
+  int64_t ldx = a.ldx;
+  if constexpr (kNorm) {
+    extern __shared__ __align__(16) unsigned char small_gemm_wide_smem[];
+    T* normalized = reinterpret_cast<T*>(small_gemm_wide_smem);
+    normalize_rows<T, kVec, kKPacks, kWideWarps>(a, normalized);
+    x = normalized;
+    ldx = a.k;
+  }
+  for (; group < groups; group += stride) {
+    P next[kC][kKPacks];
+    if constexpr (kPrefetch) {
+      if (group + stride < groups) fetch(group + stride, next);
+    }
+    float acc[kC * kR];
+#pragma unroll
+    for (int i = 0; i < kC * kR; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kKPacks; ++j) {
+      const int k = (lane + 32 * j) * kVec;
+      if (k >= a.k) break;  // a lane's packs form a prefix of its K
+      float xv[kR][kVec];
+#pragma unroll
+      for (int m = 0; m < kR; ++m) {
+        if (m < a.rows) load_pack<T, kVec>(x + m * ldx + k, xv[m]);
+        else
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) xv[m][e] = 0.f;
+      }
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        float wc[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) wc[e] = to_float(cur[c][j].v[e]);
+#pragma unroll
+        for (int m = 0; m < kR; ++m)
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) acc[c * kR + m] += wc[e] * xv[m][e];
+      }
+    }
+    const float sum = transpose_reduce(acc);
+    const int col = group * kC + lane / kR, row = lane % kR;
+    if (row < a.rows && col < a.n) y[row * a.ldy + col] = sum;
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+#pragma unroll
+        for (int j = 0; j < kKPacks; ++j) cur[c][j] = next[c][j];
+    } else if (group + stride < groups) {
+      fetch(group + stride, cur);
+    }
+  }
+}
+
+// Launches kernel_for(P) with P the LayerNorm prologue's packs a lane: 0 without one, else the
+// fewest of 1, 2 and kSmallGemmNormPacks that hold K.
+template <typename T, class KernelFor, typename... Args>
+void launch_norm_variant(KernelFor kernel_for, bool with_norm, int k, unsigned grid, int threads,
+                         size_t smem, cudaStream_t stream, const Args&... args) {
+  constexpr int kVec = 16 / int(sizeof(T));
+  const int packs = (k + 32 * kVec - 1) / (32 * kVec);
+  if (!with_norm) return launch(kernel_for(std::integral_constant<int, 0>()), grid, threads, 0, stream, args...);
+  if (packs <= 1) return launch(kernel_for(std::integral_constant<int, 1>()), grid, threads, smem, stream, args...);
+  if (packs <= 2) return launch(kernel_for(std::integral_constant<int, 2>()), grid, threads, smem, stream, args...);
+  launch(kernel_for(std::integral_constant<int, kSmallGemmNormPacks>()), grid, threads, smem, stream, args...);
+}
+
 template <typename T, int kRows>
 void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream) {
-  constexpr int kVec = 16 / int(sizeof(T));
-  constexpr int kThreads = kWarps<kRows> * 32;
   const unsigned grid = unsigned((a.n + kWarps<kRows> - 1) / kWarps<kRows>);
   const size_t smem = size_t(kRows) * size_t(a.k) * sizeof(T);  // at most 8 x 128 packs: 16 KiB
-  if (!with_norm) return launch(&small_gemm_kernel<T, kRows, 0>, grid, kThreads, 0, stream, a);
+  const auto kernel_for = [](auto packs) { return &small_gemm_kernel<T, kRows, decltype(packs)::value>; };
+  launch_norm_variant<T>(kernel_for, with_norm, a.k, grid, kWarps<kRows> * 32, smem, stream, a);
+}
+
+// One block an SM (fewer where the columns run out), kKPacks the fewest of 1, 2, 4 that hold K.
+template <typename T>
+void launch_wide(const SmallGemmArgs<T>& a, float* y, bool with_norm, cudaStream_t stream) {
+  constexpr int kVec = 16 / int(sizeof(T));
+  const int groups = (a.n + kWideCols - 1) / kWideCols;
+  const unsigned grid = unsigned(std::min((groups + kWideWarps - 1) / kWideWarps, num_sms()));
+  const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;
   const int packs = (a.k + 32 * kVec - 1) / (32 * kVec);
-  if (packs <= 1) return launch(&small_gemm_kernel<T, kRows, 1>, grid, kThreads, smem, stream, a);
-  if (packs <= 2) return launch(&small_gemm_kernel<T, kRows, 2>, grid, kThreads, smem, stream, a);
-  launch(&small_gemm_kernel<T, kRows, kSmallGemmNormPacks>, grid, kThreads, smem, stream, a);
+  const auto go = [&](auto norm, auto k_packs) {
+    launch(&small_gemm_wide_kernel<T, decltype(norm)::value, decltype(k_packs)::value>, grid,
+           kWideWarps * 32, smem, stream, a, y);
+  };
+  const auto by_packs = [&](auto norm) {
+    if (packs <= 1) return go(norm, std::integral_constant<int, 1>());
+    if (packs <= 2) return go(norm, std::integral_constant<int, 2>());
+    go(norm, std::integral_constant<int, kSmallGemmLogitsPacks>());
+  };
+  if (with_norm) by_packs(std::true_type());
+  else by_packs(std::false_type());
 }
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-int rows_bucket(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8; }
+// f(kRows) with rows rounded up to the kernels' row counts: 1, 2, 4 or 8.
+template <class F>
+void by_rows_bucket(int rows, F f) {
+  if (rows <= 1) return f(std::integral_constant<int, 1>());
+  if (rows <= 2) return f(std::integral_constant<int, 2>());
+  if (rows <= 4) return f(std::integral_constant<int, 4>());
+  f(std::integral_constant<int, 8>());
+}
 
 }  // namespace
 }  // namespace cuda
@@ -205,31 +351,60 @@ bool small_gemm_supported(const T* x, int64_t ldx, const T* w, const T* bias, in
 }
 
 template <typename T>
+bool small_gemm_logits_supported(const T* x, int64_t ldx, const T* w, int64_t ldy, int rows, int k,
+                                 const SmallGemmNorm<T>* norm) {
+  constexpr int kVec = 16 / int(sizeof(T));
+  return rows <= kSmallGemmLogitsRows && k <= kSmallGemmLogitsPacks * 32 * kVec &&
+         small_gemm_supported<T>(x, ldx, w, nullptr, ldy, rows, k, norm);
+}
+
+namespace {
+template <typename T>
+void check_small_gemm(const T* x, int64_t ldx, const T* w, const T* bias, int64_t ldy, int rows,
+                      int k, const SmallGemmNorm<T>* norm) {
+  if (!small_gemm_supported(x, ldx, w, bias, ldy, rows, k, norm))
+    throw std::invalid_argument("small_gemm: unsupported shape or alignment");
+  if (norm && (norm->out == x || norm->out == norm->residual))
+    throw std::invalid_argument("small_gemm: norm.out must be neither x nor residual");
+}
+}  // namespace
+
+template <typename T>
 void small_gemm_cuda(const T* x, int64_t ldx, const T* w, const T* bias, T* y, int64_t ldy,
                      int rows, int n, int k, const Activation* act, cudaStream_t stream,
                      const SmallGemmNorm<T>* norm) {
   using namespace cuda;
-  if (!small_gemm_supported(x, ldx, w, bias, ldy, rows, k, norm))
-    throw std::invalid_argument("small_gemm_cuda: unsupported shape or alignment");
-  if (norm && (norm->out == x || norm->out == norm->residual))
-    throw std::invalid_argument("small_gemm_cuda: norm.out must be neither x nor residual");
+  check_small_gemm(x, ldx, w, bias, ldy, rows, k, norm);
   if (n <= 0) return;
   const SmallGemmArgs<T> a{x, w, bias, y, ldx, ldy, rows, n, k, act != nullptr,
                            act ? *act : Activation::kRelu, norm ? *norm : SmallGemmNorm<T>{}};
   const bool with_norm = norm != nullptr;
-  switch (rows_bucket(rows)) {
-    case 1: return launch_rows<T, 1>(a, with_norm, stream);
-    case 2: return launch_rows<T, 2>(a, with_norm, stream);
-    case 4: return launch_rows<T, 4>(a, with_norm, stream);
-    default: return launch_rows<T, 8>(a, with_norm, stream);
-  }
+  by_rows_bucket(rows, [&](auto r) { launch_rows<T, decltype(r)::value>(a, with_norm, stream); });
+}
+
+template <typename T>
+void small_gemm_logits_cuda(const T* x, int64_t ldx, const T* w, float* y, int64_t ldy, int rows,
+                            int n, int k, cudaStream_t stream, const SmallGemmNorm<T>* norm) {
+  using namespace cuda;
+  if (!small_gemm_logits_supported(x, ldx, w, ldy, rows, k, norm))
+    throw std::invalid_argument("small_gemm_logits_cuda: unsupported shape or alignment");
+  check_small_gemm<T>(x, ldx, w, nullptr, ldy, rows, k, norm);
+  if (n <= 0) return;
+  const SmallGemmArgs<T> a{x, w, nullptr, nullptr, ldx, ldy, rows, n, k, false, Activation::kRelu,
+                           norm ? *norm : SmallGemmNorm<T>{}};
+  const bool with_norm = norm != nullptr;
+  launch_wide<T>(a, y, with_norm, stream);
 }
 
 #define NMT_SMALL_GEMM(T)                                                                      \
   template bool small_gemm_supported<T>(const T*, int64_t, const T*, const T*, int64_t, int,  \
                                         int, const SmallGemmNorm<T>*);                         \
   template void small_gemm_cuda<T>(const T*, int64_t, const T*, const T*, T*, int64_t, int, int, \
-                                   int, const Activation*, cudaStream_t, const SmallGemmNorm<T>*);
+                                   int, const Activation*, cudaStream_t, const SmallGemmNorm<T>*); \
+  template bool small_gemm_logits_supported<T>(const T*, int64_t, const T*, int64_t, int, int, \
+                                               const SmallGemmNorm<T>*);                        \
+  template void small_gemm_logits_cuda<T>(const T*, int64_t, const T*, float*, int64_t, int, int, int, \
+                                          cudaStream_t, const SmallGemmNorm<T>*);
 NMT_SMALL_GEMM(float)
 NMT_SMALL_GEMM(__half)
 NMT_SMALL_GEMM(__nv_bfloat16)

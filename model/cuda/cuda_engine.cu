@@ -761,7 +761,7 @@ class CudaEngine final : public Engine {
 
       feed_forward(x, L.fc1, L.fc2, L.ffn_norm, state_.hidden.get(), state_.tmp.get(), rows);
     }
-    gemm(settle(x, rows), d, out_proj_, state_.logits.get(), logits_ld(), rows, logits_ld(), d);
+    project_logits(x, rows);
     enqueue_topk(shape, dev);
     check_cuda(cudaMemcpyAsync(lane.out.get(), state_.step_out.get(),
                                size_t(shape.outputs) * 2 * sizeof(int), cudaMemcpyDeviceToHost,
@@ -884,6 +884,17 @@ class CudaEngine final : public Engine {
   // first.
   bool norm_linear(Residual& x, const Dense& L, T* y, int rows, const kernels::Activation* act = nullptr) {
     if (!x.sub) return linear(x.current, L, y, rows, act);
+    const kernels::SmallGemmNorm<T> n = pending_norm(x);
+    const T* bias = act ? L.b : nullptr;
+    if (!kernels::small_gemm_supported<T>(x.sub, L.in, L.w, bias, L.out, rows, L.in, &n))
+      return linear(settle(x, rows), L, y, rows, act);
+    kernels::small_gemm_cuda<T>(x.sub, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, stream_, &n);
+    x.advance();
+    return true;
+  }
+
+  // x's pending LayerNorm as the small GEMM's prologue takes it (x.sub set).
+  kernels::SmallGemmNorm<T> pending_norm(const Residual& x) const {
     kernels::SmallGemmNorm<T> n;
     n.residual = x.current;
     n.bias = x.bias;
@@ -891,12 +902,28 @@ class CudaEngine final : public Engine {
     n.beta = x.norm->beta;
     n.eps = c_.layer_norm_eps;
     n.out = x.next();
-    const T* bias = act ? L.b : nullptr;
-    if (!kernels::small_gemm_supported<T>(x.sub, L.in, L.w, bias, L.out, rows, L.in, &n))
-      return linear(settle(x, rows), L, y, rows, act);
-    kernels::small_gemm_cuda<T>(x.sub, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, stream_, &n);
-    x.advance();
-    return true;
+    return n;
+  }
+
+  // The step's float32 logits = LN(x) out_proj^T: at a few rows one small_gemm_logits_cuda
+  // launch with the pending LayerNorm in its prologue (cuBLAS follows a LayerNorm launch of its
+  // own and lets nothing after it start early); otherwise the LayerNorm, then cuBLAS.
+  void project_logits(Residual& x, int rows) {
+    const int d = d_;
+    if (x.sub) {
+      const kernels::SmallGemmNorm<T> n = pending_norm(x);
+      if (kernels::small_gemm_logits_supported<T>(x.sub, d, out_proj_, logits_ld(), rows, d, &n)) {
+        kernels::small_gemm_logits_cuda<T>(x.sub, d, out_proj_, state_.logits.get(), logits_ld(), rows,
+                                           logits_ld(), d, stream_, &n);
+        x.advance();
+        return;
+      }
+    } else if (kernels::small_gemm_logits_supported<T>(x.current, d, out_proj_, logits_ld(), rows, d)) {
+      kernels::small_gemm_logits_cuda<T>(x.current, d, out_proj_, state_.logits.get(), logits_ld(), rows,
+                                         logits_ld(), d, stream_);
+      return;
+    }
+    gemm(settle(x, rows), d, out_proj_, state_.logits.get(), logits_ld(), rows, logits_ld(), d);
   }
 
   // x's pending LayerNorm done on its own; returns the stream's value.

@@ -198,6 +198,98 @@ TYPED_TEST(SmallGemmCuda, NormRejectsWhatItCannotTake) {
                std::invalid_argument);
 }
 
+// The output projection's wide kernel: float32 logits of 1 to 4 rows over many columns (more
+// groups of 8 than a GPU's warps, fewer; a last group cut short), K of one pack a lane,
+// several, and a part of one, with and without the LayerNorm prologue; the padding of y's rows
+// stays unwritten.
+TYPED_TEST(SmallGemmCuda, LogitsMatchReference) {
+  using T = TypeParam;
+  constexpr int kVec = 16 / int(sizeof(T));
+  // K: 512 (Transformer-base), one pack a lane, three of kSmallGemmLogitsPacks, a part of one.
+  // Column counts: more groups than warps of a full GPU (each warp loops, prefetching), fewer.
+  const Shape shapes[] = {{40001, 512, 0, 5}, {64, 32 * kVec, kVec, 0}, {1000, 96 * kVec, 0, 8}, {100, 3 * kVec, 0, 0}};
+  uint32_t seed = 301;
+  int variant = 0;
+  for (const Shape& s : shapes) {
+    for (int rows = 1; rows <= kSmallGemmLogitsRows; ++rows) {
+      const bool with_norm = variant++ % 2 == 0;
+      const int64_t ldx = s.k + s.x_pad, ldy = s.n + s.y_pad;
+      auto x = random_vector(size_t(rows * ldx), -1.f, 1.f, seed++);
+      auto res = random_vector(size_t(rows * ldx), -2.f, 3.f, seed++);
+      auto gamma = random_vector(size_t(s.k), 0.5f, 1.5f, seed++);
+      auto beta = random_vector(size_t(s.k), -0.5f, 0.5f, seed++);
+      auto w = random_vector(size_t(s.n) * s.k, -0.5f, 0.5f, seed++);
+      for (auto* v : {&x, &res, &gamma, &beta, &w}) round_to<T>(*v);
+      std::vector<float> in(size_t(rows) * s.k), zres(in.size());
+      for (int m = 0; m < rows; ++m)
+        for (int k = 0; k < s.k; ++k) {
+          in[size_t(m) * s.k + k] = x[size_t(m * ldx + k)];
+          zres[size_t(m) * s.k + k] = res[size_t(m * ldx + k)];
+        }
+      if (with_norm) {
+        std::vector<float> normed(in.size());
+        layer_norm_cpu(in.data(), zres.data(), nullptr, gamma.data(), beta.data(), normed.data(), rows,
+                       s.k, 1e-5f);
+        round_to<T>(normed);
+        in = normed;
+      }
+      std::vector<float> ref(size_t(rows) * s.n);
+      for (int m = 0; m < rows; ++m)
+        for (int n = 0; n < s.n; ++n) {
+          double sum = 0;
+          for (int k = 0; k < s.k; ++k) sum += double(in[size_t(m) * s.k + k]) * w[size_t(n) * s.k + k];
+          ref[size_t(m) * s.n + n] = float(sum);
+        }
+      DeviceBuffer<T> dx(x), dres(res), dg(gamma), dbeta(beta), dw(w), dout(size_t(rows * ldx));
+      DeviceBuffer<float> dy(size_t(rows * ldy));
+      SmallGemmNorm<T> norm;
+      norm.residual = dres.get();
+      norm.gamma = dg.get();
+      norm.beta = dbeta.get();
+      norm.out = dout.get();
+      ASSERT_TRUE(small_gemm_logits_supported<T>(dx.get(), ldx, dw.get(), ldy, rows, s.k, with_norm ? &norm : nullptr));
+      small_gemm_logits_cuda<T>(dx.get(), ldx, dw.get(), dy.get(), ldy, rows, s.n, s.k, nullptr,
+                                with_norm ? &norm : nullptr);
+      NMT_CHECK_CUDA(cudaDeviceSynchronize());
+      const std::vector<float> y = dy.download();
+      std::vector<float> got(ref.size());
+      int written_padding = 0;
+      for (int m = 0; m < rows; ++m)
+        for (int n = 0; n < ldy; ++n) {
+          if (n < s.n) got[size_t(m) * s.n + n] = y[size_t(m * ldy + n)];
+          else written_padding += !std::isnan(y[size_t(m * ldy + n)]);
+        }
+      const std::string what = std::string(type_name<T>()) + " logits rows=" + std::to_string(rows) +
+                               " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                               (with_norm ? " norm" : "");
+      // Unnormalized, the inputs are exactly the reference's: only float32 sums differ. The
+      // normalized rows are rounded to T by both, where one rounding may land on either side.
+      NMT_EXPECT_CLOSE(got, ref, with_norm ? tolerance<T>() : 1e-4f, what);
+      EXPECT_EQ(written_padding, 0) << what;
+      if (with_norm) {
+        std::vector<float> normed_got(in.size());
+        const std::vector<float> out = dout.download();
+        for (int m = 0; m < rows; ++m)
+          for (int k = 0; k < s.k; ++k) normed_got[size_t(m) * s.k + k] = out[size_t(m * ldx + k)];
+        NMT_EXPECT_CLOSE(normed_got, in, tolerance<T>(), what + " normalized rows");
+      }
+    }
+  }
+}
+
+TYPED_TEST(SmallGemmCuda, LogitsRejectWhatTheyCannotTake) {
+  using T = TypeParam;
+  constexpr int kVec = 16 / int(sizeof(T));
+  const int most = kSmallGemmLogitsPacks * 32 * kVec, n = 64;
+  DeviceBuffer<T> x(size_t(8 * (most + kVec))), w(size_t(n) * (most + kVec));
+  DeviceBuffer<float> y(size_t(8 * n));
+  EXPECT_TRUE(small_gemm_logits_supported<T>(x.get(), most, w.get(), n, kSmallGemmLogitsRows, most));
+  EXPECT_FALSE(small_gemm_logits_supported<T>(x.get(), most + kVec, w.get(), n, 1, most + kVec));  // K
+  EXPECT_FALSE(small_gemm_logits_supported<T>(x.get(), most, w.get(), n, kSmallGemmLogitsRows + 1, most));
+  EXPECT_THROW(small_gemm_logits_cuda<T>(x.get(), most + kVec, w.get(), y.get(), n, 1, n, most + kVec, nullptr),
+               std::invalid_argument);
+}
+
 TYPED_TEST(SmallGemmCuda, RejectsWhatItCannotTake) {
   using T = TypeParam;
   constexpr int kVec = 16 / int(sizeof(T));
