@@ -910,17 +910,13 @@ class CudaEngine final : public Engine {
   // own and lets nothing after it start early); otherwise the LayerNorm, then cuBLAS.
   void project_logits(Residual& x, int rows) {
     const int d = d_;
-    if (x.sub) {
-      const kernels::SmallGemmNorm<T> n = pending_norm(x);
-      if (kernels::small_gemm_logits_supported<T>(x.sub, d, out_proj_, logits_ld(), rows, d, &n)) {
-        kernels::small_gemm_logits_cuda<T>(x.sub, d, out_proj_, state_.logits.get(), logits_ld(), rows,
-                                           logits_ld(), d, stream_, &n);
-        x.advance();
-        return;
-      }
-    } else if (kernels::small_gemm_logits_supported<T>(x.current, d, out_proj_, logits_ld(), rows, d)) {
-      kernels::small_gemm_logits_cuda<T>(x.current, d, out_proj_, state_.logits.get(), logits_ld(), rows,
-                                         logits_ld(), d, stream_);
+    const kernels::SmallGemmNorm<T> pending = x.sub ? pending_norm(x) : kernels::SmallGemmNorm<T>{};
+    const kernels::SmallGemmNorm<T>* norm = x.sub ? &pending : nullptr;
+    const T* in = x.sub ? x.sub : x.current;
+    if (kernels::small_gemm_logits_supported<T>(in, d, out_proj_, logits_ld(), rows, d, norm)) {
+      kernels::small_gemm_logits_cuda<T>(in, d, out_proj_, state_.logits.get(), logits_ld(), rows,
+                                         logits_ld(), d, stream_, norm);
+      if (x.sub) x.advance();
       return;
     }
     gemm(settle(x, rows), d, out_proj_, state_.logits.get(), logits_ld(), rows, logits_ld(), d);
