@@ -62,8 +62,9 @@ void small_gemm_cuda(const T* x, int64_t ldx, const T* w, const T* bias, T* y, i
 // once; a warp owns groups of 32 / 4 columns and reads the next group's weights while it
 // multiplies and reduces the current one. Against cuBLAS after a LayerNorm launch it saves that
 // launch and lets the top-k start under programmatic dependent launch: the demo model's batch-1
-// p50 3-7% lower, Transformer-base's step the same (its 58101 x 512 weights: 21.6 us alone
-// against cuBLAS's 19.7, end-to-end run 35). At 8 rows it was 3% slower: cuBLAS keeps them.
+// p50 5-9% lower in three rounds of four, Transformer-base's step the same (its 58101 x 512
+// weights: 21.7 us alone against cuBLAS's 19.9, end-to-end run 35). At 8 rows it was 3%
+// slower: cuBLAS keeps them.
 constexpr int kSmallGemmLogitsRows = 4;
 constexpr int kSmallGemmLogitsPacks = 4;
 template <typename T>
