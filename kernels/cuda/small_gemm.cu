@@ -10,6 +10,7 @@
 // statistics) and multiplies from there.
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -281,46 +282,40 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1) small_gemm_wide_kernel(Sma
   }
 }
 
-// Launches kernel_for(P) with P the LayerNorm prologue's packs a lane: 0 without one, else the
-// fewest of 1, 2 and kSmallGemmNormPacks that hold K.
-template <typename T, class KernelFor, typename... Args>
-void launch_norm_variant(KernelFor kernel_for, bool with_norm, int k, unsigned grid, int threads,
-                         size_t smem, cudaStream_t stream, const Args&... args) {
+// f(P) with P the fewest of 1, 2 and 4 16-byte packs a lane that hold K: the LayerNorm
+// prologue's row in registers, and the wide kernel's weights.
+static_assert(kSmallGemmNormPacks == 4 && kSmallGemmLogitsPacks == 4, "by_k_packs' largest");
+template <typename T, class F>
+void by_k_packs(int k, F f) {
   constexpr int kVec = 16 / int(sizeof(T));
   const int packs = (k + 32 * kVec - 1) / (32 * kVec);
-  if (!with_norm) return launch(kernel_for(std::integral_constant<int, 0>()), grid, threads, 0, stream, args...);
-  if (packs <= 1) return launch(kernel_for(std::integral_constant<int, 1>()), grid, threads, smem, stream, args...);
-  if (packs <= 2) return launch(kernel_for(std::integral_constant<int, 2>()), grid, threads, smem, stream, args...);
-  launch(kernel_for(std::integral_constant<int, kSmallGemmNormPacks>()), grid, threads, smem, stream, args...);
+  if (packs <= 1) return f(std::integral_constant<int, 1>());
+  if (packs <= 2) return f(std::integral_constant<int, 2>());
+  f(std::integral_constant<int, 4>());
 }
 
 template <typename T, int kRows>
 void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream) {
   const unsigned grid = unsigned((a.n + kWarps<kRows> - 1) / kWarps<kRows>);
+  const int threads = kWarps<kRows> * 32;
   const size_t smem = size_t(kRows) * size_t(a.k) * sizeof(T);  // at most 8 x 128 packs: 16 KiB
-  const auto kernel_for = [](auto packs) { return &small_gemm_kernel<T, kRows, decltype(packs)::value>; };
-  launch_norm_variant<T>(kernel_for, with_norm, a.k, grid, kWarps<kRows> * 32, smem, stream, a);
+  if (!with_norm) return launch(&small_gemm_kernel<T, kRows, 0>, grid, threads, 0, stream, a);
+  by_k_packs<T>(a.k, [&](auto packs) {
+    launch(&small_gemm_kernel<T, kRows, decltype(packs)::value>, grid, threads, smem, stream, a);
+  });
 }
 
-// One block an SM (fewer where the columns run out), kKPacks the fewest of 1, 2, 4 that hold K.
+// One block an SM (fewer where the columns run out).
 template <typename T>
 void launch_wide(const SmallGemmArgs<T>& a, float* y, bool with_norm, cudaStream_t stream) {
-  constexpr int kVec = 16 / int(sizeof(T));
   const int groups = (a.n + kWideCols - 1) / kWideCols;
   const unsigned grid = unsigned(std::min((groups + kWideWarps - 1) / kWideWarps, num_sms()));
   const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;
-  const int packs = (a.k + 32 * kVec - 1) / (32 * kVec);
-  const auto go = [&](auto norm, auto k_packs) {
-    launch(&small_gemm_wide_kernel<T, decltype(norm)::value, decltype(k_packs)::value>, grid,
-           kWideWarps * 32, smem, stream, a, y);
-  };
-  const auto by_packs = [&](auto norm) {
-    if (packs <= 1) return go(norm, std::integral_constant<int, 1>());
-    if (packs <= 2) return go(norm, std::integral_constant<int, 2>());
-    go(norm, std::integral_constant<int, kSmallGemmLogitsPacks>());
-  };
-  if (with_norm) by_packs(std::true_type());
-  else by_packs(std::false_type());
+  by_k_packs<T>(a.k, [&](auto packs) {
+    constexpr int kKPacks = decltype(packs)::value;
+    const auto kernel = with_norm ? &small_gemm_wide_kernel<T, true, kKPacks> : &small_gemm_wide_kernel<T, false, kKPacks>;
+    launch(kernel, grid, kWideWarps * 32, smem, stream, a, y);
+  });
 }
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -359,13 +354,13 @@ bool small_gemm_logits_supported(const T* x, int64_t ldx, const T* w, int64_t ld
 }
 
 namespace {
+// Throws unless `supported` (the entry's own shape check) and norm.out is neither x nor the
+// residual (other blocks still read them).
 template <typename T>
-void check_small_gemm(const T* x, int64_t ldx, const T* w, const T* bias, int64_t ldy, int rows,
-                      int k, const SmallGemmNorm<T>* norm) {
-  if (!small_gemm_supported(x, ldx, w, bias, ldy, rows, k, norm))
-    throw std::invalid_argument("small_gemm: unsupported shape or alignment");
+void check_small_gemm(bool supported, const char* what, const T* x, const SmallGemmNorm<T>* norm) {
+  if (!supported) throw std::invalid_argument(std::string(what) + ": unsupported shape or alignment");
   if (norm && (norm->out == x || norm->out == norm->residual))
-    throw std::invalid_argument("small_gemm: norm.out must be neither x nor residual");
+    throw std::invalid_argument(std::string(what) + ": norm.out must be neither x nor residual");
 }
 }  // namespace
 
@@ -374,7 +369,7 @@ void small_gemm_cuda(const T* x, int64_t ldx, const T* w, const T* bias, T* y, i
                      int rows, int n, int k, const Activation* act, cudaStream_t stream,
                      const SmallGemmNorm<T>* norm) {
   using namespace cuda;
-  check_small_gemm(x, ldx, w, bias, ldy, rows, k, norm);
+  check_small_gemm(small_gemm_supported(x, ldx, w, bias, ldy, rows, k, norm), "small_gemm_cuda", x, norm);
   if (n <= 0) return;
   const SmallGemmArgs<T> a{x, w, bias, y, ldx, ldy, rows, n, k, act != nullptr,
                            act ? *act : Activation::kRelu, norm ? *norm : SmallGemmNorm<T>{}};
@@ -386,9 +381,7 @@ template <typename T>
 void small_gemm_logits_cuda(const T* x, int64_t ldx, const T* w, float* y, int64_t ldy, int rows,
                             int n, int k, cudaStream_t stream, const SmallGemmNorm<T>* norm) {
   using namespace cuda;
-  if (!small_gemm_logits_supported(x, ldx, w, ldy, rows, k, norm))
-    throw std::invalid_argument("small_gemm_logits_cuda: unsupported shape or alignment");
-  check_small_gemm<T>(x, ldx, w, nullptr, ldy, rows, k, norm);
+  check_small_gemm(small_gemm_logits_supported(x, ldx, w, ldy, rows, k, norm), "small_gemm_logits_cuda", x, norm);
   if (n <= 0) return;
   const SmallGemmArgs<T> a{x, w, nullptr, nullptr, ldx, ldy, rows, n, k, false, Activation::kRelu,
                            norm ? *norm : SmallGemmNorm<T>{}};
