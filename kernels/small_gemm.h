@@ -2,8 +2,8 @@
 // Dense projection of a few rows, the shape of a decode step at small batches:
 //   y[m, n] = act(sum_k x[m, k] * w[n, k] + bias[n])      m < rows <= kSmallGemmRows
 // with w row-major [N, K] (PyTorch's Linear.weight), float32 accumulation, bias and activation
-// optional. One warp per output column reads that column's weight row once for all the rows,
-// so the weights stream through once per call, and the bias + activation epilogue replaces a
+// optional. One warp per output column (a few splitting K when K is long) reads that column's
+// weight row once for all the rows, so the weights stream through once per call, and the bias + activation epilogue replaces a
 // separate bias_activation launch. For more rows cuBLAS's tiled kernels win: callers switch.
 #include <cstdint>
 

@@ -3,11 +3,12 @@
 // latency, and the fc1 bias + activation needs a launch of its own. Here a warp owns one output
 // column: its 32 lanes stride along K in 16-byte packs of the weight row, each pack multiplied
 // into all rows (x is small and stays in L1), then a butterfly reduction gives every lane the
-// column's sums and lane m writes row m with the bias and activation applied. Launched with
-// programmatic dependent launch (common.cuh), each lane loads its first weight packs before
-// waiting for the previous kernel: the weights do not depend on it. With a SmallGemmNorm the
-// block first normalizes the rows into shared memory (a warp per row, LayerNorm's Welford
-// statistics) and multiplies from there.
+// column's sums and lane m writes row m with the bias and activation applied. For long K a few
+// warps share the column, each taking every few packs, and add their sums in shared memory.
+// Launched with programmatic dependent launch (common.cuh), each lane loads its first weight
+// packs before waiting for the previous kernel: the weights do not depend on it. With a
+// SmallGemmNorm the block first normalizes the rows into shared memory (a warp per row,
+// LayerNorm's Welford statistics) and multiplies from there.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -121,20 +122,31 @@ __device__ void normalize_rows(const SmallGemmArgs<T>& a, T* rows_out) {
   __syncthreads();
 }
 
+// Warps that share one column (kSplit): each takes every kSplit-th 16-byte pack of the lanes'
+// stride along K, and the column's sums are added across them in shared memory in warp order.
+// A warp's work is a serial chain of a few hundred instructions at ~10 cycles each with one or
+// two warps an SM scheduler (end-to-end run 34, ncu), so splitting K shortens the chain that a
+// launch waits for; the split is chosen by K and the rows (by_split).
+constexpr int kMaxSplit = 4;
+
 // kRows: rows rounded up to a power of two (the accumulators are registers). kNormPacks > 0:
 // the input is LN(x + residual + bias), built in dynamic shared memory ([rows][k]) by every
-// block, kNormPacks packs of a row per lane.
-template <typename T, int kRows, int kNormPacks>
-__global__ void __launch_bounds__(kWarps<kRows> * 32) small_gemm_kernel(SmallGemmArgs<T> a) {
+// block, kNormPacks packs of a row per lane. kSplit warps per column (kMaxSplit above).
+template <typename T, int kRows, int kNormPacks, int kSplit>
+__global__ void __launch_bounds__(kWarps<kRows> * kSplit * 32) small_gemm_kernel(SmallGemmArgs<T> a) {
   constexpr int kVec = 16 / int(sizeof(T));
-  const int lane = threadIdx.x % 32;
-  const int col = blockIdx.x * kWarps<kRows> + threadIdx.x / 32;
-  const T* w = a.w + int64_t(col < a.n ? col : 0) * a.k;
+  constexpr int kCols = kWarps<kRows>;
+  const int lane = threadIdx.x % 32, warp = int(threadIdx.x) / 32;
+  const int part = warp / kCols;  // which of the column's kSplit warps
+  const int col = blockIdx.x * kCols + warp % kCols;
+  const bool has_col = col < a.n;  // the same for the column's warps
+  const T* w = a.w + int64_t(has_col ? col : 0) * a.k;
+  // Pack i of this warp's lane starts at k_of(i); a lane's packs form a prefix of its K.
+  const auto k_of = [&](int i) { return (lane + 32 * (part + kSplit * i)) * kVec; };
   float early[kEarlyPacks][kVec];
 #pragma unroll
   for (int i = 0; i < kEarlyPacks; ++i) {
-    const int k = (lane + 32 * i) * kVec;
-    if (k < a.k) load_pack<T, kVec>(w + k, early[i]);
+    if (k_of(i) < a.k) load_pack<T, kVec>(w + k_of(i), early[i]);
   }
   pdl_prologue();
   const T* x = a.x;
@@ -142,24 +154,24 @@ __global__ void __launch_bounds__(kWarps<kRows> * 32) small_gemm_kernel(SmallGem
   if constexpr (kNormPacks > 0) {
     extern __shared__ __align__(16) unsigned char small_gemm_smem[];
     T* normalized = reinterpret_cast<T*>(small_gemm_smem);
-    normalize_rows<T, kVec, kNormPacks, kWarps<kRows>>(a, normalized);
+    normalize_rows<T, kVec, kNormPacks, kCols * kSplit>(a, normalized);
     x = normalized;
     ldx = a.k;
   }
-  if (col >= a.n) return;  // whole warp
   float acc[kRows];
 #pragma unroll
   for (int m = 0; m < kRows; ++m) acc[m] = 0.f;
+  if (has_col) {
 #pragma unroll
-  for (int i = 0; i < kEarlyPacks; ++i) {
-    const int k = (lane + 32 * i) * kVec;
-    if (k < a.k) multiply_rows<T, kRows, kVec>(x, ldx, a.rows, early[i], k, acc);
-  }
+    for (int i = 0; i < kEarlyPacks; ++i) {
+      if (k_of(i) < a.k) multiply_rows<T, kRows, kVec>(x, ldx, a.rows, early[i], k_of(i), acc);
+    }
 #pragma unroll 4
-  for (int k = (lane + 32 * kEarlyPacks) * kVec; k < a.k; k += 32 * kVec) {
-    float wv[kVec];
-    load_pack<T, kVec>(w + k, wv);
-    multiply_rows<T, kRows, kVec>(x, ldx, a.rows, wv, k, acc);
+    for (int k = k_of(kEarlyPacks); k < a.k; k += 32 * kSplit * kVec) {
+      float wv[kVec];
+      load_pack<T, kVec>(w + k, wv);
+      multiply_rows<T, kRows, kVec>(x, ldx, a.rows, wv, k, acc);
+    }
   }
   float mine = 0.f;  // lane m keeps row m's sum
 #pragma unroll
@@ -167,7 +179,15 @@ __global__ void __launch_bounds__(kWarps<kRows> * 32) small_gemm_kernel(SmallGem
     const float sum = group_allreduce<32>(acc[m], SumOp());
     if (lane == m) mine = sum;
   }
-  if (lane < a.rows) {
+  if constexpr (kSplit > 1) {
+    __shared__ float parts[kSplit - 1][kCols][kRows];
+    if (part > 0 && lane < kRows) parts[part - 1][warp % kCols][lane] = mine;
+    __syncthreads();
+    if (part > 0) return;
+#pragma unroll
+    for (int p = 0; p < kSplit - 1; ++p) mine += parts[p][warp][lane % kRows];
+  }
+  if (has_col && lane < a.rows) {
     float v = mine + (a.bias ? to_float(a.bias[col]) : 0.f);
     if (a.has_act) v = activate(v, a.act);
     a.y[lane * a.ldy + col] = from_float<T>(v);
@@ -294,14 +314,44 @@ void by_k_packs(int k, F f) {
   f(std::integral_constant<int, 4>());
 }
 
+// Warps per column (kSplit) for K: enough that each warp's lanes hold at most split_packs
+// 16-byte packs, up to kMaxSplit and 16 warps a block (more would cap the registers at 64 a
+// thread and spill). End-to-end run 36 on an H200 against one warp a column (float16):
+// - two packs a warp for 4 rows (Transformer-base's fc2, K 2048, in 4 warps): base batch 1
+//   2.5-3% shorter; one pack a warp (every K 512 projection split too) was 5% longer;
+// - one pack a warp for the plain kernels at 8 rows: base batch 2 +13%, demo batch 2 +7%;
+// - the LayerNorm kernels at two packs a warp in both: splitting their K 512 cost 10% at 8 rows.
+template <int kRows>
+constexpr int split_packs(bool with_norm) {
+  return kRows >= 8 && !with_norm ? 1 : 2;
+}
+
+template <typename T, int kRows, class F>
+void by_split(int k, bool with_norm, F f) {
+  constexpr int kVec = 16 / int(sizeof(T));
+  constexpr int kMost = std::min(kMaxSplit, 16 / kWarps<kRows>);
+  const int per_warp = 32 * kVec * split_packs<kRows>(with_norm);
+  const int packs = (k + per_warp - 1) / per_warp;
+  if constexpr (kMost >= 4) {
+    if (packs > 2) return f(std::integral_constant<int, 4>());
+  }
+  if constexpr (kMost >= 2) {
+    if (packs > 1) return f(std::integral_constant<int, 2>());
+  }
+  f(std::integral_constant<int, 1>());
+}
+
 template <typename T, int kRows>
 void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream) {
   const unsigned grid = unsigned((a.n + kWarps<kRows> - 1) / kWarps<kRows>);
-  const int threads = kWarps<kRows> * 32;
   const size_t smem = size_t(kRows) * size_t(a.k) * sizeof(T);  // at most 8 x 128 packs: 16 KiB
-  if (!with_norm) return launch(&small_gemm_kernel<T, kRows, 0>, grid, threads, 0, stream, a);
-  by_k_packs<T>(a.k, [&](auto packs) {
-    launch(&small_gemm_kernel<T, kRows, decltype(packs)::value>, grid, threads, smem, stream, a);
+  by_split<T, kRows>(a.k, with_norm, [&](auto split) {
+    constexpr int kSplit = decltype(split)::value;
+    const int threads = kWarps<kRows> * kSplit * 32;
+    if (!with_norm) return launch(&small_gemm_kernel<T, kRows, 0, kSplit>, grid, threads, 0, stream, a);
+    by_k_packs<T>(a.k, [&](auto packs) {
+      launch(&small_gemm_kernel<T, kRows, decltype(packs)::value, kSplit>, grid, threads, smem, stream, a);
+    });
   });
 }
 
