@@ -35,7 +35,9 @@ std::string describe(const Shape& s) {
 
 // fused: q_bias, v_bias and a random kv_index table (the engine's encoder and cross-attention).
 // settled: K/V marked as written launches ago (the step kernel stages its first keys before
-// waiting; grids of up to one wave).
+// waiting; grids of up to one wave, and two warps a task where that doubled grid is one wave
+// too: on a GPU of 132 SMs the 512-task shapes hold their keys with one warp a task, the
+// smaller ones split, so every way is checked).
 template <typename T>
 void check(const Shape& s, AttentionPath path, uint32_t seed, bool fused = false, bool settled = false) {
   const int64_t batch = s.sentences * s.beam;
