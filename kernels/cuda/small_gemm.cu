@@ -22,11 +22,12 @@ namespace nmt::kernels {
 namespace cuda {
 namespace {
 
-// Columns (warps) per block: 4 up to 4 rows, 8 at 8 rows, where each block's LayerNorm
-// prologue has more rows to normalize and fewer blocks repeat it (end-to-end run 28 on an H200:
-// 8 and 16 rows +5-9% against 4 warps, 4 rows the same; 2 warps lost 15-20%).
+// Columns per block (a warp each, or kSplit warps each: by_split): 4 up to 4 rows, 8 at 8
+// rows, where each block's LayerNorm prologue has more rows to normalize and fewer blocks repeat
+// it (end-to-end run 28 on an H200: 8 and 16 rows +5-9% against 4 columns, 4 rows the same; 2
+// columns lost 15-20%).
 template <int kRows>
-constexpr int kWarps = kRows >= 8 ? 8 : 4;
+constexpr int kBlockColumns = kRows >= 8 ? 8 : 4;
 
 template <typename T>
 struct SmallGemmArgs {
@@ -133,9 +134,9 @@ constexpr int kMaxSplit = 4;
 // the input is LN(x + residual + bias), built in dynamic shared memory ([rows][k]) by every
 // block, kNormPacks packs of a row per lane. kSplit warps per column (kMaxSplit above).
 template <typename T, int kRows, int kNormPacks, int kSplit>
-__global__ void __launch_bounds__(kWarps<kRows> * kSplit * 32) small_gemm_kernel(SmallGemmArgs<T> a) {
+__global__ void __launch_bounds__(kBlockColumns<kRows> * kSplit * 32) small_gemm_kernel(SmallGemmArgs<T> a) {
   constexpr int kVec = 16 / int(sizeof(T));
-  constexpr int kCols = kWarps<kRows>;
+  constexpr int kCols = kBlockColumns<kRows>;
   const int lane = threadIdx.x % 32, warp = int(threadIdx.x) / 32;
   const int part = warp / kCols;  // which of the column's kSplit warps
   const int col = blockIdx.x * kCols + warp % kCols;
@@ -329,7 +330,7 @@ constexpr int split_packs(bool with_norm) {
 template <typename T, int kRows, class F>
 void by_split(int k, bool with_norm, F f) {
   constexpr int kVec = 16 / int(sizeof(T));
-  constexpr int kMost = std::min(kMaxSplit, 16 / kWarps<kRows>);
+  constexpr int kMost = std::min(kMaxSplit, 16 / kBlockColumns<kRows>);
   const int per_warp = 32 * kVec * split_packs<kRows>(with_norm);
   const int packs = (k + per_warp - 1) / per_warp;
   if constexpr (kMost >= 4) {
@@ -343,11 +344,11 @@ void by_split(int k, bool with_norm, F f) {
 
 template <typename T, int kRows>
 void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream) {
-  const unsigned grid = unsigned((a.n + kWarps<kRows> - 1) / kWarps<kRows>);
+  const unsigned grid = unsigned((a.n + kBlockColumns<kRows> - 1) / kBlockColumns<kRows>);
   const size_t smem = size_t(kRows) * size_t(a.k) * sizeof(T);  // at most 8 x 128 packs: 16 KiB
   by_split<T, kRows>(a.k, with_norm, [&](auto split) {
     constexpr int kSplit = decltype(split)::value;
-    const int threads = kWarps<kRows> * kSplit * 32;
+    const int threads = kBlockColumns<kRows> * kSplit * 32;
     if (!with_norm) return launch(&small_gemm_kernel<T, kRows, 0, kSplit>, grid, threads, 0, stream, a);
     by_k_packs<T>(a.k, [&](auto packs) {
       launch(&small_gemm_kernel<T, kRows, decltype(packs)::value, kSplit>, grid, threads, smem, stream, a);
