@@ -74,6 +74,11 @@ struct StepLanes {
   __device__ int64_t key(int64_t s, int part) const {
     return (int64_t(part) + int64_t(kSplit) * s) * kRowsPerIter + row_lane;
   }
+  // The part whose warp reads key j (key's inverse).
+  template <int kSplit>
+  __device__ static int part_of(int j) {
+    return j / kRowsPerIter % kSplit;
+  }
 };
 
 // The warps of one (batch, query, head) task. kSplit > 1 at small grids: the task's keys are
@@ -389,7 +394,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   const T* src = a.qkv + r * 3 * d + hd;
   float q[kVec];
   load_query<T, kVec>(src, a.bias + hd, a.scale, q);
-  if (lanes.row_lane == 0 && t / L::kRowsPerIter % kSplit == tw.part) {
+  if (lanes.row_lane == 0 && L::template part_of<kSplit>(t) == tw.part) {
     float kv[kVec], b[kVec];
     const int64_t at = own * row_stride + int64_t(t) * d + hd;
     load_pack<T, kVec>(src + d, kv);

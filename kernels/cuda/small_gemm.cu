@@ -303,13 +303,19 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1) small_gemm_wide_kernel(Sma
   }
 }
 
+// 16-byte packs a lane when the 32 lanes of a warp stride along K.
+template <typename T>
+int lane_packs(int k) {
+  constexpr int kVec = 16 / int(sizeof(T));
+  return (k + 32 * kVec - 1) / (32 * kVec);
+}
+
 // f(P) with P the fewest of 1, 2 and 4 16-byte packs a lane that hold K: the LayerNorm
 // prologue's row in registers, and the wide kernel's weights.
 static_assert(kSmallGemmNormPacks == 4 && kSmallGemmLogitsPacks == 4, "by_k_packs' largest");
 template <typename T, class F>
 void by_k_packs(int k, F f) {
-  constexpr int kVec = 16 / int(sizeof(T));
-  const int packs = (k + 32 * kVec - 1) / (32 * kVec);
+  const int packs = lane_packs<T>(k);
   if (packs <= 1) return f(std::integral_constant<int, 1>());
   if (packs <= 2) return f(std::integral_constant<int, 2>());
   f(std::integral_constant<int, 4>());
@@ -321,7 +327,7 @@ void by_k_packs(int k, F f) {
 // - two packs a warp for 4 rows (Transformer-base's fc2, K 2048, in 4 warps): base batch 1
 //   2.5-3% shorter; one pack a warp (every K 512 projection split too) was 5% longer;
 // - one pack a warp for the plain kernels at 8 rows: base batch 2 +13%, demo batch 2 +7%;
-// - the LayerNorm kernels at two packs a warp in both: splitting their K 512 cost 10% at 8 rows.
+// - the LayerNorm kernels at two packs a warp in both: splitting their K 512 cost 11% at 8 rows.
 template <int kRows>
 constexpr int split_packs(bool with_norm) {
   return kRows >= 8 && !with_norm ? 1 : 2;
@@ -329,15 +335,14 @@ constexpr int split_packs(bool with_norm) {
 
 template <typename T, int kRows, class F>
 void by_split(int k, bool with_norm, F f) {
-  constexpr int kVec = 16 / int(sizeof(T));
   constexpr int kMost = std::min(kMaxSplit, 16 / kBlockColumns<kRows>);
-  const int per_warp = 32 * kVec * split_packs<kRows>(with_norm);
-  const int packs = (k + per_warp - 1) / per_warp;
+  const int most_a_warp = split_packs<kRows>(with_norm);
+  const int needed = (lane_packs<T>(k) + most_a_warp - 1) / most_a_warp;  // warps a column
   if constexpr (kMost >= 4) {
-    if (packs > 2) return f(std::integral_constant<int, 4>());
+    if (needed > 2) return f(std::integral_constant<int, 4>());
   }
   if constexpr (kMost >= 2) {
-    if (packs > 1) return f(std::integral_constant<int, 2>());
+    if (needed > 1) return f(std::integral_constant<int, 2>());
   }
   f(std::integral_constant<int, 1>());
 }
