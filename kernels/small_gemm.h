@@ -21,10 +21,11 @@ namespace nmt::kernels {
 constexpr int kSmallGemmRows = 8;
 
 // The post-norm residual of a decode step, taken into the small GEMM's prologue: the GEMM's
-// input rows become LN(x + residual + bias) (kernels/layer_norm.h's semantics and statistics),
-// which are also written to `out` as the next sublayer's residual. Each block normalizes the
-// few rows itself into shared memory, so the LayerNorm needs no launch of its own and no
-// grid-wide barrier (the first block alone writes `out`).
+// input rows become LN(x + residual + bias) (kernels/layer_norm.h's semantics; the mean and
+// variance in two passes over the row held in registers), which are also written to `out` as
+// the next sublayer's residual. Each block normalizes the few rows itself into shared memory,
+// so the LayerNorm needs no launch of its own and no grid-wide barrier (the first block alone
+// writes `out`).
 template <typename T>
 struct SmallGemmNorm {
   const T* residual = nullptr;  // [rows, ldx], may be null

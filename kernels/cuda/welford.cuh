@@ -1,7 +1,8 @@
 #pragma once
-// Welford's running mean and M2 with Chan's merge, shared by the LayerNorm kernels
-// (layer_norm.cu) and the small GEMM's LayerNorm prologue (small_gemm.cu), so that both
-// normalize with the same statistics. Only included by kernels/cuda/*.cu.
+// Welford's running mean and M2 with Chan's merge, for the LayerNorm kernels (layer_norm.cu),
+// whose rows may stream through in several passes. The small GEMM's LayerNorm prologue holds
+// its whole row in registers and takes two exact passes instead (small_gemm.cu). Only included
+// by kernels/cuda/*.cu.
 #include "kernels/cuda/common.cuh"
 
 namespace nmt::kernels::cuda {
