@@ -117,29 +117,25 @@ __device__ void normalize_rows(const SmallGemmArgs<T>& a, const NormParams<T, kV
     for (int p = 0; p < kPacks; ++p) {
       if (valid(p)) load_sum<T, kVec>(a, m, (p * 32 + lane) * kVec, z[p]);
     }
-    float sum = 0.f;
+    // The lane's sum of f(element) over its valid packs, each pack's own sum first.
+    const auto lane_sum = [&](auto f) {
+      float sum = 0.f;
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      if (!valid(p)) continue;
-      float part = 0.f;
+      for (int p = 0; p < kPacks; ++p) {
+        if (!valid(p)) continue;
+        float part = 0.f;
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) part += z[p][i];
-      sum += part;
-    }
-    const float mean = group_allreduce<32>(sum, SumOp()) / float(a.k);
-    float squares = 0.f;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      if (!valid(p)) continue;
-      float part = 0.f;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        z[p][i] -= mean;
-        part += z[p][i] * z[p][i];
+        for (int i = 0; i < kVec; ++i) part += f(z[p][i]);
+        sum += part;
       }
-      squares += part;
-    }
-    const float inv = rsqrtf(group_allreduce<32>(squares, SumOp()) / float(a.k) + a.norm.eps);
+      return group_allreduce<32>(sum, SumOp());
+    };
+    const float mean = lane_sum([](float v) { return v; }) / float(a.k);
+    const float squares = lane_sum([&](float& v) {
+      v -= mean;
+      return v * v;
+    });
+    const float inv = rsqrtf(squares / float(a.k) + a.norm.eps);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (!valid(p)) continue;
