@@ -109,13 +109,14 @@ template <typename T, int kVec, int kPacks, int kBlockWarps>
 __device__ void normalize_rows(const SmallGemmArgs<T>& a, const NormParams<T, kVec, kPacks>& params, T* rows_out) {
   const int lane = threadIdx.x % 32;
   const bool write_out = blockIdx.x == 0;
-  // A lane's valid packs form a prefix of its share of the row.
-  const auto valid = [&](int p) { return (p * 32 + lane) * kVec < a.k; };
+  // The lane's pack p starts at column col(p); its valid packs form a prefix of its share.
+  const auto col = [&](int p) { return (p * 32 + lane) * kVec; };
+  const auto valid = [&](int p) { return col(p) < a.k; };
   for (int m = threadIdx.x / 32; m < a.rows; m += kBlockWarps) {
     float z[kPacks][kVec];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-      if (valid(p)) load_sum<T, kVec>(a, m, (p * 32 + lane) * kVec, z[p]);
+      if (valid(p)) load_sum<T, kVec>(a, m, col(p), z[p]);
     }
     // The lane's sum of f(element) over its valid packs, each pack's own sum first.
     const auto lane_sum = [&](auto f) {
@@ -139,11 +140,10 @@ __device__ void normalize_rows(const SmallGemmArgs<T>& a, const NormParams<T, kV
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (!valid(p)) continue;
-      const int c = (p * 32 + lane) * kVec;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) z[p][i] = z[p][i] * inv * params.g[p][i] + params.b[p][i];
-      store_pack<T, kVec>(rows_out + m * a.k + c, z[p]);
-      if (write_out) store_pack<T, kVec>(a.norm.out + m * a.ldx + c, z[p]);
+      store_pack<T, kVec>(rows_out + m * a.k + col(p), z[p]);
+      if (write_out) store_pack<T, kVec>(a.norm.out + m * a.ldx + col(p), z[p]);
     }
   }
   __syncthreads();
