@@ -16,6 +16,8 @@
 //
 //   Both: --split-rows N sets the decode loops' split_rows (two alternating lanes from N
 //   cache rows on; 0: one lane), so one binary measures both ways in the same run.
+//   --trace FILE writes the kernels' launch timeline (builds configured with
+//   -DNMT_CUDA_TRACE=ON; bench/e2e/trace_summary.py reads it).
 //
 // Every measurement is also printed as one JSON line starting with "RESULT ".
 #include <algorithm>
@@ -31,6 +33,9 @@
 #include <vector>
 
 #include "kernels/stream.h"
+#if NMT_WITH_CUDA
+#include "kernels/trace.h"
+#endif
 #include "model/decode_loop.h"
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
@@ -50,6 +55,7 @@ struct Args {
   std::vector<int> batches{1, 64, 128};
   int beam = 4, repeat = 3, src_len = 27, tgt_len = 32, sentences = 256, latency_sentences = 0;
   int split_rows = -1;  // DecodeLoop::set_split_rows; -1: the loop's default
+  std::string trace;    // --trace FILE: the kernels' launch timeline (builds with NMT_CUDA_TRACE)
 };
 
 double seconds_since(Clock::time_point t) {
@@ -239,12 +245,21 @@ int main(int argc, char** argv) {
     else if (k == "--sentences") a.sentences = std::stoi(next());
     else if (k == "--latency-sentences") a.latency_sentences = std::stoi(next());
     else if (k == "--split-rows") a.split_rows = std::stoi(next());
+    else if (k == "--trace") a.trace = next();
     else { std::cerr << "unknown option " << k << "\n"; return 2; }
   }
   try {
-    if (!a.ids_model.empty()) return run_ids(a);
-    if (a.model.empty() || a.source.empty()) { std::cerr << "need --model and --source, or --ids-model\n"; return 2; }
-    return run_text(a);
+    if (a.ids_model.empty() && (a.model.empty() || a.source.empty())) { std::cerr << "need --model and --source, or --ids-model\n"; return 2; }
+#if NMT_WITH_CUDA
+    if (!a.trace.empty() && !nmt::kernels::trace_recorded()) { std::cerr << "--trace needs a build configured with -DNMT_CUDA_TRACE=ON\n"; return 2; }
+#else
+    if (!a.trace.empty()) { std::cerr << "--trace needs a CUDA build\n"; return 2; }
+#endif
+    const int rc = a.ids_model.empty() ? run_text(a) : run_ids(a);
+#if NMT_WITH_CUDA
+    if (rc == 0 && !a.trace.empty()) nmt::kernels::trace_dump(a.trace);
+#endif
+    return rc;
   } catch (const std::exception& e) {
     std::cerr << "nmt-bench-e2e: " << e.what() << "\n";
     return 1;
