@@ -57,7 +57,7 @@ struct AttentionArgs {
   bool causal = false;
   int64_t causal_offset = 0;
   // K, V, key_lengths and kv_index were written two or more launches before this one on the
-  // stream (the decode step's cross-attention: by the encode and the step's upload). The
+  // stream (the decode step's cross-attention: by the encode and the step's first launch). The
   // decoder-step kernel then reads the first keys before waiting for the previous kernel
   // (programmatic dependent launch), overlapping its end. Every kernel of ours waits for its
   // predecessor before letting the next one start (kernels/cuda/common.cuh), so by then
@@ -111,9 +111,9 @@ struct DecoderSelfAttentionArgs {
   int capacity = 0, heads = 0, head_dim = 0;
   float scale = 1.0f;
   // key_rows, positions / step, cache_rows and the caches' past positions were written two or
-  // more launches before this one, with a kernel of ours between (the decode step: by the
-  // step's upload, its beam reorder and earlier steps): read before waiting for the previous
-  // kernel, as AttentionArgs::kv_settled.
+  // more launches before this one, with a kernel of ours between (the decode step: by its first
+  // launch, which copies the step's upload and reorders the key rows, and earlier steps): read
+  // before waiting for the previous kernel, as AttentionArgs::kv_settled.
   bool history_settled = false;
 };
 

@@ -55,11 +55,19 @@ struct RowEmbedding {
 // embed_positions_cuda(e.ids, e.embeddings, e.positions_table, positions, e.out, rows, ...) in
 // one launch, a block per row: the two start a decode step, where at small batches each would
 // cost a kernel's latency rather than its work.
+// With `upload` set, parent, positions, cache_rows and e.ids may point into pinned host memory
+// (the step's upload as the host wrote it): the launch also copies upload.bytes from upload.src
+// to upload.dst for the step's later kernels, in place of a copy on the stream.
+struct StepUploadCopy {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t bytes = 0;
+};
 template <typename T>
 void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* parent,
                                  int64_t rows, int capacity, const int* positions,
                                  const int* cache_rows, const RowEmbedding<T>& e,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, StepUploadCopy upload = {});
 // dst[i] = To(src[i]) for n elements; From/To among float, __half, __nv_bfloat16.
 template <typename From, typename To>
 void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream);

@@ -122,9 +122,17 @@ constexpr int kReorderThreads = 64;
 template <typename T, int N>
 __global__ void __launch_bounds__(kReorderThreads)
     reorder_embed_kernel(const int* old_rows, int* new_rows, const int* parent, int capacity,
-                         const int* positions, const int* cache_rows, EmbedPositions<T, N> embed) {
+                         const int* positions, const int* cache_rows, EmbedPositions<T, N> embed,
+                         StepUploadCopy upload) {
   pdl_prologue();
   const int64_t r = blockIdx.x;
+  if (upload.bytes > 0) {  // this block's share of the upload, for the later kernels
+    const int64_t share = (upload.bytes + gridDim.x - 1) / gridDim.x;
+    const int64_t end = min(upload.bytes, (r + 1) * share);
+    const auto* src = static_cast<const unsigned char*>(upload.src);
+    auto* dst = static_cast<unsigned char*>(upload.dst);
+    for (int64_t i = r * share + threadIdx.x; i < end; i += blockDim.x) dst[i] = src[i];
+  }
   const int t = positions[r];
   const int c = cache_rows ? cache_rows[r] : int(r);
   const int* src = old_rows + int64_t(parent[r]) * capacity;
@@ -176,7 +184,7 @@ template <typename T>
 void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* parent,
                                  int64_t rows, int capacity, const int* positions,
                                  const int* cache_rows, const RowEmbedding<T>& e,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, StepUploadCopy upload) {
   using namespace cuda;
   if (!positions) throw std::invalid_argument("beam_reorder_and_embed_cuda: positions is null");
   if (rows <= 0) return;
@@ -185,7 +193,8 @@ void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* 
     launch(&reorder_embed_kernel<T, N>, unsigned(rows), kReorderThreads, 0, stream, old_rows,
            new_rows, parent, capacity, positions, cache_rows,
            EmbedPositions<T, N>{e.ids, e.embeddings, e.positions_table, positions, e.out,
-                                int64_t(e.d_model), e.scale, nullptr});
+                                int64_t(e.d_model), e.scale, nullptr},
+           upload);
   });
 }
 
@@ -210,7 +219,7 @@ void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream) {
                                         int64_t, int, float, cudaStream_t, const int*);     \
   template void beam_reorder_and_embed_cuda<T>(const int*, int*, const int*, int64_t, int,     \
                                                const int*, const int*, const RowEmbedding<T>&, \
-                                               cudaStream_t);
+                                               cudaStream_t, StepUploadCopy);
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 NMT_INSTANTIATE(__nv_bfloat16)

@@ -9,16 +9,18 @@
 // step buffers. Sentences join and leave at any step: every row of a step carries its own
 // position, cache row, parent cache row and slot.
 //
-// Decode steps: one packed H2D upload (per row: token, cache row, parent cache row, position,
-// slot, running score; per sentence: its EOS flags), the forward pass, log-softmax + top-k on
-// the device, one small D2H copy. A step's kernels read all of these from device memory (the
-// optional device pointers of kernels/), so the whole step is captured once as a CUDA graph
-// per shape and replayed. A step's shape: its sentences form runs of equal (beam, k) (one
-// top-k launch each), each run padded to bucket(sentences) with padding sentences whose rows
-// write a scratch cache row and whose results are dropped; the graph key is the runs'
-// (beam, k, padded sentences) plus the key-row table parity. Buffers the graphs use only
-// change in reserve() and when the caches grow, which drop the graphs. The beam reorder moves
-// only the key-row table (kernels::beam_reorder_and_embed_cuda), never the KV caches.
+// Decode steps: one packed upload in pinned host memory (per row: token, cache row, parent
+// cache row, position, slot, running score; per sentence: its EOS flags) that the step's first
+// launch reads and copies to device memory, the forward pass, log-softmax + top-k on the device,
+// the candidates written straight into pinned host memory. The later kernels read the upload
+// from device memory (the optional device pointers of kernels/), so the whole step is
+// captured once as a CUDA graph per shape and replayed. A step's shape: its sentences form runs
+// of equal (beam, k) (one top-k launch each), each run padded to bucket(sentences) with
+// padding sentences whose rows write a scratch cache row and whose results are dropped; the
+// graph key is the runs' (beam, k, padded sentences), the lane (its pinned buffers) and the
+// key-row table parity. Buffers the graphs use only change in reserve() and when the caches
+// grow, which drop the graphs. The beam reorder moves only the key-row table
+// (kernels::beam_reorder_and_embed_cuda), never the KV caches.
 //
 // Encodes: one packed upload (ids, positions, lengths, the slots' source lengths and the
 // pointer arrays of the cross K/V GEMM that writes each sentence's K/V into its slot), the
@@ -472,8 +474,7 @@ class CudaEngine final : public Engine {
     DeviceBuffer<int> key_rows[2];   // ping-pong [rows + 1][cache_cap]: cache row of a position
     DeviceBuffer<T> y[2], qkv, ctx, tmp, hidden;  // [padded rows][d (Residual's pair), 3d, d, d, ffn]
     DeviceBuffer<float> logits;                // [padded rows][logits_ld()]
-    DeviceBuffer<char> topk_ws, step_in;
-    DeviceBuffer<int> step_out;  // [outputs] scores (float), then [outputs] candidates
+    DeviceBuffer<char> topk_ws, step_in;  // step_in: the upload, copied by the step's first launch
   };
 
   // What a lane's step in flight needs until it is collected (Engine::submit()).
@@ -536,7 +537,6 @@ class CudaEngine final : public Engine {
     s.logits = DeviceBuffer<float>(&alloc_, size_t(rows) * logits_ld());
     s.topk_ws = DeviceBuffer<char>(&alloc_, topk_workspace_bound(rows));
     s.step_in = DeviceBuffer<char>(&alloc_, StepUpload::bytes(rows, rows));
-    s.step_out = DeviceBuffer<int>(&alloc_, size_t(2) * rows * kMaxTopk);
     for (StepLane& lane : lanes_) {
       lane.in.reserve(StepUpload::bytes(rows, rows));
       lane.out.reserve(size_t(2) * rows * kMaxTopk * sizeof(int));
@@ -705,24 +705,32 @@ class CudaEngine final : public Engine {
     }
   }
 
-  // Everything a step enqueues, between the packed upload and the top-k download.
+  // Everything a step enqueues (its graph): from reading the packed upload to writing the
+  // top-k candidates, both in the lane's pinned buffers.
   void enqueue_step(const StepShape& shape, const StepLane& lane) {
     const int rows = shape.rows;
     const int parity = lane.parity;
-    check_cuda(cudaMemcpyAsync(state_.step_in.get(), lane.in.get(),
-                               StepUpload::bytes(rows, shape.sentences), cudaMemcpyHostToDevice,
-                               stream_), "step upload");
-    const StepUpload dev(state_.step_in.get(), rows);
+    // No copies on the stream: the first launch reads the upload where the host wrote it (the
+    // lane's pinned buffer, mapped) and copies it to step_in for the later kernels, and the
+    // top-k writes its candidates straight into the lane's pinned download buffer. Each copy
+    // was a graph node of its own between the host and the kernels: end-to-end run 38 measured
+    // the two at ~8 us of a Transformer-base batch-1 step (H100).
+    kernels::StepUploadCopy upload;
+    upload.src = lane.in.get();
+    upload.dst = state_.step_in.get();
+    upload.bytes = int64_t(StepUpload::bytes(rows, shape.sentences));
+    const StepUpload dev(state_.step_in.get(), rows), host(lane.in.get(), rows);
     const int d = d_, hd = d_ / c_.decoder_heads;
     Residual x{{state_.y[0].get(), state_.y[1].get()}};
     // Beam reorder (only the small table of which cache row holds each position moves) and
     // the tokens' embeddings, in one launch.
     kernels::RowEmbedding<T> embed;
-    embed.ids = dev.tokens; embed.embeddings = dec_emb_; embed.positions_table = dec_pos_;
+    embed.ids = host.tokens; embed.embeddings = dec_emb_; embed.positions_table = dec_pos_;
     embed.out = x.current; embed.d_model = d; embed.scale = embed_scale_;
     kernels::beam_reorder_and_embed_cuda<T>(state_.key_rows[parity].get(),
-                                            state_.key_rows[1 - parity].get(), dev.parents, rows,
-                                            cache_cap_, dev.positions, dev.cache_rows, embed, stream_);
+                                            state_.key_rows[1 - parity].get(), host.parents, rows,
+                                            cache_cap_, host.positions, host.cache_rows, embed, stream_,
+                                            upload);
     for (int l = 0; l < c_.decoder_layers; ++l) {
       const DecoderLayer& L = decoder_[size_t(l)];
       const bool qkv_ours = norm_linear(x, L.qkv, state_.qkv.get(), rows);
@@ -762,16 +770,14 @@ class CudaEngine final : public Engine {
       feed_forward(x, L.fc1, L.fc2, L.ffn_norm, state_.hidden.get(), state_.tmp.get(), rows);
     }
     project_logits(x, rows);
-    enqueue_topk(shape, dev);
-    check_cuda(cudaMemcpyAsync(lane.out.get(), state_.step_out.get(),
-                               size_t(shape.outputs) * 2 * sizeof(int), cudaMemcpyDeviceToHost,
-                               stream_), "step download");
+    enqueue_topk(shape, dev, static_cast<int*>(lane.out.get()));
   }
 
-  // One top-k launch per run, on its rows, with its sentences' flags.
-  void enqueue_topk(const StepShape& shape, const StepUpload& dev) {
-    float* scores = reinterpret_cast<float*>(state_.step_out.get());
-    int* index = state_.step_out.get() + shape.outputs;
+  // One top-k launch per run, on its rows, with its sentences' flags; `out` takes the scores
+  // (float), then the candidates.
+  void enqueue_topk(const StepShape& shape, const StepUpload& dev, int* out) {
+    float* scores = reinterpret_cast<float*>(out);
+    int* index = out + shape.outputs;
     kernels::TopkMasks masks;
     masks.pad_id = c_.pad_id;
     masks.eos_id = c_.eos_id;

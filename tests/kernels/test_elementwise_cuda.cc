@@ -196,6 +196,64 @@ TYPED_TEST(ElementwiseCuda, BeamReorderAndEmbed) {
   }
 }
 
+// The decode step reads its upload where the host wrote it (pinned memory): the first launch
+// takes its rows' parents, positions, cache rows and ids from there and copies the whole
+// upload to device memory for the later kernels, byte for byte (an odd length too).
+TEST(ElementwiseCudaInts, BeamReorderAndEmbedFromPinnedUpload) {
+  NMT_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(143);
+  const int d = 64, capacity = 37, vocab = 57;
+  auto emb = random_vector(size_t(vocab * d), -1.f, 1.f, 400);
+  auto pos = random_vector(size_t(capacity * d), -1.f, 1.f, 401);
+  DeviceBuffer<float> demb(emb), dpos(pos);
+  for (int rows : {1, 4, 12, 256}) {
+    const int cache_rows_n = rows + 5;
+    std::vector<int> table(size_t(cache_rows_n) * capacity), parent, positions, cache_rows, ids;
+    for (auto& v : table) v = int(gen() % cache_rows_n);
+    for (int r = 0; r < rows; ++r) {
+      parent.push_back(int(gen() % cache_rows_n));
+      positions.push_back(r == 0 ? 0 : r == 1 ? capacity - 1 : int(gen() % capacity));
+      cache_rows.push_back(r);  // distinct
+      ids.push_back(int(gen() % vocab));
+    }
+    const size_t ints = 4 * size_t(rows), bytes = ints * sizeof(int) + 3;
+    void* pinned = nullptr;
+    NMT_CHECK_CUDA(cudaMallocHost(&pinned, bytes));
+    int* h = static_cast<int*>(pinned);
+    std::copy(parent.begin(), parent.end(), h);
+    std::copy(positions.begin(), positions.end(), h + rows);
+    std::copy(cache_rows.begin(), cache_rows.end(), h + 2 * rows);
+    std::copy(ids.begin(), ids.end(), h + 3 * rows);
+    for (size_t i = ints * sizeof(int); i < bytes; ++i) static_cast<unsigned char*>(pinned)[i] = 0xA0 + i % 7;
+    std::vector<int> next(table.size(), -1);
+    beam_reorder_key_rows_cpu(table.data(), next.data(), parent.data(), rows, capacity, nullptr,
+                              positions.data(), cache_rows.data());
+    DeviceInts dtable(table), dnext(std::vector<int>(table.size(), -1)), dpositions(positions), dids(ids);
+    DeviceBuffer<float> ref_out(size_t(rows) * d), out(size_t(rows) * d);
+    embed_positions_cuda<float>(dids.get(), demb.get(), dpos.get(), dpositions.get(), ref_out.get(), rows, d,
+                                8.f, nullptr);
+    void* copy = nullptr;
+    NMT_CHECK_CUDA(cudaMalloc(&copy, bytes));
+    NMT_CHECK_CUDA(cudaMemset(copy, 0, bytes));
+    RowEmbedding<float> e;
+    e.ids = h + 3 * rows; e.embeddings = demb.get(); e.positions_table = dpos.get(); e.out = out.get();
+    e.d_model = d; e.scale = 8.f;
+    beam_reorder_and_embed_cuda<float>(dtable.get(), dnext.get(), h, rows, capacity, h + rows, h + 2 * rows, e,
+                                       nullptr, StepUploadCopy{pinned, copy, int64_t(bytes)});
+    NMT_CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<unsigned char> copied(bytes);
+    NMT_CHECK_CUDA(cudaMemcpy(copied.data(), copy, bytes, cudaMemcpyDeviceToHost));
+    const std::string at = "rows=" + std::to_string(rows);
+    EXPECT_EQ(dnext.download(), next) << at;
+    NMT_EXPECT_CLOSE(out.download(), ref_out.download(), 0.f, at);
+    EXPECT_EQ(copied, std::vector<unsigned char>(static_cast<unsigned char*>(pinned),
+                                                 static_cast<unsigned char*>(pinned) + bytes))
+        << at;
+    cudaFree(copy);
+    cudaFreeHost(pinned);
+  }
+}
+
 template <typename From, typename To>
 void check_convert(int64_t n, uint32_t seed) {
   auto x = random_vector(size_t(n), -100.f, 100.f, seed);
