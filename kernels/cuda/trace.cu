@@ -20,11 +20,14 @@ void trace_dump(const std::string& path) {
     const char* file;
     cuda::TraceRecord r;
   };
-  cudaDeviceSynchronize();  // the records of work still in flight
+  const auto check = [](cudaError_t e) {
+    if (e != cudaSuccess) throw std::runtime_error(std::string("reading the launch timeline: ") + cudaGetErrorString(e));
+  };
+  check(cudaDeviceSynchronize());  // the records of work still in flight, on any stream
   std::vector<Row> rows;
   for (const auto& source : cuda::trace_sources()) {
     std::vector<cuda::TraceRecord> records;
-    source.read(records);
+    check(source.read(records));
     for (const auto& r : records) rows.push_back({source.file, r});
   }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.r.release < b.r.release; });

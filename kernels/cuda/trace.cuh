@@ -26,7 +26,7 @@ struct TraceRecord {
 };
 constexpr uint32_t kTraceCapacity = 1u << 17;
 
-using TraceReader = void (*)(std::vector<TraceRecord>&);
+using TraceReader = cudaError_t (*)(std::vector<TraceRecord>&);
 struct TraceSource {
   const char* file;
   TraceReader read;
@@ -61,13 +61,13 @@ __device__ __forceinline__ uint32_t trace_wait(uint32_t line) {
 
 __device__ __forceinline__ void trace_release(uint32_t slot) { g_trace[slot].release = global_ns(); }
 
-void read_trace(std::vector<TraceRecord>& out) {
+cudaError_t read_trace(std::vector<TraceRecord>& out) {
   uint32_t n = 0;
-  cudaMemcpyFromSymbol(&n, g_trace_count, sizeof(n));
+  if (const cudaError_t e = cudaMemcpyFromSymbol(&n, g_trace_count, sizeof(n)); e != cudaSuccess) return e;
   const uint32_t kept = n < kTraceCapacity ? n : kTraceCapacity;
   const size_t at = out.size();
   out.resize(at + kept);
-  cudaMemcpyFromSymbol(out.data() + at, g_trace, kept * sizeof(TraceRecord));
+  return cudaMemcpyFromSymbol(out.data() + at, g_trace, kept * sizeof(TraceRecord));
 }
 
 const bool g_trace_registered = (trace_sources().push_back({__BASE_FILE__, &read_trace}), true);
