@@ -117,8 +117,9 @@ struct EmbedPositions {
 
 constexpr int kReorderThreads = 64;
 
-// One block per row: its new key-row table (see beam_reorder_key_rows_cpu), then its
-// embedding (EmbedPositions' arithmetic, as embed_positions_cuda).
+// One block per row: its share of the step's upload when there is one (elementwise.h), its new
+// key-row table (see beam_reorder_key_rows_cpu), then its embedding (EmbedPositions'
+// arithmetic, as embed_positions_cuda).
 template <typename T, int N>
 __global__ void __launch_bounds__(kReorderThreads)
     reorder_embed_kernel(const int* old_rows, int* new_rows, const int* parent, int capacity,

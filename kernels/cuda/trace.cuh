@@ -1,15 +1,14 @@
 #pragma once
-// Launch timeline (recorded in builds configured with -DNMT_CUDA_TRACE=ON only): block (0,0,0) of every
-// kernel of ours notes, in pdl_prologue(), when it reached griddepcontrol.wait and when the wait
-// released it. A kernel is released when the kernel before it on the stream has finished, so
-// the gaps between consecutive releases are what each kernel adds to a decode step's chain,
-// measured inside the step's CUDA graph (ncu can only time a kernel alone). The slot is taken
-// with an atomic before the wait, off the chain. Each translation unit keeps its own ring (no
-// relocatable device code); nmt::kernels::cuda::trace_dump() merges them by time.
+// Launch timeline (recorded in builds configured with -DNMT_CUDA_TRACE=ON only): block (0,0,0)
+// of every kernel of ours notes, in pdl_prologue(), when it reached griddepcontrol.wait and when
+// the wait released it. A kernel is released when the kernel before it on the stream has
+// finished, so the gaps between consecutive releases are what each kernel adds to a decode
+// step's chain, measured inside the step's CUDA graph (ncu can only time a kernel alone). The
+// slot is taken with an atomic before the wait, off the chain. Each translation unit keeps its
+// own ring (no relocatable device code); nmt::kernels::trace_dump() merges them by time.
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <vector>
 
 #ifndef NMT_CUDA_TRACE
