@@ -33,7 +33,7 @@ def main():
         sys.exit("empty timeline")
     counts = collections.Counter(k for k, _, _, _ in rows)
     once = collections.Counter(counts.values()).most_common()
-    # Steps: the commonest count among launches that occur a few hundred times or more.
+    # Steps: the commonest count among launches that occur at least 50 times.
     steps = max((c for c, _ in once if c >= 50), key=lambda c: sum(1 for v in counts.values() if v == c), default=None)
     if steps is None:
         sys.exit("no repeated step found")
@@ -42,9 +42,9 @@ def main():
         candidates = [k for k, _, _, _ in rows if counts[k] == steps]
         start = next((k for k in candidates if k.startswith("elementwise")), candidates[0])
     starts = [i for i, r in enumerate(rows) if r[0] == start]
-    segments = [rows[s:e] for s, e in zip(starts, starts[1:])]
-    pattern = collections.Counter(tuple(k for k, _, _, _ in seg) for seg in segments).most_common(1)[0][0]
-    kept = [(seg, rows[e][3]) for seg, e in zip(segments, starts[1:]) if tuple(k for k, _, _, _ in seg) == pattern]
+    segments = [(rows[s:e], tuple(r[0] for r in rows[s:e]), rows[e][3]) for s, e in zip(starts, starts[1:])]
+    pattern = collections.Counter(keys for _, keys, _ in segments).most_common(1)[0][0]
+    kept = [(seg, next_release) for seg, keys, next_release in segments if keys == pattern]
     kept = kept[a.skip_steps:]
     if not kept:
         sys.exit("no complete step after the warm-up")

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/trace.cuh"
 #include "kernels/trace.h"
 
@@ -20,14 +21,12 @@ void trace_dump(const std::string& path) {
     const char* file;
     cuda::TraceRecord r;
   };
-  const auto check = [](cudaError_t e) {
-    if (e != cudaSuccess) throw std::runtime_error(std::string("reading the launch timeline: ") + cudaGetErrorString(e));
-  };
-  check(cudaDeviceSynchronize());  // the records of work still in flight, on any stream
+  // The records of work still in flight, on any stream.
+  cuda::check(cudaDeviceSynchronize(), "reading the launch timeline");
   std::vector<Row> rows;
   for (const auto& source : cuda::trace_sources()) {
     std::vector<cuda::TraceRecord> records;
-    check(source.read(records));
+    cuda::check(source.read(records), "reading the launch timeline");
     for (const auto& r : records) rows.push_back({source.file, r});
   }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.r.release < b.r.release; });
