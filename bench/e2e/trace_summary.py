@@ -32,9 +32,10 @@ def main():
     if not rows:
         sys.exit("empty timeline")
     counts = collections.Counter(k for k, _, _, _ in rows)
-    once = collections.Counter(counts.values()).most_common()
-    # Steps: the commonest count among launches that occur at least 50 times.
-    steps = max((c for c, _ in once if c >= 50), key=lambda c: sum(1 for v in counts.values() if v == c), default=None)
+    # Steps: the commonest count among launches that occur at least 50 times (most_common
+    # lists the counts by how many launches share them, the first of a tie first).
+    by_sharing = collections.Counter(counts.values()).most_common()
+    steps = next((c for c, _ in by_sharing if c >= 50), None)
     if steps is None:
         sys.exit("no repeated step found")
     start = a.start
