@@ -2,7 +2,8 @@
 # Served throughput against the engine's offline throughput, in one device run (issue:
 # step-level batching). On the GPU machine, with nmt-bench-e2e, nmt-server and nmt-loadgen
 # on PATH and the Multi30k test2016 source in $NMT_SHARED (default ../shared):
-#   1. offline: nmt-bench-e2e on test2016 x 4, batches 64, 128 and 256 (sentences/s), and one
+#   1. offline: nmt-bench-e2e on test2016 x 4, batches 64, 128, 256 and 512 (sentences/s: 512
+#      matches 64 clients of 8 sentences a request), and one
 #      sentence at a time over all of test2016 (p50 latency: the sentences the single client
 #      cycles through);
 #   2. served, for each WORKERS value (decode loops of the model): a closed loop of
@@ -54,7 +55,7 @@ pin() { (exec_pinned "$@"); }  # the same in a subshell of its own
 
 if [ "${OFFLINE:-1}" = 1 ]; then
 echo "=== offline ($precision)"
-nmt-bench-e2e --model "$model" --source "$work/test2016x4.en" --precision "$precision" --batches 64,128,256 --repeat 2 \
+nmt-bench-e2e --model "$model" --source "$work/test2016x4.en" --precision "$precision" --batches 64,128,256,512 --repeat 2 \
   2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done
 nmt-bench-e2e --model "$model" --source "$src" --precision "$precision" --batches 1 \
   2>&1 | grep '^RESULT ' | sed 's/^RESULT //' | while read -r line; do stamp "$line" >> "$results"; done

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""bench/e2e/serve_summary.py on made-up serve_bench results whose ratios are known."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+TOOL = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "bench/e2e/serve_summary.py")
+
+
+def offline(batch, rate):
+    return {"engine": "nmt-serve", "batch": batch, "sentences_per_s": rate}
+
+
+def served(name, clients, per_request, rate):
+    lat = {"mean": 10.0, "p50": 10.0, "p90": 12.0, "p99": 15.0, "max": 20.0}
+    return {"engine": "nmt-server", "name": name, "workers": 2, "clients": clients,
+            "sentences_per_request": per_request, "sentences_per_s": rate,
+            "requests_per_s": rate / per_request, "latency_ms": lat, "errors": 0}
+
+
+def summarize(rows):
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    try:
+        out = subprocess.run([sys.executable, TOOL, f.name], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
+    return {line.split("|")[3].strip(): line for line in out.splitlines() if line.startswith("| 2 ")}
+
+
+class ServeSummary(unittest.TestCase):
+    def test_each_load_against_the_batch_it_keeps_in_flight(self):
+        rows = [offline(64, 10000), offline(256, 20000), offline(512, 40000),
+                served("clients-64", 64, 1, 9000), served("clients-256", 256, 1, 18000),
+                served("clients-64x8", 64, 8, 30000)]
+        lines = summarize(rows)
+        self.assertIn("90% of batch 64", lines["clients-64"])
+        self.assertIn("90% of batch 256", lines["clients-256"])
+        self.assertIn("75% of batch 512", lines["clients-64x8"])
+
+    def test_results_without_batch_512_hold_64x8_against_batch_256(self):
+        rows = [offline(64, 10000), offline(256, 20000), served("clients-64x8", 64, 8, 30000)]
+        self.assertIn("150% of batch 256", summarize(rows)["clients-64x8"])
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
