@@ -50,8 +50,8 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.limits.max_sentences_per_request, 64);
   EXPECT_EQ(c.limits.max_input_tokens, 256);
   EXPECT_EQ(c.max_concurrent_calls, 4096);
-  EXPECT_EQ(c.batching.max_active_sentences, 256);
-  EXPECT_EQ(c.batching.max_active_rows, 1024);
+  EXPECT_EQ(c.batching.max_active_sentences, 512);
+  EXPECT_EQ(c.batching.max_active_rows, 2048);
   EXPECT_EQ(c.batching.max_admit_tokens, 2048);
   EXPECT_EQ(c.batching.max_admit_delay_steps, 8);
   EXPECT_EQ(c.batching.max_queue_sentences, 4096);
