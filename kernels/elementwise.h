@@ -63,11 +63,24 @@ struct StepUploadCopy {
   void* dst = nullptr;
   int64_t bytes = 0;
 };
+// With `follow` (rows set), row r with rows[r] >= 0 continues the beam that the step before
+// chose for it on the device (kernels::NextRows, entry rows[r]: StepGroup::follows in
+// model/engine.h): its token and parent come from there instead of e.ids[r] and parent[r]. Every
+// row's running score, from there or from running_in[r], goes to running_out[r] for the
+// step's top-k. rows and running_in may point into the pinned upload.
+struct StepFollow {
+  const int* rows = nullptr;
+  const int* tokens = nullptr;  // the step before's NextRows
+  const int* parents = nullptr;
+  const float* running = nullptr;
+  const float* running_in = nullptr;
+  float* running_out = nullptr;
+};
 template <typename T>
 void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* parent,
                                  int64_t rows, int capacity, const int* positions,
                                  const int* cache_rows, const RowEmbedding<T>& e,
-                                 cudaStream_t stream, StepUploadCopy upload = {});
+                                 cudaStream_t stream, StepUploadCopy upload = {}, StepFollow follow = {});
 // dst[i] = To(src[i]) for n elements; From/To among float, __half, __nv_bfloat16.
 template <typename From, typename To>
 void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream);

@@ -33,6 +33,20 @@ struct TopkMasks {
 
 constexpr int kMaxBeamTopk = 32;  // largest k beam_topk supports
 
+// The beams each sentence goes on with after the step, for the next step to read on the device
+// before the host has seen this one's candidates (StepGroup::follows in model/engine.h). It is
+// the host search's choice, continuing_beams() in model/beam_search.cc, and must stay so to the
+// bit: each of the sentence's k best gets running = score + (-1e9 if it ends a hypothesis: EOS,
+// or any token under force EOS); the beam best of those (ties to the better-ranked candidate)
+// continue, best first, beam b of sentence s as row s * beam + b: its token, the cache row of
+// the row it extends, and its running score. Rows of the step's own layout; all device pointers.
+struct NextRows {
+  const int* cache_rows = nullptr;  // [rows]: the step's rows' cache rows
+  int* tokens = nullptr;            // [rows]
+  int* parents = nullptr;           // [rows]: cache rows
+  float* running = nullptr;         // [rows]
+};
+
 // float32 reference (same semantics; logits given as float).
 void beam_topk_cpu(const float* logits, const float* bias, const float* running_scores,
                    int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
@@ -66,12 +80,13 @@ size_t beam_topk_workspace_bytes(int64_t sentences, int beam, int vocab, int k);
 // T = float, __half or __nv_bfloat16. All pointers are device pointers; bias may be null.
 // workspace must hold beam_topk_workspace_bytes(...) bytes. Row r of the logits starts at
 // logits + r * logits_row_stride (0 = vocab; a padded stride keeps the output projection's
-// rows 16-byte aligned, which cuBLAS needs for its fast kernels).
+// rows 16-byte aligned, which cuBLAS needs for its fast kernels). With `next`, also the rows
+// each sentence goes on with (NextRows; masks.eos_id must be set, beam at most 32).
 template <typename T>
 void beam_topk_cuda(const T* logits, const float* bias, const float* running_scores,
                     int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
                     float* out_scores, int* out_index, void* workspace, size_t workspace_bytes,
-                    cudaStream_t stream, int64_t logits_row_stride = 0);
+                    cudaStream_t stream, int64_t logits_row_stride = 0, const NextRows* next = nullptr);
 #endif
 
 }  // namespace nmt::kernels

@@ -36,6 +36,11 @@ float length_norm(int generated, float penalty) {
 
 }  // namespace
 
+void continuing_beams(const float* scores, const char* hits, int k, int beam, float* running, int* keep) {
+  for (int j = 0; j < k; ++j) running[j] = scores[j] + (hits[j] ? kNeg : 0.f);
+  top_n(running, k, beam, keep);
+}
+
 SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& config)
     : options_(options), eos_id_(config.eos_id) {
   const size_t beam = size_t(options.beam_size);
@@ -124,8 +129,7 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
   const float norm = length_norm(step_ + 1, options_.length_penalty);
 
   // Running beams: the best `beam` candidates that did not just stop.
-  for (int j = 0; j < k; ++j) running_view_[size_t(j)] = cand_score[j] + (hits_[size_t(j)] ? kNeg : 0.f);
-  top_n(running_view_.data(), k, beam, keep_.data());
+  continuing_beams(cand_score, hits_.data(), k, beam, running_view_.data(), keep_.data());
   // Finished hypotheses: only the top `beam` candidates may enter, length-normalized, and
   // only while the heuristic says an improvement is still possible.
   for (int b = 0; b < beam; ++b) merged_[size_t(b)] = finished_[size_t(b)].score;

@@ -10,6 +10,15 @@
 
 namespace nmt {
 
+// The beams a sentence goes on with after a step of beam search (transformers' running beams):
+// the `beam` best of its k candidates once those that end a hypothesis (hits[j]: EOS, or any
+// candidate at the maximum length) are pushed below every other by -1e9. Writes each
+// candidate's running score to running[0, k) and the candidate of beam b to keep[b], best
+// first, ties to the lower candidate. The CUDA engine's top-k makes the same choice on the
+// device (kernels::NextRows), so that a step can follow the one before it without waiting for
+// the host: the two must agree to the bit.
+void continuing_beams(const float* scores, const char* hits, int k, int beam, float* running, int* keep);
+
 struct DecodeResult {
   std::vector<std::vector<int>> ids;  // best first, num_hypotheses of them; EOS included
   std::vector<float> scores;
@@ -22,8 +31,10 @@ class SentenceSearch {
   int beam() const { return options_.beam_size; }
   int k() const;         // candidates asked of the engine per step
   int position() const { return step_; }  // decoder position of the next step's tokens
-  bool mask_eos() const { return step_ < options_.min_decoding_length; }
-  bool force_eos() const { return step_ + 1 >= options_.max_decoding_length; }
+  // The top-k's EOS masks of the step `ahead` steps after the next one (a step submitted
+  // before the host has taken the ones in flight).
+  bool mask_eos(int ahead = 0) const { return step_ + ahead < options_.min_decoding_length; }
+  bool force_eos(int ahead = 0) const { return step_ + ahead + 1 >= options_.max_decoding_length; }
 
   // The next step's rows, beam of them: token fed, the beam (row in the sentence) whose
   // history it continues, and the running score.

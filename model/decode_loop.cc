@@ -15,7 +15,11 @@ struct DecodeLoop::Active {
   SentenceSearch search;
   int slot = -1;          // -1: released
   std::vector<int> rows;  // cache row of each beam
-  bool removed = false;   // removed while its step was in flight: dropped when collected
+  bool gone = false;      // finished, removed or failed: stepped no more, its results dropped
+  int in_flight = 0;      // flights that hold it
+  uint64_t newest = 0;    // the last flight it was submitted in, its group there, and whether
+  int group = -1;         // that step forces EOS (its last: never followed)
+  bool last = false;
 };
 
 DecodeLoop::DecodeLoop(Engine& engine, const ModelConfig& config, const EngineCapacity& capacity)
@@ -30,13 +34,12 @@ DecodeLoop::DecodeLoop(Engine& engine, const ModelConfig& config, const EngineCa
   std::iota(free_rows_.rbegin(), free_rows_.rend(), 0);
 }
 
-// A step still in flight is collected, its results dropped: the engine's lane is then free
-// for the next loop over it.
+// Steps still in flight are collected, their results dropped: the engine's lanes are then
+// free for the next loop over it.
 DecodeLoop::~DecodeLoop() {
-  for (int l = 0; l < Engine::kStepLanes; ++l) {
-    if (!lanes_[l].in_flight) continue;
+  for (const Flight& f : flights_) {
     try {
-      engine_.collect(l, &out_);
+      engine_.collect(f.lane, &out_);
     } catch (...) {  // a device error: the engine's next call reports it
     }
   }
@@ -86,57 +89,25 @@ void DecodeLoop::admit(std::vector<LoopSentence> sentences) {
 StepReport DecodeLoop::step() {
   StepReport report;
   if (!engine_.overlaps_steps()) {  // submit() computed the step: collect it at once
-    submit(0, &report);
-    if (lanes_[0].in_flight) collect(0, &report);
+    if (submit(&report)) collect(&report);
     return report;
   }
-  const int lane = pick_lane();
-  if (lanes_[lane].in_flight) collect(lane, &report);
-  submit(lane, &report);
+  if (active_.empty() && encoding_.empty()) {  // only finished sentences in flight
+    while (!flights_.empty()) collect(&report);
+  }
+  // Two steps in flight while following pays, else one (the host's rows for each step).
+  const bool follow = follow_rows_ > 0 && active_rows() >= follow_rows_;
+  while (flights_.size() >= (follow ? size_t(Engine::kStepLanes) : 1u)) collect(&report);
+  const bool submitted = submit(&report);
+  if (follow && submitted && flights_.size() == 1) {
+    submit(&report);  // nothing else was in flight: the next step follows this one at once
+  } else if (!submitted && !flights_.empty()) {
+    collect(&report);  // nothing can step before a flight's results are in
+  }
   return report;
 }
 
-int DecodeLoop::lane_rows(const Lane& lane) const {
-  int rows = 0;
-  for (const ActiveList* list : {&lane.active, &lane.encoding})
-    for (const auto& a : *list) rows += int(a->rows.size());  // a removed one holds none
-  return rows;
-}
-
-bool DecodeLoop::splits() const {
-  return engine_.overlaps_steps() && split_rows_ > 0 && active_rows() >= split_rows_;
-}
-
-// The lanes alternate while both have work. An idle lane starts once newcomers bring the
-// loop to split_rows_; below it the loop keeps to one lane.
-int DecodeLoop::pick_lane() const {
-  const int other = 1 - last_lane_;
-  if (!lanes_[other].idle()) return other;
-  if (lanes_[last_lane_].idle()) return last_lane_;
-  if (!joining_.empty() && splits()) return other;
-  return last_lane_;
-}
-
-DecodeLoop::ActiveList DecodeLoop::take_newcomers(int lane, std::vector<LoopSentence>* sources) {
-  const Lane& other = lanes_[1 - lane];
-  const bool one_lane = !engine_.overlaps_steps() || split_rows_ <= 0 || (other.idle() && !splits());
-  int mine = lane_rows(lanes_[lane]);
-  const int theirs = lane_rows(other);
-  size_t n = 0;
-  for (; n < joining_.size(); ++n) {
-    if (!one_lane && mine > theirs) break;  // the rest wait for the other lane's step
-    mine += joining_[n]->search.beam();
-  }
-  ActiveList taken(std::make_move_iterator(joining_.begin()), std::make_move_iterator(joining_.begin() + long(n)));
-  sources->assign(std::make_move_iterator(joining_sources_.begin()),
-                  std::make_move_iterator(joining_sources_.begin() + long(n)));
-  joining_.erase(joining_.begin(), joining_.begin() + long(n));
-  joining_sources_.erase(joining_sources_.begin(), joining_sources_.begin() + long(n));
-  return taken;
-}
-
-// Nothing decodes yet: encode every newcomer first and take their first steps at once,
-// spread over both lanes (fewer rows first) when the loop reaches split_rows_.
+// Nothing steps: encode every newcomer first and step them at once.
 void DecodeLoop::encode_idle(StepReport* report) {
   encode_items_.clear();
   for (size_t i = 0; i < joining_.size(); ++i) encode_items_.push_back({&joining_sources_[i].source_ids, joining_[i]->slot});
@@ -149,28 +120,18 @@ void DecodeLoop::encode_idle(StepReport* report) {
   }
   report->encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report->encoded += int(joining_.size());
-  const bool two = splits();
-  const int first = last_lane_;
-  ActiveList parts[Engine::kStepLanes];
-  int rows[Engine::kStepLanes] = {0, 0};
-  for (auto& a : joining_) {
-    const int l = two && rows[1 - first] < rows[first] ? 1 - first : first;
-    rows[l] += int(a->rows.size());
-    parts[l].push_back(std::move(a));
-  }
-  for (int l = 0; l < Engine::kStepLanes; ++l) join(parts[l], lanes_[l].active);
-  joining_.clear();
+  join(joining_, active_);
   joining_sources_.clear();
 }
 
-void DecodeLoop::submit(int l, StepReport* report) {
-  Lane& lane = lanes_[l];
-  last_lane_ = l;
-  bool all_idle = true;
-  for (const Lane& x : lanes_) all_idle = all_idle && x.idle();
-  if (all_idle && !joining_.empty()) encode_idle(report);
-  std::vector<LoopSentence> sources;
-  ActiveList taken = take_newcomers(l, &sources);
+bool DecodeLoop::submit(StepReport* report) {
+  if (active_.empty() && encoding_.empty() && !joining_.empty()) encode_idle(report);
+  join(encoding_, active_);  // their encode is ahead of this step on the device
+  // Every newcomer's encode rides on this step; they step from the next one.
+  ActiveList taken = std::move(joining_);
+  std::vector<LoopSentence> sources = std::move(joining_sources_);
+  joining_.clear();
+  joining_sources_.clear();
   encode_items_.clear();
   for (size_t i = 0; i < taken.size(); ++i) encode_items_.push_back({&sources[i].source_ids, taken[i]->slot});
   auto give_back = [&] {  // the newcomers wait in front of the queue again
@@ -179,37 +140,48 @@ void DecodeLoop::submit(int l, StepReport* report) {
                             std::make_move_iterator(sources.end()));
     taken.clear();
   };
-  std::vector<uint64_t> first_step;
-  bool deferred_encode = false;
+  // A sentence of the newest flight follows it there (a step ahead of its host state); one
+  // that a flight holds otherwise has its last step in flight.
+  const Flight* newest = flights_.empty() ? nullptr : &flights_.back();
+  const int lane = newest ? (newest->lane + 1) % Engine::kStepLanes : 0;
+  std::vector<Active*> members;
+  std::vector<int> positions;
+  bool deferred_encode = false, stepped = false;
   while (true) {
     try {
-      // A step that grows the caches takes no encode along (the newcomers wait one step):
-      // if the growth runs out of memory, nothing has run and the step can be repeated.
-      int furthest = 0;
-      for (const auto& a : lane.active) furthest = std::max(furthest, a->search.position());
-      const int cached = engine_.cache_positions();
-      deferred_encode = cached > 0 && furthest >= cached && !encode_items_.empty();
       in_.groups.clear();
       in_.tokens.clear();
       in_.cache_rows.clear();
       in_.parent_rows.clear();
       in_.running_scores.clear();
-      first_step.clear();
-      for (const auto& a : lane.active) {
+      members.clear();
+      positions.clear();
+      for (const auto& a : active_) {
+        const bool follows = newest && a->newest == newest->number;
+        if (a->in_flight > 0 && (!follows || a->last)) continue;
+        const int ahead = follows ? 1 : 0;
         const SentenceSearch& s = a->search;
-        in_.groups.push_back({a->slot, s.position(), s.beam(), s.k(), s.mask_eos(), s.force_eos()});
+        in_.groups.push_back({a->slot, s.position() + ahead, s.beam(), s.k(), s.mask_eos(ahead),
+                              s.force_eos(ahead), follows ? a->group : -1});
         for (int b = 0; b < s.beam(); ++b) {
+          // a following row's token, parent and running score are the device's: these stand in
           in_.tokens.push_back(s.tokens()[size_t(b)]);
           in_.cache_rows.push_back(a->rows[size_t(b)]);
-          in_.parent_rows.push_back(a->rows[size_t(s.parents()[size_t(b)])]);
-          in_.running_scores.push_back(s.running_scores()[size_t(b)]);
+          in_.parent_rows.push_back(a->rows[size_t(follows ? b : s.parents()[size_t(b)])]);
+          in_.running_scores.push_back(follows ? 0.f : s.running_scores()[size_t(b)]);
         }
-        if (s.position() == 0) first_step.push_back(a->id);
+        members.push_back(a.get());
+        positions.push_back(s.position() + ahead);
       }
+      // A step that grows the caches takes no encode along (the newcomers wait one step):
+      // if the growth runs out of memory, nothing has run and the step can be repeated.
+      const int furthest = positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
+      const int cached = engine_.cache_positions();
+      deferred_encode = cached > 0 && furthest >= cached && !encode_items_.empty();
       in_.encode = encode_items_.empty() || deferred_encode ? nullptr : &encode_items_;
-      if (in_.groups.empty() && !in_.encode) break;  // nothing to step or encode here
-      engine_.submit(in_, l);
-      lane.in_flight = true;
+      if (in_.groups.empty() && !in_.encode) break;  // nothing to step or encode
+      engine_.submit(in_, lane);
+      stepped = !in_.groups.empty();
       break;
     } catch (const Error& e) {
       // A step without an encode runs out of memory only where the engines grow their
@@ -219,7 +191,7 @@ void DecodeLoop::submit(int l, StepReport* report) {
       // so that step cannot be repeated; growth steps carry no encode (above) when the
       // engine says where its caches end.
       if (shed_on_out_of_memory_ && e.code() == ErrorCode::kResourceExhausted &&
-          (encode_items_.empty() || deferred_encode) && shed_furthest(lane, e, report)) {
+          (encode_items_.empty() || deferred_encode) && shed_furthest(members, positions, e, report)) {
         continue;
       }
       give_back();
@@ -231,62 +203,67 @@ void DecodeLoop::submit(int l, StepReport* report) {
       throw;
     }
   }
-  report->first_step.insert(report->first_step.end(), first_step.begin(), first_step.end());
-  if (!lane.in_flight || deferred_encode) {
-    give_back();  // the next step encodes them
-    return;
+  if (stepped) {
+    Flight f{++submitted_, lane, members};
+    for (size_t g = 0; g < members.size(); ++g) {
+      Active& a = *members[g];
+      ++a.in_flight;
+      a.newest = f.number;
+      a.group = int(g);
+      a.last = in_.groups[g].force_eos;
+      if (positions[g] == 0) report->first_step.push_back(a.id);
+    }
+    flights_.push_back(std::move(f));
   }
-  report->encoded += int(taken.size());
-  join(taken, lane.encoding);
+  if (!in_.encode) {
+    give_back();  // the next step encodes them
+  } else {
+    report->encoded += int(taken.size());
+    join(taken, encoding_);
+  }
+  return stepped;
 }
 
-void DecodeLoop::collect(int l, StepReport* report) {
-  Lane& lane = lanes_[l];
-  lane.in_flight = false;
+void DecodeLoop::collect(StepReport* report) {
+  Flight f = std::move(flights_.front());
+  flights_.erase(flights_.begin());
+  for (Active* a : f.members) --a->in_flight;
   try {
-    engine_.collect(l, &out_);
+    engine_.collect(f.lane, &out_);
   } catch (...) {
     drop_all();
     throw;
   }
   size_t wanted = 0;
-  for (const auto& a : lane.active) wanted += size_t(a->search.k());
+  for (const Active* a : f.members) wanted += size_t(a->search.k());
   if (out_.scores.size() != wanted || out_.candidates.size() != wanted) {
     drop_all();
     throw Error(ErrorCode::kInternal, "decode loop: the engine returned " + std::to_string(out_.scores.size()) +
                                           " candidates for a step that asked " + std::to_string(wanted));
   }
   const int vocab = engine_.vocab_size();
-  size_t offset = 0, kept = 0;
-  for (size_t i = 0; i < lane.active.size(); ++i) {
-    Active& a = *lane.active[i];
-    const int k = a.search.k();
-    const bool done = a.removed || a.search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab);
+  size_t offset = 0;
+  for (Active* a : f.members) {
+    const int k = a->search.k();
+    if (!a->gone && a->search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab)) {
+      FinishedSentence done;
+      done.id = a->id;
+      done.steps = a->search.position();
+      const DecodeResult r = a->search.result();
+      for (size_t h = 0; h < r.ids.size(); ++h) done.translation.hypotheses.push_back({r.ids[h], "", r.scores[h]});
+      report->finished.push_back(std::move(done));
+      leave(*a);
+    }
     offset += size_t(k);
-    if (!done) {
-      if (kept != i) lane.active[kept] = std::move(lane.active[i]);
-      ++kept;
-      continue;
-    }
-    if (!a.removed) {
-      FinishedSentence f;
-      f.id = a.id;
-      f.steps = a.search.position();
-      const DecodeResult r = a.search.result();
-      for (size_t h = 0; h < r.ids.size(); ++h) {
-        f.translation.hypotheses.push_back({r.ids[h], "", r.scores[h]});
-      }
-      report->finished.push_back(std::move(f));
-    }
-    release(a);
   }
-  lane.active.resize(kept);
-  join(lane.encoding, lane.active);  // encoded during this step: they decode from the next one
+  // the gone ones no flight holds any more
+  leaving_.erase(std::remove_if(leaving_.begin(), leaving_.end(), [](const auto& a) { return a->in_flight == 0; }),
+                 leaving_.end());
 }
 
 void DecodeLoop::join(ActiveList& from, ActiveList& into) {
   for (auto& a : from) {
-    if (a->removed) continue;
+    if (a->gone) continue;
     // Keep sentences ordered by beam: the engine runs one top-k per run of equal beams.
     const int beam = a->search.beam();
     auto at = std::upper_bound(into.begin(), into.end(), beam,
@@ -296,59 +273,55 @@ void DecodeLoop::join(ActiveList& from, ActiveList& into) {
   from.clear();
 }
 
-void DecodeLoop::drop_all() {
-  for (int l = 0; l < Engine::kStepLanes; ++l) {
-    Lane& lane = lanes_[l];
-    if (lane.in_flight) {
-      try {
-        engine_.collect(l, &out_);  // frees the engine's lane; the results are dropped
-      } catch (...) {  // the failure being reported already
-      }
-    }
-    for (ActiveList* list : {&lane.active, &lane.encoding}) {
-      for (auto& a : *list) release(*a);
-      list->clear();
-    }
-    lane.in_flight = false;
+// Gone from the active list: its slot and rows are free at once (a newcomer's use of them is
+// enqueued behind the steps in flight), the object stays while a flight points to it.
+void DecodeLoop::leave(Active& a) {
+  a.gone = true;
+  release(a);
+  for (ActiveList* list : {&active_, &encoding_}) {
+    auto it = std::find_if(list->begin(), list->end(), [&](const auto& x) { return x.get() == &a; });
+    if (it == list->end()) continue;
+    if (a.in_flight > 0) leaving_.push_back(std::move(*it));
+    list->erase(it);
+    return;
   }
-  for (auto& a : joining_) release(*a);
-  joining_.clear();
+}
+
+void DecodeLoop::drop_all() {
+  for (const Flight& f : flights_) {
+    try {
+      engine_.collect(f.lane, &out_);  // frees the engine's lane; the results are dropped
+    } catch (...) {  // the failure being reported already
+    }
+  }
+  flights_.clear();
+  for (ActiveList* list : {&active_, &encoding_, &joining_, &leaving_}) {
+    for (auto& a : *list) release(*a);
+    list->clear();
+  }
   joining_sources_.clear();
 }
 
-bool DecodeLoop::shed_furthest(Lane& lane, const Error& e, StepReport* report) {
-  if (lane.active.empty()) return false;
-  int furthest = 0;
-  for (const auto& a : lane.active) furthest = std::max(furthest, a->search.position());
-  size_t kept = 0;
-  for (size_t i = 0; i < lane.active.size(); ++i) {
-    if (lane.active[i]->search.position() == furthest) {
-      report->failed.push_back({lane.active[i]->id, e.code(), e.what()});
-      release(*lane.active[i]);
-      continue;
-    }
-    if (kept != i) lane.active[kept] = std::move(lane.active[i]);
-    ++kept;
+bool DecodeLoop::shed_furthest(const std::vector<Active*>& members, const std::vector<int>& positions,
+                               const Error& e, StepReport* report) {
+  if (members.empty()) return false;
+  const int furthest = *std::max_element(positions.begin(), positions.end());
+  for (size_t g = 0; g < members.size(); ++g) {
+    if (positions[g] != furthest) continue;
+    report->failed.push_back({members[g]->id, e.code(), e.what()});
+    leave(*members[g]);
   }
-  lane.active.resize(kept);
   return true;
 }
 
-// A sentence in a step in flight stays listed, marked, until that step is collected; its
-// slot and rows are free at once (a newcomer's use of them is enqueued behind that step).
+// A sentence in a step in flight stays, marked, until that step is collected; its slot and
+// rows are free at once (a newcomer's use of them is enqueued behind that step).
 void DecodeLoop::remove(uint64_t id) {
-  for (Lane& lane : lanes_) {
-    for (ActiveList* list : {&lane.active, &lane.encoding}) {
-      for (auto it = list->begin(); it != list->end(); ++it) {
-        if ((*it)->id != id || (*it)->removed) continue;
-        release(**it);
-        if (lane.in_flight) {
-          (*it)->removed = true;
-        } else {
-          list->erase(it);
-        }
-        return;
-      }
+  for (ActiveList* list : {&active_, &encoding_}) {
+    for (const auto& a : *list) {
+      if (a->id != id) continue;
+      leave(*a);
+      return;
     }
   }
   for (size_t i = 0; i < joining_.size(); ++i) {

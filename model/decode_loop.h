@@ -13,12 +13,16 @@
 // sentence's result never depends on what else is in the loop.
 //
 // On an engine that overlaps steps (a GPU's: Engine::submit() only enqueues) a step stays in
-// flight across step() calls: step() collects the previous step, advances its sentences and
-// submits their next step, so the caller's own work between calls (answering, admitting)
-// runs while the device computes. From split_rows() rows on, the sentences are spread over
-// two lanes whose steps alternate: while the device computes one lane's step, the host
-// advances the other's beams, which at large batches otherwise leaves the device idle for
-// a quarter of each step. Each step() call then steps one lane.
+// flight across step() calls, so the caller's work between calls (answering, admitting) runs
+// while the device computes. From follow_rows() rows on, two steps are in flight: step()
+// collects the older one and advances its sentences' beams on the host while the device
+// computes the newer one, then submits the next, which follows the newer one's beams as the
+// device's top-k chose them (StepGroup::follows; the host's beam search makes the same choice,
+// continuing_beams()). The device then never waits for the host's beam bookkeeping between
+// two steps. The cost: a sentence that finished in the older step has its rows computed once
+// more in the newer one (its results dropped); a step that forces EOS (the maximum length) is
+// a sentence's last and is never followed. It paid at every batch size measured, a lone
+// sentence included (end-to-end run 41), so by default every step follows the one before.
 //
 #include <cstdint>
 #include <memory>
@@ -79,7 +83,8 @@ class DecodeLoop {
   // Gives the sentences free slots and rows (each must pass can_admit() in turn; throws
   // nmt::Error otherwise, and the loop is unchanged); the next step() encodes them.
   void admit(std::vector<LoopSentence> sentences);
-  // One decoder step (of one lane: see above), with the admitted ones' encode.
+  // One decoder step (on an engine that overlaps steps: collects one, submits one; see above),
+  // with the admitted ones' encode.
   // Throws nmt::Error when the engine fails: the active and admitted sentences are then
   // dropped and the loop is empty (its caller fails every sentence it gave the loop). With
   // shed_on_out_of_memory(), an out-of-memory (kResourceExhausted) on a step that encodes
@@ -95,15 +100,11 @@ class DecodeLoop {
   // Drops a sentence now (cancelled, expired); its slot and rows are free again.
   void remove(uint64_t id);
 
-  // Loops of at least this many cache rows use two lanes (on an engine that overlaps
-  // steps); 0: one lane always. Two lanes pay only where a half step costs the device about
-  // half a full one, so that hiding the host's work is worth a second step's fixed cost: on
-  // an H100 (end-to-end run 29) the demo model gained 18-69% at 1,024 sentences of beam 4
-  // and 23-80% at 2,048, Transformer-base 7-14% at 2,048 and lost 2-4% at 1,024, and 256
-  // sentences lost 14-21% for both.
-  static constexpr int kDefaultSplitRows = 4096;
-  int split_rows() const { return split_rows_; }
-  void set_split_rows(int rows) { split_rows_ = rows; }
+  // Loops holding at least this many cache rows keep two steps in flight, each following the
+  // one before; 0: never (one step in flight at a time, the host's rows for each).
+  static constexpr int kDefaultFollowRows = 1;
+  int follow_rows() const { return follow_rows_; }
+  void set_follow_rows(int rows) { follow_rows_ = rows; }
 
   // No sentence left (a removed sentence's step may still be in flight: the next step()
   // collects it).
@@ -115,34 +116,36 @@ class DecodeLoop {
  private:
   struct Active;
   using ActiveList = std::vector<std::unique_ptr<Active>>;
-  // Sentences that step together; at most one step of theirs in flight.
-  struct Lane {
-    ActiveList active;    // ordered by beam (the engine's top-k runs); in the step in flight
-    ActiveList encoding;  // newcomers whose encode rides on the step in flight
-    bool in_flight = false;
-    bool idle() const { return !in_flight && active.empty() && encoding.empty(); }
+  // A step submitted and not yet collected: its engine lane and its sentences in group order.
+  struct Flight {
+    uint64_t number = 0;  // submission order
+    int lane = 0;
+    std::vector<Active*> members;
   };
-  int lane_rows(const Lane& lane) const;
-  bool splits() const;  // the loop holds split_rows_ rows or more, on an engine that overlaps steps
-  int pick_lane() const;
-  void collect(int lane, StepReport* report);
-  void submit(int lane, StepReport* report);
-  // Newcomers from joining_ that `lane` takes now (the other lane takes the rest later).
-  ActiveList take_newcomers(int lane, std::vector<LoopSentence>* sources);
-  void encode_idle(StepReport* report);  // nothing in flight: encode every newcomer now
-  void release(Active& a);
-  static void join(ActiveList& from, ActiveList& into);  // in beam order
+  // Submits the next step of the active sentences (and the newcomers' encode riding on it);
+  // false when nothing was stepped.
+  bool submit(StepReport* report);
+  void collect(StepReport* report);  // the oldest flight
+  void encode_idle(StepReport* report);  // nothing steps: encode every newcomer now
+  void release(Active& a);               // frees its slot and rows
+  void leave(Active& a);                 // gone: out of the active list, kept while in flight
   void drop_all();
-  // After an out-of-memory step: the lane's active sentences at the furthest position leave
-  // as failed. False when none is active (nothing to shed).
-  bool shed_furthest(Lane& lane, const Error& e, StepReport* report);
+  // After an out-of-memory submit: the active sentences at the furthest position leave as
+  // failed. False when none is active (nothing to shed).
+  // members and positions: the step's sentences and their positions, in group order.
+  bool shed_furthest(const std::vector<Active*>& members, const std::vector<int>& positions, const Error& e,
+                     StepReport* report);
+  static void join(ActiveList& from, ActiveList& into);  // in beam order
 
   Engine& engine_;
   const ModelConfig& config_;
   EngineCapacity capacity_;
-  Lane lanes_[Engine::kStepLanes];
-  int last_lane_ = 0;  // the lane submitted last
-  int split_rows_ = kDefaultSplitRows;
+  ActiveList active_;    // stepping, ordered by beam (the engine runs one top-k per run of equal beams)
+  ActiveList encoding_;  // newcomers whose encode rides on the last submit: they step from the next
+  ActiveList leaving_;   // finished or removed while a step in flight still holds them
+  std::vector<Flight> flights_;  // oldest first, at most Engine::kStepLanes
+  uint64_t submitted_ = 0;
+  int follow_rows_ = kDefaultFollowRows;
   ActiveList joining_;                         // admitted, not yet encoded
   std::vector<LoopSentence> joining_sources_;  // their sources, for that encode
   int sentences_ = 0;                          // holding slots

@@ -13,6 +13,8 @@
 //     are those of cache row parent_rows[r] (the beam it continues). A cache row's position p
 //     is written once, at the sentence's step p, so other beams of the sentence that still
 //     read it never see it change; the loop gives a freed row to a new sentence only.
+//     A sentence's rows are in every step from its first to its last (the CUDA engine's
+//     tables of which cache row holds each position alternate with the steps).
 #include <cstddef>
 #include <memory>
 #include <utility>
@@ -41,6 +43,13 @@ struct StepGroup {
   int k = 1;               // candidates returned
   bool mask_eos = false;   // min_decoding_length not reached: EOS gets -inf
   bool force_eos = false;  // max length reached: EOS gets log-prob 0, everything else -inf
+  // >= 0 (engines that overlap steps only): the sentence continues the beams that the step
+  // submitted just before this one chose for it, where it was group `follows`: its rows'
+  // tokens, parent rows and running scores are that step's, as its top-k picked them on the
+  // device (continuing_beams() in beam_search.h), and StepInput's entries for them are not
+  // read (but for cache_rows). So a step can be submitted before the host has collected the
+  // one it follows.
+  int follows = -1;
 };
 
 struct StepInput {
@@ -78,13 +87,13 @@ class Engine {
   virtual void step(const StepInput& in, StepOutput* out) = 0;
   // The same step in two halves, so that the host can work while a device computes it:
   // submit() checks the input and enqueues the step (and its encode), collect() waits for
-  // it and returns its candidates. There are kStepLanes lanes, at most one step in flight
-  // in each; the lanes' steps run in the order submitted. A lane's sentences hold their
-  // own slots and cache rows, so the two steps in flight never touch the same state. Input
-  // errors (and a cache growth out of memory) throw from submit(), before anything is
-  // enqueued; device errors from collect(). An engine that computes on the calling thread
-  // keeps these defaults (submit() computes the step) and overlaps_steps() false: its
-  // decode loop then collects at once and uses one lane.
+  // it and returns its candidates. There are kStepLanes lanes (their buffers), at most one
+  // step in flight in each; the steps run in the order submitted, and a step may follow the
+  // one submitted just before it (StepGroup::follows), in flight or not. Input errors (and a
+  // cache growth out of memory) throw from submit(), before anything is enqueued; device
+  // errors from collect(). An engine that computes on the calling thread keeps these
+  // defaults (submit() computes the step), overlaps_steps() false, and never gets a step
+  // that follows: its decode loop collects at once.
   static constexpr int kStepLanes = 2;
   virtual void submit(const StepInput& in, int lane) { step(in, &submitted_[lane]); }
   virtual void collect(int lane, StepOutput* out) { std::swap(*out, submitted_[lane]); }

@@ -64,7 +64,7 @@ std::unique_ptr<Translator> Translator::load(const std::string& model_dir,
   t->precision_ = t->device_ == Device::kCpu && options.precision == Precision::kFloat16 ? Precision::kFloat32
                                                                                         : options.precision;
   // The engines keep pointers into the host weights (the CPU engine computes from them).
-  t->lane_split_rows_ = options.lane_split_rows;
+  t->follow_rows_ = options.follow_rows;
   t->weights_ = std::make_unique<Weights>(Weights::load(model_dir, t->config_));
   t->engine_ = t->device_ == Device::kCuda ? make_cuda_engine(t->config_, *t->weights_, options)
                                            : make_cpu_engine(t->config_, *t->weights_, options.device_memory_limit,
@@ -83,7 +83,7 @@ size_t Translator::memory_held() const {
 
 std::unique_ptr<DecodeLoop> Translator::make_loop(const EngineCapacity& capacity) {
   auto loop = std::make_unique<DecodeLoop>(*engine_, config_, capacity);
-  if (lane_split_rows_ >= 0) loop->set_split_rows(lane_split_rows_);
+  if (follow_rows_ >= 0) loop->set_follow_rows(follow_rows_);
   return loop;
 }
 

@@ -30,9 +30,9 @@ struct TranslatorOptions {
   // (cross-attention keys/values, caches). Over it: nmt::Error(kResourceExhausted). 0 = no cap.
   size_t device_memory_limit = 0;
   int threads = 0;  // CPU: cores each decode step uses (GEMMs, row loops); 0 = all
-  // Decode loops of at least this many cache rows step as two alternating lanes
-  // (DecodeLoop::set_split_rows; 0: never); -1: the loop's default.
-  int lane_split_rows = -1;
+  // Decode loops of at least this many cache rows keep two steps in flight, each following
+  // the one before (DecodeLoop::set_follow_rows; 0: never); -1: the loop's default.
+  int follow_rows = -1;
 };
 
 struct Hypothesis {
@@ -99,7 +99,7 @@ class Translator {
   std::unique_ptr<Engine> engine_;
   Device device_ = Device::kCpu;
   Precision precision_ = Precision::kFloat32;
-  int lane_split_rows_ = -1;
+  int follow_rows_ = -1;
 };
 
 }  // namespace nmt

@@ -194,9 +194,9 @@ const std::vector<Setting>& settings() {
       {"batching.loop_fill_sentences", "loop-fill-sentences",
        "GPU: sentences one decode loop takes before a model's other loops take any (0 = even shares)",
        [](ServerConfig& c, N n, K k) { c.batching.loop_fill_sentences = to_int(n, k, 0, kMaxInt); }},
-      {"batching.lane_split_rows", "lane-split-rows",
-       "GPU: cache rows from which a decode loop steps as two alternating lanes (0 = never)",
-       [](ServerConfig& c, N n, K k) { c.batching.lane_split_rows = to_int(n, k, 0, kMaxInt); }},
+      {"batching.follow_rows", "follow-rows",
+       "GPU: cache rows from which a decode loop keeps two steps in flight, each following the one before (0 = never)",
+       [](ServerConfig& c, N n, K k) { c.batching.follow_rows = to_int(n, k, 0, kMaxInt); }},
       {"batching.max_queue_sentences", "max-queue-sentences",
        "queued sentences per model before RESOURCE_EXHAUSTED",
        [](ServerConfig& c, N n, K k) {

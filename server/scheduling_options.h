@@ -36,9 +36,9 @@ struct SchedulingOptions {
   // bookkeeping, which made one full loop's steps shorter.
   int loop_fill_sentences = 512;
   int max_queue_sentences = 4096;  // waiting sentences; beyond it submit() refuses
-  // GPU: a loop holding at least this many cache rows steps its sentences as two alternating
-  // lanes (DecodeLoop::set_split_rows; 0 = one lane always).
-  int lane_split_rows = DecodeLoop::kDefaultSplitRows;
+  // GPU: a loop holding at least this many cache rows keeps two steps in flight, each
+  // following the one before (DecodeLoop::set_follow_rows; 0 = never).
+  int follow_rows = DecodeLoop::kDefaultFollowRows;
 };
 
 }  // namespace nmt::server

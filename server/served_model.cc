@@ -57,7 +57,7 @@ std::unique_ptr<Replica> load_replica(const ModelEntry& entry, int device_index,
   try {
     for (auto& t : replica->translators) {
       replica->loops.push_back(t->make_loop(capacity));
-      replica->loops.back()->set_split_rows(config.batching.lane_split_rows);
+      replica->loops.back()->set_follow_rows(config.batching.follow_rows);
       loops.push_back(replica->loops.back().get());
     }
   } catch (const std::exception& e) {

@@ -14,9 +14,9 @@
 //     (min_decoding_length = tgt-len - 1, max_decoding_length = tgt-len), through the engine
 //     and the host beam search directly (a decode loop holding one batch).
 //
-//   Both: --split-rows N sets the decode loops' split_rows (two alternating lanes from N
-//   cache rows on; 0: one lane), so one binary measures both ways in the same run.
-//   --trace FILE writes the kernels' launch timeline (builds configured with
+//   Both: --follow-rows N sets the decode loops' follow_rows (two steps in flight, each following
+//   the one before, from N cache rows on; 0: never), so one binary measures both ways in the
+//   same run. --trace FILE writes the kernels' launch timeline (builds configured with
 //   -DNMT_CUDA_TRACE=ON; bench/e2e/trace_summary.py reads it).
 //
 // Every measurement is also printed as one JSON line starting with "RESULT ".
@@ -52,9 +52,9 @@ struct Args {
   std::string model, source, ids_model;
   Device device = Device::kCuda;
   Precision precision = Precision::kFloat16;
+  int follow_rows = -1;  // DecodeLoop::set_follow_rows; -1: the loop's default
   std::vector<int> batches{1, 64, 128};
   int beam = 4, repeat = 3, src_len = 27, tgt_len = 32, sentences = 256, latency_sentences = 0;
-  int split_rows = -1;  // DecodeLoop::set_split_rows; -1: the loop's default
   std::string trace;    // --trace FILE: the kernels' launch timeline (builds with NMT_CUDA_TRACE)
 };
 
@@ -110,7 +110,7 @@ int run_text(const Args& a) {
   TranslatorOptions o;
   o.device = a.device;
   o.precision = a.precision;
-  o.lane_split_rows = a.split_rows;
+  o.follow_rows = a.follow_rows;
   auto tr = Translator::load(a.model, o);
   std::vector<std::vector<int>> ids;
   std::ifstream in(a.source);
@@ -127,7 +127,7 @@ int run_text(const Args& a) {
     std::ostringstream js;
     js << "{\"model\":\"" << a.model << "\",\"engine\":\"nmt-serve\",\"device\":\"" << device_name(tr->device())
        << "\",\"precision\":\"" << precision_name(a.precision) << "\",\"beam\":" << a.beam
-       << ",\"batch\":" << batch << ",\"split_rows\":" << a.split_rows << ",\"graphs\":" << (std::getenv("NMT_CUDA_GRAPHS") ? std::getenv("NMT_CUDA_GRAPHS") : "1");
+       << ",\"batch\":" << batch << ",\"follow_rows\":" << a.follow_rows << ",\"graphs\":" << (std::getenv("NMT_CUDA_GRAPHS") ? std::getenv("NMT_CUDA_GRAPHS") : "1");
     if (batch == 1) {
       const size_t n = a.latency_sentences > 0 ? std::min(ids.size(), size_t(a.latency_sentences)) : ids.size();
       for (size_t i = 0; i < std::min<size_t>(n, 50); ++i) translate({ids[i]});  // warm-up
@@ -185,12 +185,12 @@ int run_ids(const Args& a) {
   auto translate = [&](const std::vector<std::vector<int>>& b) {
     const int n = int(b.size());
     DecodeLoop loop(*engine, config, {n, n * a.beam, a.src_len});
-    if (a.split_rows >= 0) loop.set_split_rows(a.split_rows);
+    if (a.follow_rows >= 0) loop.set_follow_rows(a.follow_rows);
     std::vector<LoopSentence> sentences;
     for (int i = 0; i < n; ++i) sentences.push_back({uint64_t(i), b[size_t(i)], d});
     loop.admit(std::move(sentences));
     long tok = 0;
-    for (steps = 0; !loop.idle();) {  // steps: decoder positions (a call steps one lane)
+    for (steps = 0; !loop.idle();) {  // steps: decoder positions (the longest sentence's)
       for (const FinishedSentence& f : loop.step().finished) {
         tok += long(f.translation.hypotheses[0].ids.size());
         steps = std::max(steps, f.steps);
@@ -206,7 +206,7 @@ int run_ids(const Args& a) {
     std::ostringstream js;
     js << "{\"model\":\"" << a.ids_model << "\",\"engine\":\"nmt-serve\",\"precision\":\""
        << precision_name(a.precision) << "\",\"beam\":" << a.beam << ",\"batch\":" << batch
-       << ",\"split_rows\":" << a.split_rows << ",\"src_len\":" << a.src_len << ",\"tgt_len\":" << a.tgt_len << ",\"steps\":" << steps
+       << ",\"follow_rows\":" << a.follow_rows << ",\"src_len\":" << a.src_len << ",\"tgt_len\":" << a.tgt_len << ",\"steps\":" << steps
        << ",\"seconds\":" << secs << ",\"target_tokens\":" << tokens << ",\"tokens_per_s\":" << tokens / secs
        << ",\"ms_per_batch\":" << per_sentence_ms << ",\"ms_per_step\":" << per_sentence_ms / std::max(steps, 1)
        << ",\"engine_mib\":" << (engine->memory_used() >> 20) << ",\"gpu_used_mib\":" << device_used_mib() << "}";
@@ -244,8 +244,8 @@ int main(int argc, char** argv) {
     else if (k == "--tgt-len") a.tgt_len = std::stoi(next());
     else if (k == "--sentences") a.sentences = std::stoi(next());
     else if (k == "--latency-sentences") a.latency_sentences = std::stoi(next());
-    else if (k == "--split-rows") a.split_rows = std::stoi(next());
     else if (k == "--trace") a.trace = next();
+    else if (k == "--follow-rows") a.follow_rows = std::stoi(next());
     else { std::cerr << "unknown option " << k << "\n"; return 2; }
   }
   try {

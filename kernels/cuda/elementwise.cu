@@ -102,9 +102,10 @@ struct EmbedPositions {
   int64_t d_model;
   float scale;
   const int* step;
-  __device__ void operator()(int64_t r, int64_t c) const {
+  __device__ void operator()(int64_t r, int64_t c) const { embed(r, ids[r], c); }
+  __device__ void embed(int64_t r, int id, int64_t c) const {  // row r's embedding of token `id`
     float e[N], p[N];
-    load_pack<T, N>(embeddings + int64_t(ids[r]) * d_model + c, e);
+    load_pack<T, N>(embeddings + int64_t(id) * d_model + c, e);
     if (positions_table) {
       const int64_t pos = step ? *step : positions[r];
       load_pack<T, N>(positions_table + pos * d_model + c, p);
@@ -117,14 +118,15 @@ struct EmbedPositions {
 
 constexpr int kReorderThreads = 64;
 
-// One block per row: its share of the step's upload when there is one (elementwise.h), its new
-// key-row table (see beam_reorder_key_rows_cpu), then its embedding (EmbedPositions'
-// arithmetic, as embed_positions_cuda).
+// One block per row: its share of the step's upload when there is one (elementwise.h), its
+// token, parent and running score (the step before's when it follows), its new key-row table
+// (see beam_reorder_key_rows_cpu), then its embedding (EmbedPositions' arithmetic, as
+// embed_positions_cuda).
 template <typename T, int N>
 __global__ void __launch_bounds__(kReorderThreads)
     reorder_embed_kernel(const int* old_rows, int* new_rows, const int* parent, int capacity,
                          const int* positions, const int* cache_rows, EmbedPositions<T, N> embed,
-                         StepUploadCopy upload) {
+                         StepUploadCopy upload, StepFollow follow) {
   pdl_prologue();
   const int64_t r = blockIdx.x;
   if (upload.bytes > 0) {  // this block's share of the upload, for the later kernels
@@ -136,11 +138,25 @@ __global__ void __launch_bounds__(kReorderThreads)
   }
   const int t = positions[r];
   const int c = cache_rows ? cache_rows[r] : int(r);
-  const int* src = old_rows + int64_t(parent[r]) * capacity;
+  // The row's own entries and its follow index are read together, not one after the other:
+  // in the pinned upload each read crosses PCIe, so a chain of two would lengthen the step.
+  const int f = follow.rows ? follow.rows[r] : -1;
+  const int host_parent = parent[r], host_token = embed.ids[r];
+  const float host_running = follow.running_out ? follow.running_in[r] : 0.f;
+  asm volatile("" : : "r"(host_parent), "r"(host_token), "f"(host_running));  // loaded here, before f is known
+  int from = host_parent, token = host_token;
+  float running = host_running;
+  if (f >= 0) {
+    from = follow.parents[f];
+    token = follow.tokens[f];
+    running = follow.running[f];
+  }
+  if (follow.running_out && threadIdx.x == 0) follow.running_out[r] = running;
+  const int* src = old_rows + int64_t(from) * capacity;
   int* dst = new_rows + int64_t(c) * capacity;
   for (int j = threadIdx.x; j <= t; j += blockDim.x) dst[j] = j < t ? src[j] : c;
   for (int64_t col = int64_t(threadIdx.x) * N; col < embed.d_model; col += int64_t(blockDim.x) * N)
-    embed(r, col);
+    embed.embed(r, token, col);
 }
 
 template <typename From, typename To, int N>
@@ -185,9 +201,13 @@ template <typename T>
 void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* parent,
                                  int64_t rows, int capacity, const int* positions,
                                  const int* cache_rows, const RowEmbedding<T>& e,
-                                 cudaStream_t stream, StepUploadCopy upload) {
+                                 cudaStream_t stream, StepUploadCopy upload, StepFollow follow) {
   using namespace cuda;
   if (!positions) throw std::invalid_argument("beam_reorder_and_embed_cuda: positions is null");
+  if (follow.rows && (!follow.tokens || !follow.parents || !follow.running))
+    throw std::invalid_argument("beam_reorder_and_embed_cuda: following rows need the step before's rows");
+  if (follow.running_out && !follow.running_in)
+    throw std::invalid_argument("beam_reorder_and_embed_cuda: running scores out need them in");
   if (rows <= 0) return;
   with_pack<T>(full_pack<T>(e.d_model, {e.embeddings, e.positions_table, e.out}), [&](auto pack) {
     constexpr int N = decltype(pack)::value;
@@ -195,7 +215,7 @@ void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* 
            new_rows, parent, capacity, positions, cache_rows,
            EmbedPositions<T, N>{e.ids, e.embeddings, e.positions_table, positions, e.out,
                                 int64_t(e.d_model), e.scale, nullptr},
-           upload);
+           upload, follow);
   });
 }
 
@@ -220,7 +240,7 @@ void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream) {
                                         int64_t, int, float, cudaStream_t, const int*);     \
   template void beam_reorder_and_embed_cuda<T>(const int*, int*, const int*, int64_t, int,     \
                                                const int*, const int*, const RowEmbedding<T>&, \
-                                               cudaStream_t, StepUploadCopy);
+                                               cudaStream_t, StepUploadCopy, StepFollow);
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 NMT_INSTANTIATE(__nv_bfloat16)

@@ -484,6 +484,48 @@ __device__ __forceinline__ float final_score(int t, float v, float lse, float ru
   return logp + running;
 }
 
+// NextRows of one sentence (rows first_row, ...) from its k best (v, i: shared memory, best
+// first), by the 32 lanes of one warp: continuing_beams() of model/beam_search.cc to the bit
+// (the same float adds; a candidate's rank counts the better ones and the equal ones ranked
+// before it, as its stable ranking does). Lane b < beam brings the cache row of the sentence's
+// row b (row_cache_row, read at the kernel's start, off the step's critical path). A
+// candidate that names no row of the sentence (a padding sentence's) continues the row it
+// lands in with token 0, so that the next step reads nothing out of range.
+__device__ __forceinline__ int sentence_cache_row(const NextRows& next, int64_t first_row, int beam) {
+  const int lane = threadIdx.x % 32;
+  return next.cache_rows && lane < beam ? next.cache_rows[first_row + lane] : 0;
+}
+__device__ void write_next_rows(const float* v, const int* i, int k, int beam, int vocab, int eos,
+                                bool forced, int64_t first_row, int row_cache_row, const NextRows& next) {
+  constexpr float kNeg = -1.0e9f;  // transformers' mark of an impossible score, as the host's
+  const int lane = threadIdx.x % 32;
+  float running = -INFINITY;
+  int c = kNoToken;
+  if (lane < k) {
+    c = i[lane];
+    const bool hit = (c != kNoToken && c % vocab == eos) || forced;
+    running = v[lane] + (hit ? kNeg : 0.f);
+  }
+  int rank = 0;
+  for (int j = 0; j < k; ++j) {
+    const float o = __shfl_sync(0xffffffffu, running, j);
+    rank += o > running || (o == running && j < lane);
+  }
+  const int from = c != kNoToken && c >= 0 && c / vocab < beam ? c / vocab : -1;
+  const int parent = __shfl_sync(0xffffffffu, row_cache_row, from >= 0 ? from : 0);
+  const int own = __shfl_sync(0xffffffffu, row_cache_row, rank < beam ? rank : 0);
+  if (lane < k && rank < beam) {
+    next.tokens[first_row + rank] = from >= 0 ? c - from * vocab : 0;
+    next.parents[first_row + rank] = from >= 0 ? parent : own;
+    next.running[first_row + rank] = running;
+  }
+  for (int b = k + lane; b < beam; b += 32) {  // fewer candidates than beams: not the search's
+    next.tokens[first_row + b] = 0;
+    next.parents[first_row + b] = next.cache_rows[first_row + b];
+    next.running[first_row + b] = 0.f;
+  }
+}
+
 // ---- kTwoPass: topk_lse_kernel, topk_held_kernel or topk_score_kernel, topk_sentence_kernel ----
 
 // Pass 1, per (vocab chunk, row): the chunk's partial log-sum-exp.
@@ -633,13 +675,14 @@ template <typename T, int kC>
 __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
     const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
     int beam, int vocab, int splits, int chunk, int k, TopkMasks masks, Workspace ws,
-    float* out_scores, int* out_index) {
+    float* out_scores, int* out_index, NextRows next) {
   pdl_prologue();
   extern __shared__ float s_lse[];  // [beam]
   __shared__ float s_best_v[kC];
   __shared__ int s_best_i[kC];
   const int64_t sentence = blockIdx.x, first_row = sentence * beam;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row_cache_row = sentence_cache_row(next, first_row, beam);
   for (int r = warp; r < beam; r += kChunkThreads / 32) {
     const float lse = warp_row_lse(ws, first_row + r, splits);
     if (lane == 0) s_lse[r] = lse;
@@ -690,16 +733,22 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
                   in ? r * vocab + t : kNoToken);
       }
     }
+    // s_best is read no more (fk, ik were taken before the barrier): it takes the rescan's
     block_select<kC>(top, k, [&](int r, float v, int i) {
-      out_scores[sentence * k + r] = v;
-      out_index[sentence * k + r] = i;
+      out_scores[sentence * k + r] = s_best_v[r] = v;
+      out_index[sentence * k + r] = s_best_i[r] = i;
     });
-    return;
+    if (threadIdx.x >= 32) return;  // block_select's warp 0 holds the k best
+    __syncwarp();
+  } else {
+    for (int r = threadIdx.x; r < k; r += kChunkThreads) {
+      out_scores[sentence * k + r] = s_best_v[r];
+      out_index[sentence * k + r] = s_best_i[r];
+    }
   }
-  for (int r = threadIdx.x; r < k; r += kChunkThreads) {
-    out_scores[sentence * k + r] = s_best_v[r];
-    out_index[sentence * k + r] = s_best_i[r];
-  }
+  if (next.cache_rows && threadIdx.x < 32)
+    write_next_rows(s_best_v, s_best_i, k, beam, vocab, masks.eos_id, flags & kTopkForceEos, first_row,
+                    row_cache_row, next);
 }
 
 // ---- kRow: topk_held_kernel (one chunk a row), then topk_sentence_kernel ----
@@ -763,12 +812,15 @@ __global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_k
 // kRow and kTwoPass, one block per sentence: every thread takes a few of the beam x splits x
 // kp candidates (final scores already).
 template <int kK>
-__global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, int splits, int k,
-                                                                      Workspace ws,
-                                                                      float* out_scores,
-                                                                      int* out_index) {
+__global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, int vocab, int splits, int k,
+                                                                      TopkMasks masks, Workspace ws,
+                                                                      float* out_scores, int* out_index,
+                                                                      NextRows next) {
   pdl_prologue();
+  __shared__ float s_v[kK];
+  __shared__ int s_i[kK];
   const int64_t sentence = blockIdx.x;
+  const int row_cache_row = sentence_cache_row(next, sentence * beam, beam);
   TopList<kK> list;
   list.clear();
   const int64_t first = sentence * beam * splits * kK, count = int64_t(beam) * splits * kK;
@@ -776,10 +828,16 @@ __global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, 
     const int index = ws.index[first + c];
     if (index != kNoToken) list.push(ws.scores[first + c], index);
   }
-  block_merge<kK>(list, k, [&](int r, float v, int i) {
-    out_scores[sentence * k + r] = v;
-    out_index[sentence * k + r] = i;
+  const bool merged = block_merge<kK>(list, k, [&](int r, float v, int i) {  // warp 0's lane 0
+    out_scores[sentence * k + r] = s_v[r] = v;
+    out_index[sentence * k + r] = s_i[r] = i;
   });
+  if (merged && next.cache_rows) {  // warp 0; lane 0 wrote the k best
+    __syncwarp();
+    const int64_t first_row = sentence * beam;
+    write_next_rows(s_v, s_i, k, beam, vocab, masks.eos_id,
+                    row_flags(masks, first_row, beam) & kTopkForceEos, first_row, row_cache_row, next);
+  }
 }
 
 // Whether the held-row kernels may load 4 tokens at once: rows and bias 16-byte aligned, each
@@ -792,7 +850,7 @@ bool held_vectors(const T* logits, int64_t row_stride, const float* bias) {
 template <typename T, int kK>
 void run(const T* logits, int64_t row_stride, const float* bias, const float* running_scores,
          int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
-         float* out_scores, int* out_index, void* workspace, cudaStream_t stream) {
+         float* out_scores, int* out_index, void* workspace, cudaStream_t stream, const NextRows& next) {
   const int64_t rows = sentences * beam;
   const int splits = beam_topk_splits(rows, vocab);
   const int chunk = (vocab + splits - 1) / splits;
@@ -824,8 +882,8 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
       if (!held)
         launch(&topk_score_kernel<T, kK>, grid, kChunkThreads, 0, stream, logits, row_stride, bias,
                running_scores, beam, vocab, whole, masks, ws);
-      launch(&topk_sentence_kernel<kK>, unsigned(sentences), kChunkThreads, 0, stream, beam, splits, k, ws,
-             out_scores, out_index);
+      launch(&topk_sentence_kernel<kK>, unsigned(sentences), kChunkThreads, 0, stream, beam, vocab, splits, k,
+             masks, ws, out_scores, out_index, next);
       return;
     }
     case BeamTopkPath::kOnePass: {
@@ -838,7 +896,7 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
              grid, kChunkThreads, 0, stream, logits, row_stride, bias, beam, vocab, whole, masks, ws);
       launch(&topk_merge_kernel<T, kC>, unsigned(sentences), kChunkThreads, beam * sizeof(float), stream,
              logits, row_stride, bias, running_scores, beam, vocab, splits, whole, k, masks, ws, out_scores,
-             out_index);
+             out_index, next);
       return;
     }
   }
@@ -851,8 +909,10 @@ template <typename T>
 void beam_topk_cuda(const T* logits, const float* bias, const float* running_scores,
                     int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
                     float* out_scores, int* out_index, void* workspace, size_t workspace_bytes,
-                    cudaStream_t stream, int64_t logits_row_stride) {
+                    cudaStream_t stream, int64_t logits_row_stride, const NextRows* next) {
   if (sentences <= 0) return;
+  if (next && (!next->cache_rows || !next->tokens || !next->parents || !next->running || masks.eos_id < 0 || beam > 32))
+    throw std::invalid_argument("beam_topk_cuda: next rows need all four arrays, the EOS id and beam <= 32");
   if (logits_row_stride == 0) logits_row_stride = vocab;
   if (logits_row_stride < vocab)
     throw std::invalid_argument("beam_topk_cuda: logits_row_stride smaller than vocab");
@@ -863,7 +923,7 @@ void beam_topk_cuda(const T* logits, const float* bias, const float* running_sco
   auto go = [&](auto kp) {
     cuda::run<T, decltype(kp)::value>(logits, logits_row_stride, bias, running_scores, sentences,
                                       beam, vocab, k, masks, out_scores, out_index, workspace,
-                                      stream);
+                                      stream, next ? *next : NextRows{});
   };
   switch (beam_topk_padded_k(k)) {
     case 1: go(std::integral_constant<int, 1>()); break;
@@ -878,7 +938,7 @@ void beam_topk_cuda(const T* logits, const float* bias, const float* running_sco
 #define NMT_INSTANTIATE(T)                                                                     \
   template void beam_topk_cuda<T>(const T*, const float*, const float*, int64_t, int, int, int, \
                                   const TopkMasks&, float*, int*, void*, size_t, cudaStream_t, \
-                                  int64_t);
+                                  int64_t, const NextRows*);
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 NMT_INSTANTIATE(__nv_bfloat16)

@@ -309,6 +309,8 @@ class CpuEngine : public Engine {
     for (const StepGroup& g : in.groups) {
       if (g.slot < 0 || g.slot >= cap_.sentences || g.beam < 1 || g.k < 1 || g.k > g.beam * c_.target_vocab_size)
         throw Error(ErrorCode::kInternal, "engine step: a group's slot, beam or k is out of range");
+      if (g.follows >= 0)  // Engine::submit(): only engines that overlap steps follow one
+        throw Error(ErrorCode::kInternal, "engine step: the CPU engine computes each step at once and follows none");
       if (g.position >= c_.max_positions)
         throw Error(ErrorCode::kInvalidArgument,
                     "decoding past the model's " + std::to_string(c_.max_positions) + " positions");

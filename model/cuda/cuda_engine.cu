@@ -10,15 +10,18 @@
 // position, cache row, parent cache row and slot.
 //
 // Decode steps: one packed upload in pinned host memory (per row: token, cache row, parent
-// cache row, position, slot, running score; per sentence: its EOS flags) that the step's first
-// launch reads and copies to device memory, the forward pass, log-softmax + top-k on the device,
-// the candidates written straight into pinned host memory. The later kernels read the upload
+// cache row, position, slot, the row of the step before it follows or -1, running score; per
+// sentence: its EOS flags) that the step's first launch reads and copies to device memory, the
+// forward pass, log-softmax + top-k on the device, the candidates written straight into pinned
+// host memory and the rows each sentence goes on with (kernels::NextRows) into device memory,
+// where the next step's rows that follow this one read their tokens, parents and running
+// scores (StepGroup::follows: the host submits it before collecting this one). The later kernels read the upload
 // from device memory (the optional device pointers of kernels/), so the whole step is
 // captured once as a CUDA graph per shape and replayed. A step's shape: its sentences form runs
 // of equal (beam, k) (one top-k launch each), each run padded to bucket(sentences) with
 // padding sentences whose rows write a scratch cache row and whose results are dropped; the
 // graph key is the runs' (beam, k, padded sentences), the lane (its pinned buffers) and the
-// key-row table parity. Buffers the graphs use only change in reserve() and when the caches
+// parity of the key-row tables and next-row buffers (every step flips it). Buffers the graphs use only change in reserve() and when the caches
 // grow, which drop the graphs. The beam reorder moves only the key-row table
 // (kernels::beam_reorder_and_embed_cuda), never the KV caches.
 //
@@ -134,7 +137,7 @@ StepShape shape_of(const std::vector<StepGroup>& groups) {
 // The packed per-step upload over `rows` padded rows: six [rows] arrays of 4-byte values, then
 // one top-k flag byte per padded sentence (kernels::kTopkMaskEos | kTopkForceEos).
 struct StepUpload {
-  int *tokens, *cache_rows, *parents, *positions, *slots;
+  int *tokens, *cache_rows, *parents, *positions, *slots, *follow;
   float* running;
   unsigned char* flags;
   StepUpload(void* base, int rows) {
@@ -143,10 +146,17 @@ struct StepUpload {
     parents = cache_rows + rows;
     positions = parents + rows;
     slots = positions + rows;
-    running = reinterpret_cast<float*>(slots + rows);
+    follow = slots + rows;
+    running = reinterpret_cast<float*>(follow + rows);
     flags = reinterpret_cast<unsigned char*>(running + rows);
   }
-  static size_t bytes(int rows, int sentences) { return 6 * sizeof(int) * size_t(rows) + sentences; }
+  static size_t bytes(int rows, int sentences) { return 7 * sizeof(int) * size_t(rows) + sentences; }
+};
+
+// The rows each sentence of a step goes on with (kernels::NextRows), [rows] each.
+struct NextRowBuffers {
+  DeviceBuffer<int> tokens, parents;
+  DeviceBuffer<float> running;
 };
 
 // An encode's sources are padded to a multiple of this many tokens (within the engine's
@@ -472,6 +482,8 @@ class CudaEngine final : public Engine {
     DeviceBuffer<int> slot_lengths;  // [sentences]: source length of each slot
     DeviceBuffer<T> cache;           // [L * 2][rows + 1][cache_cap][d]
     DeviceBuffer<int> key_rows[2];   // ping-pong [rows + 1][cache_cap]: cache row of a position
+    NextRowBuffers next_rows[2];     // ping-pong: a step follows the other parity's, writes its own
+    DeviceBuffer<float> running;     // [padded rows]: the step's running scores, for its top-k
     DeviceBuffer<T> y[2], qkv, ctx, tmp, hidden;  // [padded rows][d (Residual's pair), 3d, d, d, ffn]
     DeviceBuffer<float> logits;                // [padded rows][logits_ld()]
     DeviceBuffer<char> topk_ws, step_in;  // step_in: the upload, copied by the step's first launch
@@ -482,7 +494,6 @@ class CudaEngine final : public Engine {
     PinnedBuffer in, out;  // its packed upload and the top-k download
     cudaEvent_t stepped = nullptr;  // the end of its step's own work (not a riding encode)
     cudaEvent_t start = nullptr, end = nullptr;  // NMT_CUDA_PROFILE's
-    int parity = 0;      // the key-row table its next step reorders from
     StepShape pending;   // of the step in flight
     bool in_flight = false;  // a step to collect (an encode-only submit leaves none)
     double submit_wall_ms = 0;
@@ -529,6 +540,12 @@ class CudaEngine final : public Engine {
     s.slot_lengths = DeviceBuffer<int>(&alloc_, size_t(cap.sentences));
     s.cache = DeviceBuffer<T>(&alloc_, size_t(2) * c_.decoder_layers * cache_rows * cache_cap_ * d);
     for (auto& t : s.key_rows) t = DeviceBuffer<int>(&alloc_, size_t(cache_rows) * cache_cap_);
+    for (NextRowBuffers& n : s.next_rows) {
+      n.tokens = DeviceBuffer<int>(&alloc_, size_t(rows));
+      n.parents = DeviceBuffer<int>(&alloc_, size_t(rows));
+      n.running = DeviceBuffer<float>(&alloc_, size_t(rows));
+    }
+    s.running = DeviceBuffer<float>(&alloc_, size_t(rows));
     for (auto& y : s.y) y = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
     s.qkv = DeviceBuffer<T>(&alloc_, size_t(rows) * 3 * d);
     s.ctx = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
@@ -540,8 +557,9 @@ class CudaEngine final : public Engine {
     for (StepLane& lane : lanes_) {
       lane.in.reserve(StepUpload::bytes(rows, rows));
       lane.out.reserve(size_t(2) * rows * kMaxTopk * sizeof(int));
-      lane.parity = 0;
     }
+    parity_ = 0;
+    last_step_rows_.clear();  // nothing to follow in the new state
     if (cap.sentences > 0)
       check_cuda(cudaMemsetAsync(s.slot_lengths.get(), 0, size_t(cap.sentences) * sizeof(int),
                                  stream_), "slot lengths");
@@ -562,7 +580,7 @@ class CudaEngine final : public Engine {
   }
 
   // Doubles the caches' positions (up to max_positions) keeping their contents and both
-  // key-row tables (each lane's rows are current in its own parity's table).
+  // key-row tables.
   void grow_cache(int positions) {
     if (positions <= cache_cap_) return;
     int cap = cache_cap_;
@@ -664,6 +682,11 @@ class CudaEngine final : public Engine {
     if (in.tokens.size() != rows || in.cache_rows.size() != rows ||
         in.parent_rows.size() != rows || in.running_scores.size() != rows)
       throw Error(ErrorCode::kInternal, "CUDA engine step: per-row inputs do not match the sentences' beams");
+    for (const StepGroup& g : in.groups) {
+      if (g.follows < 0) continue;
+      if (size_t(g.follows) >= last_step_rows_.size() || last_step_beams_[size_t(g.follows)] != g.beam || g.position < 1)
+        throw Error(ErrorCode::kInternal, "CUDA engine step: a sentence follows no sentence of its beam in the step before");
+    }
     std::vector<char> written(size_t(cap_.rows), 0);
     auto in_range = [&](int row) { return row >= 0 && row < cap_.rows; };
     size_t r = 0;
@@ -698,6 +721,7 @@ class CudaEngine final : public Engine {
           h.parents[r] = real && g->position > 0 ? in.parent_rows[row] : h.cache_rows[r];
           h.positions[r] = real ? g->position : 0;
           h.slots[r] = real ? g->slot : 0;
+          h.follow[r] = real && g->follows >= 0 ? last_step_rows_[size_t(g->follows)] + b : -1;
           h.running[r] = real ? in.running_scores[row] : 0.f;
           row += real;
         }
@@ -709,7 +733,7 @@ class CudaEngine final : public Engine {
   // top-k candidates, both in the lane's pinned buffers.
   void enqueue_step(const StepShape& shape, const StepLane& lane) {
     const int rows = shape.rows;
-    const int parity = lane.parity;
+    const int parity = parity_;
     // No copies on the stream: the first launch reads the upload where the host wrote it (the
     // lane's pinned buffer, mapped) and copies it to step_in for the later kernels, and the
     // top-k writes its candidates straight into the lane's pinned download buffer. Each copy
@@ -727,10 +751,17 @@ class CudaEngine final : public Engine {
     kernels::RowEmbedding<T> embed;
     embed.ids = host.tokens; embed.embeddings = dec_emb_; embed.positions_table = dec_pos_;
     embed.out = x.current; embed.d_model = d; embed.scale = embed_scale_;
+    // Rows that follow the step before take their tokens, parents and running scores from
+    // its next rows (the other parity's); every row's running score goes to state_.running.
+    const NextRowBuffers& before = state_.next_rows[parity];
+    kernels::StepFollow follow;
+    follow.rows = host.follow;
+    follow.tokens = before.tokens.get(); follow.parents = before.parents.get(); follow.running = before.running.get();
+    follow.running_in = host.running; follow.running_out = state_.running.get();
     kernels::beam_reorder_and_embed_cuda<T>(state_.key_rows[parity].get(),
                                             state_.key_rows[1 - parity].get(), host.parents, rows,
                                             cache_cap_, host.positions, host.cache_rows, embed, stream_,
-                                            upload);
+                                            upload, follow);
     for (int l = 0; l < c_.decoder_layers; ++l) {
       const DecoderLayer& L = decoder_[size_t(l)];
       const bool qkv_ours = norm_linear(x, L.qkv, state_.qkv.get(), rows);
@@ -770,12 +801,12 @@ class CudaEngine final : public Engine {
       feed_forward(x, L.fc1, L.fc2, L.ffn_norm, state_.hidden.get(), state_.tmp.get(), rows);
     }
     project_logits(x, rows);
-    enqueue_topk(shape, dev, static_cast<int*>(lane.out.get()));
+    enqueue_topk(shape, dev, static_cast<int*>(lane.out.get()), state_.next_rows[1 - parity]);
   }
 
   // One top-k launch per run, on its rows, with its sentences' flags; `out` takes the scores
-  // (float), then the candidates.
-  void enqueue_topk(const StepShape& shape, const StepUpload& dev, int* out) {
+  // (float), then the candidates, and `next` the rows each sentence goes on with.
+  void enqueue_topk(const StepShape& shape, const StepUpload& dev, int* out, const NextRowBuffers& next) {
     float* scores = reinterpret_cast<float*>(out);
     int* index = out + shape.outputs;
     kernels::TopkMasks masks;
@@ -783,11 +814,16 @@ class CudaEngine final : public Engine {
     masks.eos_id = c_.eos_id;
     for (const Run& run : shape.runs) {
       masks.sentence_flags = dev.flags + run.first_sentence;
+      kernels::NextRows rows;
+      rows.cache_rows = dev.cache_rows + run.first_row;
+      rows.tokens = next.tokens.get() + run.first_row;
+      rows.parents = next.parents.get() + run.first_row;
+      rows.running = next.running.get() + run.first_row;
       kernels::beam_topk_cuda<float>(
           state_.logits.get() + int64_t(run.first_row) * logits_ld(), out_bias_.get(),
-          dev.running + run.first_row, run.padded, run.beam, c_.target_vocab_size, run.k, masks,
+          state_.running.get() + run.first_row, run.padded, run.beam, c_.target_vocab_size, run.k, masks,
           scores + run.first_output, index + run.first_output, state_.topk_ws.get(),
-          state_.topk_ws.size(), stream_, logits_ld());
+          state_.topk_ws.size(), stream_, logits_ld(), &rows);
     }
   }
 
@@ -797,18 +833,29 @@ class CudaEngine final : public Engine {
     return lanes_[lane];
   }
 
-  // A lane's graphs copy from and to its own pinned buffers and reorder its parity's table.
+  // A lane's graphs copy from and to its own pinned buffers; a parity's read and write its
+  // key-row tables and next-row buffers.
   GraphKey graph_key(const StepShape& shape, int lane) const {
-    GraphKey key{lane, lanes_[lane].parity};
+    GraphKey key{lane, parity_};
     for (const Run& r : shape.runs) key.insert(key.end(), {r.beam, r.k, r.padded});
     return key;
   }
 
-  // The step on the stream, then the other key-row table is the lane's current one.
-  void launch_step(const StepShape& shape, int lane) {
+  // The step on the stream, then the other parity's key-row table and next rows are current.
+  // The first padded row and the beam of each of its sentences stay for the next step to follow.
+  void launch_step(const StepShape& shape, const std::vector<StepGroup>& groups, int lane) {
     StepLane& l = lanes_[lane];
     launch(step_graphs_, graph_key(shape, lane), [&] { enqueue_step(shape, l); });
-    l.parity = 1 - l.parity;
+    parity_ = 1 - parity_;
+    last_step_rows_.clear();
+    last_step_beams_.clear();
+    size_t g = 0;
+    for (const Run& run : shape.runs) {
+      for (int s = 0; s < run.sentences; ++s, ++g) {
+        last_step_rows_.push_back(run.first_row + s * run.beam);
+        last_step_beams_.push_back(groups[g].beam);
+      }
+    }
   }
 
   // `enqueue`'s work on the stream: the graph of `key` when captured, else plain launches.
@@ -981,6 +1028,11 @@ class CudaEngine final : public Engine {
   DecodeState state_;
   std::vector<int> slot_lengths_;  // host mirror of state_.slot_lengths
   StepLane lanes_[kStepLanes];
+  // Every step flips the key-row table it reorders from and the next-row buffers it follows
+  // (so a sentence's rows must be in every step from its first to its last, as DecodeLoop
+  // steps them); the last step's sentences, for the next one to follow (StepGroup::follows).
+  int parity_ = 0;
+  std::vector<int> last_step_rows_, last_step_beams_;
   GraphCache step_graphs_, encode_graphs_;
   const bool profile_ = profile_enabled();
   StepProfile profile_stats_;
@@ -1133,7 +1185,7 @@ void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
   fill_upload(in, shape, lane);  // the lane's previous step has been waited for
 
   if (profile_) cudaEventRecord(lane.start, stream_);
-  launch_step(shape, lane_index);
+  launch_step(shape, in.groups, lane_index);
   if (profile_) cudaEventRecord(lane.end, stream_);
   check_cuda(cudaEventRecord(lane.stepped, stream_), "decode step");
   lane.pending = shape;

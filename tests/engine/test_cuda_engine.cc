@@ -12,6 +12,7 @@
 #include <memory>
 #include <utility>
 
+#include "model/beam_search.h"
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
 #include "model/decode_loop.h"
@@ -376,9 +377,10 @@ TEST(CudaEngine, EncodeGraphsWriteTheGivenSlots) {
 }
 
 // Sentences that join a decode loop while others decode have their encode ride on a running
-// step, which step() no longer waits for (the host advances the beams meanwhile): every
-// sentence still decodes as it does alone in the loop (float32: same tokens, same scores),
-// in one lane or two.
+// step, which step() no longer waits for (the host advances the beams meanwhile), and steps
+// follow the one in flight (two in flight, the sentences that finished in the older one still
+// in the newer): every sentence still decodes as it does alone in the loop (float32: same
+// tokens, same scores).
 TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
   SKIP_WITHOUT_GPU();
   auto engine = cuda_engine(Precision::kFloat32);
@@ -404,12 +406,9 @@ TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
     ASSERT_EQ(done.size(), 1u);
     alone[size_t(i)] = done[0].translation;
   }
-  // Two at first, then one more every second step while the others decode: in one lane, and
-  // in two lanes whose steps alternate (two steps in flight, each lane with its own buffers
-  // and key-row table).
-  for (const int split_rows : {0, 4}) {
+  // Two at first, then one more every second step while the others decode.
+  {
     DecodeLoop loop(*engine, config, cap);
-    loop.set_split_rows(split_rows);
     std::vector<FinishedSentence> done;
     int next = 0;
     for (int step = 0; next < n || !loop.idle(); ++step) {
@@ -423,16 +422,93 @@ TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
       }
       run(loop, &done);
     }
-    ASSERT_EQ(done.size(), size_t(n)) << "split_rows " << split_rows;
+    ASSERT_EQ(done.size(), size_t(n));
     for (const FinishedSentence& f : done) {
       const Translation& want = alone[size_t(f.id)];
       ASSERT_EQ(want.hypotheses.size(), f.translation.hypotheses.size()) << "sentence " << f.id;
       for (size_t h = 0; h < want.hypotheses.size(); ++h) {
         EXPECT_EQ(want.hypotheses[h].ids, f.translation.hypotheses[h].ids)
-            << "sentence " << f.id << ", split_rows " << split_rows;
+            << "sentence " << f.id;
         EXPECT_NEAR(want.hypotheses[h].score, f.translation.hypotheses[h].score, 1e-4)
-            << "sentence " << f.id << ", split_rows " << split_rows;
+            << "sentence " << f.id;
       }
+    }
+  }
+}
+
+// A step that follows the one before (StepGroup::follows: its rows' tokens, parents and
+// running scores from that step's top-k on the device, submitted before the host collected
+// it) computes exactly what the step does with the host search's rows: two engines on the same
+// weights, one driven as the decode loop drives it (two steps in flight, each following the
+// one before), the other a step at a time with SentenceSearch's rows, give bit-equal
+// candidates at every step. The sentences end together at their maximum length, so both
+// engines step the same rows throughout.
+TEST(CudaEngine, FollowingStepsEqualTheHostSearchsSteps) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig& config = models().config;
+  for (const Precision p : {Precision::kFloat32, Precision::kFloat16}) {
+    auto following = cuda_engine(p), stepped = cuda_engine(p);
+    const EngineCapacity cap{4, 16, 32};
+    std::vector<DecodeOptions> options(3);
+    options[0].beam_size = 4;
+    options[1].beam_size = 2;
+    options[2].beam_size = 1;
+    for (DecodeOptions& o : options) o.min_decoding_length = o.max_decoding_length = 9;
+    std::vector<SentenceSearch> host, device_driven;
+    std::vector<EncodeItem> items;
+    for (size_t i = 0; i < options.size(); ++i) {
+      host.emplace_back(options[i], config);
+      device_driven.emplace_back(options[i], config);
+      items.push_back({&kSources[i], int(i)});
+    }
+    for (Engine* e : {following.get(), stepped.get()}) {
+      e->reserve(cap);
+      e->encode(items);
+    }
+    // Rows of sentence i: cache rows 4i, 4i + 1, ...
+    auto input = [&](const std::vector<SentenceSearch>& searches, int ahead, bool follow) {
+      StepInput in;
+      for (size_t i = 0; i < searches.size(); ++i) {
+        const SentenceSearch& s = searches[i];
+        in.groups.push_back({int(i), s.position() + ahead, s.beam(), s.k(), s.mask_eos(ahead), s.force_eos(ahead),
+                             follow ? int(i) : -1});
+        for (int b = 0; b < s.beam(); ++b) {
+          in.tokens.push_back(s.tokens()[size_t(b)]);
+          in.cache_rows.push_back(4 * int(i) + b);
+          in.parent_rows.push_back(4 * int(i) + (follow ? b : s.parents()[size_t(b)]));
+          in.running_scores.push_back(follow ? 0.f : s.running_scores()[size_t(b)]);
+        }
+      }
+      return in;
+    };
+    auto advance = [&](std::vector<SentenceSearch>& searches, const StepOutput& out) {
+      size_t offset = 0;
+      bool done = false;
+      for (SentenceSearch& s : searches) {
+        done = s.advance(out.scores.data() + offset, out.candidates.data() + offset, config.target_vocab_size) || done;
+        offset += size_t(s.k());
+      }
+      return done;
+    };
+    following->submit(input(device_driven, 0, false), 0);
+    int lane = 0;
+    for (int step = 0;; ++step) {
+      const bool last = device_driven[0].force_eos();
+      if (!last) following->submit(input(device_driven, 1, true), 1 - lane);  // follows the one in flight
+      StepOutput got, want;
+      following->collect(lane, &got);
+      stepped->step(input(host, 0, false), &want);
+      const std::string at = std::string(p == Precision::kFloat16 ? "float16" : "float32") + " step " + std::to_string(step);
+      ASSERT_EQ(got.candidates, want.candidates) << at;
+      ASSERT_EQ(got.scores, want.scores) << at;
+      const bool done = advance(device_driven, got);
+      EXPECT_EQ(advance(host, want), done) << at;
+      if (last) {
+        EXPECT_TRUE(done) << at;
+        break;
+      }
+      ASSERT_LT(step, 20);
+      lane = 1 - lane;
     }
   }
 }

@@ -254,6 +254,78 @@ TEST(ElementwiseCudaInts, BeamReorderAndEmbedFromPinnedUpload) {
   }
 }
 
+// Rows that follow the step before (StepFollow): their token and parent come from its next rows,
+// the others' from the upload, and every row's running score is written where the top-k
+// reads it; the table and the embeddings as if the host had given those tokens and parents.
+TEST(ElementwiseCudaInts, BeamReorderAndEmbedFollowingRows) {
+  NMT_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(144);
+  const int d = 64, capacity = 37, vocab = 57;
+  auto emb = random_vector(size_t(vocab * d), -1.f, 1.f, 500);
+  auto pos = random_vector(size_t(capacity * d), -1.f, 1.f, 501);
+  DeviceBuffer<float> demb(emb), dpos(pos);
+  for (int rows : {1, 4, 12, 256}) {
+    const int cache_rows_n = rows + 5, before_rows = rows + 3;
+    std::vector<int> table(size_t(cache_rows_n) * capacity), parent, positions, cache_rows, ids, follow;
+    for (auto& v : table) v = int(gen() % cache_rows_n);
+    std::vector<int> before_tokens, before_parents;
+    std::vector<float> before_running, running_in;
+    for (int f = 0; f < before_rows; ++f) {
+      before_tokens.push_back(int(gen() % vocab));
+      before_parents.push_back(int(gen() % cache_rows_n));
+      before_running.push_back(-float(gen() % 1000) / 7.f);
+    }
+    std::vector<int> eff_parent, eff_ids;
+    std::vector<float> want_running;
+    for (int r = 0; r < rows; ++r) {
+      parent.push_back(int(gen() % cache_rows_n));
+      positions.push_back(r == 0 ? 1 : r == 1 ? capacity - 1 : 1 + int(gen() % (capacity - 1)));
+      cache_rows.push_back(r);
+      ids.push_back(int(gen() % vocab));
+      running_in.push_back(-float(gen() % 1000) / 3.f);
+      follow.push_back(r % 3 == 1 ? -1 : int(gen() % before_rows));  // row 0 follows, row 1 not
+      const int f = follow.back();
+      eff_parent.push_back(f >= 0 ? before_parents[size_t(f)] : parent.back());
+      eff_ids.push_back(f >= 0 ? before_tokens[size_t(f)] : ids.back());
+      want_running.push_back(f >= 0 ? before_running[size_t(f)] : running_in.back());
+    }
+    std::vector<int> next(table.size(), -1);
+    beam_reorder_key_rows_cpu(table.data(), next.data(), eff_parent.data(), rows, capacity, nullptr,
+                              positions.data(), cache_rows.data());
+    DeviceInts dtable(table), dnext(std::vector<int>(table.size(), -1)), dparent(parent), dpositions(positions),
+        dcache_rows(cache_rows), dids(ids), deff_ids(eff_ids), dfollow(follow), dbefore_tokens(before_tokens),
+        dbefore_parents(before_parents);
+    DeviceBuffer<float> ref_out(size_t(rows) * d), out(size_t(rows) * d), dbefore_running(before_running),
+        drunning_in(running_in), drunning_out(static_cast<size_t>(rows));
+    embed_positions_cuda<float>(deff_ids.get(), demb.get(), dpos.get(), dpositions.get(), ref_out.get(), rows, d,
+                                8.f, nullptr);
+    RowEmbedding<float> e;
+    e.ids = dids.get(); e.embeddings = demb.get(); e.positions_table = dpos.get(); e.out = out.get();
+    e.d_model = d; e.scale = 8.f;
+    StepFollow fol;
+    fol.rows = dfollow.get();
+    fol.tokens = dbefore_tokens.get(); fol.parents = dbefore_parents.get(); fol.running = dbefore_running.get();
+    fol.running_in = drunning_in.get(); fol.running_out = drunning_out.get();
+    beam_reorder_and_embed_cuda<float>(dtable.get(), dnext.get(), dparent.get(), rows, capacity, dpositions.get(),
+                                       dcache_rows.get(), e, nullptr, {}, fol);
+    NMT_CHECK_CUDA(cudaDeviceSynchronize());
+    const std::string at = "rows=" + std::to_string(rows);
+    EXPECT_EQ(dnext.download(), next) << at;
+    NMT_EXPECT_CLOSE(out.download(), ref_out.download(), 0.f, at);
+    EXPECT_EQ(drunning_out.download(), want_running) << at;
+  }
+  // Following rows without the step before's rows are refused.
+  DeviceInts dtable(std::vector<int>(37, 0)), dnew(std::vector<int>(37, 0)), dparent(std::vector<int>{0}),
+      dpositions(std::vector<int>{1}), dids(std::vector<int>{3}), dfollow(std::vector<int>{0});
+  RowEmbedding<float> e;
+  e.ids = dids.get(); e.embeddings = demb.get(); e.d_model = d;
+  StepFollow fol;
+  fol.rows = dfollow.get();
+  EXPECT_THROW(beam_reorder_and_embed_cuda<float>(dtable.get(), dnew.get(), dparent.get(), 1, 37, dpositions.get(),
+                                                  nullptr, e, nullptr, {}, fol),
+               std::invalid_argument);
+}
+
 template <typename From, typename To>
 void check_convert(int64_t n, uint32_t seed) {
   auto x = random_vector(size_t(n), -100.f, 100.f, seed);

@@ -1,9 +1,15 @@
 // beam_topk_cuda against beam_topk_cpu: exact indices, scores to the type's tolerance, on each
-// of its kernel paths (beam_topk_path: every case list below must reach all three).
+// of its kernel paths (beam_topk_path: every case list below must reach all three); and the
+// rows each sentence goes on with (NextRows) against the host search's continuing_beams() on
+// the kernels' own candidates, to the bit.
 #include "tests/kernels/cuda_test_util.h"
+
+#include <numeric>
+#include <random>
 
 #if NMT_WITH_CUDA
 #include "kernels/topk.h"
+#include "model/beam_search.h"
 
 namespace nmt::kernels::test {
 namespace {
@@ -117,9 +123,21 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
     NMT_CHECK_CUDA(cudaMemcpy(dflags.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice));
     device_masks.sentence_flags = reinterpret_cast<const unsigned char*>(dflags.get());
   }
+  // Next rows wherever there is an EOS to end hypotheses; cache rows in a shuffled order.
+  const bool with_next = c.masks.eos_id >= 0;
+  std::vector<int> cache_rows(static_cast<size_t>(rows));
+  std::iota(cache_rows.begin(), cache_rows.end(), 100);
+  std::shuffle(cache_rows.begin(), cache_rows.end(), std::mt19937(seed));
+  DeviceInts dcache(cache_rows), dtokens(static_cast<size_t>(rows)), dparents(static_cast<size_t>(rows));
+  DeviceBuffer<float> dnext_running(static_cast<size_t>(rows));
+  NextRows next;
+  next.cache_rows = dcache.get();
+  next.tokens = dtokens.get();
+  next.parents = dparents.get();
+  next.running = dnext_running.get();
   beam_topk_cuda<T>(dlogits.get(), use_bias ? dbias.get() : nullptr, drunning.get(), c.sentences,
                     c.beam, c.vocab, c.k, device_masks, dscores.get(), dindex.get(), ws.get(),
-                    ws_bytes, nullptr, c.pad ? stride : 0);
+                    ws_bytes, nullptr, c.pad ? stride : 0, with_next ? &next : nullptr);
   NMT_CHECK_CUDA(cudaDeviceSynchronize());
   const std::string what = std::string(type_name<T>()) + " " + path_name(path_of(c)) +
                            " sentences=" +
@@ -129,9 +147,31 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
                            (ties.integer_logits ? " integer logits" : "") +
                            (ties.sixteenths ? " logits in sixteenths" : "") +
                            (ties.running_all != 0.f ? " running " + std::to_string(ties.running_all) : "");
-  EXPECT_EQ(dindex.download(), ref_i) << what;
+  const std::vector<int> got_i = dindex.download();
+  const std::vector<float> got_s = dscores.download();
+  EXPECT_EQ(got_i, ref_i) << what;
   // scores are float32 sums of the same inputs: float32 tolerance for every T
-  NMT_EXPECT_CLOSE(dscores.download(), ref_s, 1e-5f, what);
+  NMT_EXPECT_CLOSE(got_s, ref_s, 1e-5f, what);
+  if (!with_next) return;
+  const std::vector<int> tokens = dtokens.download(), parents = dparents.download();
+  const std::vector<float> next_running = dnext_running.download();
+  for (int64_t s = 0; s < c.sentences; ++s) {
+    const bool forced = flags.empty() ? c.masks.force_eos : (flags[size_t(s)] & kTopkForceEos) != 0;
+    const float* v = got_s.data() + s * c.k;
+    const int* idx = got_i.data() + s * c.k;
+    std::vector<char> hits(static_cast<size_t>(c.k));
+    for (int j = 0; j < c.k; ++j) hits[size_t(j)] = idx[j] % c.vocab == c.masks.eos_id || forced;
+    std::vector<float> running_view(static_cast<size_t>(c.k));
+    std::vector<int> keep(static_cast<size_t>(c.beam));
+    continuing_beams(v, hits.data(), c.k, c.beam, running_view.data(), keep.data());
+    for (int b = 0; b < std::min(c.beam, c.k); ++b) {  // the search asks k >= beam
+      const int j = keep[size_t(b)];
+      const size_t row = size_t(s * c.beam + b);
+      EXPECT_EQ(tokens[row], idx[j] % c.vocab) << what << " sentence " << s << " beam " << b;
+      EXPECT_EQ(parents[row], cache_rows[size_t(s * c.beam + idx[j] / c.vocab)]) << what << " sentence " << s << " beam " << b;
+      EXPECT_EQ(next_running[row], running_view[size_t(j)]) << what << " sentence " << s << " beam " << b;
+    }
+  }
 }
 
 TYPED_TEST(BeamTopkCuda, MatchesReference) {

@@ -1,12 +1,15 @@
 // The host search (SentenceSearch) and the decode loop against a scripted engine: stopping
 // rules, length limits, n-best, sentences joining and leaving at any step, slots and cache
 // rows reused, results independent of the other sentences in the loop, out-of-memory steps;
-// on an engine that overlaps steps, the same with steps in flight and two lanes.
+// on an engine that overlaps steps, the same with two steps in flight, each following the one
+// before it (StepGroup::follows), and the beams the device chooses against the host's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <tuple>
 #include <random>
 
 #include "model/decode_loop.h"
@@ -28,8 +31,10 @@ DecodeOptions beam(int k) {
 
 // Runs sentences (eos_step values) through a fresh loop, all admitted at once.
 std::map<uint64_t, FinishedSentence> run(ScriptedEngine& e, const std::vector<int>& eos_steps,
-                                         const DecodeOptions& o, EngineCapacity cap = {16, 64, 4}) {
+                                         const DecodeOptions& o, EngineCapacity cap = {16, 64, 4},
+                                         int follow_rows = DecodeLoop::kDefaultFollowRows) {
   DecodeLoop loop(e, kConfig, cap);
+  loop.set_follow_rows(follow_rows);
   std::vector<LoopSentence> in;
   for (size_t i = 0; i < eos_steps.size(); ++i) in.push_back({i, {eos_steps[i], kEos}, o});
   loop.admit(in);
@@ -176,6 +181,7 @@ TEST(DecodeLoop, EngineFailureEmptiesTheLoopAndItKeepsServing) {
 TEST(DecodeLoop, OutOfMemoryShedsTheFurthestSentencesWhenAsked) {
   ScriptedEngine e;
   DecodeLoop loop(e, kConfig, {4, 8, 4});
+  loop.set_follow_rows(1);
   loop.shed_on_out_of_memory(true);
   loop.admit({{1, {50, kEos}, beam(1)}});
   for (int i = 0; i < 5; ++i) loop.step();  // sentence 1 at position 5
@@ -238,8 +244,8 @@ TEST(DecodeLoop, OutOfMemoryThrowsByDefault) {
   EXPECT_TRUE(loop.idle());
 }
 
-// ---- an engine that overlaps steps (a device's): steps in flight across step() calls, and
-// from split_rows on two lanes whose steps alternate.
+// ---- an engine that overlaps steps (a device's): a step in flight across step() calls, and
+// from follow_rows on two, each following the beams the one before it chose.
 
 namespace {
 
@@ -259,7 +265,41 @@ void expect_same(const Translation& got, const Translation& want, uint64_t id) {
 
 }  // namespace
 
-TEST(DecodeLoop, TwoLanesGiveEachSentenceItsResultAlone) {
+// The beams a device's top-k continues with (continuing_beams) are the host search's: after
+// every step of random candidates, SentenceSearch's next rows are the candidates it keeps.
+TEST(BeamSearch, ContinuingBeamsAreTheSearchsNextRows) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int b = 1 + int(rng() % 5), k = topk_for_beam(b), vocab = ScriptedEngine::kVocab;
+    DecodeOptions o = beam(b);
+    o.max_decoding_length = 3 + int(rng() % 6);
+    SentenceSearch search(o, kConfig);
+    for (int step = 0; step < 12; ++step) {
+      // k distinct candidates, best first; scores with ties, EOS among them at times
+      std::vector<int> cand(size_t(b * vocab));
+      std::iota(cand.begin(), cand.end(), 0);
+      std::shuffle(cand.begin(), cand.end(), rng);
+      cand.resize(size_t(k));
+      std::vector<float> scores(static_cast<size_t>(k));
+      for (float& v : scores) v = -float(rng() % 6) * 0.5f - float(step);
+      std::sort(scores.begin(), scores.end(), std::greater<float>());
+      std::vector<char> hits(static_cast<size_t>(k));
+      for (int j = 0; j < k; ++j) hits[size_t(j)] = cand[size_t(j)] % vocab == kEos || search.force_eos();
+      std::vector<float> running(static_cast<size_t>(k));
+      std::vector<int> keep(static_cast<size_t>(b));
+      continuing_beams(scores.data(), hits.data(), k, b, running.data(), keep.data());
+      if (search.advance(scores.data(), cand.data(), vocab)) break;
+      for (int r = 0; r < b; ++r) {
+        const int j = keep[size_t(r)];
+        EXPECT_EQ(search.tokens()[size_t(r)], cand[size_t(j)] % vocab) << trial << "/" << step;
+        EXPECT_EQ(search.parents()[size_t(r)], cand[size_t(j)] / vocab) << trial << "/" << step;
+        EXPECT_EQ(search.running_scores()[size_t(r)], running[size_t(j)]) << trial << "/" << step;
+      }
+    }
+  }
+}
+
+TEST(DecodeLoop, FollowingStepsGiveEachSentenceItsResultAlone) {
   std::mt19937 rng(7);
   std::vector<int> eos_steps;
   std::vector<DecodeOptions> options;
@@ -274,7 +314,7 @@ TEST(DecodeLoop, TwoLanesGiveEachSentenceItsResultAlone) {
   ScriptedEngine e;
   e.overlapping = true;
   DecodeLoop loop(e, kConfig, {12, 30, 4});
-  loop.set_split_rows(8);
+  loop.set_follow_rows(1);
   std::map<uint64_t, Translation> together;
   size_t next = 0;
   for (int call = 0; together.size() < eos_steps.size(); ++call) {
@@ -287,34 +327,74 @@ TEST(DecodeLoop, TwoLanesGiveEachSentenceItsResultAlone) {
   }
   EXPECT_TRUE(loop.idle());
   for (size_t i = 0; i < eos_steps.size(); ++i) expect_same(together[i], alone(eos_steps[i], options[i]), i);
-  // Both lanes stepped, alternating.
+  // The steps alternated between the lanes, and most sentences' steps followed the one before.
   const std::vector<int>& lanes = e.lanes_submitted;
-  EXPECT_GT(std::count(lanes.begin(), lanes.end(), 1), 10);
-  EXPECT_GT(std::count(lanes.begin(), lanes.end(), 0), 10);
-  int switches = 0;
-  for (size_t i = 1; i < lanes.size(); ++i) switches += lanes[i] != lanes[i - 1];
-  EXPECT_GT(switches, 10);
+  for (size_t i = 1; i < lanes.size(); ++i) EXPECT_NE(lanes[i], lanes[i - 1]) << "step " << i;
+  EXPECT_GT(e.followed_groups, 200);
 }
 
-TEST(DecodeLoop, BelowSplitRowsOneLaneStaysInFlightAcrossCalls) {
+// A lone sentence: every step after its first follows the one before; a sentence that ends at
+// its maximum length costs no step more, one that ends on EOS one step whose result is dropped.
+TEST(DecodeLoop, ALoneSentenceFollowsEveryStepAfterItsFirst) {
+  DecodeOptions capped = beam(4);
+  capped.max_decoding_length = 7;
+  for (const auto& [eos_step, o, extra] : {std::tuple<int, DecodeOptions, size_t>{50, capped, 0},
+                                           std::tuple<int, DecodeOptions, size_t>{5, beam(4), 1}}) {
+    ScriptedEngine e;
+    e.overlapping = true;
+    const auto r = run(e, {eos_step}, o, {16, 64, 4}, 1);
+    const int steps = r.at(0).steps;
+    EXPECT_EQ(e.steps().size(), size_t(steps) + extra) << "eos_step " << eos_step;
+    EXPECT_EQ(e.followed_groups, int(e.steps().size()) - 1) << "eos_step " << eos_step;
+    expect_same(r.at(0).translation, alone(eos_step, o), 0);
+  }
   ScriptedEngine e;
   e.overlapping = true;
-  const std::vector<int> eos_steps{3, 9, 5};
-  const auto r = run(e, eos_steps, beam(4));  // 12 rows: below the default split
-  for (const int lane : e.lanes_submitted) EXPECT_EQ(lane, 0);
-  for (size_t i = 0; i < eos_steps.size(); ++i) expect_same(r.at(i).translation, alone(eos_steps[i], beam(4)), i);
+  EXPECT_EQ(run(e, {50}, capped, {16, 64, 4}, 1).at(0).steps, 7);
+}
+
+// Below follow_rows one step at a time stays in flight and none follows; a loop that grows
+// past it keeps two in flight, and drops back to one below it.
+TEST(DecodeLoop, StepsFollowOnlyFromFollowRows) {
+  {
+    ScriptedEngine e;
+    e.overlapping = true;
+    const auto r = run(e, {5}, beam(4), {16, 64, 4}, 0);  // never
+    EXPECT_EQ(e.followed_groups, 0);
+    EXPECT_EQ(e.steps().size(), size_t(r.at(0).steps));
+    for (size_t i = 1; i < e.lanes_submitted.size(); ++i) EXPECT_EQ(e.lanes_submitted[i], 0) << i;
+  }
+  ScriptedEngine e;
+  e.overlapping = true;
+  DecodeLoop loop(e, kConfig, {4, 16, 4});
+  loop.set_follow_rows(8);
+  loop.admit({{1, {12, kEos}, beam(4)}});
+  for (int i = 0; i < 3; ++i) loop.step();
+  EXPECT_EQ(e.followed_groups, 0) << "4 rows";
+  loop.admit({{2, {4, kEos}, beam(4)}});
+  std::map<uint64_t, Translation> finished;
+  for (int call = 0; !loop.idle() && call < 100; ++call) {
+    const int before = e.followed_groups;
+    const int rows = loop.active_rows();
+    for (auto& f : loop.step().finished) finished[f.id] = std::move(f.translation);
+    if (rows < 8) EXPECT_EQ(e.followed_groups, before) << "call " << call << ": " << rows << " rows";
+  }
+  EXPECT_GT(e.followed_groups, 3) << "8 rows";
+  ASSERT_EQ(finished.size(), 2u);
+  expect_same(finished.at(1), alone(12, beam(4)), 1);
+  expect_same(finished.at(2), alone(4, beam(4)), 2);
 }
 
 TEST(DecodeLoop, SentenceRemovedInFlightFreesItsRowsAndGivesNoResult) {
   ScriptedEngine e;
   e.overlapping = true;
   DecodeLoop loop(e, kConfig, {2, 8, 4});
-  loop.set_split_rows(4);
+  loop.set_follow_rows(1);
   DecodeOptions o = beam(4);
   o.max_decoding_length = 20;
   loop.admit({{1, {50, kEos}, o}, {2, {50, kEos}, o}});
   for (int i = 0; i < 4; ++i) loop.step();
-  loop.remove(2);  // its lane's step is in flight
+  loop.remove(2);  // two steps in flight hold it
   EXPECT_EQ(loop.active_sentences(), 1);
   EXPECT_EQ(loop.active_rows(), 4);
   ASSERT_TRUE(loop.can_admit(beam(4)));
@@ -329,14 +409,13 @@ TEST(DecodeLoop, SentenceRemovedInFlightFreesItsRowsAndGivesNoResult) {
   expect_same(finished.at(3), alone(3, beam(4)), 3);
 }
 
-TEST(DecodeLoop, DeviceFailureWithTwoLanesInFlightEmptiesTheLoop) {
+TEST(DecodeLoop, DeviceFailureWithTwoStepsInFlightEmptiesTheLoop) {
   ScriptedEngine e;
   e.overlapping = true;
   DecodeLoop loop(e, kConfig, {4, 16, 4});
-  loop.set_split_rows(4);
+  loop.set_follow_rows(1);
   loop.admit({{1, {30, kEos}, beam(4)}, {2, {30, kEos}, beam(4)}});
-  loop.step();
-  loop.step();  // both lanes in flight
+  loop.step();  // two steps in flight
   e.fail_next_step = true;
   EXPECT_THROW(loop.step(), Error);
   EXPECT_TRUE(loop.idle());
@@ -347,16 +426,17 @@ TEST(DecodeLoop, DeviceFailureWithTwoLanesInFlightEmptiesTheLoop) {
   EXPECT_EQ(finished, 2);
 }
 
-TEST(DecodeLoop, OutOfMemoryInOneLaneShedsItsFurthestAndTheOtherLaneGoesOn) {
+// The step that would grow the caches past the memory sheds the furthest sentence, which a
+// step in flight still holds; the other goes on to its result alone.
+TEST(DecodeLoop, OutOfMemoryWithStepsInFlightShedsTheFurthestAndTheOtherGoesOn) {
   ScriptedEngine e;
   e.overlapping = true;
   e.report_cache_positions = false;
   DecodeLoop loop(e, kConfig, {4, 8, 4});
-  loop.set_split_rows(4);
   loop.shed_on_out_of_memory(true);
   loop.admit({{1, {50, kEos}, beam(4)}});
-  for (int i = 0; i < 6; ++i) loop.step();  // sentence 1 at position 6, alone in lane 0
-  loop.admit({{2, {3, kEos}, beam(4)}});     // 8 rows: lane 1 takes it
+  for (int i = 0; i < 5; ++i) loop.step();  // sentence 1's steps to position 6 submitted
+  loop.admit({{2, {3, kEos}, beam(4)}});
   loop.step();
   e.out_of_memory_at_position = 8;
   std::vector<FailedSentence> failed;
@@ -371,8 +451,4 @@ TEST(DecodeLoop, OutOfMemoryInOneLaneShedsItsFurthestAndTheOtherLaneGoesOn) {
   EXPECT_EQ(failed[0].code, ErrorCode::kResourceExhausted);
   ASSERT_EQ(finished.size(), 1u);
   expect_same(finished.at(2), alone(3, beam(4)), 2);
-  ScriptedEngine alone_engine;
-  const int steps = run(alone_engine, {3}, beam(4)).at(0).steps;
-  EXPECT_EQ(std::count(e.lanes_submitted.begin(), e.lanes_submitted.end(), 1), 1 + steps)
-      << "lane 1: sentence 2's encode, then its steps";
 }

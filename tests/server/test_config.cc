@@ -101,7 +101,7 @@ batching:
   max_admit_tokens: 512
   max_admit_delay_steps: 1
   max_queue_sentences: 64
-  lane_split_rows: 0
+  follow_rows: 0
 )", "/etc/nmt");
   EXPECT_EQ(c.max_concurrent_calls, 100);
   EXPECT_EQ(c.batching.max_active_sentences, 8);
@@ -109,14 +109,14 @@ batching:
   EXPECT_EQ(c.batching.max_admit_tokens, 512);
   EXPECT_EQ(c.batching.max_admit_delay_steps, 1);
   EXPECT_EQ(c.batching.max_queue_sentences, 64);
-  EXPECT_EQ(c.batching.lane_split_rows, 0);
+  EXPECT_EQ(c.batching.follow_rows, 0);
 }
 
 TEST(Config, BatchingFlagsOverrideTheYaml) {
   const char* argv[] = {"nmt-server", "--config", "x.yaml",
                         "--max-active-sentences", "3", "--max-active-rows=12",
                         "--max-admit-tokens", "99", "--max-admit-delay-steps", "2",
-                        "--max-queue-sentences", "640", "--lane-split-rows", "8192",
+                        "--max-queue-sentences", "640", "--follow-rows", "8192",
                         "--max-concurrent-calls", "7", "--workers", "4"};
   const CommandLine cl = parse_command_line(sizeof argv / sizeof *argv, argv);
   const std::string yaml = std::string(kMinimal) +
@@ -127,7 +127,7 @@ TEST(Config, BatchingFlagsOverrideTheYaml) {
   EXPECT_EQ(c.batching.max_admit_tokens, 99);
   EXPECT_EQ(c.batching.max_admit_delay_steps, 2);
   EXPECT_EQ(c.batching.max_queue_sentences, 640);
-  EXPECT_EQ(c.batching.lane_split_rows, 8192);
+  EXPECT_EQ(c.batching.follow_rows, 8192);
   EXPECT_EQ(c.max_concurrent_calls, 7);
   EXPECT_EQ(c.models[0].workers, 4);
 }

@@ -40,17 +40,12 @@ bool on_gpu() {
 
 bool listening(int port);
 
-std::vector<std::string> flags(std::vector<std::string> f, int lane_split_rows) {
-  if (lane_split_rows >= 0) f.insert(f.end(), {"--lane-split-rows", std::to_string(lane_split_rows)});
-  return f;
-}
-
 // nmt-server on loopback with one decode loop of few slots and rows (so that sentences
 // queue, join and leave all the time), SERVING when constructed.
 class Server {
  public:
-  // batching: the config's batching keys; lane_split_rows: --lane-split-rows (-1: the default)
-  explicit Server(const std::string& batching, int lane_split_rows = -1) {
+  // batching: the config's batching keys
+  explicit Server(const std::string& batching) {
     dir_ = fs::temp_directory_path() / ("nmt-step-test-" + std::to_string(getpid()));
     fs::create_directories(dir_);
     std::ofstream(dir_ / "config.yaml") << "server:\n  log_level: warn\n"
@@ -60,10 +55,9 @@ class Server {
     port_ = nmt::test::free_port();
     process_ = std::make_unique<nmt::test::ServerProcess>(
         NMT_SERVER_BIN,
-        flags({"--config", (dir_ / "config.yaml").string(), "--device", on_gpu() ? "cuda" : "cpu",
-               "--precision", "float32", "--host", "127.0.0.1", "--port", std::to_string(port_),
-               "--metrics-port", std::to_string(nmt::test::free_port())},
-              lane_split_rows),
+        std::vector<std::string>{"--config", (dir_ / "config.yaml").string(), "--device", on_gpu() ? "cuda" : "cpu",
+         "--precision", "float32", "--host", "127.0.0.1", "--port", std::to_string(port_),
+         "--metrics-port", std::to_string(nmt::test::free_port())},
         (dir_ / "server.log").string());
     // The channel only once the port listens: a gRPC channel that finds nothing there backs
     // off for seconds before it tries again.
@@ -148,8 +142,9 @@ TEST(StepBatching, RandomArrivalsConcurrencyAndOptionsEqualOfflineTranslation) {
   const size_t n = std::getenv("NMT_STEP_TEST_SENTENCES") ? std::stoul(std::getenv("NMT_STEP_TEST_SENTENCES")) : 300;
   const std::vector<std::string> texts = nmt::test::sentences(n);
   const std::vector<nmt::DecodeOptions> mixes = option_mixes();
-  // On a GPU its loop steps in two lanes from 8 rows (two steps in flight, lanes alternating).
-  Server server("  max_active_sentences: 12\n  max_active_rows: 40\n  max_admit_tokens: 128\n", 8);
+  // On a GPU two steps are in flight from 8 rows on, each following the one before
+  // (StepGroup::follows).
+  Server server("  max_active_sentences: 12\n  max_active_rows: 40\n  max_admit_tokens: 128\n  follow_rows: 8\n");
 
   struct Sent {
     std::vector<std::string> texts;

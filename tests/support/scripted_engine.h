@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/beam_search.h"
 #include "model/engine.h"
 #include "model/error.h"
 #include "model/model_config.h"
@@ -67,6 +68,12 @@ class ScriptedEngine : public Engine {
         throw Error(ErrorCode::kResourceExhausted, "scripted out of memory growing the caches");
       }
     }
+    compute(in, out);
+    if (in.encode) encode(*in.encode);
+  }
+
+  // The step's candidates (an engine's time: step_delay).
+  void compute(const StepInput& in, StepOutput* out) {
     if (step_delay.count() > 0) std::this_thread::sleep_for(step_delay);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -91,26 +98,44 @@ class ScriptedEngine : public Engine {
       }
       first += size_t(g.beam);
     }
-    if (in.encode) encode(*in.encode);
   }
 
-  // With `overlapping`, as a device's engine: submit() checks and keeps the step, collect()
-  // computes it (a step fails there when fail_next_step is set), and a lane takes one step at a
-  // time. The lane of each submitted step is recorded.
+  // With `overlapping`, as a device's engine: submit() checks the step, takes the rows that
+  // follow the previous submit (StepGroup::follows) from that step's continuing beams, and
+  // computes it; collect() returns it (a step fails there when fail_next_step is set). A lane
+  // takes one step at a time. The lane of each submitted step is recorded, and how many
+  // groups followed.
   bool overlaps_steps() const override { return overlapping; }
-  void submit(const StepInput& in, int lane) override {
-    if (!overlapping) return Engine::submit(in, lane);
+  void submit(const StepInput& given, int lane) override {
+    if (!overlapping) return Engine::submit(given, lane);
     if (lane < 0 || lane >= kStepLanes || pending_[size_t(lane)].in_flight)
       throw std::logic_error("submit to a lane with a step in flight");
-    for (const StepGroup& g : in.groups) {
+    for (const StepGroup& g : given.groups) {
       if (out_of_memory_at_position >= 0 && g.position >= out_of_memory_at_position)
         throw Error(ErrorCode::kResourceExhausted, "scripted out of memory growing the caches");
     }
+    StepInput in = given;
+    in.encode = nullptr;
+    size_t first = 0;
+    for (const StepGroup& g : in.groups) {
+      if (g.follows >= 0) {
+        if (size_t(g.follows) >= continuing_.size() || continuing_[size_t(g.follows)].size() != size_t(g.beam))
+          throw std::logic_error("a group follows no group of its beam in the previous step");
+        for (int b = 0; b < g.beam; ++b) {
+          const Row& r = continuing_[size_t(g.follows)][size_t(b)];
+          in.tokens[first + size_t(b)] = r.token;
+          in.parent_rows[first + size_t(b)] = r.parent_row;
+          in.running_scores[first + size_t(b)] = r.running;
+        }
+        ++followed_groups;
+      }
+      first += size_t(g.beam);
+    }
     Pending& p = pending_[size_t(lane)];
-    p.in = in;
-    p.in.encode = nullptr;
     p.in_flight = true;
-    if (in.encode) encode(*in.encode);
+    compute(in, &p.out);
+    note_continuing(in, p.out);
+    if (given.encode) encode(*given.encode);
     std::lock_guard<std::mutex> lock(mutex_);
     lanes_submitted.push_back(lane);
   }
@@ -121,7 +146,8 @@ class ScriptedEngine : public Engine {
     out->candidates.clear();
     if (!p.in_flight) return;
     p.in_flight = false;
-    if (!p.in.groups.empty()) step(p.in, out);
+    if (fail_next_step.exchange(false)) throw Error(ErrorCode::kResourceExhausted, "scripted out of memory");
+    std::swap(*out, p.out);
   }
 
   std::vector<size_t> steps() const {
@@ -138,6 +164,7 @@ class ScriptedEngine : public Engine {
   std::atomic<int> encoded{0};
   bool overlapping = false;
   std::vector<int> lanes_submitted;  // with `overlapping`: the lane of each submit()
+  int followed_groups = 0;           // with `overlapping`: groups that followed the step before
 
  private:
   static std::vector<float> log_probs(const StepGroup& g, int token, int eos_step) {
@@ -155,10 +182,37 @@ class ScriptedEngine : public Engine {
     return lp;
   }
 
+  // The beams each group of the last submitted step goes on with, as a device's top-k
+  // writes them for the next step to follow.
+  struct Row {
+    int token, parent_row;
+    float running;
+  };
+  void note_continuing(const StepInput& in, const StepOutput& out) {
+    continuing_.clear();
+    size_t first = 0, offset = 0;
+    for (const StepGroup& g : in.groups) {
+      std::vector<char> hits(static_cast<size_t>(g.k));
+      std::vector<float> running(static_cast<size_t>(g.k));
+      std::vector<int> keep(static_cast<size_t>(g.beam));
+      for (int j = 0; j < g.k; ++j) hits[size_t(j)] = out.candidates[offset + size_t(j)] % kVocab == kEos || g.force_eos;
+      continuing_beams(out.scores.data() + offset, hits.data(), g.k, g.beam, running.data(), keep.data());
+      std::vector<Row> rows;
+      for (int b = 0; b < g.beam; ++b) {
+        const int j = keep[size_t(b)], c = out.candidates[offset + size_t(j)];
+        rows.push_back({c % kVocab, in.cache_rows[first + size_t(c / kVocab)], running[size_t(j)]});
+      }
+      continuing_.push_back(std::move(rows));
+      first += size_t(g.beam);
+      offset += size_t(g.k);
+    }
+  }
+
   struct Pending {
-    StepInput in;
+    StepOutput out;
     bool in_flight = false;
   };
+  std::vector<std::vector<Row>> continuing_;
   std::array<Pending, kStepLanes> pending_;
   EngineCapacity cap_;
   std::vector<int> eos_step_;  // per slot
