@@ -199,13 +199,22 @@ TYPED_TEST(ElementwiseCuda, BeamReorderAndEmbed) {
 // The decode step reads its upload where the host wrote it (pinned memory): the first launch
 // takes its rows' parents, positions, cache rows and ids from there and copies the whole
 // upload to device memory for the later kernels, byte for byte (an odd length too).
+// The token and position tables (float32) that the tests of the step's first launch below
+// embed from.
+struct StepTables {
+  static constexpr int d = 64, capacity = 37, vocab = 57;
+  DeviceBuffer<float> emb, pos;
+  explicit StepTables(uint32_t seed)
+      : emb(random_vector(size_t(vocab * d), -1.f, 1.f, seed)),
+        pos(random_vector(size_t(capacity * d), -1.f, 1.f, seed + 1)) {}
+};
+
 TEST(ElementwiseCudaInts, BeamReorderAndEmbedFromPinnedUpload) {
   NMT_SKIP_WITHOUT_GPU();
   std::mt19937 gen(143);
-  const int d = 64, capacity = 37, vocab = 57;
-  auto emb = random_vector(size_t(vocab * d), -1.f, 1.f, 400);
-  auto pos = random_vector(size_t(capacity * d), -1.f, 1.f, 401);
-  DeviceBuffer<float> demb(emb), dpos(pos);
+  constexpr int d = StepTables::d, capacity = StepTables::capacity, vocab = StepTables::vocab;
+  StepTables tables(400);
+  DeviceBuffer<float>&demb = tables.emb, &dpos = tables.pos;
   for (int rows : {1, 4, 12, 256}) {
     const int cache_rows_n = rows + 5;
     std::vector<int> table(size_t(cache_rows_n) * capacity), parent, positions, cache_rows, ids;
@@ -260,10 +269,9 @@ TEST(ElementwiseCudaInts, BeamReorderAndEmbedFromPinnedUpload) {
 TEST(ElementwiseCudaInts, BeamReorderAndEmbedFollowingRows) {
   NMT_SKIP_WITHOUT_GPU();
   std::mt19937 gen(144);
-  const int d = 64, capacity = 37, vocab = 57;
-  auto emb = random_vector(size_t(vocab * d), -1.f, 1.f, 500);
-  auto pos = random_vector(size_t(capacity * d), -1.f, 1.f, 501);
-  DeviceBuffer<float> demb(emb), dpos(pos);
+  constexpr int d = StepTables::d, capacity = StepTables::capacity, vocab = StepTables::vocab;
+  StepTables tables(500);
+  DeviceBuffer<float>&demb = tables.emb, &dpos = tables.pos;
   for (int rows : {1, 4, 12, 256}) {
     const int cache_rows_n = rows + 5, before_rows = rows + 3;
     std::vector<int> table(size_t(cache_rows_n) * capacity), parent, positions, cache_rows, ids, follow;
