@@ -15,14 +15,15 @@
 // forward pass, log-softmax + top-k on the device, the candidates written straight into pinned
 // host memory and the rows each sentence goes on with (kernels::NextRows) into device memory,
 // where the next step's rows that follow this one read their tokens, parents and running
-// scores (StepGroup::follows: the host submits it before collecting this one). The later kernels read the upload
-// from device memory (the optional device pointers of kernels/), so the whole step is
-// captured once as a CUDA graph per shape and replayed. A step's shape: its sentences form runs
-// of equal (beam, k) (one top-k launch each), each run padded to bucket(sentences) with
-// padding sentences whose rows write a scratch cache row and whose results are dropped; the
-// graph key is the runs' (beam, k, padded sentences), the lane (its pinned buffers) and the
-// parity of the key-row tables and next-row buffers (every step flips it). Buffers the graphs use only change in reserve() and when the caches
-// grow, which drop the graphs. The beam reorder moves only the key-row table
+// scores (StepGroup::follows: the host submits that step before collecting this one). The
+// later kernels read the upload from device memory (the optional device pointers of
+// kernels/), so the whole step is captured once as a CUDA graph per shape and replayed. A
+// step's shape: its sentences form runs of equal (beam, k) (one top-k launch each), each run
+// padded to bucket(sentences) with padding sentences whose rows write a scratch cache row and
+// whose results are dropped; the graph key is the runs' (beam, k, padded sentences), the lane
+// (its pinned buffers) and the parity of the key-row tables and next-row buffers (every step
+// flips it). Buffers the graphs use only change in reserve() and when the caches grow, which
+// drop the graphs. The beam reorder moves only the key-row table
 // (kernels::beam_reorder_and_embed_cuda), never the KV caches.
 //
 // Encodes: one packed upload (ids, positions, lengths, the slots' source lengths and the
@@ -134,7 +135,7 @@ StepShape shape_of(const std::vector<StepGroup>& groups) {
   return s;
 }
 
-// The packed per-step upload over `rows` padded rows: six [rows] arrays of 4-byte values, then
+// The packed per-step upload over `rows` padded rows: seven [rows] arrays of 4-byte values, then
 // one top-k flag byte per padded sentence (kernels::kTopkMaskEos | kTopkForceEos).
 struct StepUpload {
   int *tokens, *cache_rows, *parents, *positions, *slots, *follow;
