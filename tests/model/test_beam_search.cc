@@ -330,7 +330,7 @@ TEST(DecodeLoop, FollowingStepsGiveEachSentenceItsResultAlone) {
   // The steps alternated between the lanes, and most sentences' steps followed the one before.
   const std::vector<int>& lanes = e.lanes_submitted;
   for (size_t i = 1; i < lanes.size(); ++i) EXPECT_NE(lanes[i], lanes[i - 1]) << "step " << i;
-  EXPECT_GT(e.followed_groups, 200);
+  EXPECT_GT(e.followed_groups.load(), 200);
 }
 
 // A lone sentence: every step after its first follows the one before; a sentence that ends at
@@ -345,7 +345,7 @@ TEST(DecodeLoop, ALoneSentenceFollowsEveryStepAfterItsFirst) {
     const auto r = run(e, {eos_step}, o, {16, 64, 4}, 1);
     const int steps = r.at(0).steps;
     EXPECT_EQ(e.steps().size(), size_t(steps) + extra) << "eos_step " << eos_step;
-    EXPECT_EQ(e.followed_groups, int(e.steps().size()) - 1) << "eos_step " << eos_step;
+    EXPECT_EQ(e.followed_groups.load(), int(e.steps().size()) - 1) << "eos_step " << eos_step;
     expect_same(r.at(0).translation, alone(eos_step, o), 0);
   }
   ScriptedEngine e;
@@ -360,7 +360,7 @@ TEST(DecodeLoop, StepsFollowOnlyFromFollowRows) {
     ScriptedEngine e;
     e.overlapping = true;
     const auto r = run(e, {5}, beam(4), {16, 64, 4}, 0);  // never
-    EXPECT_EQ(e.followed_groups, 0);
+    EXPECT_EQ(e.followed_groups.load(), 0);
     EXPECT_EQ(e.steps().size(), size_t(r.at(0).steps));
     for (size_t i = 1; i < e.lanes_submitted.size(); ++i) EXPECT_EQ(e.lanes_submitted[i], 0) << i;
   }
@@ -370,19 +370,42 @@ TEST(DecodeLoop, StepsFollowOnlyFromFollowRows) {
   loop.set_follow_rows(8);
   loop.admit({{1, {12, kEos}, beam(4)}});
   for (int i = 0; i < 3; ++i) loop.step();
-  EXPECT_EQ(e.followed_groups, 0) << "4 rows";
+  EXPECT_EQ(e.followed_groups.load(), 0) << "4 rows";
   loop.admit({{2, {4, kEos}, beam(4)}});
   std::map<uint64_t, Translation> finished;
   for (int call = 0; !loop.idle() && call < 100; ++call) {
-    const int before = e.followed_groups;
+    const int before = e.followed_groups.load();
     const int rows = loop.active_rows();
     for (auto& f : loop.step().finished) finished[f.id] = std::move(f.translation);
-    if (rows < 8) EXPECT_EQ(e.followed_groups, before) << "call " << call << ": " << rows << " rows";
+    if (rows < 8) EXPECT_EQ(e.followed_groups.load(), before) << "call " << call << ": " << rows << " rows";
   }
-  EXPECT_GT(e.followed_groups, 3) << "8 rows";
+  EXPECT_GT(e.followed_groups.load(), 3) << "8 rows";
   ASSERT_EQ(finished.size(), 2u);
   expect_same(finished.at(1), alone(12, beam(4)), 1);
   expect_same(finished.at(2), alone(4, beam(4)), 2);
+}
+
+// A newcomer that arrives while the only sentence's last step (forced EOS) is in flight rides
+// its encode on a submit that steps nothing; it then decodes as alone, and so does the other.
+TEST(DecodeLoop, NewcomerBehindALastStepEncodesOnAStepOfNoSentence) {
+  ScriptedEngine e;
+  e.overlapping = true;
+  DecodeLoop loop(e, kConfig, {4, 16, 4});
+  loop.set_follow_rows(1);
+  DecodeOptions capped = beam(4);
+  capped.max_decoding_length = 3;
+  loop.admit({{1, {50, kEos}, capped}});
+  loop.step();  // positions 0 and 1 in flight
+  loop.step();  // position 2, its last (forced EOS)
+  loop.admit({{2, {3, kEos}, beam(4)}});
+  std::map<uint64_t, Translation> finished;
+  for (int call = 0; !loop.idle() && call < 100; ++call) {
+    for (auto& f : loop.step().finished) finished[f.id] = std::move(f.translation);
+  }
+  ASSERT_EQ(finished.size(), 2u);
+  expect_same(finished.at(1), alone(50, capped), 1);
+  expect_same(finished.at(2), alone(3, beam(4)), 2);
+  EXPECT_EQ(e.encoded, 2);
 }
 
 TEST(DecodeLoop, SentenceRemovedInFlightFreesItsRowsAndGivesNoResult) {

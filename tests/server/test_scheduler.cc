@@ -157,7 +157,8 @@ TEST(Scheduler, ConcurrentMixedRequestsGetTheirAloneResultsInOrder) {
     int followed = 0, lane1 = 0;
     for (const auto& e : f.engines) {
       followed += e->followed_groups;
-      lane1 += int(std::count(e->lanes_submitted.begin(), e->lanes_submitted.end(), 1));
+      const std::vector<int> lanes = e->lanes();
+      lane1 += int(std::count(lanes.begin(), lanes.end(), 1));
     }
     if (stepping == Stepping::kOverlapped) {
       EXPECT_GT(followed, 20) << "steps followed the one in flight";

@@ -103,8 +103,9 @@ class ScriptedEngine : public Engine {
   // With `overlapping`, as a device's engine: submit() checks the step, takes the rows that
   // follow the previous submit (StepGroup::follows) from that step's continuing beams, and
   // computes it; collect() returns it (a step fails there when fail_next_step is set). A lane
-  // takes one step at a time. The lane of each submitted step is recorded, and how many
-  // groups followed.
+  // takes one step at a time; a submit without sentences only encodes and takes no lane, as
+  // the CUDA engine's. The lane of each submitted step is recorded, and how many groups
+  // followed.
   bool overlaps_steps() const override { return overlapping; }
   void submit(const StepInput& given, int lane) override {
     if (!overlapping) return Engine::submit(given, lane);
@@ -113,6 +114,10 @@ class ScriptedEngine : public Engine {
     for (const StepGroup& g : given.groups) {
       if (out_of_memory_at_position >= 0 && g.position >= out_of_memory_at_position)
         throw Error(ErrorCode::kResourceExhausted, "scripted out of memory growing the caches");
+    }
+    if (given.groups.empty()) {
+      if (given.encode) encode(*given.encode);
+      return;
     }
     StepInput in = given;
     in.encode = nullptr;
@@ -164,7 +169,11 @@ class ScriptedEngine : public Engine {
   std::atomic<int> encoded{0};
   bool overlapping = false;
   std::vector<int> lanes_submitted;  // with `overlapping`: the lane of each submit()
-  int followed_groups = 0;           // with `overlapping`: groups that followed the step before
+  std::atomic<int> followed_groups{0};  // with `overlapping`: groups that followed the step before
+  std::vector<int> lanes() const {      // lanes_submitted, while loops may still step
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lanes_submitted;
+  }
 
  private:
   static std::vector<float> log_probs(const StepGroup& g, int token, int eos_step) {
