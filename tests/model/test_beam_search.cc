@@ -255,6 +255,15 @@ Translation alone(int eos_step, const DecodeOptions& o) {
   return run(e, {eos_step}, o).at(0).translation;
 }
 
+// Steps the loop until it is idle (at most 100 calls); the finished sentences by id.
+std::map<uint64_t, Translation> finish_all(DecodeLoop& loop) {
+  std::map<uint64_t, Translation> finished;
+  for (int call = 0; !loop.idle() && call < 100; ++call) {
+    for (auto& f : loop.step().finished) finished[f.id] = std::move(f.translation);
+  }
+  return finished;
+}
+
 void expect_same(const Translation& got, const Translation& want, uint64_t id) {
   ASSERT_EQ(got.hypotheses.size(), want.hypotheses.size()) << id;
   for (size_t h = 0; h < want.hypotheses.size(); ++h) {
@@ -328,7 +337,7 @@ TEST(DecodeLoop, FollowingStepsGiveEachSentenceItsResultAlone) {
   EXPECT_TRUE(loop.idle());
   for (size_t i = 0; i < eos_steps.size(); ++i) expect_same(together[i], alone(eos_steps[i], options[i]), i);
   // The steps alternated between the lanes, and most sentences' steps followed the one before.
-  const std::vector<int>& lanes = e.lanes_submitted;
+  const std::vector<int> lanes = e.lanes();
   for (size_t i = 1; i < lanes.size(); ++i) EXPECT_NE(lanes[i], lanes[i - 1]) << "step " << i;
   EXPECT_GT(e.followed_groups.load(), 200);
 }
@@ -362,7 +371,8 @@ TEST(DecodeLoop, StepsFollowOnlyFromFollowRows) {
     const auto r = run(e, {5}, beam(4), {16, 64, 4}, 0);  // never
     EXPECT_EQ(e.followed_groups.load(), 0);
     EXPECT_EQ(e.steps().size(), size_t(r.at(0).steps));
-    for (size_t i = 1; i < e.lanes_submitted.size(); ++i) EXPECT_EQ(e.lanes_submitted[i], 0) << i;
+    const std::vector<int> lanes = e.lanes();
+    for (size_t i = 1; i < lanes.size(); ++i) EXPECT_EQ(lanes[i], 0) << i;
   }
   ScriptedEngine e;
   e.overlapping = true;
@@ -398,10 +408,7 @@ TEST(DecodeLoop, NewcomerBehindALastStepEncodesOnAStepOfNoSentence) {
   loop.step();  // positions 0 and 1 in flight
   loop.step();  // position 2, its last (forced EOS)
   loop.admit({{2, {3, kEos}, beam(4)}});
-  std::map<uint64_t, Translation> finished;
-  for (int call = 0; !loop.idle() && call < 100; ++call) {
-    for (auto& f : loop.step().finished) finished[f.id] = std::move(f.translation);
-  }
+  const std::map<uint64_t, Translation> finished = finish_all(loop);
   ASSERT_EQ(finished.size(), 2u);
   expect_same(finished.at(1), alone(50, capped), 1);
   expect_same(finished.at(2), alone(3, beam(4)), 2);
@@ -422,10 +429,7 @@ TEST(DecodeLoop, SentenceRemovedInFlightFreesItsRowsAndGivesNoResult) {
   EXPECT_EQ(loop.active_rows(), 4);
   ASSERT_TRUE(loop.can_admit(beam(4)));
   loop.admit({{3, {3, kEos}, beam(4)}});  // takes sentence 2's slot and rows
-  std::map<uint64_t, Translation> finished;
-  while (!loop.idle()) {
-    for (auto& f : loop.step().finished) finished[f.id] = std::move(f.translation);
-  }
+  const std::map<uint64_t, Translation> finished = finish_all(loop);
   ASSERT_EQ(finished.size(), 2u);
   EXPECT_EQ(finished.count(2), 0u);
   expect_same(finished.at(1), alone(50, o), 1);

@@ -104,8 +104,8 @@ class ScriptedEngine : public Engine {
   // follow the previous submit (StepGroup::follows) from that step's continuing beams, and
   // computes it; collect() returns it (a step fails there when fail_next_step is set). A lane
   // takes one step at a time; a submit without sentences only encodes and takes no lane, as
-  // the CUDA engine's. The lane of each submitted step is recorded, and how many groups
-  // followed.
+  // the CUDA engine's. The lane of each submitted step is recorded (lanes()), and how many
+  // groups followed.
   bool overlaps_steps() const override { return overlapping; }
   void submit(const StepInput& given, int lane) override {
     if (!overlapping) return Engine::submit(given, lane);
@@ -142,7 +142,7 @@ class ScriptedEngine : public Engine {
     note_continuing(in, p.out);
     if (given.encode) encode(*given.encode);
     std::lock_guard<std::mutex> lock(mutex_);
-    lanes_submitted.push_back(lane);
+    lanes_submitted_.push_back(lane);
   }
   void collect(int lane, StepOutput* out) override {
     if (!overlapping) return Engine::collect(lane, out);
@@ -168,11 +168,10 @@ class ScriptedEngine : public Engine {
   bool report_cache_positions = true;
   std::atomic<int> encoded{0};
   bool overlapping = false;
-  std::vector<int> lanes_submitted;  // with `overlapping`: the lane of each submit()
   std::atomic<int> followed_groups{0};  // with `overlapping`: groups that followed the step before
-  std::vector<int> lanes() const {      // lanes_submitted, while loops may still step
+  std::vector<int> lanes() const {      // with `overlapping`: the lane of each submit() so far
     std::lock_guard<std::mutex> lock(mutex_);
-    return lanes_submitted;
+    return lanes_submitted_;
   }
 
  private:
@@ -226,6 +225,7 @@ class ScriptedEngine : public Engine {
   EngineCapacity cap_;
   std::vector<int> eos_step_;  // per slot
   mutable std::mutex mutex_;
+  std::vector<int> lanes_submitted_;  // under mutex_: loops may still step while a test reads it
   std::vector<size_t> rows_per_step;
 };
 
