@@ -1,5 +1,6 @@
 #include "server/config.h"
 
+#include <sys/un.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -94,6 +95,8 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) { c.host = to_string(n, k); }},
       {"server.port", "port", "gRPC port",
        [](ServerConfig& c, N n, K k) { c.port = to_int(n, k, 1, 65535); }},
+      {"server.unix_socket", "unix-socket", "also serve gRPC on this Unix domain socket path",
+       [](ServerConfig& c, N n, K k) { c.unix_socket = to_string(n, k); }},
       {"server.metrics_host", "metrics-host", "Prometheus /metrics bind address",
        [](ServerConfig& c, N n, K k) { c.metrics_host = to_string(n, k); }},
       {"server.metrics_port", "metrics-port", "Prometheus /metrics port",
@@ -226,6 +229,16 @@ std::string model_key(const std::string& flag) {
 std::string resolve(const std::string& path, const fs::path& base_dir) {
   if (path.empty() || !fs::path(path).is_relative()) return path;
   return (base_dir / path).lexically_normal().string();
+}
+
+// A Unix domain socket's path must fit sockaddr_un's sun_path with its terminating NUL (107
+// bytes on Linux): a longer one would fail to bind with a less clear error.
+void check_socket_path(const std::string& path) {
+  constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
+  if (path.size() > kMaxPath) {
+    fail("server.unix_socket: a Unix socket path is at most " + std::to_string(kMaxPath) + " bytes, got " +
+         std::to_string(path.size()) + " (" + path + ")");
+  }
 }
 
 // `devices: [0, 1]` or `devices: all`.
@@ -452,6 +465,8 @@ ServerConfig parse_config(const std::string& yaml_text, const std::string& base_
   c.tls_key_file = resolve(c.tls_key_file, base_dir);
   c.tls_client_ca_file = resolve(c.tls_client_ca_file, base_dir);
   c.auth_token_file = resolve(c.auth_token_file, base_dir);
+  c.unix_socket = resolve(c.unix_socket, base_dir);
+  check_socket_path(c.unix_socket);
   check_consistency(c);
   return c;
 }

@@ -59,6 +59,9 @@ struct RepositoryConfig {
 struct ServerConfig {
   std::string host = "0.0.0.0";
   int port = 50051;
+  // Also serve gRPC on this Unix domain socket (empty: not): for clients on the same host,
+  // such as a proxy in the same pod, whose calls then skip the TCP stack.
+  std::string unix_socket;
   std::string metrics_host = "127.0.0.1";
   int metrics_port = 9464;
   int max_message_bytes = 4 << 20;

@@ -153,6 +153,8 @@ int serve(const ServerConfig& config) {
   builder.SetResourceQuota(thread_quota);
   const std::string address = config.host + ":" + std::to_string(config.port);
   builder.AddListeningPort(address, credentials);
+  // gRPC removes a socket file left at the path by an earlier run before binding it.
+  if (!config.unix_socket.empty()) builder.AddListeningPort("unix:" + config.unix_socket, credentials);
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   apply_connection_limits(config.connections, builder);
@@ -161,6 +163,7 @@ int serve(const ServerConfig& config) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
     nlohmann::ordered_json fields = {{"address", address}};
+    if (!config.unix_socket.empty()) fields["unix_socket"] = config.unix_socket;
     if (!config.tls_cert_file.empty()) {
       fields["hint"] = "check that server.tls_cert_file and tls_key_file are a PEM certificate and its key"
                        " (and tls_client_ca_file PEM CA certificates)";
@@ -174,6 +177,7 @@ int serve(const ServerConfig& config) {
   health->SetServingStatus(true);
   log_event(spdlog::level::info, "serving",
             {{"address", address},
+             {"unix_socket", config.unix_socket.empty() ? "off" : config.unix_socket},
              {"metrics", metrics_address},
              {"tls", !config.tls_cert_file.empty()},
              {"client_certificates", !config.tls_client_ca_file.empty()},

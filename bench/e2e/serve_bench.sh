@@ -24,6 +24,8 @@
 #   threads' completion queues (nmt-loadgen --client-threads) instead of a thread per client,
 #   leaving the server the cores 256 blocking client threads take (server run 23); the single
 #   client keeps its own thread.
+#   TRANSPORT=unix sends the loads over the server's Unix domain socket (server.unix_socket)
+#   instead of TCP on the loopback (recorded in the results).
 set -uo pipefail
 out=${1:?usage: serve_bench.sh OUT_DIR [WORKERS...]}
 shift
@@ -72,18 +74,20 @@ for w in $workers; do
   # fixed every configuration's server kept running beside the next ones, and a second pass's
   # server found its metrics port taken and exited, so that its loads reached the first's).
   (exec_pinned "${SERVER_CPUS:-}" nmt-server --config "$config" --device cuda --precision "$precision" --host 127.0.0.1 --port $port \
-    --metrics-port $((port + 1)) ${SERVER_ARGS:-}) > "$out/server-$w.log" 2>&1 &
+    --metrics-port $((port + 1)) --unix-socket "$work/grpc-$w.sock" ${SERVER_ARGS:-}) > "$out/server-$w.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
   # Ours, not another server left on the port (which the health check would also answer).
   kill -0 "$pid" || { echo "nmt-server of workers $w did not start: $(tail -1 "$out/server-$w.log")" >&2; exit 1; }
   record() {  # name: nmt-loadgen's JSON report on stdin -> a RESULT line of this configuration
     local r
-    r=$(python3 -c 'import json,sys; r=json.load(sys.stdin); r.update(engine="nmt-server", name=sys.argv[1], workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4], server_cpus=sys.argv[5], client_cpus=sys.argv[6]); print(json.dumps(r))' \
-      "$1" "$w" "$precision" "${SERVER_ARGS:-}" "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}")
+    r=$(python3 -c 'import json,sys; r=json.load(sys.stdin); r.update(engine="nmt-server", name=sys.argv[1], workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4], server_cpus=sys.argv[5], client_cpus=sys.argv[6], transport=sys.argv[7]); print(json.dumps(r))' \
+      "$1" "$w" "$precision" "${SERVER_ARGS:-}" "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}" "${TRANSPORT:-tcp}")
     stamp "$r" >> "$results"
   }
-  loadgen() { pin "${CLIENT_CPUS:-}" nmt-loadgen --target 127.0.0.1:$port "$@"; }
+  target=127.0.0.1:$port
+  [ "${TRANSPORT:-tcp}" = unix ] && target=unix:$work/grpc-$w.sock
+  loadgen() { pin "${CLIENT_CPUS:-}" nmt-loadgen --target "$target" "$@"; }
   load() {  # name clients sentences_per_request [nmt-loadgen flags]
     local flags=(--input "$src" --beam 4 --clients "$2" --sentences-per-request "$3" "${@:4}")
     loadgen "${flags[@]}" --duration 3 > /dev/null 2>&1  # warm-up

@@ -22,7 +22,8 @@ print("|---|---|---|---|---|---|---|---|---|---|")
 def flags(r):
     """The server's extra flags and, where serve_bench pinned them, the cores of each side."""
     pinned = f"server cores {r['server_cpus']}, clients {r['client_cpus']}" if r.get("server_cpus") else ""
-    return " ".join(f for f in (r.get("server_args", ""), pinned) if f)
+    unix = "Unix socket" if r.get("transport") == "unix" else ""
+    return " ".join(f for f in (r.get("server_args", ""), pinned, unix) if f)
 
 
 def load_flags(r):

@@ -188,7 +188,7 @@ TEST(Config, FlagsOverrideTheYaml) {
 TEST(Config, HelpListsEveryFlag) {
   const std::string help = usage("nmt-server");
   for (const char* flag : {"--config", "--help", "--host", "--port", "--metrics-host",
-                           "--metrics-port", "--device", "--precision", "--log-format",
+                           "--metrics-port", "--unix-socket", "--device", "--precision", "--log-format",
                            "--log-level", "--max-active-sentences", "--max-active-rows",
                            "--max-admit-tokens", "--max-admit-delay-steps",
                            "--max-queue-sentences",
@@ -237,6 +237,21 @@ TEST(Config, YamlErrorsNameTheKey) {
   EXPECT_EQ(error_of(m + "batching:\n  max_queue_sentences: 10\n"),
             "batching.max_queue_sentences (10) must be >= limits.max_sentences_per_request (64)");
   EXPECT_EQ(error_of("server: [1, 2\n").rfind("invalid YAML", 0), 0u);
+}
+
+TEST(Config, UnixSocketPath) {
+  EXPECT_TRUE(parse_config(kMinimal, "/etc/nmt").unix_socket.empty());
+  EXPECT_EQ(parse_config(std::string(kMinimal) + "server:\n  unix_socket: /run/nmt/grpc.sock\n", "/etc/nmt").unix_socket,
+            "/run/nmt/grpc.sock");
+  EXPECT_EQ(parse_config(kMinimal, "/etc/nmt", {{"unix-socket", "/tmp/a.sock"}}).unix_socket, "/tmp/a.sock");
+  const std::string longest = "/" + std::string(106, 's');
+  EXPECT_EQ(parse_config(kMinimal, "/etc/nmt", {{"unix-socket", longest}}).unix_socket, longest);
+  EXPECT_EQ(error_of(kMinimal, {{"unix-socket", longest + "s"}}),
+            "server.unix_socket: a Unix socket path is at most 107 bytes, got 108 (" + longest + "s)");
+  // Relative: against the config file's folder, like the other paths.
+  EXPECT_EQ(parse_config(kMinimal, "/etc/nmt", {{"unix-socket", "run/grpc.sock"}}).unix_socket, "/etc/nmt/run/grpc.sock");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "server:\n  unix_socket: ''\n"),
+            "server.unix_socket: expected a non-empty string");
 }
 
 TEST(Config, FlagValuesAreCheckedLikeYaml) {

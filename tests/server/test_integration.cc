@@ -48,7 +48,7 @@ class ServerTest : public ::testing::Test {
         NMT_SERVER_BIN,
         {"--config", config.string(), "--device", "cpu", "--host", "127.0.0.1", "--port",
          std::to_string(port_), "--metrics-host", "127.0.0.1", "--metrics-port",
-         std::to_string(metrics_port_)},
+         std::to_string(metrics_port_), "--unix-socket", socket_path()},
         (*dir_ / "server.log").string());
     channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
@@ -82,6 +82,8 @@ class ServerTest : public ::testing::Test {
     }
     FAIL() << "nmt-server never became SERVING\n" << server_->log();
   }
+
+  static std::string socket_path() { return (*dir_ / "grpc.sock").string(); }
 
   static std::unique_ptr<nmt::v1::TranslationService::Stub> stub() {
     return nmt::v1::TranslationService::NewStub(*channel_);
@@ -166,6 +168,20 @@ TEST_F(ServerTest, TranslationsEqualTheEngine) {
     EXPECT_GT(response.input_tokens(), 0);
     expect_equal(response, reference(texts, beam));
   }
+}
+
+// The same server on its Unix domain socket (server.unix_socket) beside TCP.
+TEST_F(ServerTest, UnixSocketServesTheSameTranslations) {
+  ASSERT_TRUE(fs::is_socket(socket_path())) << socket_path();
+  auto channel = grpc::CreateChannel("unix:" + socket_path(), grpc::InsecureChannelCredentials());
+  auto unix_stub = nmt::v1::TranslationService::NewStub(channel);
+  const std::vector<std::string> texts = sentences(3);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(60000));
+  nmt::v1::TranslateResponse response;
+  const grpc::Status status = unix_stub->Translate(&ctx, request(texts, 4), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  expect_equal(response, reference(texts, 4));
 }
 
 TEST_F(ServerTest, NBestListsEqualTheEngine) {
