@@ -30,6 +30,7 @@ set -uo pipefail
 out=${1:?usage: serve_bench.sh OUT_DIR [WORKERS...]}
 shift
 workers=${*:-1 2}
+transport=${TRANSPORT:-tcp}
 precision=${PRECISION:-float16}
 seconds=${SECONDS_PER_PASS:-10}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -82,11 +83,11 @@ for w in $workers; do
   record() {  # name: nmt-loadgen's JSON report on stdin -> a RESULT line of this configuration
     local r
     r=$(python3 -c 'import json,sys; r=json.load(sys.stdin); r.update(engine="nmt-server", name=sys.argv[1], workers=int(sys.argv[2]), precision=sys.argv[3], server_args=sys.argv[4], server_cpus=sys.argv[5], client_cpus=sys.argv[6], transport=sys.argv[7]); print(json.dumps(r))' \
-      "$1" "$w" "$precision" "${SERVER_ARGS:-}" "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}" "${TRANSPORT:-tcp}")
+      "$1" "$w" "$precision" "${SERVER_ARGS:-}" "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}" "$transport")
     stamp "$r" >> "$results"
   }
   target=127.0.0.1:$port
-  [ "${TRANSPORT:-tcp}" = unix ] && target=unix:$work/grpc-$w.sock
+  [ "$transport" = unix ] && target=unix:$work/grpc-$w.sock
   loadgen() { pin "${CLIENT_CPUS:-}" nmt-loadgen --target "$target" "$@"; }
   load() {  # name clients sentences_per_request [nmt-loadgen flags]
     local flags=(--input "$src" --beam 4 --clients "$2" --sentences-per-request "$3" "${@:4}")

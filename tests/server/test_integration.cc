@@ -89,11 +89,13 @@ class ServerTest : public ::testing::Test {
     return nmt::v1::TranslationService::NewStub(*channel_);
   }
 
+  // Translate over `channel` (the server's TCP port when null).
   static grpc::Status call(const nmt::v1::TranslateRequest& request,
-                           nmt::v1::TranslateResponse* response, int deadline_ms = 60000) {
+                           nmt::v1::TranslateResponse* response, int deadline_ms = 60000,
+                           const std::shared_ptr<grpc::Channel>& channel = nullptr) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(deadline_ms));
-    return stub()->Translate(&ctx, request, response);
+    return nmt::v1::TranslationService::NewStub(channel ? channel : *channel_)->Translate(&ctx, request, response);
   }
 
   static nmt::v1::TranslateRequest request(const std::vector<std::string>& texts, int beam,
@@ -173,13 +175,10 @@ TEST_F(ServerTest, TranslationsEqualTheEngine) {
 // The same server on its Unix domain socket (server.unix_socket) beside TCP.
 TEST_F(ServerTest, UnixSocketServesTheSameTranslations) {
   ASSERT_TRUE(fs::is_socket(socket_path())) << socket_path();
-  auto channel = grpc::CreateChannel("unix:" + socket_path(), grpc::InsecureChannelCredentials());
-  auto unix_stub = nmt::v1::TranslationService::NewStub(channel);
+  const auto channel = grpc::CreateChannel("unix:" + socket_path(), grpc::InsecureChannelCredentials());
   const std::vector<std::string> texts = sentences(3);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(60000));
   nmt::v1::TranslateResponse response;
-  const grpc::Status status = unix_stub->Translate(&ctx, request(texts, 4), &response);
+  const grpc::Status status = call(request(texts, 4), &response, 60000, channel);
   ASSERT_TRUE(status.ok()) << status.error_message();
   expect_equal(response, reference(texts, 4));
 }
