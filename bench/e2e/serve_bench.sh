@@ -24,6 +24,9 @@
 #   threads' completion queues (nmt-loadgen --client-threads) instead of a thread per client,
 #   leaving the server the cores 256 blocking client threads take (server run 23); the single
 #   client keeps its own thread.
+#   CONNECTIONS=16 lets the many-client loads share 16 connections (nmt-loadgen --connections:
+#   their calls multiplexed as HTTP/2 streams, as behind a proxy that pools its upstream
+#   connections) instead of one each (recorded in the results).
 #   TRANSPORT=unix sends the loads over the server's Unix domain socket (server.unix_socket)
 #   instead of TCP on the loopback (recorded in the results).
 set -uo pipefail
@@ -100,6 +103,7 @@ for w in $workers; do
   load single-client-busy-poll 1 1 --busy-poll
   many=()
   [ -n "${CLIENT_THREADS:-}" ] && many=(--client-threads "$CLIENT_THREADS")
+  [ -n "${CONNECTIONS:-}" ] && many+=(--connections "$CONNECTIONS")
   load clients-64 64 1 "${many[@]}"
   load clients-128 128 1 "${many[@]}"
   load clients-256 256 1 "${many[@]}"

@@ -27,15 +27,23 @@ def flags(r):
 
 
 def load_flags(r):
-    """flags() and, where the load generator shared its clients out over threads, how many."""
+    """flags() and, where the load generator shared its clients out over threads or
+    connections, how many."""
     threads = f"clients on {r['client_threads']} threads" if r.get("client_threads") else ""
-    return " ".join(f for f in (flags(r), threads) if f)
+    shared = f"over {r['connections']} connections" if r.get("connections") else ""
+    return " ".join(f for f in (flags(r), threads, shared) if f)
 
 
-# Calls a second the transport alone carried at 256 clients, per server configuration.
-ping_rate = {(r["workers"], load_flags(r)): r["requests_per_s"] for r in served if r["name"] == "ping-256"}
+# Calls a second the transport alone carried at 256 clients: for each load, the rate measured
+# next with the same server and load configuration (serve_bench measures it after the
+# 256-client load of each pass, so passes of one configuration keep their own).
+ping_rate = {}
+for i, r in enumerate(served):
+    key = (r["workers"], load_flags(r))
+    ping_rate[i] = next((p["requests_per_s"] for p in served[i:]
+                         if p["name"] == "ping-256" and (p["workers"], load_flags(p)) == key), None)
 
-for r in served:
+for i, r in enumerate(served):
     clients = r["clients"]
     if r["name"] == "ping-256":
         lat = r["latency_ms"]
@@ -55,7 +63,7 @@ for r in served:
         if match and clients > 1 else (f"p50 - offline p50 = {r['latency_ms']['p50'] - b1:+.2f} ms" if b1 else "")
     if clients == 1 and b1 and "server_ms" in r:  # the part of it inside the server
         ratio += f" (server-side {r['server_ms']['total']['p50'] - b1:+.2f} ms)"
-    rate = ping_rate.get((r["workers"], load_flags(r)))
+    rate = ping_rate[i]
     if clients == 256 and r["sentences_per_request"] == 1 and rate:
         ratio += f", {100 * r['requests_per_s'] / rate:.0f}% of the transport's call rate"
     lat = r["latency_ms"]

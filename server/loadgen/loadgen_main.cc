@@ -40,6 +40,7 @@ struct Options {
   bool ping = false;  // closed-loop Health.Check calls instead of Translate
   bool busy_poll = false;  // wait for answers by polling, never sleeping (see kUsage)
   int client_threads = 0;  // 0: a thread per client; else the clients shared out over this many
+  int connections = 0;  // 0: a connection per client; else the clients share this many
   bool json = false;
 };
 
@@ -47,9 +48,9 @@ const char* kUsage =
     "Usage: nmt-loadgen --input FILE [--target HOST:PORT] [--clients N]\n"
     "                   (--duration SECONDS | --count REQUESTS) [--beam K]\n"
     "                   [--sentences-per-request N] [--model NAME] [--timeout-ms MS] [--json]\n"
-    "                   [--busy-poll | --client-threads N]\n"
+    "                   [--busy-poll | --client-threads N] [--connections N]\n"
     "       nmt-loadgen --ping [--target HOST:PORT] [--clients N] (--duration S | --count N)\n"
-    "                   [--busy-poll | --client-threads N]\n"
+    "                   [--busy-poll | --client-threads N] [--connections N]\n"
     "       nmt-loadgen --health-check [--target HOST:PORT] [--timeout-ms MS]\n\n"
     "Closed loop: each of N clients sends its next Translate request as soon as the previous\n"
     "one is answered, taking sentences from FILE (one per line, gzip or plain) in turn.\n"
@@ -66,6 +67,9 @@ const char* kUsage =
     "completion queue each, instead of a blocking thread per client (still one connection\n"
     "and one call in flight per client): hundreds of client threads otherwise take the\n"
     "cores a server on the same machine needs.\n"
+    "--connections N: the clients share N connections (client i on connection i mod N),\n"
+    "their calls multiplexed as HTTP/2 streams, as behind a proxy that pools its upstream\n"
+    "connections; by default each client has a connection of its own.\n"
     "Defaults: --target 127.0.0.1:50051 --clients 8 --beam 4 --sentences-per-request 1\n"
     "--timeout-ms 10000 (per request deadline).\n";
 
@@ -110,12 +114,17 @@ Options parse(int argc, char** argv) {
     else if (flag == "sentences-per-request") o.sentences_per_request = static_cast<int>(to_number(flag, value, 1));
     else if (flag == "timeout-ms") o.timeout_ms = static_cast<int>(to_number(flag, value, 1));
     else if (flag == "client-threads") o.client_threads = static_cast<int>(to_number(flag, value, 1));
+    else if (flag == "connections") o.connections = static_cast<int>(to_number(flag, value, 1));
     else usage_error("unknown flag --" + flag);
   }
   if (!o.health_check) {
     if (o.input.empty() && !o.ping) usage_error("--input FILE is required");
     if ((o.duration_s > 0) == (o.count > 0)) usage_error("give exactly one of --duration and --count");
     if (o.busy_poll && o.client_threads > 0) usage_error("--busy-poll polls one client per thread: not with --client-threads");
+    if (o.connections > o.clients) {
+      usage_error("--connections " + std::to_string(o.connections) + " is more than --clients " +
+                  std::to_string(o.clients));
+    }
   }
   return o;
 }
@@ -184,12 +193,29 @@ struct Tally {
   }
 };
 
-// A client's own connection to the target.
-std::shared_ptr<grpc::Channel> client_channel(const Options& o) {
+// A connection of its own to the target (a channel with a local subchannel pool does not
+// share the process's connection to the same target).
+std::shared_ptr<grpc::Channel> own_channel(const Options& o) {
   grpc::ChannelArguments args;
-  args.SetInt("grpc.use_local_subchannel_pool", 1);  // one connection per client
+  args.SetInt("grpc.use_local_subchannel_pool", 1);
   return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
 }
+
+// The clients' connections: each client's own, or with --connections N client i on the
+// (i mod N)-th of N shared ones.
+class Connections {
+ public:
+  explicit Connections(const Options& o) : o_(o) {
+    for (int i = 0; i < o.connections; ++i) shared_.push_back(own_channel(o));
+  }
+  std::shared_ptr<grpc::Channel> for_client(int client) const {
+    return shared_.empty() ? own_channel(o_) : shared_[static_cast<size_t>(client) % shared_.size()];
+  }
+
+ private:
+  const Options& o_;
+  std::vector<std::shared_ptr<grpc::Channel>> shared_;
+};
 
 // The next Translate request: the next sentences of the input, in turn across clients.
 void fill_request(const Options& o, const std::vector<std::string>& sentences,
@@ -228,9 +254,9 @@ bool more_requests(const Options& o, std::atomic<long>& next_request, Clock::tim
 // Health.Check. Returns the sentences it translated (0 for a ping) or sets *error.
 class Caller {
  public:
-  Caller(const Options& o, const std::vector<std::string>& sentences, std::atomic<size_t>& next_sentence)
+  Caller(const Options& o, const std::shared_ptr<grpc::Channel>& channel, const std::vector<std::string>& sentences,
+         std::atomic<size_t>& next_sentence)
       : o_(o), sentences_(sentences), next_sentence_(next_sentence) {
-    auto channel = client_channel(o);
     if (o.ping) health_ = grpc::health::v1::Health::NewStub(channel);
     else translation_ = nmt::v1::TranslationService::NewStub(channel);
   }
@@ -298,10 +324,10 @@ class Caller {
   grpc::CompletionQueue queue_;  // --busy-poll's calls
 };
 
-void client_loop(const Options& o, const std::vector<std::string>& sentences,
-                 std::atomic<long>& next_request, std::atomic<size_t>& next_sentence,
-                 Clock::time_point end, Totals& totals) {
-  Caller caller(o, sentences, next_sentence);
+void client_loop(const Options& o, int client, const Connections& connections,
+                 const std::vector<std::string>& sentences, std::atomic<long>& next_request,
+                 std::atomic<size_t>& next_sentence, Clock::time_point end, Totals& totals) {
+  Caller caller(o, connections.for_client(client), sentences, next_sentence);
   Tally tally;
   while (more_requests(o, next_request, end)) {
     long n = 0;
@@ -316,7 +342,8 @@ void client_loop(const Options& o, const std::vector<std::string>& sentences,
 // --client-threads: one thread drives clients first, first + step, ... through one completion
 // queue, each client with its own connection and one call in flight, the next started as soon
 // as the previous is answered (the same closed loop as client_loop's).
-void shared_client_loop(const Options& o, int first, int step, const std::vector<std::string>& sentences,
+void shared_client_loop(const Options& o, int first, int step, const Connections& connections,
+                        const std::vector<std::string>& sentences,
                         std::atomic<long>& next_request, std::atomic<size_t>& next_sentence,
                         Clock::time_point end, Totals& totals) {
   struct Call {
@@ -336,7 +363,7 @@ void shared_client_loop(const Options& o, int first, int step, const std::vector
   std::vector<std::unique_ptr<Call>> calls;
   for (int c = first; c < o.clients; c += step) {
     auto call = std::make_unique<Call>();
-    auto channel = client_channel(o);
+    auto channel = connections.for_client(c);
     if (o.ping) call->health = grpc::health::v1::Health::NewStub(channel);
     else call->translation = nmt::v1::TranslationService::NewStub(channel);
     calls.push_back(std::move(call));
@@ -394,17 +421,18 @@ int load(const Options& o) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point end =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
+  const Connections connections(o);
   std::vector<std::thread> clients;
   if (o.client_threads > 0) {
     const int threads = std::min(o.client_threads, o.clients);
     for (int t = 0; t < threads; ++t) {
-      clients.emplace_back(shared_client_loop, std::cref(o), t, threads, std::cref(sentences),
+      clients.emplace_back(shared_client_loop, std::cref(o), t, threads, std::cref(connections), std::cref(sentences),
                            std::ref(next_request), std::ref(next_sentence), end, std::ref(totals));
     }
   } else {
     for (int i = 0; i < o.clients; ++i) {
-      clients.emplace_back(client_loop, std::cref(o), std::cref(sentences), std::ref(next_request),
-                           std::ref(next_sentence), end, std::ref(totals));
+      clients.emplace_back(client_loop, std::cref(o), i, std::cref(connections), std::cref(sentences),
+                           std::ref(next_request), std::ref(next_sentence), end, std::ref(totals));
     }
   }
   for (std::thread& t : clients) t.join();
@@ -416,6 +444,7 @@ int load(const Options& o) {
   nlohmann::ordered_json report = {
       {"target", o.target}, {"rpc", o.ping ? "Health.Check" : "Translate"}, {"clients", o.clients}, {"beam", o.beam},
       {"busy_poll", o.busy_poll}, {"client_threads", o.client_threads},
+      {"connections", o.connections},
       {"sentences_per_request", o.sentences_per_request}, {"seconds", elapsed},
       {"requests", s.count}, {"errors", errors}, {"sentences", totals.sentences},
       {"requests_per_s", s.count / elapsed}, {"sentences_per_s", totals.sentences / elapsed},

@@ -45,6 +45,27 @@ class ServeSummary(unittest.TestCase):
         rows = [offline(64, 10000), offline(256, 20000), served("clients-64x8", 64, 8, 30000)]
         self.assertIn("150% of batch 256", summarize(rows)["clients-64x8"])
 
+    def test_each_256_client_load_against_the_call_rate_of_its_own_pass_and_connections(self):
+        def pinged(rate, **load):
+            return dict(served("ping-256", 256, 1, rate), **load)
+        shared = {"client_threads": 4, "connections": 16}
+        rows = [offline(256, 40000),
+                served("clients-256", 256, 1, 18000), pinged(20000),
+                dict(served("clients-256", 256, 1, 19000), **shared), pinged(38000, **shared),
+                served("clients-256", 256, 1, 10000), pinged(25000)]
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+        try:
+            out = subprocess.run([sys.executable, TOOL, f.name], capture_output=True, text=True, check=True).stdout
+        finally:
+            os.unlink(f.name)
+        loads = [line for line in out.splitlines() if "| clients-256 |" in line]
+        self.assertEqual(len(loads), 3)
+        self.assertIn("45% of batch 256, 90% of the transport's call rate", loads[0])
+        self.assertIn("clients on 4 threads over 16 connections", loads[1])
+        self.assertIn("48% of batch 256, 50% of the transport's call rate", loads[1])
+        self.assertIn("25% of batch 256, 40% of the transport's call rate", loads[2])
+
 
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1])

@@ -175,6 +175,33 @@ def drain(server, stub, heavy, health_pb2, health_pb2_grpc):
           "the log says shutting down, then stopped")
 
 
+def loadgen_connections(loadgen, server, args):
+    """The established TCP connections from an nmt-loadgen run of `args` to the server's port,
+    counted from /proc halfway through the run (its sockets' inodes in /proc/net/tcp[6])."""
+    proc = subprocess.Popen([loadgen, "--target", server.target, *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        fds = os.path.join("/proc", str(proc.pid), "fd")
+        inodes = set()
+        for fd in os.listdir(fds):
+            try:
+                link = os.readlink(os.path.join(fds, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+        port = f"{int(server.target.rsplit(':', 1)[1]):04X}"
+        rows = []
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):  # gRPC may dial IPv4 from an IPv6 socket
+            with open(table) as f:
+                rows += [line.split() for line in f.readlines()[1:]]
+        # columns: sl, local, remote, state (01 = ESTABLISHED), ..., inode (the tenth)
+        return sum(1 for r in rows if r[2].endswith(":" + port) and r[3] == "01" and r[9] in inodes)
+    finally:
+        proc.wait(timeout=60)
+
+
 def run_loadgen(server, loadgen, tmp):
     sentences = os.path.join(tmp, "sentences.txt")
     with open(sentences, "w") as f:
@@ -226,6 +253,22 @@ def run_loadgen(server, loadgen, tmp):
                        timeout=120)
     check(r.returncode == 1 and "6 errors" in r.stdout and "max_beam_size" in r.stdout,
           f"nmt-loadgen --client-threads counts each failed call: {r.stdout.strip().splitlines()[-2:]}")
+    # --connections: 6 clients over 2 connections (counted in /proc while they run), the
+    # default a connection each; then a counted run over them.
+    for flags, expect in (([], 6), (["--connections", "2"], 2)):
+        seen = loadgen_connections(loadgen, server, ["--ping", "--clients", "6", "--client-threads", "2",
+                                                     "--duration", "3", *flags])
+        check(seen == expect, f"nmt-loadgen {' '.join(['--clients 6', *flags])}: {expect} connections to the server ({seen})")
+    r = subprocess.run([loadgen, "--target", server.target, "--input", sentences, "--clients", "5",
+                        "--count", "10", "--beam", "2", "--connections", "2", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    report = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(report.get("connections") == 2 and report.get("requests") == 10 and report.get("errors") == 0
+          and report.get("sentences") == 10, f"nmt-loadgen --connections 2 --count 10: {report or r.stderr}")
+    r = subprocess.run([loadgen, "--ping", "--target", server.target, "--clients", "2", "--count", "2",
+                        "--connections", "3"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--connections 3 is more than --clients 2" in r.stderr,
+          "nmt-loadgen refuses more connections than clients")
     r = subprocess.run([loadgen, "--ping", "--target", server.target, "--count", "2", "--busy-poll",
                         "--client-threads", "2"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "--busy-poll" in r.stderr, "nmt-loadgen refuses --busy-poll with --client-threads")
