@@ -21,14 +21,19 @@ def served(name, clients, per_request, rate):
             "requests_per_s": rate / per_request, "latency_ms": lat, "errors": 0}
 
 
-def summarize(rows):
+def summary(rows):
+    """The tool's output on these results."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         f.write("\n".join(json.dumps(r) for r in rows) + "\n")
     try:
-        out = subprocess.run([sys.executable, TOOL, f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([sys.executable, TOOL, f.name], capture_output=True, text=True, check=True).stdout
     finally:
         os.unlink(f.name)
-    return {line.split("|")[3].strip(): line for line in out.splitlines() if line.startswith("| 2 ")}
+
+
+def summarize(rows):
+    """The summary's table rows by load name."""
+    return {line.split("|")[3].strip(): line for line in summary(rows).splitlines() if line.startswith("| 2 ")}
 
 
 class ServeSummary(unittest.TestCase):
@@ -53,13 +58,7 @@ class ServeSummary(unittest.TestCase):
                 served("clients-256", 256, 1, 18000), pinged(20000),
                 dict(served("clients-256", 256, 1, 19000), **shared), pinged(38000, **shared),
                 served("clients-256", 256, 1, 10000), pinged(25000)]
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            f.write("\n".join(json.dumps(r) for r in rows) + "\n")
-        try:
-            out = subprocess.run([sys.executable, TOOL, f.name], capture_output=True, text=True, check=True).stdout
-        finally:
-            os.unlink(f.name)
-        loads = [line for line in out.splitlines() if "| clients-256 |" in line]
+        loads = [line for line in summary(rows).splitlines() if "| clients-256 |" in line]
         self.assertEqual(len(loads), 3)
         self.assertIn("45% of batch 256, 90% of the transport's call rate", loads[0])
         self.assertIn("clients on 4 threads over 16 connections", loads[1])
