@@ -208,6 +208,18 @@ class Connections {
   explicit Connections(const Options& o) : o_(o) {
     for (int i = 0; i < o.connections; ++i) shared_.push_back(own_channel(o));
   }
+  // Connects every shared connection before the clients start, so that none of them begins
+  // its closed loop on a connection that is still being made: a call on a channel whose first
+  // connect failed fails at once until gRPC's reconnect backoff ends (server run 36: one of 16
+  // shared connections did so now and then, and its clients counted tens of thousands of
+  // errors in a second). False when one did not connect within timeout_ms.
+  bool connect_shared(int timeout_ms) const {
+    for (const auto& channel : shared_) {
+      if (!channel->WaitForConnected(deadline_in(timeout_ms))) return false;
+    }
+    return true;
+  }
+
   std::shared_ptr<grpc::Channel> for_client(int client) const {
     return shared_.empty() ? own_channel(o_) : shared_[static_cast<size_t>(client) % shared_.size()];
   }
@@ -415,13 +427,17 @@ int load(const Options& o) {
     std::cerr << "nmt-loadgen: " << e.what() << "\n";
     return 2;
   }
+  const Connections connections(o);
+  if (!connections.connect_shared(o.timeout_ms)) {
+    std::cerr << "nmt-loadgen: cannot connect to " << o.target << " within " << o.timeout_ms << " ms\n";
+    return 1;
+  }
   Totals totals;
   std::atomic<long> next_request{0};
   std::atomic<size_t> next_sentence{0};
   const Clock::time_point start = Clock::now();
   const Clock::time_point end =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
-  const Connections connections(o);
   std::vector<std::thread> clients;
   if (o.client_threads > 0) {
     const int threads = std::min(o.client_threads, o.clients);

@@ -115,6 +115,12 @@ def main():
         check(rc == 0, f"exit 0 on SIGTERM when idle (got {rc})")
     r = subprocess.run([loadgen, "--health-check", "--target", server.target], capture_output=True, timeout=60)
     check(r.returncode != 0, "nmt-loadgen --health-check fails once the server is gone")
+    # Shared connections are made before the clients start: one that cannot be made stops the
+    # run with the reason, instead of every call failing at once.
+    r = subprocess.run([loadgen, "--ping", "--target", server.target, "--clients", "2", "--connections", "1",
+                        "--count", "4", "--timeout-ms", "1000"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and f"cannot connect to {server.target} within 1000 ms" in r.stderr
+          and "requests" not in r.stdout, f"nmt-loadgen --connections without a server: {r.stderr.strip()}")
     check.exit()
 
 
