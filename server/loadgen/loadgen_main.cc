@@ -64,9 +64,9 @@ const char* kUsage =
     "millisecond); polling leaves that client-side cost out of the latency, so that it\n"
     "measures the server and the transport. It keeps one core busy per client.\n"
     "--client-threads N: the clients' calls are driven asynchronously by N threads, one\n"
-    "completion queue each, instead of a blocking thread per client (still one connection\n"
-    "and one call in flight per client): hundreds of client threads otherwise take the\n"
-    "cores a server on the same machine needs.\n"
+    "completion queue each, instead of a blocking thread per client (still one call in\n"
+    "flight per client): hundreds of client threads otherwise take the cores a server on\n"
+    "the same machine needs.\n"
     "--connections N: the clients share N connections (client i on connection i mod N),\n"
     "their calls multiplexed as HTTP/2 streams, as behind a proxy that pools its upstream\n"
     "connections; by default each client has a connection of its own.\n"
@@ -352,7 +352,7 @@ void client_loop(const Options& o, int client, const Connections& connections,
 }
 
 // --client-threads: one thread drives clients first, first + step, ... through one completion
-// queue, each client with its own connection and one call in flight, the next started as soon
+// queue, each client on its connection with one call in flight, the next started as soon
 // as the previous is answered (the same closed loop as client_loop's).
 void shared_client_loop(const Options& o, int first, int step, const Connections& connections,
                         const std::vector<std::string>& sentences,
