@@ -152,8 +152,11 @@ def run_checks(server, channel, pb, pb_grpc, repo):
     refused(stub, request(pb, ["ok"], model="de-en"), N,
             "model 'de-en' is not served here (models: m30k)", "unknown model")
 
-    # Deadline and cancellation.
-    heavy = request(pb, [f"A man number {i} walks his dog in the park." for i in range(16)], beam=8)
+    # Deadline and cancellation, of a request that takes seconds on any machine: 16 sentences
+    # of beam 8 made to decode 200 tokens each (without min_decoding_length a fast CPU
+    # finished it within the 0.1 s before the cancel, and the cancel found nothing to cancel).
+    heavy = request(pb, [f"A man number {i} walks his dog in the park." for i in range(16)], beam=8,
+                    min_decoding_length=200)
     try:
         stub.Translate(heavy, timeout=0.03)
         check(False, "30 ms deadline exceeded")
