@@ -34,14 +34,14 @@ def load_flags(r):
     return " ".join(f for f in (flags(r), threads, shared) if f)
 
 
-# Calls a second the transport alone carried at 256 clients: for each load, the rate measured
-# next with the same server and load configuration (serve_bench measures it after the
-# 256-client load of each pass, so passes of one configuration keep their own).
-ping_rate = {}
-for i, r in enumerate(served):
-    key = (r["workers"], load_flags(r))
-    ping_rate[i] = next((p["requests_per_s"] for p in served[i:]
-                         if p["name"] == "ping-256" and (p["workers"], load_flags(p)) == key), None)
+def call_rate_after(i):
+    """Calls a second the transport alone carried at 256 clients, measured next after load i
+    with the same server and load configuration (serve_bench measures it after the 256-client
+    load of each pass, so passes of one configuration keep their own); None if never."""
+    key = (served[i]["workers"], load_flags(served[i]))
+    return next((p["requests_per_s"] for p in served[i:]
+                 if p["name"] == "ping-256" and (p["workers"], load_flags(p)) == key), None)
+
 
 for i, r in enumerate(served):
     clients = r["clients"]
@@ -63,8 +63,8 @@ for i, r in enumerate(served):
         if match and clients > 1 else (f"p50 - offline p50 = {r['latency_ms']['p50'] - b1:+.2f} ms" if b1 else "")
     if clients == 1 and b1 and "server_ms" in r:  # the part of it inside the server
         ratio += f" (server-side {r['server_ms']['total']['p50'] - b1:+.2f} ms)"
-    rate = ping_rate[i]
-    if clients == 256 and r["sentences_per_request"] == 1 and rate:
+    rate = call_rate_after(i) if clients == 256 and r["sentences_per_request"] == 1 else None
+    if rate:
         ratio += f", {100 * r['requests_per_s'] / rate:.0f}% of the transport's call rate"
     lat = r["latency_ms"]
     # The server's own receipt-to-response time: what of the tail is the server's, not the
