@@ -106,6 +106,9 @@ const std::vector<Setting>& settings() {
       {"server.max_concurrent_calls", "max-concurrent-calls",
        "calls and streams in flight on the server before RESOURCE_EXHAUSTED",
        [](ServerConfig& c, N n, K k) { c.max_concurrent_calls = to_int(n, k, 1, kMaxInt); }},
+      {"server.translate_threads", "translate-threads",
+       "threads that take Translate calls from gRPC (none waits on a call)",
+       [](ServerConfig& c, N n, K k) { c.translate_threads = to_int(n, k, 1, 64); }},
       // What one connection and one stream may hold (connection_limits.h).
       {"server.max_streams_per_connection", "max-streams-per-connection",
        "calls open at once on one connection (more wait in the client)",

@@ -120,7 +120,7 @@ int serve(const ServerConfig& config) {
     return 1;
   }
 
-  // Callback API: a call waiting for its translation holds no thread; SIGTERM's Shutdown
+  // A call waiting for its translation holds no thread; SIGTERM's Shutdown
   // waits (up to the grace period, then cancels) until every call has finished.
   ModelControlService control(*models, auth);
   TranslationService service(*models, config.limits, metrics, auth, config.max_concurrent_calls,
@@ -144,7 +144,8 @@ int serve(const ServerConfig& config) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  // TranslationService (callback API) holds no thread per call. Reflection and ModelControl
+  // TranslationService holds no thread per call (Translate: its own few threads; the rest:
+  // the callback API). Reflection and ModelControl
   // are synchronous services: each of their calls in flight holds a thread, so a client
   // opening streams by the thousand would add threads by the thousand; the quota caps them
   // (a call beyond it is refused RESOURCE_EXHAUSTED). No other service draws on it.
@@ -160,6 +161,7 @@ int serve(const ServerConfig& config) {
   apply_connection_limits(config.connections, builder);
   builder.RegisterService(&service);
   builder.RegisterService(&control);
+  service.serve_translate(builder, config.translate_threads);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
     nlohmann::ordered_json fields = {{"address", address}};
@@ -171,6 +173,7 @@ int serve(const ServerConfig& config) {
     log_event(spdlog::level::critical, "cannot listen", fields);
     return 1;
   }
+  service.start_translate();
   // "" (the whole server, what Kubernetes' grpc probes ask) and the service by name.
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(nmt::v1::TranslationService::service_full_name(), true);
@@ -201,6 +204,7 @@ int serve(const ServerConfig& config) {
       std::chrono::duration<double>(config.shutdown_grace_seconds));
   server->Shutdown(std::chrono::system_clock::now() + grace);
   server->Wait();
+  service.stop_translate();
   service.wait_for_calls();
   models->stop();
   log_event(spdlog::level::info, "stopped");

@@ -140,52 +140,58 @@ class TranslationService::Slot {
   bool held_ = false;
 };
 
-// Translate: parsed, validated and submitted in the method handler, or, when its model must
+// Translate: parsed, validated and submitted when the call arrives, or, when its model must
 // load first, on the registry's loading thread once it has (no thread waits for the load);
 // the job's callback (on a scheduler thread) fills the response and finishes the call. A
-// client's cancellation or the deadline (OnCancel) cancels the job, whose callback then
-// finishes the call. The call is not finished before its admission has come back, so the
-// reactor outlives every thread that touches it.
+// client's cancellation or the deadline (the done event, IsCancelled) cancels the job, whose
+// callback then finishes the call. The call is not finished before its admission has come
+// back, and the object lives until both the finish and the done event have come back, so
+// it outlives every thread that touches it.
 //
-// The method is registered raw (bytes in and out): gRPC 1.51's callback handler answers a
-// request that does not parse UNIMPLEMENTED, with no message, before any code of ours runs.
-class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
+// Each call holds one requested place on the queue until a call arrives in it; it then
+// requests the next, so the queue always offers as many places as it started with.
+class TranslationService::UnaryCall final {
  public:
-  UnaryCall(TranslationService& service, grpc::CallbackServerContext* context,
-            const grpc::ByteBuffer& request_bytes, grpc::ByteBuffer* response_bytes)
-      : service_(service), context_(context), response_bytes_(response_bytes), slot_(service),
-        deadline_(steady_deadline(*context)) {
-    service_.reactor_started();
-    start(request_bytes);
-    handoff(this);
-  }
+  // One event of the call on the completion queue: what the queue's threads get back.
+  struct Event {
+    UnaryCall* call;
+    void (UnaryCall::*react)(bool ok);
+  };
 
-  void OnCancel() override {
-    arrived(this);
-    // The job's callback then arrives CANCELLED (unless it already did) and finishes the
-    // call, on this thread when the job had not started. Before the admission has come
-    // back there is no job yet: admission() cancels it.
-    std::shared_ptr<Job> job;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      cancelled_ = true;
-      job = job_;
-    }
-    if (job) admitted_.scheduler->cancel(job);
-    handoff(this);
-  }
-  void OnDone() override {
-    arrived(this);
-    TranslationService& service = service_;
-    delete this;
-    service.reactor_done();
+  // Requests the next Translate call on `queue`.
+  static void request(TranslationService& service, grpc::ServerCompletionQueue* queue) {
+    auto* call = new UnaryCall(service, queue);
+    // Before the request: the done event then comes back once the call has arrived.
+    call->context_.AsyncNotifyWhenDone(&call->done_event_);
+    handoff(call);
+    service.RequestTranslate(&call->context_, &call->request_bytes_, &call->responder_, queue,
+                             queue, &call->arrived_event_);
   }
 
  private:
-  void start(const grpc::ByteBuffer& request_bytes) {
-    grpc::ByteBuffer bytes(request_bytes);  // shares the slices; parsing consumes it
+  UnaryCall(TranslationService& service, grpc::ServerCompletionQueue* queue)
+      : service_(service), queue_(queue), slot_(service) {}
+
+  // A call arrived in this place (ok), or the server is shutting down (not ok: no call
+  // came, and no done event will).
+  void on_arrival(bool ok) {
+    if (!ok) {
+      delete this;
+      return;
+    }
+    request(service_, queue_);
+    service_.reactor_started();
+    deadline_ = steady_deadline(context_);
+    if (grpc::Status denied = service_.authenticate(context_, "Translate"); !denied.ok()) {
+      finish_unrecorded(denied);
+      return;
+    }
+    start();
+  }
+
+  void start() {
     const bool parsed =
-        grpc::SerializationTraits<v1::TranslateRequest>::Deserialize(&bytes, &request_).ok();
+        grpc::SerializationTraits<v1::TranslateRequest>::Deserialize(&request_bytes_, &request_).ok();
     // Nothing of a request that does not parse is trusted (its id included).
     call_ = service_.begin("Translate", parsed ? request_ : v1::TranslateRequest());
     if (!parsed) {
@@ -201,6 +207,31 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
     service_.admit_async(
         request_, deadline_, call_, admitted_, [this](JobResult result) { done(result); },
         [this](std::shared_ptr<Job> job, const grpc::Status& refused) { admission(std::move(job), refused); });
+  }
+
+  // The call is over: answered, cancelled by its client or past its deadline.
+  void on_end(bool) {
+    if (context_.IsCancelled()) {
+      // The job's callback then arrives CANCELLED (unless it already did) and finishes the
+      // call, on this thread when the job had not started. Before the admission has come
+      // back there is no job yet: admission() cancels it.
+      std::shared_ptr<Job> job;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        cancelled_ = true;
+        job = job_;
+      }
+      if (job) admitted_.scheduler->cancel(job);
+    }
+    event_back();
+  }
+  void on_finish(bool) { event_back(); }
+  // The finish and the done events both back: nothing else holds the call.
+  void event_back() {
+    if (events_left_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    TranslationService& service = service_;
+    delete this;
+    service.reactor_done();
   }
 
   // The admission came back (here, or on the loading thread): the job, or why the request
@@ -231,7 +262,7 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
     if (status.ok()) {
       bool own_buffer = false;
       status = grpc::SerializationTraits<v1::TranslateResponse>::Serialize(
-          response_, response_bytes_, &own_buffer);
+          response_, &response_bytes_, &own_buffer);
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -243,27 +274,42 @@ class TranslationService::UnaryCall final : public grpc::ServerUnaryReactor {
     finish(status);
   }
   void finish(const grpc::Status& status) {
-    context_->AddTrailingMetadata("x-request-id", call_.request_id);
+    context_.AddTrailingMetadata("x-request-id", call_.request_id);
     service_.record(call_, status);
     slot_.release();
+    finish_unrecorded(status);
+  }
+  void finish_unrecorded(const grpc::Status& status) {
     handoff(this);
-    Finish(status);  // OnDone (delete this) may follow at once, on another thread
+    // The call may be deleted at once, on another thread.
+    if (status.ok()) {
+      responder_.Finish(response_bytes_, status, &finished_event_);
+    } else {
+      responder_.FinishWithError(status, &finished_event_);
+    }
   }
 
   TranslationService& service_;
-  grpc::CallbackServerContext* const context_;
-  grpc::ByteBuffer* const response_bytes_;
+  grpc::ServerCompletionQueue* const queue_;
+  grpc::ServerContext context_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer response_bytes_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_{&context_};
+  Event arrived_event_{this, &UnaryCall::on_arrival};
+  Event done_event_{this, &UnaryCall::on_end};
+  Event finished_event_{this, &UnaryCall::on_finish};
+  std::atomic<int> events_left_{2};  // finished and done
   Slot slot_;
   Call call_;
-  const Clock::time_point deadline_;
+  Clock::time_point deadline_;
   v1::TranslateRequest request_;
   Admitted admitted_;
   v1::TranslateResponse response_;
-  std::mutex mutex_;  // guards what the admission, the job's callback and OnCancel share
+  std::mutex mutex_;  // guards what the admission, the job's callback and the done event share
   bool admitting_ = true;
   bool cancelled_ = false;
   std::optional<grpc::Status> answered_;  // the job's answer, while admitting_
-  std::shared_ptr<Job> job_;  // once admitted; OnCancel cancels it
+  std::shared_ptr<Job> job_;  // once admitted; a cancellation cancels it
 };
 
 // TranslateStream: each message read is admitted at once (or answered with its error), so
@@ -530,9 +576,9 @@ void TranslationService::wait_for_calls() {
   no_live_.wait(lock, [this] { return live_.load(std::memory_order_acquire) == 0; });
 }
 
-grpc::Status TranslationService::authenticate(grpc::CallbackServerContext* context,
+grpc::Status TranslationService::authenticate(const grpc::ServerContextBase& context,
                                               const char* method) {
-  if (auth_.allows(context->client_metadata())) return grpc::Status::OK;
+  if (auth_.allows(context.client_metadata())) return grpc::Status::OK;
   const grpc::Status status(grpc::StatusCode::UNAUTHENTICATED,
                             "missing or wrong bearer token (metadata 'authorization: Bearer TOKEN')");
   Call call = begin(method, v1::TranslateRequest());
@@ -713,20 +759,50 @@ void TranslationService::record_refused(const char* method, const grpc::Status& 
   record(begin(method, v1::TranslateRequest()), status);
 }
 
-grpc::ServerUnaryReactor* TranslationService::Translate(grpc::CallbackServerContext* context,
-                                                        const grpc::ByteBuffer* request,
-                                                        grpc::ByteBuffer* response) {
-  if (grpc::Status denied = authenticate(context, "Translate"); !denied.ok()) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(denied);
-    return reactor;
-  }
-  return new UnaryCall(*this, context, *request, response);
+void TranslationService::serve_translate(grpc::ServerBuilder& builder, int threads) {
+  translate_queue_ = builder.AddCompletionQueue();
+  translate_threads_ = threads;
 }
+
+void TranslationService::start_translate() {
+  // Places offered at once: enough that calls arriving together are taken without waiting
+  // for a thread to request the next place.
+  constexpr int kPlacesPerThread = 32;
+  for (int i = 0; i < kPlacesPerThread * translate_threads_; ++i) {
+    UnaryCall::request(*this, translate_queue_.get());
+  }
+  for (int i = 0; i < translate_threads_; ++i) {
+    translate_workers_.emplace_back([queue = translate_queue_.get()] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (queue->Next(&tag, &ok)) {
+        auto* event = static_cast<UnaryCall::Event*>(tag);
+        arrived(event->call);
+        (event->call->*event->react)(ok);
+      }
+    });
+  }
+}
+
+void TranslationService::stop_translate() {
+  if (!translate_queue_) return;
+  translate_queue_->Shutdown();
+  if (translate_workers_.empty()) {  // never started: drained here
+    void* tag = nullptr;
+    bool ok = false;
+    while (translate_queue_->Next(&tag, &ok)) {
+    }
+  }
+  for (std::thread& t : translate_workers_) t.join();
+  translate_workers_.clear();
+  translate_queue_.reset();
+}
+
+TranslationService::~TranslationService() { stop_translate(); }
 
 grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse>*
 TranslationService::TranslateStream(grpc::CallbackServerContext* context) {
-  if (grpc::Status denied = authenticate(context, "TranslateStream"); !denied.ok()) {
+  if (grpc::Status denied = authenticate(*context, "TranslateStream"); !denied.ok()) {
     return new RefusedStream(denied);
   }
   auto stream = std::make_unique<StreamCall>(*this, context);
@@ -740,7 +816,7 @@ grpc::ServerUnaryReactor* TranslationService::ListModels(grpc::CallbackServerCon
                                                          const v1::ListModelsRequest*,
                                                          v1::ListModelsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (grpc::Status denied = authenticate(context, "ListModels"); !denied.ok()) {
+  if (grpc::Status denied = authenticate(*context, "ListModels"); !denied.ok()) {
     reactor->Finish(denied);
     return reactor;
   }

@@ -1,8 +1,17 @@
 #pragma once
-// The gRPC face of the server, on gRPC's callback API: a thin layer that validates
-// (RequestValidator), submits to its model's Scheduler, fills the response when the job's
-// callback arrives, and records one metrics update and one log line per request. A waiting
-// request holds no thread; a client's cancellation arrives as OnCancel and cancels its job.
+// The gRPC face of the server: a thin layer that validates (RequestValidator), submits to
+// its model's Scheduler, fills the response when the job's callback arrives, and records
+// one metrics update and one log line per request. A waiting request holds no thread; a
+// client's cancellation arrives as an event and cancels its job.
+//
+// Translate, the one call every client makes, is served on gRPC's asynchronous API by a few
+// threads of the service's own (serve_translate()); TranslateStream and ListModels on the
+// callback API. Why: with Debian's gRPC 1.51 (epoll1) a callback call's events go through
+// gRPC's pool of "nexting" threads (half the cores, 8 on 16), which pass the socket poller
+// from one to the next as they go, and the parsing, validation and tokenizing ran there too.
+// On an H200 machine of 16 cores, 256 single-sentence clients (a connection each) were served
+// at 72-80% of the engine's offline batch 256 on the callback API, at 84-97% on the
+// asynchronous API with 4 threads (bench/RESULTS.md, server run 37).
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -10,6 +19,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "nmt/v1/translation.grpc.pb.h"
 #include "server/auth.h"
@@ -20,9 +31,9 @@
 namespace nmt::server {
 
 // Translate is registered raw (bytes in and out) and parsed here, so that a request that
-// is not a TranslateRequest gets INVALID_ARGUMENT like any other bad input (gRPC 1.51's
-// callback handler would answer UNIMPLEMENTED); the other two methods are typed.
-using TranslationServiceBase = v1::TranslationService::WithRawCallbackMethod_Translate<
+// is not a TranslateRequest gets INVALID_ARGUMENT like any other bad input; the other two
+// methods are typed.
+using TranslationServiceBase = v1::TranslationService::WithRawMethod_Translate<
     v1::TranslationService::WithCallbackMethod_TranslateStream<
         v1::TranslationService::WithCallbackMethod_ListModels<v1::TranslationService::Service>>>;
 
@@ -37,9 +48,15 @@ class TranslationService final : public TranslationServiceBase {
                      const BearerAuth& auth, int max_concurrent_calls = 4096,
                      int max_stream_messages = 64);
 
-  grpc::ServerUnaryReactor* Translate(grpc::CallbackServerContext* context,
-                                      const grpc::ByteBuffer* request,
-                                      grpc::ByteBuffer* response) override;
+  ~TranslationService() override;
+
+  // Translate's completion queue, on `builder` before it builds the server; then, once the
+  // server is started, start_translate() runs `threads` threads on it. After the server's
+  // Shutdown() has returned, stop_translate() drains the queue and joins them.
+  void serve_translate(grpc::ServerBuilder& builder, int threads);
+  void start_translate();
+  void stop_translate();
+
   grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse>* TranslateStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
@@ -65,7 +82,7 @@ class TranslationService final : public TranslationServiceBase {
   struct Call;      // one request's bookkeeping, receipt to log line
   struct Admitted;  // a validated request and its model
   class Slot;       // a place among max_concurrent_calls, and the inflight gauge
-  class UnaryCall;  // Translate's reactor
+  class UnaryCall;  // one Translate call, on the asynchronous API
   class StreamCall;  // TranslateStream's reactor
 
   Call begin(const char* method, const v1::TranslateRequest& request);
@@ -93,7 +110,7 @@ class TranslationService final : public TranslationServiceBase {
   void reactor_done();
   // OK, or UNAUTHENTICATED (recorded as one request of `method`) when the call lacks an
   // accepted bearer token.
-  grpc::Status authenticate(grpc::CallbackServerContext* context, const char* method);
+  grpc::Status authenticate(const grpc::ServerContextBase& context, const char* method);
 
   ModelRegistry& models_;
   RequestValidator validator_;
@@ -107,6 +124,9 @@ class TranslationService final : public TranslationServiceBase {
   std::atomic<int> live_{0};   // UnaryCall and StreamCall reactors not yet deleted
   std::mutex live_mutex_;
   std::condition_variable no_live_;
+  std::unique_ptr<grpc::ServerCompletionQueue> translate_queue_;
+  int translate_threads_ = 0;
+  std::vector<std::thread> translate_workers_;
 };
 
 // One model of ListModels (and of ModelControl's answers).

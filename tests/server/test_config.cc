@@ -61,6 +61,7 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.models[0].path, std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small");
   EXPECT_EQ(c.models[0].device, "auto");
   EXPECT_EQ(c.models[0].workers, 2);
+  EXPECT_EQ(c.translate_threads, ServerConfig().translate_threads);
   // The file spells out the connection limits at their defaults.
   const ConnectionLimits d;
   EXPECT_EQ(c.connections.max_streams_per_connection, d.max_streams_per_connection);
@@ -195,7 +196,8 @@ TEST(Config, HelpListsEveryFlag) {
                            "--max-concurrent-calls", "--workers", "--threads",
                            "--max-sentences-per-request", "--max-input-tokens",
                            "--max-beam-size", "--max-decoding-length",
-                           "--shutdown-grace-seconds", "--max-message-bytes"}) {
+                           "--shutdown-grace-seconds", "--max-message-bytes",
+                           "--translate-threads"}) {
     EXPECT_NE(help.find(std::string("\n  ") + flag + " "), std::string::npos) << flag;
   }
   EXPECT_NE(help.find("auto | cpu | cuda"), std::string::npos);
@@ -260,6 +262,18 @@ TEST(Config, FlagValuesAreCheckedLikeYaml) {
             "models[0].device: must be one of auto | cpu | cuda, got 'gpu'");
   EXPECT_EQ(error_of(kMinimal, {{"log-level", "loud"}}),
             "server.log_level: must be one of trace | debug | info | warn | error | critical | off, got 'loud'");
+}
+
+TEST(Config, TranslateThreads) {
+  EXPECT_EQ(parse_config(kMinimal, "/etc/nmt").translate_threads, 4);
+  EXPECT_EQ(parse_config(std::string(kMinimal) + "server:\n  translate_threads: 2\n", "/etc/nmt")
+                .translate_threads,
+            2);
+  EXPECT_EQ(parse_config(kMinimal, "/etc/nmt", {{"translate-threads", "8"}}).translate_threads, 8);
+  EXPECT_EQ(error_of(kMinimal, {{"translate-threads", "0"}}),
+            "server.translate_threads: must be between 1 and 64, got 0");
+  EXPECT_EQ(error_of(kMinimal, {{"translate-threads", "65"}}),
+            "server.translate_threads: must be between 1 and 64, got 65");
 }
 
 TEST(Config, MissingFileIsAnError) {
