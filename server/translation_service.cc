@@ -163,7 +163,8 @@ class TranslationService::UnaryCall final {
     auto* call = new UnaryCall(service, queue);
     // Before the request: the done event then comes back once the call has arrived.
     call->context_.AsyncNotifyWhenDone(&call->done_event_);
-    handoff(call);
+    handoff(&call->arrived_event_);
+    handoff(&call->done_event_);
     service.RequestTranslate(&call->context_, &call->request_bytes_, &call->responder_, queue,
                              queue, &call->arrived_event_);
   }
@@ -226,7 +227,8 @@ class TranslationService::UnaryCall final {
     event_back();
   }
   void on_finish(bool) { event_back(); }
-  // The finish and the done events both back: nothing else holds the call.
+  // The finish and the done events both back, and the thread that finished the call out of
+  // Finish(): nothing else holds the call.
   void event_back() {
     if (events_left_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     TranslationService& service = service_;
@@ -280,13 +282,14 @@ class TranslationService::UnaryCall final {
     finish_unrecorded(status);
   }
   void finish_unrecorded(const grpc::Status& status) {
-    handoff(this);
-    // The call may be deleted at once, on another thread.
+    handoff(&finished_event_);
     if (status.ok()) {
       responder_.Finish(response_bytes_, status, &finished_event_);
     } else {
       responder_.FinishWithError(status, &finished_event_);
     }
+    // The finish event may already be back: whichever comes last deletes the call.
+    event_back();
   }
 
   TranslationService& service_;
@@ -298,7 +301,7 @@ class TranslationService::UnaryCall final {
   Event arrived_event_{this, &UnaryCall::on_arrival};
   Event done_event_{this, &UnaryCall::on_end};
   Event finished_event_{this, &UnaryCall::on_finish};
-  std::atomic<int> events_left_{2};  // finished and done
+  std::atomic<int> events_left_{3};  // finished, done, and out of Finish()
   Slot slot_;
   Call call_;
   Clock::time_point deadline_;
@@ -776,8 +779,8 @@ void TranslationService::start_translate() {
       void* tag = nullptr;
       bool ok = false;
       while (queue->Next(&tag, &ok)) {
+        arrived(tag);
         auto* event = static_cast<UnaryCall::Event*>(tag);
-        arrived(event->call);
         (event->call->*event->react)(ok);
       }
     });
