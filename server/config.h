@@ -83,7 +83,7 @@ struct ServerConfig {
   int max_concurrent_calls = 4096;
   // Threads that serve Translate calls (gRPC's asynchronous API; translation_service.h):
   // they parse, validate and submit each call and start its answer, never waiting on one.
-  // 4: 256 single-sentence clients on an H200 machine of 16 cores were served at 84-97% of
+  // 4: 256 single-sentence clients on H200 machines of 16 cores were served at 77-97% of
   // offline batch 256 with 4, 81-85% with 2 or 8, 56% with 1 (server run 37).
   int translate_threads = 4;
   // The HTTP/JSON API (server/http_api.h): off while http_port is 0.

@@ -9,8 +9,8 @@
 // callback API. Why: with Debian's gRPC 1.51 (epoll1) a callback call's events go through
 // gRPC's pool of "nexting" threads (half the cores, 8 on 16), which pass the socket poller
 // from one to the next as they go, and the parsing, validation and tokenizing ran there too.
-// On an H200 machine of 16 cores, 256 single-sentence clients (a connection each) were served
-// at 72-80% of the engine's offline batch 256 on the callback API, at 84-97% on the
+// On H200 machines of 16 cores, 256 single-sentence clients (a connection each) were served
+// at 72-80% of the engine's offline batch 256 on the callback API, at 77-97% on the
 // asynchronous API with 4 threads (bench/RESULTS.md, server run 37).
 #include <grpcpp/grpcpp.h>
 
