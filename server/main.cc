@@ -145,10 +145,10 @@ int serve(const ServerConfig& config) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // TranslationService holds no thread per call (Translate: its own few threads; the rest:
-  // the callback API). Reflection and ModelControl
-  // are synchronous services: each of their calls in flight holds a thread, so a client
-  // opening streams by the thousand would add threads by the thousand; the quota caps them
-  // (a call beyond it is refused RESOURCE_EXHAUSTED). No other service draws on it.
+  // the callback API). Reflection and ModelControl are synchronous services: each of their
+  // calls in flight holds a thread, so a client opening streams by the thousand would add
+  // threads by the thousand; the quota caps them (a call beyond it is refused
+  // RESOURCE_EXHAUSTED). No other service draws on it.
   grpc::ResourceQuota thread_quota("nmt-server");
   thread_quota.SetMaxThreads(kSyncServerThreads);
   builder.SetResourceQuota(thread_quota);

@@ -145,8 +145,9 @@ class TranslationService::Slot {
 // the job's callback (on a scheduler thread) fills the response and finishes the call. A
 // client's cancellation or the deadline (the done event, IsCancelled) cancels the job, whose
 // callback then finishes the call. The call is not finished before its admission has come
-// back, and the object lives until both the finish and the done event have come back, so
-// it outlives every thread that touches it.
+// back, and the object lives until the finish and the done events have come back and its
+// finisher has returned from Finish() (event_back()), so it outlives every thread that
+// touches it.
 //
 // Each call holds one requested place on the queue until a call arrives in it; it then
 // requests the next, so the queue always offers as many places as it started with.

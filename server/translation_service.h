@@ -121,7 +121,7 @@ class TranslationService final : public TranslationServiceBase {
   const int max_calls_;
   const size_t max_stream_messages_;
   std::atomic<int> calls_{0};  // Translate calls and streams holding a Slot
-  std::atomic<int> live_{0};   // UnaryCall and StreamCall reactors not yet deleted
+  std::atomic<int> live_{0};   // UnaryCall (once arrived) and StreamCall objects not yet deleted
   std::mutex live_mutex_;
   std::condition_variable no_live_;
   std::unique_ptr<grpc::ServerCompletionQueue> translate_queue_;
