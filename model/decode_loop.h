@@ -3,9 +3,10 @@
 // leave as soon as they finish. It owns the host side of the persistent decode state: which
 // sentence slot and which cache rows each active sentence holds, and each sentence's beam
 // search (beam_search.h). admit() gives new sentences free slots and rows; the next step()
-// encodes them in one batched encoder pass, enqueued behind that step's own work so that
-// the encode does not delay the sentences already decoding (they then take their first
-// step at the step after; an idle loop encodes first and steps them at once). step() runs
+// encodes them in one batched encoder pass beside that step's own work (the CUDA engine runs
+// it on a stream of its own), so that the encode does not delay the sentences already
+// decoding (they then take their first step at the step after; an idle loop encodes first
+// and steps them at once). step() runs
 // one decoder step over the active sentences, each at its own position with its own
 // options, and returns those that finished, as ids and scores: their text is the caller's
 // to make (Translator::translate_ids, the server's responder), after step() has submitted

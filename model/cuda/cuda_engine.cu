@@ -210,7 +210,12 @@ class CudaEngine final : public Engine {
     check_cuda(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cublas(cublasCreate(&cublas_), "cublasCreate");
     check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
+    check_cuda(cudaStreamCreateWithFlags(&encode_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cublas(cublasCreate(&encode_cublas_), "cublasCreate");
+    check_cublas(cublasSetStream(encode_cublas_, encode_stream_), "cublasSetStream");
     check_cuda(cudaEventCreateWithFlags(&enc_uploaded_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&before_encode_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&encoded_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     for (StepLane& lane : lanes_) {
       check_cuda(cudaEventCreateWithFlags(&lane.stepped, cudaEventDisableTiming), "cudaEventCreate");
@@ -243,6 +248,9 @@ class CudaEngine final : public Engine {
     // Our own workspace: counted against the memory limit, and needed for graph capture.
     workspace_ = DeviceBuffer<char>(&alloc_, kCublasWorkspace);
     check_cublas(cublasSetWorkspace(cublas_, workspace_.get(), kCublasWorkspace), "cublasSetWorkspace");
+    encode_workspace_ = DeviceBuffer<char>(&alloc_, kCublasWorkspace);
+    check_cublas(cublasSetWorkspace(encode_cublas_, encode_workspace_.get(), kCublasWorkspace),
+                 "cublasSetWorkspace");
     upload_weights(w);
   }
 
@@ -287,17 +295,22 @@ class CudaEngine final : public Engine {
   // The stream is the device's (device_stream()): not ours to destroy.
   void release_handles() {
     cublasDestroy(cublas_);
+    cublasDestroy(encode_cublas_);
     cudaEventDestroy(enc_uploaded_);
+    cudaEventDestroy(before_encode_);
+    cudaEventDestroy(encoded_);
+    cudaStreamDestroy(encode_stream_);
     cudaEventDestroy(done_);
     for (StepLane& lane : lanes_) cudaEventDestroy(lane.stepped);
     cudaStreamDestroy(capture_stream_);
   }
 
   // Waits for this engine's work on the shared stream, not for the other engines' work
-  // enqueued after it.
+  // enqueued after it, and for its last encode.
   cudaError_t finish() const noexcept {
-    const cudaError_t status = cudaEventRecord(done_, stream_);
-    return status != cudaSuccess ? status : cudaEventSynchronize(done_);
+    cudaError_t status = cudaEventRecord(done_, stream_);
+    if (status == cudaSuccess) status = cudaEventSynchronize(done_);
+    return status != cudaSuccess ? status : cudaEventSynchronize(encoded_);
   }
   void wait(const char* what = "synchronize") const { check_cuda(finish(), what); }
 
@@ -313,6 +326,7 @@ class CudaEngine final : public Engine {
     const size_t n = size_t(enc_lengths_[sentence]) * d_;
     const T* src = enc_.x[0].get() + sentence * enc_len_ * d_;
     std::vector<T> dev(n);
+    check_cuda(cudaStreamWaitEvent(stream_, encoded_, 0), "encoder_output");
     check_cuda(cudaMemcpyAsync(dev.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_),
                "encoder_output copy");
     wait("encoder_output sync");
@@ -327,8 +341,15 @@ class CudaEngine final : public Engine {
   void submit(const StepInput& in, int lane) override;
   void collect(int lane, StepOutput* out) override;
   bool overlaps_steps() const override { return true; }
-  // encode() without the profile's synchronize: what a step enqueues behind its own work.
+  // encode() without the profile's synchronize: the encode on encode_stream_, after the work
+  // before_encode_ marks on the shared stream (which the caller records).
   void enqueue_encode(const std::vector<EncodeItem>& items);
+  // The shared stream waits for the last encode: its sentences step from the next step on.
+  void join_encode() {
+    if (!encode_pending_) return;
+    check_cuda(cudaStreamWaitEvent(stream_, encoded_, 0), "encode join");
+    encode_pending_ = false;
+  }
   void enqueue_encoder(const EncodeUpload& host, const EncodeUpload& dev, int n, int S);
 
  private:
@@ -639,6 +660,7 @@ class CudaEngine final : public Engine {
   void reserve_encode(int n, int rows) {
     if (n > enc_.sentences || rows > enc_.rows) {
       drop_graphs(encode_graphs_);
+      check_cuda(cudaEventSynchronize(encoded_), "encode");  // the last encode's buffers
       const int sentences = std::max(enc_.sentences, (n + 15) / 16 * 16);
       const int most = std::max(enc_.rows, (rows + 1023) / 1024 * 1024);
       const size_t d = size_t(d_);
@@ -1021,6 +1043,18 @@ class CudaEngine final : public Engine {
   std::vector<int> enc_lengths_;  // per encode() item
   PinnedBuffer enc_in_;
   cudaEvent_t enc_uploaded_ = nullptr;  // enc_in_ may be refilled once this has passed
+  // Encodes run on a stream of their own, with a cuBLAS handle (and workspace) of their own,
+  // so that a newcomers' encode overlaps the step it rides on instead of following it on the
+  // shared stream: every step of a loop that admits paid for the encoder's launches after
+  // its own. An encode waits for before_encode_ (the shared stream's work before the step it
+  // rides on: the sentences that left at the step before may still be read there, and their
+  // slots may be the newcomers'); the next step waits for encoded_ (join_encode()).
+  cudaStream_t encode_stream_ = nullptr;
+  cublasHandle_t encode_cublas_ = nullptr;
+  DeviceBuffer<char> encode_workspace_;
+  cudaEvent_t before_encode_ = nullptr;
+  cudaEvent_t encoded_ = nullptr;
+  bool encode_pending_ = false;  // the shared stream has not yet waited for encoded_
 
   // persistent decode state (reserve(); only grows)
   EngineCapacity cap_;
@@ -1049,6 +1083,7 @@ void CudaEngine<T>::reserve(const EngineCapacity& want) {
     return;
   const EngineCapacity previous = cap_;
   drop_graphs();
+  wait("reserve");  // an encode may still write the slots being released
   // Release first (lower peak); when the new state does not fit, the previous one again (the
   // memory it held a moment ago), so the engine stays usable.
   state_ = DecodeState();
@@ -1065,7 +1100,9 @@ template <typename T>
 void CudaEngine<T>::encode(const std::vector<EncodeItem>& items) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   const auto wall0 = std::chrono::steady_clock::now();
+  check_cuda(cudaEventRecord(before_encode_, stream_), "encode");
   enqueue_encode(items);
+  join_encode();
   if (profile_) {
     wait();
     profile_stats_.encodes++;
@@ -1110,8 +1147,29 @@ void CudaEngine<T>::enqueue_encode(const std::vector<EncodeItem>& items) {
     slot_lengths_[size_t(items[size_t(b)].slot)] = length;
   }
   std::copy(slot_lengths_.begin(), slot_lengths_.end(), host.slot_lengths);
-  launch(encode_graphs_, {n, S}, [&] { enqueue_encoder(host, dev, n, S); });
-  check_cuda(cudaEventRecord(enc_uploaded_, stream_), "encode upload");
+  check_cuda(cudaStreamWaitEvent(encode_stream_, before_encode_, 0), "encode");
+  // The encoder's code enqueues on stream_ with cublas_: both point at the encode's own while
+  // it is enqueued (and captured: the graph then holds the encode handle's workspace).
+  struct EncodeSide {
+    CudaEngine& e;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    explicit EncodeSide(CudaEngine& engine) : e(engine), stream(engine.stream_), cublas(engine.cublas_) {
+      e.stream_ = e.encode_stream_;
+      e.cublas_ = e.encode_cublas_;
+    }
+    ~EncodeSide() {
+      e.stream_ = stream;
+      e.cublas_ = cublas;
+    }
+  };
+  {
+    EncodeSide side(*this);
+    launch(encode_graphs_, {n, S}, [&] { enqueue_encoder(host, dev, n, S); });
+  }
+  check_cuda(cudaEventRecord(enc_uploaded_, encode_stream_), "encode upload");
+  check_cuda(cudaEventRecord(encoded_, encode_stream_), "encode");
+  encode_pending_ = true;
   enc_len_ = S;
 }
 
@@ -1174,7 +1232,10 @@ void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
   lane.in_flight = false;
   check_step(in);
   if (in.groups.empty()) {  // an encode only: collect() has no candidates to wait for
-    if (in.encode) enqueue_encode(*in.encode);
+    if (in.encode) {
+      check_cuda(cudaEventRecord(before_encode_, stream_), "encode");
+      enqueue_encode(*in.encode);
+    }
     return;
   }
   const StepShape shape = shape_of(in.groups);
@@ -1185,15 +1246,16 @@ void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
   grow_cache(last_position + 1);
   fill_upload(in, shape, lane);  // the lane's previous step has been waited for
 
+  join_encode();  // the last encode's sentences may step now
+  if (in.encode) check_cuda(cudaEventRecord(before_encode_, stream_), "encode");
   if (profile_) cudaEventRecord(lane.start, stream_);
   launch_step(shape, in.groups, lane_index);
   if (profile_) cudaEventRecord(lane.end, stream_);
   check_cuda(cudaEventRecord(lane.stepped, stream_), "decode step");
   lane.pending = shape;
   lane.in_flight = true;
-  // Newcomers' encoder launches go in while the GPU runs the step; they join at the next.
-  // Only the step is waited for: the encode runs on while the host reads the candidates and
-  // advances the beams (the next step, queued behind it, reads its slots).
+  // Newcomers' encode runs beside the step on its own stream; they join at the next step,
+  // which waits for it. collect() waits for the step only.
   if (in.encode) enqueue_encode(*in.encode);
   lane.submit_wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
 }

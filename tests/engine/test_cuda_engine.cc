@@ -381,11 +381,12 @@ TEST(CudaEngine, EncodeGraphsWriteTheGivenSlots) {
 // follow the one in flight (two in flight, the sentences that finished in the older one still
 // in the newer): every sentence still decodes as it does alone in the loop (float32: same
 // tokens, same scores).
-TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
-  SKIP_WITHOUT_GPU();
+// Sentences admitted while others decode (their encode beside the step on the engine's
+// encode stream) decode as alone, with `cap` slots and rows: one at a time, ten sentences of
+// three beam sizes, two at first, then one more every second step.
+static void expect_newcomers_decode_as_alone(const EngineCapacity& cap) {
   auto engine = cuda_engine(Precision::kFloat32);
   const ModelConfig& config = models().config;
-  const EngineCapacity cap{8, 32, 32};
   std::vector<DecodeOptions> options(3);
   options[0].beam_size = 4;
   options[1].beam_size = 2;
@@ -406,34 +407,44 @@ TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
     ASSERT_EQ(done.size(), 1u);
     alone[size_t(i)] = done[0].translation;
   }
-  // Two at first, then one more every second step while the others decode.
-  {
-    DecodeLoop loop(*engine, config, cap);
-    std::vector<FinishedSentence> done;
-    int next = 0;
-    for (int step = 0; next < n || !loop.idle(); ++step) {
-      if (next < n && (step == 0 || step % 2 == 1) && loop.can_admit(options[size_t(next % 3)])) {
+  DecodeLoop loop(*engine, config, cap);
+  std::vector<FinishedSentence> done;
+  int next = 0;
+  for (int step = 0; next < n || !loop.idle(); ++step) {
+    if (next < n && (step == 0 || step % 2 == 1) && loop.can_admit(options[size_t(next % 3)])) {
+      loop.admit({{uint64_t(next), source(next), options[size_t(next % 3)]}});
+      ++next;
+      if (step == 0 && loop.can_admit(options[size_t(next % 3)])) {
         loop.admit({{uint64_t(next), source(next), options[size_t(next % 3)]}});
         ++next;
-        if (step == 0) {
-          loop.admit({{uint64_t(next), source(next), options[size_t(next % 3)]}});
-          ++next;
-        }
       }
-      run(loop, &done);
     }
-    ASSERT_EQ(done.size(), size_t(n));
-    for (const FinishedSentence& f : done) {
-      const Translation& want = alone[size_t(f.id)];
-      ASSERT_EQ(want.hypotheses.size(), f.translation.hypotheses.size()) << "sentence " << f.id;
-      for (size_t h = 0; h < want.hypotheses.size(); ++h) {
-        EXPECT_EQ(want.hypotheses[h].ids, f.translation.hypotheses[h].ids)
-            << "sentence " << f.id;
-        EXPECT_NEAR(want.hypotheses[h].score, f.translation.hypotheses[h].score, 1e-4)
-            << "sentence " << f.id;
-      }
+    run(loop, &done);
+  }
+  ASSERT_EQ(done.size(), size_t(n));
+  for (const FinishedSentence& f : done) {
+    const Translation& want = alone[size_t(f.id)];
+    ASSERT_EQ(want.hypotheses.size(), f.translation.hypotheses.size()) << "sentence " << f.id;
+    for (size_t h = 0; h < want.hypotheses.size(); ++h) {
+      EXPECT_EQ(want.hypotheses[h].ids, f.translation.hypotheses[h].ids) << "sentence " << f.id;
+      EXPECT_NEAR(want.hypotheses[h].score, f.translation.hypotheses[h].score, 1e-4)
+          << "sentence " << f.id;
     }
   }
+}
+
+TEST(CudaEngine, NewcomersEncodedDuringStepsDecodeAsAlone) {
+  SKIP_WITHOUT_GPU();
+  expect_newcomers_decode_as_alone(EngineCapacity{8, 32, 32});
+}
+
+// With room for two sentences each newcomer takes the slot a sentence left at the step
+// before, while the step in flight still computes that sentence's rows once more: its encode
+// must not overwrite the slot under that step, nor the step read the newcomer's half-written
+// keys.
+TEST(CudaEngine, NewcomersInJustFreedSlotsDecodeAsAlone) {
+  SKIP_WITHOUT_GPU();
+  expect_newcomers_decode_as_alone(EngineCapacity{2, 8, 32});
 }
 
 // A step that follows the one before (StepGroup::follows: its rows' tokens, parents and
