@@ -1146,6 +1146,8 @@ void CudaEngine<T>::enqueue_encode(const std::vector<EncodeItem>& items) {
     host.outputs[b] = state_.cross_kv.get() + items[size_t(b)].slot * slot_stride;
     slot_lengths_[size_t(items[size_t(b)].slot)] = length;
   }
+  // The whole table goes up, beside the step in flight: it changes only the newcomers'
+  // entries, which that step reads for no row it keeps.
   std::copy(slot_lengths_.begin(), slot_lengths_.end(), host.slot_lengths);
   check_cuda(cudaStreamWaitEvent(encode_stream_, before_encode_, 0), "encode");
   // The encoder's code enqueues on stream_ with cublas_: both point at the encode's own while
