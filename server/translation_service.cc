@@ -159,9 +159,10 @@ class TranslationService::UnaryCall final {
     void (UnaryCall::*react)(bool ok);
   };
 
-  // Requests the next Translate call on `queue`.
-  static void request(TranslationService& service, grpc::ServerCompletionQueue* queue) {
-    auto* call = new UnaryCall(service, queue);
+  // Requests the next Translate call on the service's queue.
+  static void request(TranslationService& service) {
+    grpc::ServerCompletionQueue* queue = service.translate_queue_.get();
+    auto* call = new UnaryCall(service);
     // Before the request: the done event then comes back once the call has arrived.
     call->context_.AsyncNotifyWhenDone(&call->done_event_);
     handoff(&call->arrived_event_);
@@ -171,8 +172,7 @@ class TranslationService::UnaryCall final {
   }
 
  private:
-  UnaryCall(TranslationService& service, grpc::ServerCompletionQueue* queue)
-      : service_(service), queue_(queue), slot_(service) {}
+  explicit UnaryCall(TranslationService& service) : service_(service), slot_(service) {}
 
   // A call arrived in this place (ok), or the server is shutting down (not ok: no call
   // came, and no done event will).
@@ -181,7 +181,7 @@ class TranslationService::UnaryCall final {
       delete this;
       return;
     }
-    request(service_, queue_);
+    request(service_);
     service_.reactor_started();
     deadline_ = steady_deadline(context_);
     if (grpc::Status denied = service_.authenticate(context_, "Translate"); !denied.ok()) {
@@ -294,7 +294,6 @@ class TranslationService::UnaryCall final {
   }
 
   TranslationService& service_;
-  grpc::ServerCompletionQueue* const queue_;
   grpc::ServerContext context_;
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer response_bytes_;
@@ -772,9 +771,7 @@ void TranslationService::start_translate() {
   // Places offered at once: enough that calls arriving together are taken without waiting
   // for a thread to request the next place.
   constexpr int kPlacesPerThread = 32;
-  for (int i = 0; i < kPlacesPerThread * translate_threads_; ++i) {
-    UnaryCall::request(*this, translate_queue_.get());
-  }
+  for (int i = 0; i < kPlacesPerThread * translate_threads_; ++i) UnaryCall::request(*this);
   for (int i = 0; i < translate_threads_; ++i) {
     translate_workers_.emplace_back([queue = translate_queue_.get()] {
       void* tag = nullptr;
