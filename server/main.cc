@@ -19,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "server/abseil_locks.h"
 #include "server/config.h"
 #include "server/http_api.h"
 #include "server/logging.h"
@@ -228,6 +229,7 @@ void tune_allocator() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  nmt::server::skip_abseil_deadlock_detection();
   tune_allocator();
   const sigset_t signals = handled_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);

@@ -19,6 +19,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nmt/v1/translation.grpc.pb.h"
+#include "server/abseil_locks.h"
 #include "server/loadgen/latency_stats.h"
 #include "server/loadgen/sentence_source.h"
 
@@ -492,6 +493,7 @@ int load(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  nmt::server::skip_abseil_deadlock_detection();
   const Options options = parse(argc, argv);
   return options.health_check ? health_check(options) : load(options);
 }
