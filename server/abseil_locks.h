@@ -3,7 +3,8 @@
 namespace nmt::server {
 
 // Turns off Abseil's mutex deadlock detection for this process. Called first thing in the
-// main() of each gRPC program (nmt-server, nmt-loadgen), before gRPC creates a mutex.
+// main() of each gRPC program (nmt-server, nmt-loadgen), before gRPC starts its threads; the
+// mode is read at each lock, so mutexes gRPC made during static initialization follow it.
 //
 // Why: Debian builds Abseil without NDEBUG, so absl::Mutex runs in its debug mode, where
 // every Lock() records the lock order in one process-wide graph behind one spinlock: a lock
