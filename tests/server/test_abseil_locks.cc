@@ -1,7 +1,7 @@
 // skip_abseil_deadlock_detection() (server/abseil_locks.h): with Debian's Abseil (built
 // without NDEBUG) a lock order that inverts an earlier one aborts the process ("Potential
-// Mutex deadlock") unless the detection is off. Each case runs in a child process of its
-// own, so that the mode and the lock graph start fresh.
+// Mutex deadlock") unless the detection is off. The case runs in a child process of its own,
+// so that the mode and the lock graph start fresh.
 #include <absl/synchronization/mutex.h>
 #include <gtest/gtest.h>
 
