@@ -81,8 +81,9 @@ struct ServerConfig {
   // Unary calls and streams in flight on the whole server; one more is refused with
   // RESOURCE_EXHAUSTED at once (bounds the server's per-call memory, whatever the queue).
   int max_concurrent_calls = 4096;
-  // Threads that serve Translate calls (gRPC's asynchronous API; translation_service.h):
-  // they parse, validate and submit each call and start its answer, never waiting on one.
+  // Threads on the completion queue of Translate, TranslateStream and the health service
+  // (gRPC's asynchronous API; queue_threads.h), the most at once: one while calls are few.
+  // They parse, validate and submit each call and start its answer, never waiting on one.
   // 4: 256 single-sentence clients on H200 machines of 16 cores were served at 77-97% of
   // offline batch 256 with 4, 81-85% with 2 or 8, 56% with 1 (server run 37).
   int translate_threads = 4;

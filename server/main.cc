@@ -5,7 +5,6 @@
 // in-flight calls get up to shutdown_grace_seconds to finish, then the process exits 0.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <malloc.h>
 
@@ -21,12 +20,14 @@
 
 #include "server/abseil_locks.h"
 #include "server/config.h"
+#include "server/health_service.h"
 #include "server/http_api.h"
 #include "server/logging.h"
 #include "server/metrics.h"
 #include "server/metrics_endpoint.h"
 #include "server/model_control_service.h"
 #include "server/model_registry.h"
+#include "server/queue_threads.h"
 #include "server/translation_service.h"
 
 namespace {
@@ -142,14 +143,14 @@ int serve(const ServerConfig& config) {
       log_event(spdlog::level::warn, "the HTTP API has no TLS: API keys travel in plaintext unless a TLS proxy fronts it");
     }
   }
-  grpc::EnableDefaultHealthCheckService(true);
+  HealthService health;
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  // TranslationService holds no thread per call (Translate: its own few threads; the rest:
-  // the callback API). Reflection and ModelControl are synchronous services: each of their
-  // calls in flight holds a thread, so a client opening streams by the thousand would add
-  // threads by the thousand; the quota caps them (a call beyond it is refused
-  // RESOURCE_EXHAUSTED). No other service draws on it.
+  // TranslationService's calls and the health service's hold no thread: they are served on
+  // the asynchronous API by the queue's threads (queue_threads.h). Reflection, ModelControl
+  // and ListModels are synchronous: each of their calls in flight holds a thread, so a client
+  // opening streams by the thousand would add threads by the thousand; the quota caps them
+  // (a call beyond it is refused RESOURCE_EXHAUSTED). No other service draws on it.
   grpc::ResourceQuota thread_quota("nmt-server");
   thread_quota.SetMaxThreads(kSyncServerThreads);
   builder.SetResourceQuota(thread_quota);
@@ -162,7 +163,9 @@ int serve(const ServerConfig& config) {
   apply_connection_limits(config.connections, builder);
   builder.RegisterService(&service);
   builder.RegisterService(&control);
-  service.serve_translate(builder, config.translate_threads);
+  builder.RegisterService(health.service());
+  std::unique_ptr<grpc::ServerCompletionQueue> queue = builder.AddCompletionQueue();
+  QueueThreads queue_threads(*queue, config.translate_threads);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
     nlohmann::ordered_json fields = {{"address", address}};
@@ -174,11 +177,12 @@ int serve(const ServerConfig& config) {
     log_event(spdlog::level::critical, "cannot listen", fields);
     return 1;
   }
-  service.start_translate();
+  service.start(*queue, config.translate_threads);
+  health.start(*queue);
+  queue_threads.start();
   // "" (the whole server, what Kubernetes' grpc probes ask) and the service by name.
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  health->SetServingStatus(nmt::v1::TranslationService::service_full_name(), true);
-  health->SetServingStatus(true);
+  health.set(nmt::v1::TranslationService::service_full_name(), true);
+  health.set("", true);
   log_event(spdlog::level::info, "serving",
             {{"address", address},
              {"unix_socket", config.unix_socket.empty() ? "off" : config.unix_socket},
@@ -199,13 +203,13 @@ int serve(const ServerConfig& config) {
   log_event(spdlog::level::info, "shutting down",
             {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"},
              {"grace_seconds", config.shutdown_grace_seconds}});
-  health->SetServingStatus(false);
+  health.shutdown();
   if (http) http->stop();  // its requests in translation finish first
   const auto grace = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(config.shutdown_grace_seconds));
   server->Shutdown(std::chrono::system_clock::now() + grace);
   server->Wait();
-  service.stop_translate();
+  queue_threads.stop();
   service.wait_for_calls();
   models->stop();
   log_event(spdlog::level::info, "stopped");

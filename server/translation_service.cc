@@ -9,19 +9,9 @@
 #include <vector>
 
 #include "server/logging.h"
+#include "server/queue_event.h"
 #include "server/sentence_splitter.h"
 #include "server/status.h"
-
-#if defined(__SANITIZE_THREAD__)
-#define NMT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define NMT_TSAN 1
-#endif
-#endif
-#ifdef NMT_TSAN
-#include <sanitizer/tsan_interface.h>
-#endif
 
 namespace nmt::server {
 namespace {
@@ -50,36 +40,6 @@ Clock::time_point steady_deadline(const grpc::ServerContextBase& context) {
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
-
-// gRPC runs a call's reactions (OnReadDone, OnWriteDone, OnCancel) and OnDone after what
-// led to them (the method handler's return, StartRead, StartWrite, Finish), on its own
-// threads, ordered through its core, which ThreadSanitizer does not see (Debian's gRPC is
-// not instrumented). handoff() before such an operation and arrived() first thing in a
-// reaction show it that order; both are nothing outside ThreadSanitizer builds.
-inline void handoff([[maybe_unused]] void* reactor) {
-#ifdef NMT_TSAN
-  __tsan_release(reactor);
-#endif
-}
-inline void arrived([[maybe_unused]] void* reactor) {
-#ifdef NMT_TSAN
-  __tsan_acquire(reactor);
-#endif
-}
-
-// A stream refused before its first message (authentication, server busy).
-class RefusedStream final
-    : public grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse> {
- public:
-  explicit RefusedStream(const grpc::Status& status) {
-    handoff(this);
-    Finish(status);
-  }
-  void OnDone() override {
-    arrived(this);
-    delete this;
-  }
-};
 
 }  // namespace
 
@@ -153,15 +113,9 @@ class TranslationService::Slot {
 // requests the next, so the queue always offers as many places as it started with.
 class TranslationService::UnaryCall final {
  public:
-  // One event of the call on the completion queue: what the queue's threads get back.
-  struct Event {
-    UnaryCall* call;
-    void (UnaryCall::*react)(bool ok);
-  };
-
   // Requests the next Translate call on the service's queue.
   static void request(TranslationService& service) {
-    grpc::ServerCompletionQueue* queue = service.translate_queue_.get();
+    grpc::ServerCompletionQueue* queue = service.queue_;
     auto* call = new UnaryCall(service);
     // Before the request: the done event then comes back once the call has arrived.
     call->context_.AsyncNotifyWhenDone(&call->done_event_);
@@ -182,7 +136,7 @@ class TranslationService::UnaryCall final {
       return;
     }
     request(service_);
-    service_.reactor_started();
+    service_.call_started();
     deadline_ = steady_deadline(context_);
     if (grpc::Status denied = service_.authenticate(context_, "Translate"); !denied.ok()) {
       finish_unrecorded(denied);
@@ -234,7 +188,7 @@ class TranslationService::UnaryCall final {
     if (events_left_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     TranslationService& service = service_;
     delete this;
-    service.reactor_done();
+    service.call_done();
   }
 
   // The admission came back (here, or on the loading thread): the job, or why the request
@@ -298,9 +252,9 @@ class TranslationService::UnaryCall final {
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer response_bytes_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_{&context_};
-  Event arrived_event_{this, &UnaryCall::on_arrival};
-  Event done_event_{this, &UnaryCall::on_end};
-  Event finished_event_{this, &UnaryCall::on_finish};
+  QueueEvent arrived_event_ = queue_event<UnaryCall, &UnaryCall::on_arrival>(this);
+  QueueEvent done_event_ = queue_event<UnaryCall, &UnaryCall::on_end>(this);
+  QueueEvent finished_event_ = queue_event<UnaryCall, &UnaryCall::on_finish>(this);
   std::atomic<int> events_left_{3};  // finished, done, and out of Finish()
   Slot slot_;
   Call call_;
@@ -321,52 +275,76 @@ class TranslationService::UnaryCall final {
 // are unanswered or unwritten: a client that stops reading its answers stalls their writes,
 // and then the server's reads (flow control: what the client still sends waits in the
 // stream's HTTP/2 window), instead of the server buffering without end. A failed write or
-// OnCancel cancels every pending job, and the stream finishes CANCELLED once all their
-// callbacks have come back.
+// the client's cancellation cancels every pending job, and the stream finishes CANCELLED
+// once all their callbacks have come back.
 //
-// Threads: gRPC runs OnReadDone/OnWriteDone/OnCancel (each holding the call alive), the
-// scheduler runs the job callbacks (holding nothing). State is guarded by mutex_; gRPC
-// operations (StartRead, StartWrite, Finish) are started by one thread at a time, the
-// "actor" (pump()), never under mutex_. Finish is the actor's last act: nothing starts an
-// operation after it, and no job callback is left to touch the reactor, which OnDone deletes.
-class TranslationService::StreamCall final
-    : public grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse> {
+// Threads: the queue's threads run the read, write and end events, the scheduler runs the
+// job callbacks (holding nothing). State is guarded by mutex_; gRPC operations (Read, Write,
+// Finish) are started by one thread at a time, the "actor" (pump()), never under mutex_.
+// Finish is the actor's last act: nothing starts an operation after it, and no job callback
+// is left to touch the call. The call lives until its end event and every operation it
+// started have come back, and the actor is out of Finish() (events_left_).
+class TranslationService::StreamCall final {
  public:
-  StreamCall(TranslationService& service, grpc::CallbackServerContext* context)
-      : service_(service), slot_(service), deadline_(steady_deadline(*context)) {}
-
-  // Takes a place and starts reading; false when the server is busy (nothing started: the
-  // reactor is not gRPC's).
-  bool start() {
-    if (!slot_.acquire()) return false;
-    service_.reactor_started();
-    reading_ = true;
-    handoff(this);
-    StartRead(&request_);
-    return true;
+  // Requests the next TranslateStream call on the service's queue.
+  static void request(TranslationService& service) {
+    auto* call = new StreamCall(service);
+    call->context_.AsyncNotifyWhenDone(&call->ended_event_);
+    handoff(&call->arrived_event_);
+    handoff(&call->ended_event_);
+    service.RequestTranslateStream(&call->context_, &call->stream_, service.queue_,
+                                   service.queue_, &call->arrived_event_);
   }
-  grpc::Status busy() const { return slot_.busy(); }
 
-  void OnReadDone(bool ok) override {
-    arrived(this);
+ private:
+  explicit StreamCall(TranslationService& service) : service_(service), slot_(service) {}
+
+  // A stream arrived in this place (ok), or the server is shutting down (not ok: no stream
+  // came, and no end event will).
+  void on_arrival(bool ok) {
+    if (!ok) {
+      delete this;
+      return;
+    }
+    request(service_);
+    service_.call_started();
+    deadline_ = steady_deadline(context_);
+    grpc::Status refused = service_.authenticate(context_, "TranslateStream");
+    if (refused.ok() && !slot_.acquire()) {
+      refused = slot_.busy();
+      service_.record(service_.begin("TranslateStream", v1::TranslateRequest()), refused);
+    }
+    if (!refused.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        acting_ = true;  // nothing else acts on a stream that never read
+      }
+      end_stream(refused);
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    pump(std::move(lock));
+  }
+
+  void on_read(bool ok) {
     read_done(ok);
-    handoff(this);
+    event_back();
   }
-  void OnWriteDone(bool ok) override {
-    arrived(this);
+  void on_written(bool ok) {
     write_done(ok);
-    handoff(this);
+    event_back();
   }
-  void OnCancel() override {
-    arrived(this);
-    cancel_all();
-    handoff(this);
+  // The call is over: finished, or cancelled by its client or its deadline.
+  void on_end(bool) {
+    if (context_.IsCancelled()) cancel_all();
+    event_back();
   }
-  void OnDone() override {
-    arrived(this);
+  void on_finished(bool) { event_back(); }
+  void event_back() {
+    if (events_left_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     TranslationService& service = service_;
     delete this;
-    service.reactor_done();
+    service.call_done();
   }
 
  private:
@@ -527,14 +505,20 @@ class TranslationService::StreamCall final
       if (finish) {
         slot_.release();
         lock.unlock();
-        handoff(this);
-        Finish(*finish);  // acting_ stays set: nothing starts after this
+        end_stream(*finish);  // acting_ stays set: nothing starts after this
         return;
       }
       lock.unlock();
-      if (write || read) handoff(this);
-      if (write) StartWrite(write);  // the entry stays at the front until OnWriteDone
-      if (read) StartRead(&request_);
+      if (write) {  // the entry stays at the front until its write is back
+        events_left_.fetch_add(1, std::memory_order_relaxed);
+        handoff(&written_event_);
+        stream_.Write(*write, &written_event_);
+      }
+      if (read) {
+        events_left_.fetch_add(1, std::memory_order_relaxed);
+        handoff(&read_event_);
+        stream_.Read(&request_, &read_event_);
+      }
       lock.lock();
       if (!dirty_) {
         acting_ = false;
@@ -543,15 +527,32 @@ class TranslationService::StreamCall final
     }
   }
 
+  // The actor's last act (and the refusal's, which is its own actor).
+  void end_stream(const grpc::Status& status) {
+    events_left_.fetch_add(1, std::memory_order_relaxed);
+    handoff(&finished_event_);
+    stream_.Finish(status, &finished_event_);
+    event_back();  // the actor's hold: the call may be gone after this
+  }
+
   TranslationService& service_;
+  grpc::ServerContext context_;
+  grpc::ServerAsyncReaderWriter<v1::TranslateStreamResponse, v1::TranslateRequest> stream_{&context_};
+  QueueEvent arrived_event_ = queue_event<StreamCall, &StreamCall::on_arrival>(this);
+  QueueEvent ended_event_ = queue_event<StreamCall, &StreamCall::on_end>(this);
+  QueueEvent read_event_ = queue_event<StreamCall, &StreamCall::on_read>(this);
+  QueueEvent written_event_ = queue_event<StreamCall, &StreamCall::on_written>(this);
+  QueueEvent finished_event_ = queue_event<StreamCall, &StreamCall::on_finished>(this);
+  // The end event, each operation in flight, and the actor's hold until Finish() is started.
+  std::atomic<int> events_left_{2};
   Slot slot_;
-  const Clock::time_point deadline_;
+  Clock::time_point deadline_;
   v1::TranslateRequest request_;  // the read in flight
 
   std::mutex mutex_;
   std::deque<std::shared_ptr<Entry>> pending_;  // message order; the front is written next
   int outstanding_ = 0;   // pending entries whose job callback has not come back
-  bool reading_ = false;  // a read in flight, or OnReadDone running, or its admission
+  bool reading_ = false;  // a read in flight, or its event running, or its admission
   bool admitting_ = false;  // a message's admission has not come back
   bool read_done_ = false;
   bool writing_ = false;
@@ -567,7 +568,7 @@ TranslationService::TranslationService(ModelRegistry& models, const Limits& limi
       id_prefix_(random_prefix()), max_calls_(max_concurrent_calls),
       max_stream_messages_(static_cast<size_t>(max_stream_messages)) {}
 
-void TranslationService::reactor_done() {
+void TranslationService::call_done() {
   if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     std::lock_guard<std::mutex> lock(live_mutex_);
     no_live_.notify_all();
@@ -762,68 +763,23 @@ void TranslationService::record_refused(const char* method, const grpc::Status& 
   record(begin(method, v1::TranslateRequest()), status);
 }
 
-void TranslationService::serve_translate(grpc::ServerBuilder& builder, int threads) {
-  translate_queue_ = builder.AddCompletionQueue();
-  translate_threads_ = threads;
-}
-
-void TranslationService::start_translate() {
+void TranslationService::start(grpc::ServerCompletionQueue& queue, int threads) {
+  queue_ = &queue;
   // Places offered at once: enough that calls arriving together are taken without waiting
-  // for a thread to request the next place.
+  // for a thread to request the next place. Streams come seldom and last.
   constexpr int kPlacesPerThread = 32;
-  for (int i = 0; i < kPlacesPerThread * translate_threads_; ++i) UnaryCall::request(*this);
-  for (int i = 0; i < translate_threads_; ++i) {
-    translate_workers_.emplace_back([queue = translate_queue_.get()] {
-      void* tag = nullptr;
-      bool ok = false;
-      while (queue->Next(&tag, &ok)) {
-        arrived(tag);
-        auto* event = static_cast<UnaryCall::Event*>(tag);
-        (event->call->*event->react)(ok);
-      }
-    });
-  }
+  constexpr int kStreamPlaces = 8;
+  for (int i = 0; i < kPlacesPerThread * threads; ++i) UnaryCall::request(*this);
+  for (int i = 0; i < kStreamPlaces; ++i) StreamCall::request(*this);
 }
 
-void TranslationService::stop_translate() {
-  if (!translate_queue_) return;
-  translate_queue_->Shutdown();
-  if (translate_workers_.empty()) {  // never started: drained here
-    void* tag = nullptr;
-    bool ok = false;
-    while (translate_queue_->Next(&tag, &ok)) {
-    }
-  }
-  for (std::thread& t : translate_workers_) t.join();
-  translate_workers_.clear();
-  translate_queue_.reset();
-}
+TranslationService::~TranslationService() = default;
 
-TranslationService::~TranslationService() { stop_translate(); }
-
-grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse>*
-TranslationService::TranslateStream(grpc::CallbackServerContext* context) {
-  if (grpc::Status denied = authenticate(*context, "TranslateStream"); !denied.ok()) {
-    return new RefusedStream(denied);
-  }
-  auto stream = std::make_unique<StreamCall>(*this, context);
-  if (stream->start()) return stream.release();
-  const grpc::Status busy = stream->busy();
-  record(begin("TranslateStream", v1::TranslateRequest()), busy);
-  return new RefusedStream(busy);
-}
-
-grpc::ServerUnaryReactor* TranslationService::ListModels(grpc::CallbackServerContext* context,
-                                                         const v1::ListModelsRequest*,
-                                                         v1::ListModelsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (grpc::Status denied = authenticate(*context, "ListModels"); !denied.ok()) {
-    reactor->Finish(denied);
-    return reactor;
-  }
+grpc::Status TranslationService::ListModels(grpc::ServerContext* context, const v1::ListModelsRequest*,
+                                            v1::ListModelsResponse* response) {
+  if (grpc::Status denied = authenticate(*context, "ListModels"); !denied.ok()) return denied;
   for (const ModelStatus& m : models_.list()) fill_model_info(m, response->add_models());
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return grpc::Status::OK;
 }
 
 void fill_model_info(const ModelStatus& m, v1::ModelInfo* info) {

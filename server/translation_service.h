@@ -4,14 +4,16 @@
 // one metrics update and one log line per request. A waiting request holds no thread; a
 // client's cancellation arrives as an event and cancels its job.
 //
-// Translate, the one call every client makes, is served on gRPC's asynchronous API by a few
-// threads of the service's own (serve_translate()); TranslateStream and ListModels on the
-// callback API. Why: with Debian's gRPC 1.51 (epoll1) a callback call's events go through
-// gRPC's pool of "nexting" threads (half the cores, 8 on 16), which pass the socket poller
-// from one to the next as they go, and the parsing, validation and tokenizing ran there too.
-// On H200 machines of 16 cores, 256 single-sentence clients (a connection each) were served
-// at 72-80% of the engine's offline batch 256 on the callback API, at 77-97% on the
-// asynchronous API with 4 threads (bench/RESULTS.md, server run 37).
+// Translate and TranslateStream are served on gRPC's asynchronous API, on the server's
+// completion queue, whose few threads (server/queue_threads.h) parse, validate, tokenize and
+// submit each call and start its answer, never waiting on one; ListModels, a quick look, is
+// synchronous. Not the callback API: with Debian's gRPC 1.51 (epoll1) a callback call's
+// events go through gRPC's pool of "nexting" threads (half the cores, 8 on 16), which pass
+// the socket poller from one to the next as they go. On H200 machines of 16 cores, 256
+// single-sentence clients (a connection each) were served at 72-80% of the engine's offline
+// batch 256 on the callback API, at 77-97% on the asynchronous API with 4 threads (server
+// run 37); and while those threads waited on the poller beside the queue's, a lone client's
+// answer came 0.09 ms later (server run 40).
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -19,7 +21,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "nmt/v1/translation.grpc.pb.h"
@@ -34,8 +35,7 @@ namespace nmt::server {
 // is not a TranslateRequest gets INVALID_ARGUMENT like any other bad input; the other two
 // methods are typed.
 using TranslationServiceBase = v1::TranslationService::WithRawMethod_Translate<
-    v1::TranslationService::WithCallbackMethod_TranslateStream<
-        v1::TranslationService::WithCallbackMethod_ListModels<v1::TranslationService::Service>>>;
+    v1::TranslationService::WithAsyncMethod_TranslateStream<v1::TranslationService::Service>>;
 
 class TranslationService final : public TranslationServiceBase {
  public:
@@ -50,18 +50,13 @@ class TranslationService final : public TranslationServiceBase {
 
   ~TranslationService() override;
 
-  // Translate's completion queue, on `builder` before it builds the server; then, once the
-  // server is started, start_translate() runs `threads` threads on it. After the server's
-  // Shutdown() has returned, stop_translate() drains the queue and joins them.
-  void serve_translate(grpc::ServerBuilder& builder, int threads);
-  void start_translate();
-  void stop_translate();
+  // Once the server has started: offers Translate and TranslateStream calls places on
+  // `queue` (the server's, taken by `threads` QueueThreads), which stay until the queue is
+  // shut down and drained.
+  void start(grpc::ServerCompletionQueue& queue, int threads);
 
-  grpc::ServerBidiReactor<v1::TranslateRequest, v1::TranslateStreamResponse>* TranslateStream(
-      grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
-                                       const v1::ListModelsRequest* request,
-                                       v1::ListModelsResponse* response) override;
+  grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
+                          v1::ListModelsResponse* response) override;
 
   // One Translate request that came over another protocol (the HTTP API): admitted,
   // limited (a place among max_concurrent_calls), measured and logged like a gRPC call,
@@ -72,9 +67,9 @@ class TranslationService final : public TranslationServiceBase {
   // does not parse) as one request of `method`.
   void record_refused(const char* method, const grpc::Status& status);
 
-  // Blocks until every Translate and TranslateStream reactor is gone. After
-  // grpc::Server::Wait() that is at once (gRPC has run every OnDone): called there, it
-  // orders the calls' last steps (a cancel into a scheduler, say) before the models stop,
+  // Blocks until every Translate and TranslateStream call object is gone (a job's callback
+  // may be the last to let go of one). Called once the queue is drained, before the models
+  // stop: it orders the calls' last steps (a cancel into a scheduler, say) before that,
   // where ThreadSanitizer sees it too.
   void wait_for_calls();
 
@@ -83,7 +78,7 @@ class TranslationService final : public TranslationServiceBase {
   struct Admitted;  // a validated request and its model
   class Slot;       // a place among max_concurrent_calls, and the inflight gauge
   class UnaryCall;  // one Translate call, on the asynchronous API
-  class StreamCall;  // TranslateStream's reactor
+  class StreamCall;  // one TranslateStream call, on the asynchronous API
 
   Call begin(const char* method, const v1::TranslateRequest& request);
   // Validates the request and resolves its model into `admitted` (everything the job's
@@ -106,8 +101,8 @@ class TranslationService final : public TranslationServiceBase {
   grpc::Status respond(const Admitted& admitted, const JobResult& result,
                        Clock::time_point deadline, Call& call, v1::TranslateResponse* response);
   void record(const Call& call, const grpc::Status& status);
-  void reactor_started() { live_.fetch_add(1, std::memory_order_relaxed); }
-  void reactor_done();
+  void call_started() { live_.fetch_add(1, std::memory_order_relaxed); }
+  void call_done();
   // OK, or UNAUTHENTICATED (recorded as one request of `method`) when the call lacks an
   // accepted bearer token.
   grpc::Status authenticate(const grpc::ServerContextBase& context, const char* method);
@@ -124,9 +119,7 @@ class TranslationService final : public TranslationServiceBase {
   std::atomic<int> live_{0};   // UnaryCall (once arrived) and StreamCall objects not yet deleted
   std::mutex live_mutex_;
   std::condition_variable no_live_;
-  std::unique_ptr<grpc::ServerCompletionQueue> translate_queue_;
-  int translate_threads_ = 0;
-  std::vector<std::thread> translate_workers_;
+  grpc::ServerCompletionQueue* queue_ = nullptr;
 };
 
 // One model of ListModels (and of ModelControl's answers).

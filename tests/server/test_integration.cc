@@ -435,6 +435,46 @@ TEST_F(ServerTest, ListModels) {
   EXPECT_EQ(response.models(0).vocab_size(), engine_->tokenizer().vocab_size());
 }
 
+// The standard health protocol, served by the server's own HealthService: Check answers the
+// whole server ("") and the service by name, NOT_FOUND for a name it does not serve; Watch
+// sends the status at once (SERVICE_UNKNOWN for such a name) and stays open.
+TEST_F(ServerTest, HealthAnswersCheckAndWatch) {
+  using grpc::health::v1::HealthCheckRequest;
+  using grpc::health::v1::HealthCheckResponse;
+  auto health = grpc::health::v1::Health::NewStub(*channel_);
+  for (const char* name : {"", "nmt.v1.TranslationService"}) {
+    grpc::ClientContext ctx;
+    HealthCheckRequest request;
+    request.set_service(name);
+    HealthCheckResponse response;
+    ASSERT_TRUE(health->Check(&ctx, request, &response).ok()) << name;
+    EXPECT_EQ(response.status(), HealthCheckResponse::SERVING) << name;
+  }
+  {
+    grpc::ClientContext ctx;
+    HealthCheckRequest request;
+    request.set_service("no.such.Service");
+    HealthCheckResponse response;
+    const grpc::Status status = health->Check(&ctx, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(status.error_message(), "unknown service: no.such.Service");
+  }
+  for (const auto& [name, want] : {std::pair{"", HealthCheckResponse::SERVING},
+                                   std::pair{"no.such.Service", HealthCheckResponse::SERVICE_UNKNOWN}}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    HealthCheckRequest request;
+    request.set_service(name);
+    auto watch = health->Watch(&ctx, request);
+    HealthCheckResponse response;
+    ASSERT_TRUE(watch->Read(&response)) << name;
+    EXPECT_EQ(response.status(), want) << name;
+    ctx.TryCancel();  // the watch stays open until its client goes
+    EXPECT_FALSE(watch->Read(&response)) << name;
+    EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::CANCELLED) << name;
+  }
+}
+
 TEST_F(ServerTest, MetricsCountTheRequestsSent) {
   const std::string before = scrape();
   for (const char* family :

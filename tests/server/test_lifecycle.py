@@ -95,7 +95,7 @@ def main():
                 texts=[f"A man number {i} walks his big dog through the green park." for i in range(16)],
                 options=pb.TranslateOptions(beam_size=8))
             overload(server, stub, heavy)
-            drain(server, stub, heavy, health_pb2, health_pb2_grpc)
+            drain(server, channel, stub, heavy, health_pb2, health_pb2_grpc)
     except Exception as e:
         check(False, f"unexpected {type(e).__name__}: {e}")
     finally:
@@ -154,8 +154,9 @@ def overload(server, stub, heavy):
     check(counted == len(refused), f"nmt_requests_total{{code=RESOURCE_EXHAUSTED}} = {counted}")
 
 
-def drain(server, stub, heavy, health_pb2, health_pb2_grpc):
-    """SIGTERM while a request decodes: it still completes, new calls are refused, exit 0."""
+def drain(server, channel, stub, heavy, health_pb2, health_pb2_grpc):
+    """SIGTERM while a request decodes: it still completes, new calls are refused, exit 0; an
+    open health watch hears NOT_SERVING and is closed, without holding the drain."""
     # SIGTERM as soon as the server has the request in flight, not after a fixed sleep: the
     # CPU engine decodes it in ~0.15 s now (a 0.3 s sleep let it finish first), and under the
     # sanitizers many times slower (the 30 s drain grace must still cover it there).
@@ -165,7 +166,20 @@ def drain(server, stub, heavy, health_pb2, health_pb2_grpc):
             harness.metric(server.metrics(), "nmt_inflight_requests") != 1:
         time.sleep(0.005)
     check(not future.done(), "a request is in flight when SIGTERM arrives")
+    watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+    first = next(watch)
+    check(first.status == health_pb2.HealthCheckResponse.SERVING, f"a watch hears SERVING first ({first.status})")
     server.proc.send_signal(signal.SIGTERM)
+    try:
+        second = next(watch)
+        check(second.status == health_pb2.HealthCheckResponse.NOT_SERVING,
+              f"on SIGTERM the watch hears NOT_SERVING ({second.status})")
+        next(watch)
+        check(False, "the watch is closed after NOT_SERVING")
+    except grpc.RpcError as e:
+        # Its own message: closed by the server at once, not cancelled at the grace's end.
+        check(e.code() == grpc.StatusCode.UNAVAILABLE and e.details() == "the server is shutting down",
+              f"the watch is closed UNAVAILABLE at once ({e.code().name}: {e.details()})")
     try:
         r = future.result(timeout=60)
         check(len(r.translations) == 16, "the in-flight request completes after SIGTERM")
