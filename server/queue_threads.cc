@@ -1,16 +1,27 @@
 #include "server/queue_threads.h"
 
+#include <time.h>
+
 #include "server/queue_event.h"
 
 namespace nmt::server {
 namespace {
 
-gpr_timespec after(std::chrono::steady_clock::time_point when) {
-  const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
-      when - std::chrono::steady_clock::now());
+using Clock = std::chrono::steady_clock;
+
+gpr_timespec after(Clock::time_point when) {
+  const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(when - Clock::now());
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                       gpr_time_from_micros(std::max<int64_t>(wait.count(), 0), GPR_TIMESPAN));
 }
+
+int64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+void take(void* tag, bool ok) { static_cast<QueueEvent*>(tag)->fire(ok); }
 
 }  // namespace
 
@@ -21,7 +32,7 @@ QueueThreads::QueueThreads(grpc::ServerCompletionQueue& queue, int threads, doub
 QueueThreads::~QueueThreads() { stop(); }
 
 void QueueThreads::start() {
-  window_start_ = std::chrono::steady_clock::now();
+  window_start_ = Clock::now();
   taking_ = 1;
   workers_.emplace_back([this] { lead(); });
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { help(); });
@@ -45,17 +56,22 @@ void QueueThreads::stop() {
   workers_.clear();
 }
 
-void QueueThreads::take(void* tag, bool ok) {
-  events_.fetch_add(1, std::memory_order_relaxed);
-  static_cast<QueueEvent*>(tag)->fire(ok);
+QueueThreads::CpuMeter QueueThreads::start_meter() const { return {thread_cpu_ns(), Clock::now()}; }
+
+void QueueThreads::meter(CpuMeter& m, Clock::time_point now) {
+  if (now - m.last_add < kWindow) return;
+  const int64_t cpu = thread_cpu_ns();
+  cpu_ns_.fetch_add(cpu - m.last_ns, std::memory_order_relaxed);
+  m.last_ns = cpu;
+  m.last_add = now;
 }
 
-void QueueThreads::review(std::chrono::steady_clock::time_point now) {
+void QueueThreads::review(Clock::time_point now) {
   const double seconds = std::chrono::duration<double>(now - window_start_).count();
-  const int64_t events = events_.load(std::memory_order_relaxed);
-  const bool wanted = demand_.update(events - window_events_, seconds);
+  const int64_t cpu = cpu_ns_.load(std::memory_order_relaxed);
+  const bool wanted = demand_.update(double(cpu - window_cpu_ns_) * 1e-9, seconds);
   window_start_ = now;
-  window_events_ = events;
+  window_cpu_ns_ = cpu;
   if (wanted == helpers_wanted_.load(std::memory_order_relaxed)) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -65,10 +81,11 @@ void QueueThreads::review(std::chrono::steady_clock::time_point now) {
 }
 
 // The lead waits on the queue without end while it is alone (an idle server's threads
-// sleep), else a window at a time, so that it reviews the rate when the events stop.
+// sleep), else a window at a time, so that it reviews the demand when the events stop.
 void QueueThreads::lead() {
   void* tag = nullptr;
   bool ok = false;
+  CpuMeter m = start_meter();
   while (true) {
     const bool helped = helpers_wanted_.load(std::memory_order_relaxed);
     const gpr_timespec deadline =
@@ -76,7 +93,8 @@ void QueueThreads::lead() {
     const auto status = queue_.AsyncNext(&tag, &ok, deadline);
     if (status == grpc::CompletionQueue::SHUTDOWN) return;
     if (status == grpc::CompletionQueue::GOT_EVENT) take(tag, ok);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Clock::now();
+    meter(m, now);
     if (now - window_start_ >= kWindow) review(now);
   }
 }
@@ -91,19 +109,22 @@ void QueueThreads::help() {
     wake_.wait(lock, [this] { return helpers_wanted_.load() || stopping_; });
     lock.unlock();
     taking_.fetch_add(1, std::memory_order_relaxed);
+    CpuMeter m = start_meter();
     while (true) {
-      const auto status =
-          queue_.AsyncNext(&tag, &ok, after(std::chrono::steady_clock::now() + kWindow));
+      const auto status = queue_.AsyncNext(&tag, &ok, after(Clock::now() + kWindow));
       if (status == grpc::CompletionQueue::SHUTDOWN) {
         taking_.fetch_sub(1, std::memory_order_relaxed);
         return;
       }
       if (status == grpc::CompletionQueue::GOT_EVENT) take(tag, ok);
+      meter(m, Clock::now());
       if (!helpers_wanted_.load(std::memory_order_relaxed)) {
         std::lock_guard<std::mutex> check(mutex_);
         if (!stopping_) break;
       }
     }
+    m.last_add = Clock::time_point();  // what it spent since its last addition
+    meter(m, Clock::now());
     taking_.fetch_sub(1, std::memory_order_relaxed);
     lock.lock();
   }

@@ -9,11 +9,11 @@
 // submit each call and start its answer, never waiting on one; ListModels, a quick look, is
 // synchronous. Not the callback API: with Debian's gRPC 1.51 (epoll1) a callback call's
 // events go through gRPC's pool of "nexting" threads (half the cores, 8 on 16), which pass
-// the socket poller from one to the next as they go. On H200 machines of 16 cores, 256
-// single-sentence clients (a connection each) were served at 72-80% of the engine's offline
-// batch 256 on the callback API, at 77-97% on the asynchronous API with 4 threads (server
-// run 37); and while those threads waited on the poller beside the queue's, a lone client's
-// answer came 0.09 ms later (server run 40).
+// the socket poller from one to the next as they go, and which wait on the poller beside the
+// queue's threads even while no callback call comes (queue_threads.h says what that costs).
+// On H200 machines of 16 cores, 256 single-sentence clients (a connection each) were served
+// at 72-80% of the engine's offline batch 256 on the callback API, at 77-97% on the
+// asynchronous API with 4 threads (server run 37).
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>

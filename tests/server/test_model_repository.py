@@ -173,7 +173,7 @@ def main():
     load_seconds = harness.metric(server.metrics(), 'nmt_model_load_seconds_sum{model="m-one"}')
     check(threads_most - threads_before <= 24,
           f"...while no thread waited per request: {threads_before} threads before, at most {threads_most}")
-    # Requests blocked on gRPC's callback threads would stall other calls for the whole load
+    # Requests blocked on the server's gRPC threads would stall other calls for the whole load
     # (measured so: slowest ListModels 0.52 s for a 0.50 s load; waiting as callbacks: 0.02 s).
     check(listing_slowest < max(0.5 * load_seconds, 0.05),
           f"...and other calls went on during the load: slowest ListModels {listing_slowest:.3f} s, "

@@ -1,6 +1,7 @@
 // QueueThreads (server/queue_threads.h): one thread takes a completion queue's events while
-// they are few; helpers join while they come fast and leave once they slow down. Events are
-// grpc::Alarms set to fire at once, on the queue of a server with no service.
+// they keep it little busy; helpers join while they keep the threads busy and leave once
+// they stop. Events are grpc::Alarms set to fire at once, on the queue of a server with no
+// service, each taking `work_` of CPU time when it is taken.
 #include "server/queue_threads.h"
 
 #include <grpcpp/alarm.h>
@@ -19,14 +20,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST(HelperDemand, JoinsAtTheOnRateAndLeavesBelowTheOffRate) {
-  HelperDemand demand(1000, 500);
-  EXPECT_FALSE(demand.update(99, 0.1));   // 990 a second
-  EXPECT_TRUE(demand.update(100, 0.1));   // 1000
-  EXPECT_TRUE(demand.update(60, 0.1));    // 600: between the two, still wanted
-  EXPECT_TRUE(demand.update(50, 0.1));    // 500
-  EXPECT_FALSE(demand.update(49, 0.1));   // 490: no longer
-  EXPECT_FALSE(demand.update(60, 0.1));   // 600: between the two, still not
+TEST(HelperDemand, JoinsAtTheOnLoadAndLeavesBelowTheOffLoad) {
+  HelperDemand demand(0.5, 0.25);
+  EXPECT_FALSE(demand.update(0.049, 0.1));  // 0.49 cores
+  EXPECT_TRUE(demand.update(0.05, 0.1));    // 0.5
+  EXPECT_TRUE(demand.update(0.03, 0.1));    // 0.3: between the two, still wanted
+  EXPECT_TRUE(demand.update(0.025, 0.1));   // 0.25
+  EXPECT_FALSE(demand.update(0.024, 0.1));  // 0.24: no longer
+  EXPECT_FALSE(demand.update(0.03, 0.1));   // 0.3: between the two, still not
   EXPECT_FALSE(demand.wanted());
 }
 
@@ -73,7 +74,12 @@ class QueueThreadsTest : public ::testing::Test {
     return threads_->taking() == taking;
   }
 
-  void on_event(bool) { fired_.fetch_add(1); }
+  void on_event(bool) {
+    const auto end = std::chrono::steady_clock::now() + work_;
+    while (std::chrono::steady_clock::now() < end) {
+    }
+    fired_.fetch_add(1);
+  }
 
   std::unique_ptr<grpc::ServerCompletionQueue> queue_;
   std::unique_ptr<grpc::Server> server_;
@@ -81,31 +87,36 @@ class QueueThreadsTest : public ::testing::Test {
   std::vector<std::unique_ptr<grpc::Alarm>> alarms_;
   QueueEvent event_ = queue_event<QueueThreadsTest, &QueueThreadsTest::on_event>(this);
   std::atomic<int64_t> fired_{0};
+  std::chrono::microseconds work_{0};
   int64_t posted_ = 0;
 };
 
-TEST_F(QueueThreadsTest, OneThreadTakesFewEventsAlone) {
-  threads_ = std::make_unique<QueueThreads>(*queue_, 4, 2000, 1000);
+// Low thresholds (0.2 and 0.1 cores), so that a loaded test machine cannot starve the
+// threads below them: the busy load asks for half a core.
+TEST_F(QueueThreadsTest, OneThreadTakesALightLoadAlone) {
+  threads_ = std::make_unique<QueueThreads>(*queue_, 4, 0.2, 0.1);
   threads_->start();
-  post_for(200, 0.5, [] { return false; });  // a tenth of the on rate
+  work_ = std::chrono::microseconds(100);
+  post_for(100, 0.5, [] { return false; });  // 0.01 cores
   EXPECT_EQ(threads_->taking(), 1);
 }
 
-TEST_F(QueueThreadsTest, HelpersJoinWhileEventsComeFastAndLeaveWhenTheyStop) {
-  threads_ = std::make_unique<QueueThreads>(*queue_, 4, 2000, 1000);
+TEST_F(QueueThreadsTest, HelpersJoinWhileTheThreadsAreBusyAndLeaveWhenTheLoadStops) {
+  threads_ = std::make_unique<QueueThreads>(*queue_, 4, 0.2, 0.1);
   threads_->start();
   EXPECT_EQ(threads_->taking(), 1);
-  // Ten times the on rate, until the three helpers have joined (a few windows).
-  post_for(20000, 5, [this] { return threads_->taking() == 4; });
+  work_ = std::chrono::microseconds(250);
+  post_for(2000, 5, [this] { return threads_->taking() == 4; });  // 0.5 cores
   EXPECT_EQ(threads_->taking(), 4) << "the helpers joined";
-  EXPECT_TRUE(await_taking(1, 5)) << "the helpers left once the events stopped; taking "
+  EXPECT_TRUE(await_taking(1, 5)) << "the helpers left once the load stopped; taking "
                                   << threads_->taking();
 }
 
 TEST_F(QueueThreadsTest, OneThreadInAllHasNoHelpers) {
-  threads_ = std::make_unique<QueueThreads>(*queue_, 1, 2000, 1000);
+  threads_ = std::make_unique<QueueThreads>(*queue_, 1, 0.2, 0.1);
   threads_->start();
-  post_for(20000, 0.3, [] { return false; });
+  work_ = std::chrono::microseconds(250);
+  post_for(2000, 0.3, [] { return false; });
   EXPECT_EQ(threads_->taking(), 1);
 }
 

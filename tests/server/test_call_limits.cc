@@ -1,4 +1,4 @@
-// The callback service of the real nmt-server under concurrency: 2000 unary calls in flight
+// The gRPC service of the real nmt-server under concurrency: 2000 unary calls in flight
 // answered on a bounded number of server threads, server.max_concurrent_calls refusing
 // beyond it at once, a client's cancellation mid-decode (unary and stream) reaching the
 // server as an event, and a stream that runs far past its read-ahead.
@@ -64,7 +64,7 @@ nmt::v1::TranslateRequest heavy_request() {
 class Server {
  public:
   Server(const std::string& name, const std::string& yaml) {
-    dir_ = fs::temp_directory_path() / ("nmt-callback-" + name + "-" + std::to_string(getpid()));
+    dir_ = fs::temp_directory_path() / ("nmt-limits-" + name + "-" + std::to_string(getpid()));
     fs::create_directories(dir_);
     const fs::path config = dir_ / "config.yaml";
     std::ofstream(config) << "server:\n  log_format: json\n  shutdown_grace_seconds: 10\n" << yaml
