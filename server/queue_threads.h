@@ -13,7 +13,7 @@
 // trip 0.08-0.10 ms against 0.12-0.21, a lone client's translation 0.31-0.47 ms over the
 // engine's batch-1 p50 against 0.34-0.57, and 256 clients' empty calls 74-94k a second
 // against 25-79k. One thread alone carried 18-26k single-sentence calls a second where four
-// carried 44-47k (256 clients, call 3).
+// carried 44-47k (256 clients, call 5).
 // The measure is the threads' CPU time, not their events: 64 clients sending 8 sentences a
 // call bring few events, each heavy (parsing, tokenizing, answering 8 sentences); when the
 // helpers waited for 30k events a second they never came (64 x 8 at 76-79% of offline batch
