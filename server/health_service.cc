@@ -11,7 +11,8 @@ using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
 // One Check: answered when it arrives. Each call holds one place on the queue until a
-// call arrives in it, and then offers the next.
+// call arrives in it, and then offers the next. It lives until its finish event is back and
+// its thread is out of Finish() (which reads the call after handing it to gRPC).
 class HealthService::CheckCall {
  public:
   static void request(HealthService& health) {
@@ -41,8 +42,12 @@ class HealthService::CheckCall {
     } else {
       responder_.Finish(response, grpc::Status::OK, &finished_);
     }
+    event_back();
   }
-  void on_finished(bool) { delete this; }
+  void on_finished(bool) { event_back(); }
+  void event_back() {
+    if (events_left_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
 
   HealthService& health_;
   grpc::ServerContext context_;
@@ -50,6 +55,7 @@ class HealthService::CheckCall {
   grpc::ServerAsyncResponseWriter<HealthCheckResponse> responder_{&context_};
   QueueEvent arrived_ = queue_event<CheckCall, &CheckCall::on_arrival>(this);
   QueueEvent finished_ = queue_event<CheckCall, &CheckCall::on_finished>(this);
+  std::atomic<int> events_left_{2};  // the finish event, and out of Finish()
 };
 
 // One Watch: the status when it arrives, then each change, until the client goes or the
@@ -89,16 +95,30 @@ class HealthService::WatchCall {
  private:
   explicit WatchCall(HealthService& health) : health_(health) {}
 
+  // The end event may come on another thread before or while this runs (a client that
+  // cancels at once): under the service's mutex_ the two see each other's work.
   void on_arrival(bool ok) {
     if (!ok) {  // the queue is shutting down: no call came, and no end event will
       delete this;
       return;
     }
     request(health_);
-    std::lock_guard<std::mutex> lock(health_.mutex_);
-    health_.watchers_.insert(this);
-    send(health_.status_locked(name()));
-    if (health_.shut_down_) close();
+    {
+      std::lock_guard<std::mutex> lock(health_.mutex_);
+      bool ended;
+      {
+        std::lock_guard<std::mutex> own(mutex_);
+        arrived_flag_ = true;
+        ended = ended_flag_;
+        if (ended) finish_if_quiet();
+      }
+      if (!ended) {
+        health_.watchers_.insert(this);
+        send(health_.status_locked(name()));
+        if (health_.shut_down_) close();
+      }
+    }
+    event_back();  // the arrival's hold
   }
 
   void on_written(bool ok) {
@@ -120,15 +140,18 @@ class HealthService::WatchCall {
     {
       std::lock_guard<std::mutex> lock(health_.mutex_);
       health_.watchers_.erase(this);
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> own(mutex_);
       ended_flag_ = true;
       finish_if_quiet();
     }
     event_back();
   }
-  void on_finished(bool) { event_back(); }
+  void on_finished(bool) {
+    // After the thread that finished the call, which held mutex_ through Finish() (gRPC's
+    // core, which orders the two, is not seen by ThreadSanitizer).
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    event_back();
+  }
 
   // Under mutex_.
   void write(Status status) {
@@ -139,7 +162,7 @@ class HealthService::WatchCall {
     writer_.Write(response_, &written_);
   }
   void finish_if_quiet() {
-    if (!(ended_flag_ || closing_) || writing_ || finishing_) return;
+    if (!arrived_flag_ || !(ended_flag_ || closing_) || writing_ || finishing_) return;
     finishing_ = true;
     events_left_.fetch_add(1, std::memory_order_relaxed);
     handoff(&finished_);
@@ -160,12 +183,15 @@ class HealthService::WatchCall {
   QueueEvent ended_ = queue_event<WatchCall, &WatchCall::on_end>(this);
   QueueEvent written_ = queue_event<WatchCall, &WatchCall::on_written>(this);
   QueueEvent finished_ = queue_event<WatchCall, &WatchCall::on_finished>(this);
-  std::atomic<int> events_left_{1};  // the end event, and each operation in flight
+  // The end event, the arrival's work (which the end event may overtake), and each
+  // operation in flight.
+  std::atomic<int> events_left_{2};
   std::mutex mutex_;
   std::optional<Status> last_;     // the last status written or waiting
   std::optional<Status> waiting_;  // to write once the write in flight is back
   bool writing_ = false;
-  bool ended_flag_ = false;  // the end event came
+  bool arrived_flag_ = false;  // the arrival's work is done or under way with mutex_ held
+  bool ended_flag_ = false;    // the end event came
   bool closing_ = false;     // the server is shutting down
   bool finishing_ = false;
 };

@@ -300,11 +300,17 @@ class TranslationService::StreamCall final {
   explicit StreamCall(TranslationService& service) : service_(service), slot_(service) {}
 
   // A stream arrived in this place (ok), or the server is shutting down (not ok: no stream
-  // came, and no end event will).
+  // came, and no end event will). The end event may come on another thread while this runs
+  // (a client that cancels at once): this is the actor until it is done, so that the end
+  // event's pump leaves the stream to it.
   void on_arrival(bool ok) {
     if (!ok) {
       delete this;
       return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      acting_ = true;
     }
     request(service_);
     service_.call_started();
@@ -315,14 +321,11 @@ class TranslationService::StreamCall final {
       service_.record(service_.begin("TranslateStream", v1::TranslateRequest()), refused);
     }
     if (!refused.ok()) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        acting_ = true;  // nothing else acts on a stream that never read
-      }
-      end_stream(refused);
+      end_stream(refused);  // acting_ stays set: nothing acts on a stream that never read
       return;
     }
     std::unique_lock<std::mutex> lock(mutex_);
+    acting_ = false;
     pump(std::move(lock));
   }
 

@@ -101,11 +101,11 @@ class Server:
 
 def stop_and_report(check, server, what="nmt-server"):
     """A test's last word on its server: it must exit 0 on SIGTERM, and the end of its log is
-    shown when any check failed."""
+    shown when any check failed (enough of it for a sanitizer's whole report)."""
     rc = server.stop()
     check(rc == 0, f"{what}: exit code 0 on SIGTERM (got {rc})")
     if check.failures:
-        print(server.output()[-4000:])
+        print(server.output()[-16000:])
 
 
 def metric(text, series):

@@ -324,7 +324,7 @@ TEST_F(ServerTest, DeadlineExceeded) {
     expired = metric_value(scrape(), R"(nmt_requests_total{code="DEADLINE_EXCEEDED",model="m30k"})");
     std::this_thread::sleep_for(milliseconds(50));
   }
-  EXPECT_GE(expired, 1);
+  EXPECT_GE(expired, 1) << server_->log();
   ASSERT_TRUE(call(request({"A cat."}, 1), &response).ok());
 }
 
@@ -356,7 +356,7 @@ TEST_F(ServerTest, ClientCancellation) {
     cancelled = metric_value(scrape(), R"(nmt_requests_total{code="CANCELLED",model="m30k"})");
     std::this_thread::sleep_for(milliseconds(50));
   }
-  EXPECT_GE(cancelled, 1);
+  EXPECT_GE(cancelled, 1) << server_->log();
   ASSERT_TRUE(call(request({"A cat."}, 1), &response).ok());
 }
 

@@ -113,6 +113,8 @@ def main():
     finally:
         rc = server.stop()
         check(rc == 0, f"exit 0 on SIGTERM when idle (got {rc})")
+        if rc != 0:
+            print(server.output()[-8000:])
     r = subprocess.run([loadgen, "--health-check", "--target", server.target], capture_output=True, timeout=60)
     check(r.returncode != 0, "nmt-loadgen --health-check fails once the server is gone")
     # Shared connections are made before the clients start: one that cannot be made stops the

@@ -1,7 +1,7 @@
 // QueueThreads (server/queue_threads.h): one thread takes a completion queue's events while
 // they keep it little busy; helpers join while they keep the threads busy and leave once
 // they stop. Events are grpc::Alarms set to fire at once, on the queue of a server with no
-// service, each taking `work_` of CPU time when it is taken.
+// service, each taking `work_us_` of CPU time when it is taken.
 #include "server/queue_threads.h"
 
 #include <grpcpp/alarm.h>
@@ -75,7 +75,7 @@ class QueueThreadsTest : public ::testing::Test {
   }
 
   void on_event(bool) {
-    const auto end = std::chrono::steady_clock::now() + work_;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(work_us_.load());
     while (std::chrono::steady_clock::now() < end) {
     }
     fired_.fetch_add(1);
@@ -87,7 +87,7 @@ class QueueThreadsTest : public ::testing::Test {
   std::vector<std::unique_ptr<grpc::Alarm>> alarms_;
   QueueEvent event_ = queue_event<QueueThreadsTest, &QueueThreadsTest::on_event>(this);
   std::atomic<int64_t> fired_{0};
-  std::chrono::microseconds work_{0};
+  std::atomic<int> work_us_{0};  // set by the test while the threads run
   int64_t posted_ = 0;
 };
 
@@ -96,7 +96,7 @@ class QueueThreadsTest : public ::testing::Test {
 TEST_F(QueueThreadsTest, OneThreadTakesALightLoadAlone) {
   threads_ = std::make_unique<QueueThreads>(*queue_, 4, 0.2, 0.1);
   threads_->start();
-  work_ = std::chrono::microseconds(100);
+  work_us_ = 100;
   post_for(100, 0.5, [] { return false; });  // 0.01 cores
   EXPECT_EQ(threads_->taking(), 1);
 }
@@ -105,7 +105,7 @@ TEST_F(QueueThreadsTest, HelpersJoinWhileTheThreadsAreBusyAndLeaveWhenTheLoadSto
   threads_ = std::make_unique<QueueThreads>(*queue_, 4, 0.2, 0.1);
   threads_->start();
   EXPECT_EQ(threads_->taking(), 1);
-  work_ = std::chrono::microseconds(250);
+  work_us_ = 250;
   post_for(2000, 5, [this] { return threads_->taking() == 4; });  // 0.5 cores
   EXPECT_EQ(threads_->taking(), 4) << "the helpers joined";
   EXPECT_TRUE(await_taking(1, 5)) << "the helpers left once the load stopped; taking "
@@ -115,7 +115,7 @@ TEST_F(QueueThreadsTest, HelpersJoinWhileTheThreadsAreBusyAndLeaveWhenTheLoadSto
 TEST_F(QueueThreadsTest, OneThreadInAllHasNoHelpers) {
   threads_ = std::make_unique<QueueThreads>(*queue_, 1, 0.2, 0.1);
   threads_->start();
-  work_ = std::chrono::microseconds(250);
+  work_us_ = 250;
   post_for(2000, 0.3, [] { return false; });
   EXPECT_EQ(threads_->taking(), 1);
 }
