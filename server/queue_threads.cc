@@ -41,8 +41,7 @@ void QueueThreads::start() {
 void QueueThreads::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopped_) return;
-    stopped_ = true;
+    if (stopping_) return;
     stopping_ = true;
   }
   wake_.notify_all();  // the helpers drain the queue with the lead
@@ -59,7 +58,10 @@ void QueueThreads::stop() {
 QueueThreads::CpuMeter QueueThreads::start_meter() const { return {thread_cpu_ns(), Clock::now()}; }
 
 void QueueThreads::meter(CpuMeter& m, Clock::time_point now) {
-  if (now - m.last_add < kWindow) return;
+  if (now - m.last_add >= kWindow) add_cpu(m, now);
+}
+
+void QueueThreads::add_cpu(CpuMeter& m, Clock::time_point now) {
   const int64_t cpu = thread_cpu_ns();
   cpu_ns_.fetch_add(cpu - m.last_ns, std::memory_order_relaxed);
   m.last_ns = cpu;
@@ -102,31 +104,32 @@ void QueueThreads::lead() {
 // A helper sleeps off the queue until it is wanted, and leaves the queue when it no longer
 // is (within a window). Once the server stops, every thread drains the queue.
 void QueueThreads::help() {
-  void* tag = nullptr;
-  bool ok = false;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    wake_.wait(lock, [this] { return helpers_wanted_.load() || stopping_; });
+    wake_.wait(lock, [this] { return helpers_wanted_.load() || stopping_.load(); });
     lock.unlock();
     taking_.fetch_add(1, std::memory_order_relaxed);
-    CpuMeter m = start_meter();
-    while (true) {
-      const auto status = queue_.AsyncNext(&tag, &ok, after(Clock::now() + kWindow));
-      if (status == grpc::CompletionQueue::SHUTDOWN) {
-        taking_.fetch_sub(1, std::memory_order_relaxed);
-        return;
-      }
-      if (status == grpc::CompletionQueue::GOT_EVENT) take(tag, ok);
-      meter(m, Clock::now());
-      if (!helpers_wanted_.load(std::memory_order_relaxed)) {
-        std::lock_guard<std::mutex> check(mutex_);
-        if (!stopping_) break;
-      }
-    }
-    m.last_add = Clock::time_point();  // what it spent since its last addition
-    meter(m, Clock::now());
+    const bool shut_down = take_while_wanted();
     taking_.fetch_sub(1, std::memory_order_relaxed);
+    if (shut_down) return;
     lock.lock();
+  }
+}
+
+bool QueueThreads::take_while_wanted() {
+  void* tag = nullptr;
+  bool ok = false;
+  CpuMeter m = start_meter();
+  while (true) {
+    const auto status = queue_.AsyncNext(&tag, &ok, after(Clock::now() + kWindow));
+    if (status == grpc::CompletionQueue::SHUTDOWN) return true;
+    if (status == grpc::CompletionQueue::GOT_EVENT) take(tag, ok);
+    const auto now = Clock::now();
+    meter(m, now);
+    if (!helpers_wanted_.load(std::memory_order_relaxed) && !stopping_.load()) {
+      add_cpu(m, now);  // what it spent since its last addition
+      return false;
+    }
   }
 }
 

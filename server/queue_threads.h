@@ -73,16 +73,21 @@ class QueueThreads {
   int taking() const { return taking_.load(std::memory_order_relaxed); }
 
  private:
-  // A thread's CPU time, added to cpu_ns_ once a window.
+  // A thread's CPU time, added to cpu_ns_ once a window (meter()) and when it leaves the
+  // queue (add_cpu()).
   struct CpuMeter {
     int64_t last_ns;
     std::chrono::steady_clock::time_point last_add;
   };
   CpuMeter start_meter() const;
   void meter(CpuMeter& m, std::chrono::steady_clock::time_point now);
+  void add_cpu(CpuMeter& m, std::chrono::steady_clock::time_point now);
 
   void lead();
   void help();
+  // A helper's turn on the queue: takes events while helpers are wanted or the server stops.
+  // True once the queue is shut down.
+  bool take_while_wanted();
   // The lead, every kWindow or so: whether helpers are wanted from the CPU time since the
   // last review.
   void review(std::chrono::steady_clock::time_point now);
@@ -96,10 +101,9 @@ class QueueThreads {
   HelperDemand demand_;  // the lead's
   std::chrono::steady_clock::time_point window_start_;
   int64_t window_cpu_ns_ = 0;  // cpu_ns_ at window_start_
-  std::mutex mutex_;
+  std::mutex mutex_;  // orders helpers_wanted_ and stopping_ with the helpers' waits
   std::condition_variable wake_;
-  bool stopping_ = false;  // under mutex_
-  bool stopped_ = false;
+  std::atomic<bool> stopping_{false};  // set (under mutex_) by stop()
 };
 
 }  // namespace nmt::server

@@ -776,8 +776,6 @@ void TranslationService::start(grpc::ServerCompletionQueue& queue, int threads) 
   for (int i = 0; i < kStreamPlaces; ++i) StreamCall::request(*this);
 }
 
-TranslationService::~TranslationService() = default;
-
 grpc::Status TranslationService::ListModels(grpc::ServerContext* context, const v1::ListModelsRequest*,
                                             v1::ListModelsResponse* response) {
   if (grpc::Status denied = authenticate(*context, "ListModels"); !denied.ok()) return denied;

@@ -48,8 +48,6 @@ class TranslationService final : public TranslationServiceBase {
                      const BearerAuth& auth, int max_concurrent_calls = 4096,
                      int max_stream_messages = 64);
 
-  ~TranslationService() override;
-
   // Once the server has started: offers Translate and TranslateStream calls places on
   // `queue` (the server's, taken by `threads` QueueThreads), which stay until the queue is
   // shut down and drained.
