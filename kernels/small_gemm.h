@@ -1,10 +1,12 @@
 #pragma once
 // Dense projection of a few rows, the shape of a decode step at small batches:
-//   y[m, n] = act(sum_k x[m, k] * w[n, k] + bias[n])      m < rows <= kSmallGemmRows
+//   y[m, n] = act(sum_k x[m, k] * w[n, k] + bias[n])      m < rows <= small_gemm_max_rows<T>()
 // with w row-major [N, K] (PyTorch's Linear.weight), float32 accumulation, bias and activation
-// optional. One warp per output column (a few splitting K when K is long) reads that column's
-// weight row once for all the rows, so the weights stream through once per call, and the bias + activation epilogue replaces a
-// separate bias_activation launch. For more rows cuBLAS's tiled kernels win: callers switch.
+// optional. The weights stream through once per call for all the rows, and the bias +
+// activation epilogue replaces a separate bias_activation launch: float32 with one warp per
+// output column (a few splitting K when K is long), 16-bit types on tensor cores with a block
+// per 8 columns (its warps splitting K). For more rows cuBLAS's tiled kernels win: callers
+// switch.
 #include <cstdint>
 
 #include "kernels/activation.h"
@@ -12,13 +14,19 @@
 
 namespace nmt::kernels {
 
-// Up to 8 rows (a decode step of 2 sentences of beam 4). At 9-16 rows cuBLAS's tiles with a
-// LayerNorm launch of their own were faster in the engine (end-to-end run 30 on an H100:
-// Transformer-base batch 4, 16 rows, 6.9k -> 11.6k target tokens/s, the step's GPU time
-// 575 -> 338 us; the demo model's batch 4 +37%): the 16-row kernel's accumulators and
-// normalized rows took enough registers that a projection's blocks no longer fit one wave
-// beside the previous kernel's.
+// Float: up to 8 rows (a decode step of 2 sentences of beam 4). At 9-16 rows cuBLAS's tiles
+// with a LayerNorm launch of their own were faster than the float32-FMA kernel in the engine
+// (end-to-end run 30 on an H100: Transformer-base batch 4, 16 rows, 6.9k -> 11.6k target
+// tokens/s, the step's GPU time 575 -> 338 us; the demo model's batch 4 +37%): its
+// accumulators and normalized rows took enough registers that a projection's blocks no longer
+// fit one wave beside the previous kernel's. 16-bit types run on tensor cores, where rows 9-16
+// fill the MMA's other half at no cost in instructions: up to 16 rows (4 sentences of beam 4).
 constexpr int kSmallGemmRows = 8;
+constexpr int kSmallGemmRows16Bit = 16;
+template <typename T>
+constexpr int small_gemm_max_rows() {
+  return sizeof(T) == 2 ? kSmallGemmRows16Bit : kSmallGemmRows;
+}
 
 // The post-norm residual of a decode step, taken into the small GEMM's prologue: the GEMM's
 // input rows become LN(x + residual + bias) (kernels/layer_norm.h's semantics; the mean and
@@ -41,7 +49,7 @@ struct SmallGemmNorm {
 constexpr int kSmallGemmNormPacks = 4;
 
 #if NMT_WITH_CUDA
-// Whether small_gemm_cuda takes this shape: 1 <= rows <= kSmallGemmRows, and k, ldx and ldy
+// Whether small_gemm_cuda takes this shape: 1 <= rows <= small_gemm_max_rows<T>(), and k, ldx and ldy
 // whole 16-byte packs of T with 16-byte aligned x, w and bias (y needs only T's alignment);
 // with `norm`, also its pointers 16-byte aligned and k within kSmallGemmNormPacks packs a lane.
 template <typename T>

@@ -1,9 +1,10 @@
 // Few-row dense projection (kernels/small_gemm.h). A decode step at batch 1 multiplies 4 rows
 // (beam 4) by each weight matrix: cuBLAS's smallest tiles then spend most of a launch on
-// latency, and the fc1 bias + activation needs a launch of its own. Here a warp owns one output
-// column: its 32 lanes stride along K in 16-byte packs of the weight row, each pack multiplied
-// into all rows (x is small and stays in L1), then a butterfly reduction gives every lane the
-// column's sums and lane m writes row m with the bias and activation applied. For long K a few
+// latency, and the fc1 bias + activation needs a launch of its own. 16-bit types run on tensor
+// cores (small_gemm_mma_kernel below). In float32 a warp owns one output column: its 32 lanes
+// stride along K in 16-byte packs of the weight row, each pack multiplied into all rows (x is
+// small and stays in L1), then a butterfly reduction gives every lane the column's sums and
+// lane m writes row m with the bias and activation applied. For long K a few
 // warps share the column, each taking every few packs, and add their sums in shared memory.
 // Launched with programmatic dependent launch (common.cuh), each lane loads its first weight
 // packs before waiting for the previous kernel: the weights do not depend on it. With a
@@ -223,6 +224,113 @@ __global__ void __launch_bounds__(kBlockColumns<kRows> * kSplit * 32) small_gemm
   }
 }
 
+// ---- 16-bit types: the projection on tensor cores ----
+
+// One block owns kMmaCols output columns; its warps split K into chunks of 32, warp w taking
+// chunks w, w + warps, ..., each chunk two m16n8k16 MMAs with float32 accumulators: A = the
+// input rows (M: rows 0-7, and 8-15 with kHigh), B = the block's columns of W (N = 8). Lane
+// (g, t) = (lane / 4, lane % 4) loads one 16-byte pack of column g's weight row and one of row
+// g's input at k = chunk * 32 + t * 8, and the two MMAs take its halves as the k pairs the
+// fragment layout gives the lane: the order of k within a chunk is permuted, the same way for A
+// and B, so the sum is the same dot product. Against the warp-a-column kernel (float32 FMAs,
+// used for float) a warp's chain after the wait is a few dozen instructions instead of
+// hundreds: end-to-end run 44.
+constexpr int kMmaCols = 8;
+// Chunks a warp loads before pdl_prologue() (16 bytes each a lane): all of them for the
+// projections of Transformer-base and the demo model at the warp counts of by_mma_warps.
+constexpr int kMmaEarly = 4;
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// One chunk of 32 k: lo = row g's pack, hi = row g + 8's, w = column g's. The fragment's k pairs
+// (2t, 2t + 1) and (2t + 8, 2t + 9) are the pack's 32-bit words 0 and 1 (first MMA), 2 and 3
+// (second).
+template <typename T>
+__device__ __forceinline__ void mma_chunk(float (&c)[4], const uint4& lo, const uint4& hi, const uint4& w) {
+  mma_16816<T>(c, lo.x, hi.x, lo.y, hi.y, w.x, w.y);
+  mma_16816<T>(c, lo.z, hi.z, lo.w, hi.w, w.z, w.w);
+}
+
+template <typename T, int kNormPacks, int kWarps, bool kHigh>
+__global__ void __launch_bounds__(kWarps * 32) small_gemm_mma_kernel(SmallGemmArgs<T> a) {
+  constexpr int kVec = 8;
+  constexpr int kRowsMax = kHigh ? 16 : 8;
+  static_assert(kRowsMax * kMmaCols <= kWarps * 32, "the epilogue's threads");
+  const int lane = threadIdx.x % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
+  const int col0 = int(blockIdx.x) * kMmaCols;
+  const T* w = a.w + int64_t(min(col0 + g, a.n - 1)) * a.k;  // past n: read, not stored
+  const int chunks = (a.k + 31) / 32;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const auto k_of = [&](int chunk) { return chunk * 32 + t * 8; };
+  uint4 early[kMmaEarly];
+#pragma unroll
+  for (int i = 0; i < kMmaEarly; ++i) {
+    const int k = k_of(warp + kWarps * i);
+    early[i] = k < a.k ? *reinterpret_cast<const uint4*>(w + k) : zero;
+  }
+  // The epilogue: thread i writes row i / kMmaCols, column col0 + i % kMmaCols.
+  const int out_row = int(threadIdx.x) / kMmaCols, out_col = col0 + int(threadIdx.x) % kMmaCols;
+  const bool writes = out_row < a.rows && out_col < a.n;
+  const float bias = writes && a.bias ? to_float(a.bias[out_col]) : 0.f;
+  NormParams<T, kVec, kNormPacks ? kNormPacks : 1> params;
+  if constexpr (kNormPacks > 0) params.load(a);
+  pdl_prologue();
+  const T* x = a.x;
+  int64_t ldx = a.ldx;
+  if constexpr (kNormPacks > 0) {
+    extern __shared__ __align__(16) unsigned char small_gemm_mma_smem[];
+    T* normalized = reinterpret_cast<T*>(small_gemm_mma_smem);
+    normalize_rows<T, kVec, kNormPacks, kWarps>(a, params, normalized);
+    x = normalized;
+    ldx = a.k;
+  }
+  const auto x_pack = [&](int row, int k) {
+    return row < a.rows && k < a.k ? *reinterpret_cast<const uint4*>(x + row * ldx + k) : zero;
+  };
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+  const auto multiply = [&](int chunk, const uint4& wv) {
+    const int k = k_of(chunk);
+    mma_chunk<T>(c, x_pack(g, k), kHigh ? x_pack(g + 8, k) : zero, wv);
+  };
+#pragma unroll
+  for (int i = 0; i < kMmaEarly; ++i) {
+    const int chunk = warp + kWarps * i;
+    if (chunk < chunks) multiply(chunk, early[i]);  // the same for the warp's lanes
+  }
+  for (int chunk = warp + kWarps * kMmaEarly; chunk < chunks; chunk += kWarps) {
+    const int k = k_of(chunk);
+    multiply(chunk, k < a.k ? *reinterpret_cast<const uint4*>(w + k) : zero);
+  }
+  // The warps' sums, added in warp order.
+  __shared__ float parts[kWarps][kRowsMax][kMmaCols];
+  parts[warp][g][2 * t] = c[0];
+  parts[warp][g][2 * t + 1] = c[1];
+  if constexpr (kHigh) {
+    parts[warp][g + 8][2 * t] = c[2];
+    parts[warp][g + 8][2 * t + 1] = c[3];
+  }
+  __syncthreads();
+  if (!writes) return;
+  float v = bias;
+  const int cc = int(threadIdx.x) % kMmaCols;
+#pragma unroll
+  for (int p = 0; p < kWarps; ++p) v += parts[p][out_row][cc];
+  if (a.has_act) v = activate(v, a.act);
+  a.y[out_row * a.ldy + out_col] = from_float<T>(v);
+}
+
 // ---- wide: the output projection (kernels/small_gemm.h, small_gemm_logits_cuda) ----
 
 // Warps of a wide block, one block an SM. A warp owns groups of kWideCols consecutive columns
@@ -391,6 +499,36 @@ void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream)
   });
 }
 
+// Warps a block of the tensor-core kernel: 8 up to 16 chunks of 32 k (K 512), 16 past that
+// (two or more chunks a warp). End-to-end run 44 on an H200, float16: one chunk a warp
+// (Transformer-base's K 512 in 16 warps) made its batch-1 step 11% longer, two chunks at the
+// demo's K 256 (4 warps) cost its batches 2 and 4 9-10% against one, and four chunks a warp
+// (K 512 in 4 warps) cost Transformer-base 4% at batch 1 and 14% at batch 4.
+template <class F>
+void by_mma_warps(int k, F f) {
+  const int chunks = (k + 31) / 32;
+  if (chunks > 16) return f(std::integral_constant<int, 16>());
+  f(std::integral_constant<int, 8>());
+}
+
+template <typename T>
+void launch_mma(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream) {
+  const unsigned grid = unsigned((a.n + kMmaCols - 1) / kMmaCols);
+  const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;  // at most 16 x 1024: 32 KiB
+  const auto go = [&](auto warps, auto high) {
+    constexpr int kWarps = decltype(warps)::value;
+    constexpr bool kHigh = decltype(high)::value;
+    if (!with_norm) return launch(&small_gemm_mma_kernel<T, 0, kWarps, kHigh>, grid, kWarps * 32, 0, stream, a);
+    by_k_packs<T>(a.k, [&](auto packs) {
+      launch(&small_gemm_mma_kernel<T, decltype(packs)::value, kWarps, kHigh>, grid, kWarps * 32, smem, stream, a);
+    });
+  };
+  by_mma_warps(a.k, [&](auto warps) {
+    if (a.rows > 8) return go(warps, std::true_type());
+    go(warps, std::false_type());
+  });
+}
+
 // One block an SM (fewer where the columns run out).
 template <typename T>
 void launch_wide(const SmallGemmArgs<T>& a, float* y, bool with_norm, cudaStream_t stream) {
@@ -422,7 +560,7 @@ template <typename T>
 bool small_gemm_supported(const T* x, int64_t ldx, const T* w, const T* bias, int64_t ldy,
                           int rows, int k, const SmallGemmNorm<T>* norm) {
   constexpr int kVec = 16 / int(sizeof(T));
-  const bool plain = rows >= 1 && rows <= kSmallGemmRows && k % kVec == 0 && ldx % kVec == 0 &&
+  const bool plain = rows >= 1 && rows <= small_gemm_max_rows<T>() && k % kVec == 0 && ldx % kVec == 0 &&
                      ldy >= 1 && cuda::aligned(x) && cuda::aligned(w) && (!bias || cuda::aligned(bias));
   if (!plain || !norm) return plain;
   using cuda::aligned;
@@ -460,7 +598,11 @@ void small_gemm_cuda(const T* x, int64_t ldx, const T* w, const T* bias, T* y, i
   const SmallGemmArgs<T> a{x, w, bias, y, ldx, ldy, rows, n, k, act != nullptr,
                            act ? *act : Activation::kRelu, norm ? *norm : SmallGemmNorm<T>{}};
   const bool with_norm = norm != nullptr;
-  by_rows_bucket(rows, [&](auto r) { launch_rows<T, decltype(r)::value>(a, with_norm, stream); });
+  if constexpr (std::is_same_v<T, float>) {
+    by_rows_bucket(rows, [&](auto r) { launch_rows<T, decltype(r)::value>(a, with_norm, stream); });
+  } else {
+    launch_mma<T>(a, with_norm, stream);
+  }
 }
 
 template <typename T>

@@ -1,5 +1,5 @@
 // small_gemm_cuda (small_gemm.h) against a double-precision reference on the same rounded
-// inputs: every row count up to kSmallGemmRows's bucket edges, column counts that leave a
+// inputs: every row count up to the float kernel's bucket edges and the 16-bit kernel's 16 rows, column counts that leave a
 // block's last warps idle, K of one and of many 16-byte packs per lane, padded leading
 // dimensions (whose extra columns must stay unwritten), bias and each activation; with a
 // SmallGemmNorm, the LayerNorm prologue against layer_norm_cpu on the same inputs.
@@ -43,7 +43,8 @@ TYPED_TEST(SmallGemmCuda, MatchesReference) {
   uint32_t seed = 11;
   int variant = 0;
   for (const Shape& s : shapes) {
-    for (int rows : {1, 2, 3, 4, 5, 7, 8}) {
+    for (int rows : {1, 2, 3, 4, 5, 7, 8, 9, 12, 16}) {
+      if (rows > small_gemm_max_rows<T>()) continue;
       const Activation* act = acts[variant % 4];
       const bool with_bias = variant++ % 3 != 0;
       const int64_t ldx = s.k + s.x_pad, ldy = s.n + s.y_pad;
@@ -96,7 +97,8 @@ TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
   uint32_t seed = 101;
   int variant = 0;
   for (const Shape& s : shapes) {
-    for (int rows : {1, 3, 4, 6, 8}) {
+    for (int rows : {1, 3, 4, 6, 8, 11, 16}) {
+      if (rows > small_gemm_max_rows<T>()) continue;
       const int64_t ldx = s.k + s.x_pad, ldy = s.n + s.y_pad;
       const bool with_residual = variant % 2 == 0, with_bias = variant % 3 != 0;
       const Activation* act = variant++ % 4 == 1 ? &relu : nullptr;
@@ -170,7 +172,7 @@ TYPED_TEST(SmallGemmCuda, NormRejectsWhatItCannotTake) {
   norm.gamma = g.get();
   norm.beta = b.get();
   norm.out = out.get();
-  EXPECT_TRUE(small_gemm_supported<T>(x.get(), k, w.get(), nullptr, k, kSmallGemmRows, k, &norm));
+  EXPECT_TRUE(small_gemm_supported<T>(x.get(), k, w.get(), nullptr, k, small_gemm_max_rows<T>(), k, &norm));
   // K of kSmallGemmNormPacks packs a lane fits; a pack more does not, at any row count.
   const int most = kSmallGemmNormPacks * 32 * kVec;
   const size_t wide_cols = size_t(most + kVec);
@@ -178,8 +180,8 @@ TYPED_TEST(SmallGemmCuda, NormRejectsWhatItCannotTake) {
   SmallGemmNorm<T> wide_norm = norm;
   wide_norm.gamma = wide_norm.beta = wide_g.get();
   wide_norm.out = wide_out.get();
-  EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most, w.get(), nullptr, 8, kSmallGemmRows, most, &wide_norm));
-  EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, kSmallGemmRows, most + kVec, &wide_norm));
+  EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most, w.get(), nullptr, 8, small_gemm_max_rows<T>(), most, &wide_norm));
+  EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, small_gemm_max_rows<T>(), most + kVec, &wide_norm));
   EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 1, most + kVec, &wide_norm));
   EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 1, most + kVec));  // unnormalized
   SmallGemmNorm<T> bad = norm;
@@ -294,14 +296,14 @@ TYPED_TEST(SmallGemmCuda, RejectsWhatItCannotTake) {
   using T = TypeParam;
   constexpr int kVec = 16 / int(sizeof(T));
   DeviceBuffer<T> x(size_t(32 * 64)), w(size_t(64 * 64)), y(size_t(32 * 64));
-  EXPECT_TRUE(small_gemm_supported<T>(x.get(), 64, w.get(), nullptr, 64, kSmallGemmRows, 64));
-  EXPECT_FALSE(small_gemm_supported<T>(x.get(), 64, w.get(), nullptr, 64, kSmallGemmRows + 1, 64));
+  EXPECT_TRUE(small_gemm_supported<T>(x.get(), 64, w.get(), nullptr, 64, small_gemm_max_rows<T>(), 64));
+  EXPECT_FALSE(small_gemm_supported<T>(x.get(), 64, w.get(), nullptr, 64, small_gemm_max_rows<T>() + 1, 64));
   EXPECT_FALSE(small_gemm_supported<T>(x.get(), 64, w.get(), nullptr, 64, 0, 64));
   EXPECT_FALSE(small_gemm_supported<T>(x.get(), 64, w.get(), nullptr, 64, 4, 64 - 1));       // K
   EXPECT_FALSE(small_gemm_supported<T>(x.get(), 64 + 1, w.get(), nullptr, 64, 4, 64));       // ldx
   EXPECT_FALSE(small_gemm_supported<T>(x.get() + 1, 64, w.get(), nullptr, 64, 4, 64));       // x alignment
   EXPECT_FALSE(small_gemm_supported<T>(x.get(), 64, w.get() + 1, nullptr, 64, 4, 64 - kVec));  // w alignment
-  EXPECT_THROW(small_gemm_cuda<T>(x.get(), 64, w.get(), nullptr, y.get(), 64, kSmallGemmRows + 1, 64, 64,
+  EXPECT_THROW(small_gemm_cuda<T>(x.get(), 64, w.get(), nullptr, y.get(), 64, small_gemm_max_rows<T>() + 1, 64, 64,
                                   nullptr, nullptr),
                std::invalid_argument);
 }
