@@ -7,6 +7,7 @@
 // output column (a few splitting K when K is long), 16-bit types on tensor cores with a block
 // per 8 columns (its warps splitting K). For more rows cuBLAS's tiled kernels win: callers
 // switch.
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/activation.h"
@@ -20,9 +21,10 @@ namespace nmt::kernels {
 // tokens/s, the step's GPU time 575 -> 338 us; the demo model's batch 4 +37%): its
 // accumulators and normalized rows took enough registers that a projection's blocks no longer
 // fit one wave beside the previous kernel's. 16-bit types run on tensor cores, where rows 9-16
-// fill the MMA's other half at no cost in instructions: up to 16 rows (4 sentences of beam 4).
+// fill the MMA's other half at no cost in instructions and rows 17-32 take a second MMA on the
+// same weights: up to 32 rows (8 sentences of beam 4).
 constexpr int kSmallGemmRows = 8;
-constexpr int kSmallGemmRows16Bit = 16;
+constexpr int kSmallGemmRows16Bit = 32;
 template <typename T>
 constexpr int small_gemm_max_rows() {
   return sizeof(T) == 2 ? kSmallGemmRows16Bit : kSmallGemmRows;
@@ -45,13 +47,17 @@ struct SmallGemmNorm {
 };
 
 // With a SmallGemmNorm each lane holds its share of a row in registers: K up to this many
-// 16-byte packs a lane (32 lanes), 1024 in 16-bit types and 512 in float.
+// 16-byte packs a lane (32 lanes), 1024 in 16-bit types and 512 in float; and each block keeps
+// the normalized rows in shared memory: rows x K elements within kSmallGemmNormBytes (32 rows
+// of K 512 in 16-bit types, 16 of K 1024).
 constexpr int kSmallGemmNormPacks = 4;
+constexpr size_t kSmallGemmNormBytes = 32 * 1024;
 
 #if NMT_WITH_CUDA
 // Whether small_gemm_cuda takes this shape: 1 <= rows <= small_gemm_max_rows<T>(), and k, ldx and ldy
 // whole 16-byte packs of T with 16-byte aligned x, w and bias (y needs only T's alignment);
-// with `norm`, also its pointers 16-byte aligned and k within kSmallGemmNormPacks packs a lane.
+// with `norm`, also its pointers 16-byte aligned, k within kSmallGemmNormPacks packs a lane and
+// rows x k within kSmallGemmNormBytes.
 template <typename T>
 bool small_gemm_supported(const T* x, int64_t ldx, const T* w, const T* bias, int64_t ldy,
                           int rows, int k, const SmallGemmNorm<T>* norm = nullptr);

@@ -228,7 +228,8 @@ __global__ void __launch_bounds__(kBlockColumns<kRows> * kSplit * 32) small_gemm
 
 // One block owns kMmaCols output columns; its warps split K into chunks of 32, warp w taking
 // chunks w, w + warps, ..., each chunk two m16n8k16 MMAs with float32 accumulators: A = the
-// input rows (M: rows 0-7, and 8-15 with kHigh), B = the block's columns of W (N = 8). Lane
+// input rows (M: 16 rows an MMA, kRowGroups groups of 8 rows in all), B = the block's columns
+// of W (N = 8). Lane
 // (g, t) = (lane / 4, lane % 4) loads one 16-byte pack of column g's weight row and one of row
 // g's input at k = chunk * 32 + t * 8, and the two MMAs take its halves as the k pairs the
 // fragment layout gives the lane: the order of k within a chunk is permuted, the same way for A
@@ -263,10 +264,10 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const uint4& lo, const 
   mma_16816<T>(c, lo.z, hi.z, lo.w, hi.w, w.z, w.w);
 }
 
-template <typename T, int kNormPacks, int kWarps, bool kHigh>
+template <typename T, int kNormPacks, int kWarps, int kRowGroups>
 __global__ void __launch_bounds__(kWarps * 32) small_gemm_mma_kernel(SmallGemmArgs<T> a) {
   constexpr int kVec = 8;
-  constexpr int kRowsMax = kHigh ? 16 : 8;
+  constexpr int kRowsMax = 8 * kRowGroups, kTiles = (kRowGroups + 1) / 2;  // MMAs of 16 rows
   static_assert(kRowsMax * kMmaCols <= kWarps * 32, "the epilogue's threads");
   const int lane = threadIdx.x % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
   const int col0 = int(blockIdx.x) * kMmaCols;
@@ -299,10 +300,14 @@ __global__ void __launch_bounds__(kWarps * 32) small_gemm_mma_kernel(SmallGemmAr
   const auto x_pack = [&](int row, int k) {
     return row < a.rows && k < a.k ? *reinterpret_cast<const uint4*>(x + row * ldx + k) : zero;
   };
-  float c[4] = {0.f, 0.f, 0.f, 0.f};
+  float c[kTiles][4] = {};
   const auto multiply = [&](int chunk, const uint4& wv) {
     const int k = k_of(chunk);
-    mma_chunk<T>(c, x_pack(g, k), kHigh ? x_pack(g + 8, k) : zero, wv);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const int row = 16 * j + g;
+      mma_chunk<T>(c[j], x_pack(row, k), row + 8 < kRowsMax ? x_pack(row + 8, k) : zero, wv);
+    }
   };
 #pragma unroll
   for (int i = 0; i < kMmaEarly; ++i) {
@@ -315,11 +320,15 @@ __global__ void __launch_bounds__(kWarps * 32) small_gemm_mma_kernel(SmallGemmAr
   }
   // The warps' sums, added in warp order.
   __shared__ float parts[kWarps][kRowsMax][kMmaCols];
-  parts[warp][g][2 * t] = c[0];
-  parts[warp][g][2 * t + 1] = c[1];
-  if constexpr (kHigh) {
-    parts[warp][g + 8][2 * t] = c[2];
-    parts[warp][g + 8][2 * t + 1] = c[3];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int row = 16 * j + g;
+    parts[warp][row][2 * t] = c[j][0];
+    parts[warp][row][2 * t + 1] = c[j][1];
+    if (row + 8 < kRowsMax) {
+      parts[warp][row + 8][2 * t] = c[j][2];
+      parts[warp][row + 8][2 * t + 1] = c[j][3];
+    }
   }
   __syncthreads();
   if (!writes) return;
@@ -505,28 +514,30 @@ void launch_rows(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream)
 // (Transformer-base's K 512 in 16 warps) made its batch-1 step 11% longer, two chunks at the
 // demo's K 256 (4 warps) cost its batches 2 and 4 9-10% against one, and four chunks a warp
 // (K 512 in 4 warps) cost Transformer-base 4% at batch 1 and 14% at batch 4.
+// Past 16 rows 16 warps, so that each normalizes 2 rows at most in a LayerNorm prologue (and
+// the epilogue has a thread for each of 32 rows x 8 columns).
 template <class F>
-void by_mma_warps(int k, F f) {
+void by_mma_warps(int k, int rows, F f) {
   const int chunks = (k + 31) / 32;
-  if (chunks > 16) return f(std::integral_constant<int, 16>());
+  if (chunks > 16 || rows > 16) return f(std::integral_constant<int, 16>());
   f(std::integral_constant<int, 8>());
 }
 
 template <typename T>
 void launch_mma(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream) {
   const unsigned grid = unsigned((a.n + kMmaCols - 1) / kMmaCols);
-  const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;  // at most 16 x 1024: 32 KiB
-  const auto go = [&](auto warps, auto high) {
-    constexpr int kWarps = decltype(warps)::value;
-    constexpr bool kHigh = decltype(high)::value;
-    if (!with_norm) return launch(&small_gemm_mma_kernel<T, 0, kWarps, kHigh>, grid, kWarps * 32, 0, stream, a);
+  const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;  // kSmallGemmNormBytes at most
+  const auto go = [&](auto warps, auto groups) {
+    constexpr int kWarps = decltype(warps)::value, kGroups = decltype(groups)::value;
+    if (!with_norm) return launch(&small_gemm_mma_kernel<T, 0, kWarps, kGroups>, grid, kWarps * 32, 0, stream, a);
     by_k_packs<T>(a.k, [&](auto packs) {
-      launch(&small_gemm_mma_kernel<T, decltype(packs)::value, kWarps, kHigh>, grid, kWarps * 32, smem, stream, a);
+      launch(&small_gemm_mma_kernel<T, decltype(packs)::value, kWarps, kGroups>, grid, kWarps * 32, smem, stream, a);
     });
   };
-  by_mma_warps(a.k, [&](auto warps) {
-    if (a.rows > 8) return go(warps, std::true_type());
-    go(warps, std::false_type());
+  by_mma_warps(a.k, a.rows, [&](auto warps) {
+    if (a.rows > 16) return go(warps, std::integral_constant<int, 4>());
+    if (a.rows > 8) return go(warps, std::integral_constant<int, 2>());
+    go(warps, std::integral_constant<int, 1>());
   });
 }
 
@@ -565,7 +576,8 @@ bool small_gemm_supported(const T* x, int64_t ldx, const T* w, const T* bias, in
                      ldy >= 1 && cuda::aligned(x) && cuda::aligned(w) && (!bias || cuda::aligned(bias));
   if (!plain || !norm) return plain;
   using cuda::aligned;
-  return k <= kSmallGemmNormPacks * 32 * kVec && norm->gamma && norm->beta && norm->out && aligned(norm->gamma) && aligned(norm->beta) &&
+  return k <= kSmallGemmNormPacks * 32 * kVec && size_t(rows) * size_t(k) * sizeof(T) <= kSmallGemmNormBytes &&
+         norm->gamma && norm->beta && norm->out && aligned(norm->gamma) && aligned(norm->beta) &&
          aligned(norm->out) && (!norm->residual || aligned(norm->residual)) &&
          (!norm->bias || aligned(norm->bias));
 }

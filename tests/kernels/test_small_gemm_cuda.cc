@@ -6,6 +6,7 @@
 #include "tests/kernels/cuda_test_util.h"
 
 #if NMT_WITH_CUDA
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -43,7 +44,7 @@ TYPED_TEST(SmallGemmCuda, MatchesReference) {
   uint32_t seed = 11;
   int variant = 0;
   for (const Shape& s : shapes) {
-    for (int rows : {1, 2, 3, 4, 5, 7, 8, 9, 12, 16}) {
+    for (int rows : {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 25, 32}) {
       if (rows > small_gemm_max_rows<T>()) continue;
       const Activation* act = acts[variant % 4];
       const bool with_bias = variant++ % 3 != 0;
@@ -97,8 +98,9 @@ TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
   uint32_t seed = 101;
   int variant = 0;
   for (const Shape& s : shapes) {
-    for (int rows : {1, 3, 4, 6, 8, 11, 16}) {
-      if (rows > small_gemm_max_rows<T>()) continue;
+    for (int rows : {1, 3, 4, 6, 8, 11, 16, 20, 32}) {
+      // Past the shared memory of the normalized rows: NormRejectsWhatItCannotTake.
+      if (rows > small_gemm_max_rows<T>() || size_t(rows) * size_t(s.k) * sizeof(T) > kSmallGemmNormBytes) continue;
       const int64_t ldx = s.k + s.x_pad, ldy = s.n + s.y_pad;
       const bool with_residual = variant % 2 == 0, with_bias = variant % 3 != 0;
       const Activation* act = variant++ % 4 == 1 ? &relu : nullptr;
@@ -166,7 +168,7 @@ TYPED_TEST(SmallGemmCuda, NormRejectsWhatItCannotTake) {
   using T = TypeParam;
   constexpr int kVec = 16 / int(sizeof(T));
   const int k = 512;
-  const size_t cols = size_t(k), rows_cols = 16 * cols;
+  const size_t cols = size_t(k), rows_cols = 32 * cols;
   DeviceBuffer<T> x(rows_cols), w(cols * cols), g(cols), b(cols), out(rows_cols), y(rows_cols);
   SmallGemmNorm<T> norm;
   norm.gamma = g.get();
@@ -176,12 +178,19 @@ TYPED_TEST(SmallGemmCuda, NormRejectsWhatItCannotTake) {
   // K of kSmallGemmNormPacks packs a lane fits; a pack more does not, at any row count.
   const int most = kSmallGemmNormPacks * 32 * kVec;
   const size_t wide_cols = size_t(most + kVec);
-  DeviceBuffer<T> wide(16 * wide_cols), wide_out(16 * wide_cols), wide_g(wide_cols);
+  DeviceBuffer<T> wide(32 * wide_cols), wide_out(32 * wide_cols), wide_g(wide_cols);
   SmallGemmNorm<T> wide_norm = norm;
   wide_norm.gamma = wide_norm.beta = wide_g.get();
   wide_norm.out = wide_out.get();
-  EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most, w.get(), nullptr, 8, small_gemm_max_rows<T>(), most, &wide_norm));
-  EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, small_gemm_max_rows<T>(), most + kVec, &wide_norm));
+  // The normalized rows fit in kSmallGemmNormBytes of shared memory: 16 rows of the longest K
+  // in 16-bit types (8 in float), no more.
+  const int most_rows = std::min(small_gemm_max_rows<T>(), int(kSmallGemmNormBytes / (size_t(most) * sizeof(T))));
+  EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most, w.get(), nullptr, 8, most_rows, most, &wide_norm));
+  EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, most_rows, most + kVec, &wide_norm));
+  if (most_rows < small_gemm_max_rows<T>()) {
+    EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most, w.get(), nullptr, 8, most_rows + 1, most, &wide_norm));
+    EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most, w.get(), nullptr, 8, most_rows + 1, most));  // unnormalized
+  }
   EXPECT_FALSE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 1, most + kVec, &wide_norm));
   EXPECT_TRUE(small_gemm_supported<T>(wide.get(), most + kVec, w.get(), nullptr, 8, 1, most + kVec));  // unnormalized
   SmallGemmNorm<T> bad = norm;
