@@ -150,6 +150,28 @@ __device__ void normalize_rows(const SmallGemmArgs<T>& a, const NormParams<T, kV
   __syncthreads();
 }
 
+// The GEMM's input rows, from pdl_prologue() on: a.x as it is, or (kNormPacks > 0) LN(x +
+// residual + bias) built by this block in dynamic shared memory, its gamma and beta read before
+// the wait. ldx receives the rows' leading dimension. `line` names the calling kernel's wait in
+// trace builds.
+template <typename T, int kVec, int kNormPacks, int kBlockWarps>
+__device__ __forceinline__ const T* input_rows(const SmallGemmArgs<T>& a, int64_t& ldx,
+                                               uint32_t line = __builtin_LINE()) {
+  NormParams<T, kVec, kNormPacks ? kNormPacks : 1> params;
+  if constexpr (kNormPacks > 0) params.load(a);
+  pdl_prologue(line);
+  ldx = a.ldx;
+  if constexpr (kNormPacks == 0) {
+    return a.x;
+  } else {
+    extern __shared__ __align__(16) unsigned char small_gemm_rows_smem[];
+    T* normalized = reinterpret_cast<T*>(small_gemm_rows_smem);
+    normalize_rows<T, kVec, kNormPacks, kBlockWarps>(a, params, normalized);
+    ldx = a.k;
+    return normalized;
+  }
+}
+
 // Warps that share one column (kSplit): each takes every kSplit-th 16-byte pack of the lanes'
 // stride along K, and the column's sums are added across them in shared memory in warp order.
 // A warp's work is a serial chain of a few hundred instructions at ~10 cycles each with one or
@@ -176,18 +198,8 @@ __global__ void __launch_bounds__(kBlockColumns<kRows> * kSplit * 32) small_gemm
   for (int i = 0; i < kEarlyPacks; ++i) {
     if (k_of(i) < a.k) load_pack<T, kVec>(w + k_of(i), early[i]);
   }
-  NormParams<T, kVec, kNormPacks ? kNormPacks : 1> params;
-  if constexpr (kNormPacks > 0) params.load(a);
-  pdl_prologue();
-  const T* x = a.x;
-  int64_t ldx = a.ldx;
-  if constexpr (kNormPacks > 0) {
-    extern __shared__ __align__(16) unsigned char small_gemm_smem[];
-    T* normalized = reinterpret_cast<T*>(small_gemm_smem);
-    normalize_rows<T, kVec, kNormPacks, kCols * kSplit>(a, params, normalized);
-    x = normalized;
-    ldx = a.k;
-  }
+  int64_t ldx;
+  const T* x = input_rows<T, kVec, kNormPacks, kCols * kSplit>(a, ldx);
   float acc[kRows];
 #pragma unroll
   for (int m = 0; m < kRows; ++m) acc[m] = 0.f;
@@ -285,18 +297,8 @@ __global__ void __launch_bounds__(kWarps * 32) small_gemm_mma_kernel(SmallGemmAr
   const int out_row = int(threadIdx.x) / kMmaCols, out_col = col0 + int(threadIdx.x) % kMmaCols;
   const bool writes = out_row < a.rows && out_col < a.n;
   const float bias = writes && a.bias ? to_float(a.bias[out_col]) : 0.f;
-  NormParams<T, kVec, kNormPacks ? kNormPacks : 1> params;
-  if constexpr (kNormPacks > 0) params.load(a);
-  pdl_prologue();
-  const T* x = a.x;
-  int64_t ldx = a.ldx;
-  if constexpr (kNormPacks > 0) {
-    extern __shared__ __align__(16) unsigned char small_gemm_mma_smem[];
-    T* normalized = reinterpret_cast<T*>(small_gemm_mma_smem);
-    normalize_rows<T, kVec, kNormPacks, kWarps>(a, params, normalized);
-    x = normalized;
-    ldx = a.k;
-  }
+  int64_t ldx;
+  const T* x = input_rows<T, kVec, kNormPacks, kWarps>(a, ldx);
   const auto x_pack = [&](int row, int k) {
     return row < a.rows && k < a.k ? *reinterpret_cast<const uint4*>(x + row * ldx + k) : zero;
   };
