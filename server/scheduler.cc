@@ -84,10 +84,11 @@ class Job {
     finish(lock);
   }
 
-  void complete(size_t index, Translation translation, Clock::time_point now) {
+  void complete(size_t index, Translation translation, int steps, Clock::time_point now) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (done_) return;
     result_.translations[index] = std::move(translation);
+    result_.decode_steps = std::max(result_.decode_steps, steps);
     if (--remaining_ > 0) return;
     result_.ok = true;
     result_.decode_seconds = seconds_between(first_admitted_, now);
@@ -133,6 +134,7 @@ struct Scheduler::Done {
   size_t index;
   Translation translation;
   Clock::time_point at;
+  int steps;  // decoder steps it took
 };
 
 Scheduler::Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, SchedulerHooks hooks,
@@ -459,7 +461,7 @@ void Scheduler::run(int index) {
       for (FinishedSentence& f : report.finished) {
         auto it = running.find(f.id);
         if (it == running.end()) continue;
-        finished.push_back({it->second.job, it->second.index, std::move(f.translation), step_end});
+        finished.push_back({it->second.job, it->second.index, std::move(f.translation), step_end, f.steps});
         running.erase(it);
         --active_;
       }
@@ -515,7 +517,7 @@ void Scheduler::answer(std::vector<Done>& finished) {
     if (detokenize_) {
       for (Hypothesis& h : d.translation.hypotheses) h.text = detokenize_(h.ids);
     }
-    d.job->complete(d.index, std::move(d.translation), d.at);
+    d.job->complete(d.index, std::move(d.translation), d.steps, d.at);
   }
   finished.clear();
 }

@@ -41,6 +41,7 @@ struct JobResult {
   double queue_seconds = 0;   // longest wait of its sentences before they were admitted
   double decode_seconds = 0;  // from its first admission to its last sentence's end (the
                               // encode included: it rides on a decoder step)
+  int decode_steps = 0;       // the most decoder steps one of its sentences took
 };
 
 using JobCallback = std::function<void(JobResult result)>;

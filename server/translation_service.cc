@@ -51,6 +51,11 @@ struct TranslationService::Call {
   size_t sentences = 0;
   int64_t input_tokens = 0;
   int64_t output_tokens = 0;
+  // A translated request's scheduling (its JobResult), for its log line; decode_steps 0: not
+  // translated (refused, failed, or no sentence to decode).
+  double queue_ms = 0;
+  double decode_ms = 0;
+  int decode_steps = 0;
 };
 
 struct TranslationService::Admitted {
@@ -702,6 +707,9 @@ grpc::Status TranslationService::respond(const Admitted& admitted, const JobResu
   }
   response->set_input_tokens(call.input_tokens);
   response->set_output_tokens(call.output_tokens);
+  call.queue_ms = result.queue_seconds * 1e3;
+  call.decode_ms = result.decode_seconds * 1e3;
+  call.decode_steps = result.decode_steps;
   v1::Timings* timings = response->mutable_timings();
   timings->set_queue_ms(result.queue_seconds * 1e3);
   timings->set_decode_ms(result.decode_seconds * 1e3);
@@ -725,6 +733,13 @@ void TranslationService::record(const Call& call, const grpc::Status& status) {
                                    {"ms", std::round(ms * 100) / 100},
                                    {"code", code}};
   if (status.ok()) {
+    // Where a translated request's time went: the wait for admission, the decode (from the
+    // first admission on), and the most decoder steps one of its sentences took.
+    if (call.decode_steps > 0) {
+      fields["queue_ms"] = std::round(call.queue_ms * 100) / 100;
+      fields["decode_ms"] = std::round(call.decode_ms * 100) / 100;
+      fields["steps"] = call.decode_steps;
+    }
     log_event(spdlog::level::info, "request", fields);
     return;
   }

@@ -72,6 +72,16 @@ def bounded_queue(server, stub, pb, seconds=8.0, clients=48):
     check(served and max(served) < at_once,
           f"RESOURCE_EXHAUSTED at once in the server: p50 {percentile(served, 0.5) * 1e3:.1f} ms, "
           f"max {max(served, default=0) * 1e3:.1f} ms (bound {at_once * 1e3:.0f} ms)")
+    # A translated request's line says where its time went: its sentences' longest wait for
+    # admission and the decode from the first admission on (they overlap where the sentences
+    # were admitted at different steps), each within its span, and its longest sentence's
+    # decoder steps; a refused one has none.
+    accepted = [line for line in lines if line["code"] == "OK"]
+    check(accepted and all(line.get("steps", 0) >= 1 and line["queue_ms"] <= line["ms"] + 0.01 and
+                           line["decode_ms"] <= line["ms"] + 0.01 for line in accepted),
+          f"accepted lines carry steps >= 1, queue_ms and decode_ms within ms: {accepted[:1]}")
+    check(all("steps" not in line for line in lines if line["code"] == "RESOURCE_EXHAUSTED"),
+          "refused lines carry no steps")
     no_wait = max(0.5, 0.25 * percentile(ok, 0.5))
     check(percentile(refused, 0.99) < no_wait,
           f"RESOURCE_EXHAUSTED without a queue wait at the client: p50 {percentile(refused, 0.5) * 1e3:.0f} ms, "

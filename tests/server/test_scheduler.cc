@@ -185,6 +185,20 @@ TEST(Scheduler, AShortRequestDoesNotWaitForLongOnes) {
   EXPECT_TRUE(long2.get().ok);
 }
 
+// A result's decode_steps: the most decoder steps one of its sentences took, each as many
+// as alone (the scripted sentence cannot end before the step of its EOS).
+TEST(Scheduler, AResultCountsItsLongestSentencesSteps) {
+  Fixture f(options(8, 32), 1);
+  const JobResult short_alone = f.submit({sentence(3)}, beam(4)).get();
+  const JobResult long_alone = f.submit({sentence(9)}, beam(4)).get();
+  const JobResult both = f.submit({sentence(9), sentence(3)}, beam(4)).get();
+  ASSERT_TRUE(short_alone.ok && long_alone.ok && both.ok);
+  EXPECT_GE(short_alone.decode_steps, 3);
+  EXPECT_GE(long_alone.decode_steps, 9);
+  EXPECT_GT(long_alone.decode_steps, short_alone.decode_steps);
+  EXPECT_EQ(both.decode_steps, long_alone.decode_steps);
+}
+
 TEST(Scheduler, AdmissionIsBoundedBySlotsRowsAndTokenBudget) {
   Fixture f(options(4, 10, /*admit_tokens=*/8), 1, milliseconds(1));
   std::vector<std::future<JobResult>> futures;
