@@ -29,6 +29,8 @@
 #   connections) instead of one each (recorded in the results).
 #   TRANSPORT=unix sends the loads over the server's Unix domain socket (server.unix_socket)
 #   instead of TCP on the loopback (recorded in the results).
+# Each server's log (a line per request, with its decoder steps) is OUT_DIR/server-W.log:
+# bench/e2e/tail_by_steps.py reads the latency tail against each request's own steps.
 set -uo pipefail
 out=${1:?usage: serve_bench.sh OUT_DIR [WORKERS...]}
 shift
