@@ -54,8 +54,9 @@ constexpr int kSmallGemmNormPacks = 4;
 constexpr size_t kSmallGemmNormBytes = 32 * 1024;
 
 #if NMT_WITH_CUDA
-// Whether small_gemm_cuda takes this shape: 1 <= rows <= small_gemm_max_rows<T>(), and k, ldx and ldy
-// whole 16-byte packs of T with 16-byte aligned x, w and bias (y needs only T's alignment);
+// Whether small_gemm_cuda takes this shape: 1 <= rows <= small_gemm_max_rows<T>(), and k, ldx
+// and ldy whole 16-byte packs of T with 16-byte aligned x, w and bias (y needs only T's
+// alignment);
 // with `norm`, also its pointers 16-byte aligned, k within kSmallGemmNormPacks packs a lane and
 // rows x k within kSmallGemmNormBytes.
 template <typename T>

@@ -711,8 +711,8 @@ grpc::Status TranslationService::respond(const Admitted& admitted, const JobResu
   call.decode_ms = result.decode_seconds * 1e3;
   call.decode_steps = result.decode_steps;
   v1::Timings* timings = response->mutable_timings();
-  timings->set_queue_ms(result.queue_seconds * 1e3);
-  timings->set_decode_ms(result.decode_seconds * 1e3);
+  timings->set_queue_ms(call.queue_ms);
+  timings->set_decode_ms(call.decode_ms);
   timings->set_total_ms(ms_since(call.start));
   metrics_.queue_wait(call.model, result.queue_seconds);
   metrics_.decode_time(call.model, result.decode_seconds);

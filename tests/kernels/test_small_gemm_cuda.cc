@@ -1,8 +1,9 @@
 // small_gemm_cuda (small_gemm.h) against a double-precision reference on the same rounded
-// inputs: every row count up to the float kernel's bucket edges and the 16-bit kernel's 16 rows, column counts that leave a
-// block's last warps idle, K of one and of many 16-byte packs per lane, padded leading
-// dimensions (whose extra columns must stay unwritten), bias and each activation; with a
-// SmallGemmNorm, the LayerNorm prologue against layer_norm_cpu on the same inputs.
+// inputs: every row count up to the float kernel's bucket edges and across the 16-bit
+// kernel's row groups up to its 32 rows, column counts that leave a block's last warps idle, K
+// of one and of many 16-byte packs per lane, padded leading dimensions (whose extra columns
+// must stay unwritten), bias and each activation; with a SmallGemmNorm, the LayerNorm prologue
+// against layer_norm_cpu on the same inputs.
 #include "tests/kernels/cuda_test_util.h"
 
 #if NMT_WITH_CUDA
