@@ -305,17 +305,13 @@ class TranslationService::StreamCall final {
   explicit StreamCall(TranslationService& service) : service_(service), slot_(service) {}
 
   // A stream arrived in this place (ok), or the server is shutting down (not ok: no stream
-  // came, and no end event will). The end event may come on another thread while this runs
-  // (a client that cancels at once): this is the actor until it is done, so that the end
-  // event's pump leaves the stream to it.
+  // came, and no end event will). The end event may come on another thread before or while
+  // this runs (a client that cancels at once): the arrival is the stream's first actor
+  // (acting_ starts set), so that the end event's pump leaves the stream to it.
   void on_arrival(bool ok) {
     if (!ok) {
       delete this;
       return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      acting_ = true;
     }
     request(service_);
     service_.call_started();
@@ -565,7 +561,11 @@ class TranslationService::StreamCall final {
   bool read_done_ = false;
   bool writing_ = false;
   bool cancelled_ = false;
-  bool acting_ = false;
+  // Set from the start: until the arrival has run, nothing may act. An end event taken off
+  // the queue before the arrival (another thread took it first) would otherwise finish the
+  // stream, and the arrival then finish it a second time (gRPC aborts the server:
+  // GRPC_CALL_ERROR_TOO_MANY_OPERATIONS).
+  bool acting_ = true;
   bool dirty_ = false;
 };
 

@@ -174,8 +174,10 @@ def main():
     check(threads_most - threads_before <= 24,
           f"...while no thread waited per request: {threads_before} threads before, at most {threads_most}")
     # Requests blocked on the server's gRPC threads would stall other calls for the whole load
-    # (measured so: slowest ListModels 0.52 s for a 0.50 s load; waiting as callbacks: 0.02 s).
-    check(listing_slowest < max(0.5 * load_seconds, 0.05),
+    # (measured so: slowest ListModels 0.52 s for a 0.50 s load; waiting as callbacks: 0.02 s
+    # natively, and up to 0.45 s of a 0.90 s load under ThreadSanitizer on 2 busy cores, where
+    # the 64 requests' parsing alone keeps the server's threads busy).
+    check(listing_slowest < max(0.8 * load_seconds, 0.05),
           f"...and other calls went on during the load: slowest ListModels {listing_slowest:.3f} s, "
           f"the load {load_seconds:.3f} s")
 
