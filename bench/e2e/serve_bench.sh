@@ -29,8 +29,10 @@
 #   connections) instead of one each (recorded in the results).
 #   TRANSPORT=unix sends the loads over the server's Unix domain socket (server.unix_socket)
 #   instead of TCP on the loopback (recorded in the results).
-# Each server's log (a line per request, with its decoder steps) is OUT_DIR/server-W.log:
-# bench/e2e/tail_by_steps.py reads the latency tail against each request's own steps.
+# Each server's log (a line per request, with its decoder steps) is OUT_DIR/server-W.log, and
+# the lines of each measured load (its warm-up left out) OUT_DIR/server-W-LOAD.log:
+# bench/e2e/tail_by_steps.py reads a load's latency tail against each request's own steps
+# (printed for the 64- and 256-client loads).
 set -uo pipefail
 out=${1:?usage: serve_bench.sh OUT_DIR [WORKERS...]}
 shift
@@ -97,7 +99,10 @@ for w in $workers; do
   load() {  # name clients sentences_per_request [nmt-loadgen flags]
     local flags=(--input "$src" --beam 4 --clients "$2" --sentences-per-request "$3" "${@:4}")
     loadgen "${flags[@]}" --duration 3 > /dev/null 2>&1  # warm-up
+    local logged
+    logged=$(wc -l < "$out/server-$w.log")
     loadgen "${flags[@]}" --duration "$seconds" --json 2>/dev/null | record "$1"
+    tail -n +$((logged + 1)) "$out/server-$w.log" > "$out/server-$w-$1.log"
   }
   # The transport alone: the same client's closed loop of Health.Check calls (no work).
   loadgen --ping --clients 1 --duration 3 --json 2>/dev/null | record ping
@@ -115,6 +120,10 @@ for w in $workers; do
   load clients-64x8 64 8 "${many[@]}"
   curl -s 127.0.0.1:$((port + 1))/metrics | grep -E "^nmt_(admitted_sentences|step_duration_seconds|time_to_first_step_seconds|encode_duration_seconds)_(sum|count|bucket)" > "$out/metrics-$w.txt"
   kill "$pid"; wait "$pid"
+  for name in clients-64 clients-256; do
+    echo "=== workers $w, $name: the tail against each request's steps"
+    python3 "$here/tail_by_steps.py" "$out/server-$w-$name.log"
+  done
   if curl -s -o /dev/null 127.0.0.1:$((port + 1))/metrics; then echo "the server of workers $w is still running" >&2; exit 1; fi
   port=$((port + 10))
 done
