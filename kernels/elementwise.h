@@ -53,8 +53,8 @@ struct RowEmbedding {
 };
 // beam_reorder_key_rows_cpu with per-row positions (cache_rows may be null) and
 // embed_positions_cuda(e.ids, e.embeddings, e.positions_table, positions, e.out, rows, ...) in
-// one launch, a block per row: the two start a decode step, where at small batches each would
-// cost a kernel's latency rather than its work.
+// one launch, a block per row up to 32 rows and a block per 8 rows past that: the two start a
+// decode step, where at small batches each would cost a kernel's latency rather than its work.
 // With `upload` set, parent, positions, cache_rows and e.ids may point into pinned host memory
 // (the step's upload as the host wrote it): the launch also copies upload.bytes from upload.src
 // to upload.dst for the step's later kernels, in place of a copy on the stream.

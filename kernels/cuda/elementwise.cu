@@ -116,32 +116,26 @@ struct EmbedPositions {
   }
 };
 
-constexpr int kReorderThreads = 64;
+constexpr int kReorderThreads = 64;  // a row's threads
 
-// One block per row: its share of the step's upload when there is one (elementwise.h), its
-// token, parent and running score (the step before's when it follows), its new key-row table
-// (see beam_reorder_key_rows_cpu), then its embedding (EmbedPositions' arithmetic, as
-// embed_positions_cuda).
-template <typename T, int N>
-__global__ void __launch_bounds__(kReorderThreads)
-    reorder_embed_kernel(const int* old_rows, int* new_rows, const int* parent, int capacity,
-                         const int* positions, const int* cache_rows, EmbedPositions<T, N> embed,
-                         StepUploadCopy upload, StepFollow follow) {
-  pdl_prologue();
-  const int64_t r = blockIdx.x;
-  if (upload.bytes > 0) {  // this block's share of the upload, for the later kernels
-    const int64_t share = (upload.bytes + gridDim.x - 1) / gridDim.x;
-    const int64_t end = min(upload.bytes, (r + 1) * share);
-    const auto* src = static_cast<const unsigned char*>(upload.src);
-    auto* dst = static_cast<unsigned char*>(upload.dst);
-    for (int64_t i = r * share + threadIdx.x; i < end; i += blockDim.x) dst[i] = src[i];
-  }
+// Where a row of the step starts: its position, its cache row, the row whose key-row table it
+// takes over, its token.
+struct RowStart {
+  int t, c, from, token;
+};
+
+// Row r's start, read from the upload (parent, positions, cache_rows, ids may be pinned host
+// memory) and, for a row that follows the step before, from that step's next rows; its
+// running score goes to follow.running_out when `write_running`.
+__device__ __forceinline__ RowStart row_start(int64_t r, const int* parent, const int* positions,
+                                              const int* cache_rows, const int* ids,
+                                              const StepFollow& follow, bool write_running) {
   const int t = positions[r];
   const int c = cache_rows ? cache_rows[r] : int(r);
   // The row's own entries and its follow index are read together, not one after the other:
   // in the pinned upload each read crosses PCIe, so a chain of two would lengthen the step.
   const int f = follow.rows ? follow.rows[r] : -1;
-  const int host_parent = parent[r], host_token = embed.ids[r];
+  const int host_parent = parent[r], host_token = ids[r];
   const float host_running = follow.running_out ? follow.running_in[r] : 0.f;
   asm volatile("" : : "r"(host_parent), "r"(host_token), "f"(host_running));  // loaded here, before f is known
   int from = host_parent, token = host_token;
@@ -151,12 +145,49 @@ __global__ void __launch_bounds__(kReorderThreads)
     token = follow.tokens[f];
     running = follow.running[f];
   }
-  if (follow.running_out && threadIdx.x == 0) follow.running_out[r] = running;
-  const int* src = old_rows + int64_t(from) * capacity;
-  int* dst = new_rows + int64_t(c) * capacity;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) dst[j] = j < t ? src[j] : c;
-  for (int64_t col = int64_t(threadIdx.x) * N; col < embed.d_model; col += int64_t(blockDim.x) * N)
-    embed.embed(r, token, col);
+  if (follow.running_out && write_running) follow.running_out[r] = running;
+  return {t, c, from, token};
+}
+
+// kRows rows a block, kReorderThreads threads each: its share of the step's upload when there
+// is one (elementwise.h), then for each row its token, parent and running score (the step
+// before's when it follows), its new key-row table (see beam_reorder_key_rows_cpu) and its
+// embedding (EmbedPositions' arithmetic, as embed_positions_cuda). With several rows a block,
+// the block's first threads read its rows' entries side by side, so that a warp's reads of the
+// pinned upload share its PCIe requests: one block a row made a request of each row's entry,
+// and at 1,024 rows the launch took 21.6 us for a few kilobytes (end-to-end run 45).
+template <typename T, int N, int kRows>
+__global__ void __launch_bounds__(kRows * kReorderThreads)
+    reorder_embed_kernel(const int* old_rows, int* new_rows, const int* parent, int64_t rows, int capacity,
+                         const int* positions, const int* cache_rows, EmbedPositions<T, N> embed,
+                         StepUploadCopy upload, StepFollow follow) {
+  pdl_prologue();
+  if (upload.bytes > 0) {  // this block's share of the upload, for the later kernels
+    const int64_t share = (upload.bytes + gridDim.x - 1) / gridDim.x;
+    const int64_t end = min(upload.bytes, (int64_t(blockIdx.x) + 1) * share);
+    const auto* src = static_cast<const unsigned char*>(upload.src);
+    auto* dst = static_cast<unsigned char*>(upload.dst);
+    for (int64_t i = blockIdx.x * share + threadIdx.x; i < end; i += blockDim.x) dst[i] = src[i];
+  }
+  const int slot = int(threadIdx.x) / kReorderThreads, lane = int(threadIdx.x) % kReorderThreads;
+  const int64_t r = int64_t(blockIdx.x) * kRows + slot;
+  RowStart start;
+  if constexpr (kRows == 1) {
+    start = row_start(r, parent, positions, cache_rows, embed.ids, follow, lane == 0);
+  } else {
+    __shared__ RowStart starts[kRows];
+    const int64_t own = int64_t(blockIdx.x) * kRows + threadIdx.x;
+    if (threadIdx.x < kRows && own < rows)
+      starts[threadIdx.x] = row_start(own, parent, positions, cache_rows, embed.ids, follow, true);
+    __syncthreads();
+    if (r >= rows) return;
+    start = starts[slot];
+  }
+  const int* src = old_rows + int64_t(start.from) * capacity;
+  int* dst = new_rows + int64_t(start.c) * capacity;
+  for (int j = lane; j <= start.t; j += kReorderThreads) dst[j] = j < start.t ? src[j] : start.c;
+  for (int64_t col = int64_t(lane) * N; col < embed.d_model; col += int64_t(kReorderThreads) * N)
+    embed.embed(r, start.token, col);
 }
 
 template <typename From, typename To, int N>
@@ -209,13 +240,22 @@ void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* 
   if (follow.running_out && !follow.running_in)
     throw std::invalid_argument("beam_reorder_and_embed_cuda: running scores out need them in");
   if (rows <= 0) return;
+  // A block a row while a step has few (its latency then is one row's); past that a block of
+  // kReorderRowsABlock rows (reorder_embed_kernel says why).
+  constexpr int64_t kFewRows = 32;
+  constexpr int kReorderRowsABlock = 8;
   with_pack<T>(full_pack<T>(e.d_model, {e.embeddings, e.positions_table, e.out}), [&](auto pack) {
     constexpr int N = decltype(pack)::value;
-    launch(&reorder_embed_kernel<T, N>, unsigned(rows), kReorderThreads, 0, stream, old_rows,
-           new_rows, parent, capacity, positions, cache_rows,
-           EmbedPositions<T, N>{e.ids, e.embeddings, e.positions_table, positions, e.out,
-                                int64_t(e.d_model), e.scale, nullptr},
-           upload, follow);
+    const EmbedPositions<T, N> embed{e.ids, e.embeddings, e.positions_table, positions, e.out,
+                                     int64_t(e.d_model), e.scale, nullptr};
+    if (rows <= kFewRows) {
+      launch(&reorder_embed_kernel<T, N, 1>, unsigned(rows), kReorderThreads, 0, stream, old_rows, new_rows,
+             parent, rows, capacity, positions, cache_rows, embed, upload, follow);
+    } else {
+      launch(&reorder_embed_kernel<T, N, kReorderRowsABlock>,
+             unsigned((rows + kReorderRowsABlock - 1) / kReorderRowsABlock), kReorderRowsABlock * kReorderThreads,
+             0, stream, old_rows, new_rows, parent, rows, capacity, positions, cache_rows, embed, upload, follow);
+    }
   });
 }
 

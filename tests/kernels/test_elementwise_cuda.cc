@@ -114,7 +114,7 @@ TEST(ElementwiseCudaInts, BeamReorderKeyRowsPerRow) {
   DeviceBuffer<float> emb(std::vector<float>(8 * 4, 1.f)), emb_out(size_t(256) * 8);
   RowEmbedding<float> e;  // the table is what is checked here (see BeamReorderAndEmbed)
   e.embeddings = emb.get(); e.out = emb_out.get(); e.d_model = 8;
-  for (int rows : {1, 12, 256}) {
+  for (int rows : {1, 12, 77, 256}) {
     const int capacity = 37, cache_rows_n = rows + 5;
     std::vector<int> table(size_t(cache_rows_n) * capacity, -1), next(table.size(), -1);
     DeviceInts a(table), b(table);
@@ -157,7 +157,7 @@ TYPED_TEST(ElementwiseCuda, BeamReorderAndEmbed) {
   std::mt19937 gen(142);
   uint32_t seed = 300;
   for (int d : kCols) {
-    for (int rows : {1, 4, 12, 256}) {
+    for (int rows : {1, 4, 12, 77, 256}) {
       const int capacity = 37, cache_rows_n = rows + 5, vocab = 57;
       auto emb = random_vector(size_t(vocab * d), -1.f, 1.f, seed++);
       auto pos = random_vector(size_t(capacity * d), -1.f, 1.f, seed++);
@@ -215,7 +215,7 @@ TEST(ElementwiseCudaInts, BeamReorderAndEmbedFromPinnedUpload) {
   constexpr int d = StepTables::d, capacity = StepTables::capacity, vocab = StepTables::vocab;
   StepTables tables(400);
   DeviceBuffer<float>&demb = tables.emb, &dpos = tables.pos;
-  for (int rows : {1, 4, 12, 256}) {
+  for (int rows : {1, 4, 12, 77, 256}) {
     const int cache_rows_n = rows + 5;
     std::vector<int> table(size_t(cache_rows_n) * capacity), parent, positions, cache_rows, ids;
     for (auto& v : table) v = int(gen() % cache_rows_n);
@@ -272,7 +272,7 @@ TEST(ElementwiseCudaInts, BeamReorderAndEmbedFollowingRows) {
   constexpr int d = StepTables::d, capacity = StepTables::capacity, vocab = StepTables::vocab;
   StepTables tables(500);
   DeviceBuffer<float>&demb = tables.emb, &dpos = tables.pos;
-  for (int rows : {1, 4, 12, 256}) {
+  for (int rows : {1, 4, 12, 77, 256}) {
     const int cache_rows_n = rows + 5, before_rows = rows + 3;
     std::vector<int> table(size_t(cache_rows_n) * capacity), parent, positions, cache_rows, ids, follow;
     for (auto& v : table) v = int(gen() % cache_rows_n);
