@@ -114,12 +114,12 @@ def main():
             check(health.status == health_pb2.HealthCheckResponse.SERVING, "still SERVING")
             # The dropped connections' sockets close once their transports see the end: a leak
             # stays, a slow close (ThreadSanitizer on busy cores) goes within seconds.
-            def settled():
-                now = rel.proc_status(server.proc.pid)
-                return now if now["Threads"] <= base["Threads"] + 16 and now["fds"] <= base["fds"] + 16 else None
+            def within(status):
+                return status["Threads"] <= base["Threads"] + 16 and status["fds"] <= base["fds"] + 16
 
-            after = rel.wait_for(settled, 10) or rel.proc_status(server.proc.pid)
-            check(after["Threads"] <= base["Threads"] + 16 and after["fds"] <= base["fds"] + 16,
+            rel.wait_for(lambda: within(rel.proc_status(server.proc.pid)), 10)
+            after = rel.proc_status(server.proc.pid)
+            check(within(after),
                   f"threads {base['Threads']} -> {after['Threads']}, fds {base['fds']} -> {after['fds']}")
     except Exception as e:
         check(False, f"unexpected {type(e).__name__}: {e}")
