@@ -68,6 +68,7 @@ BeamTopkPath beam_topk_path(int64_t rows, int vocab, int k);
 constexpr int kBeamTopkRowTokens = 16384;  // kRow: the widest row a block holds in registers
 constexpr int kBeamTopkRowMaxK = 8;        // kRow: the largest padded k
 constexpr int kBeamTopkChunkTokens = 8192;  // kOnePass: the widest chunk a block holds in registers
+constexpr int kBeamTopkHeldChunkTokens = 4096;  // kTwoPass: the widest chunk a block holds in registers
 // Candidates each chunk of the kOnePass path keeps: twice the padded k (at most 32). The margin
 // over k makes it rare that float rounding ties between a chunk's dropped and kept tokens force
 // a rescan.

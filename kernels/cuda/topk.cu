@@ -10,8 +10,9 @@
 //     three launches over (vocab chunk, row) blocks, the logits read twice:
 //     topk_lse_kernel (each chunk's partial log-sum-exp); the row's log-sum-exp from the
 //     partials, each token's final score and the chunk's kp best (the logits re-read, mostly
-//     from L2) in topk_held_kernel (chunks of at most 4096 tokens, k <= 8: held in registers,
-//     block_select_held) or topk_score_kernel (per-thread sorted lists); topk_sentence_kernel.
+//     from L2) in topk_held_kernel (chunks of at most kBeamTopkHeldChunkTokens, k <= 8: held
+//     in registers, block_select_held; beam_topk_splits cuts rows of up to 64 x that many
+//     tokens so) or topk_score_kernel (per-thread sorted lists); topk_sentence_kernel.
 //   kOnePass (>= 512 rows wider than 16384 tokens), two launches, the logits read once:
 //     topk_chunk_kernel, per (vocab chunk of at most kBeamTopkChunkTokens, row), the chunk
 //     held in registers, its partial log-sum-exp and its kC best (masked logit, index) pairs
@@ -315,6 +316,21 @@ __device__ __forceinline__ bool set_held(float (&key)[kPer], const HeldTokens<kV
   return true;
 }
 
+// emit(r, key, index) for the r-th best of the n distinct (key, index) pairs in shared memory,
+// each r < count, on the thread that ranked it (past the n pairs: -inf, kNoToken). A pair's
+// rank is the number of better ones: n compares a pair, no chain of merges.
+template <class Emit>
+__device__ __forceinline__ void emit_ranked(const float* s_key, const int* s_index, int n, int count, Emit emit) {
+  for (int c = threadIdx.x; c < n; c += kChunkThreads) {
+    const float v = s_key[c];
+    const int i = s_index[c];
+    int rank = 0;
+    for (int j = 0; j < n; ++j) rank += better(s_key[j], s_index[j], v, i);
+    if (rank < count) emit(rank, v, i);
+  }
+  for (int r = n + int(threadIdx.x); r < count; r += kChunkThreads) emit(r, -INFINITY, kNoToken);
+}
+
 // Room in shared memory for the keys that reach block_select_held's threshold.
 constexpr int kHeldCandidates = 256;
 
@@ -381,14 +397,7 @@ __device__ __forceinline__ void block_select_held(const float (&key)[kPer],
     block_select<kK>(top, kK, emit);
     return;
   }
-  for (int c = threadIdx.x; c < n; c += kChunkThreads) {
-    const float v = s_key[c];
-    const int i = s_index[c];
-    int rank = 0;
-    for (int j = 0; j < n; ++j) rank += better(s_key[j], s_index[j], v, i);
-    if (rank < kK) emit(rank, v, i);
-  }
-  for (int r = n + int(threadIdx.x); r < kK; r += kChunkThreads) emit(r, -INFINITY, kNoToken);
+  emit_ranked(s_key, s_index, n, kK, emit);
 }
 
 struct Workspace {
@@ -761,7 +770,8 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
 // demo model's batch 1 (4 rows x 7 chunks, ncu, bench/RESULTS.md end-to-end run 15).
 static_assert(kBeamTopkRowTokens <= 64 * kChunkThreads, "kPer is at most 64");
 static_assert(kBeamTopkChunkTokens % (4 * kChunkThreads) == 0, "whole loads a thread");
-constexpr int kTwoPassHeldTokens = 16 * kChunkThreads;
+constexpr int kTwoPassHeldTokens = kBeamTopkHeldChunkTokens;
+static_assert(kTwoPassHeldTokens % (4 * kChunkThreads) == 0, "whole loads a thread");
 
 // Three blocks an SM where kPer <= 32, not four as topk_chunk_kernel: at 64 registers kPer = 32
 // spills, and the demo model's 768-row launch took 18.1 -> 19.0 us (end-to-end run 26).
@@ -809,31 +819,112 @@ __global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_k
   block_select_held<kK>(z, held, thread_max, emit);
 }
 
-// kRow and kTwoPass, one block per sentence: every thread takes a few of the beam x splits x
-// kp candidates (final scores already).
+// The best of (v, i) over the warp, by better(); valid in every lane.
+__device__ __forceinline__ void warp_best(float& v, int& i) {
+#pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, mask);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, mask);
+    if (better(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
+// Room in shared memory for the candidates topk_sentence_kernel ranks.
+constexpr int kSentenceCandidates = 256;
+
+// kRow and kTwoPass, one block per sentence, over its beam x splits lists of kp candidates
+// (final scores; each list sorted best first, empty entries last). The best of the lists' k-th
+// entries, T, bounds the choice: that list alone has k candidates at least T, so the k best are
+// all at least T, and usually few others are (the lists' other entries past T). Those take a
+// place in shared memory by a shared atomic, where each one's rank is counted (emit_ranked):
+// one max over the block and a compare a candidate, where per-thread lists merged warp by warp
+// made a chain of 2 x k rounds of shuffles. Where a thread cannot hold its share in registers
+// (kp > kBeamTopkRowMaxK or more lists than threads) or more than kSentenceCandidates reach T
+// (hundreds of tied scores), the warp merge instead (block_merge).
 template <int kK>
 __global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, int vocab, int splits, int k,
                                                                       TopkMasks masks, Workspace ws,
                                                                       float* out_scores, int* out_index,
                                                                       NextRows next) {
   pdl_prologue();
+  constexpr int kWarps = kChunkThreads / 32;
+  constexpr int kHeld = kK <= kBeamTopkRowMaxK ? kK : 1;  // candidates a thread holds
   __shared__ float s_v[kK];
   __shared__ int s_i[kK];
+  __shared__ float s_key[kSentenceCandidates], s_part_v[kWarps];
+  __shared__ int s_index[kSentenceCandidates], s_part_i[kWarps];
+  __shared__ int s_count;
   const int64_t sentence = blockIdx.x;
   const int row_cache_row = sentence_cache_row(next, sentence * beam, beam);
-  TopList<kK> list;
-  list.clear();
-  const int64_t first = sentence * beam * splits * kK, count = int64_t(beam) * splits * kK;
-  for (int64_t c = threadIdx.x; c < count; c += blockDim.x) {
-    const int index = ws.index[first + c];
-    if (index != kNoToken) list.push(ws.scores[first + c], index);
-  }
-  const bool merged = block_merge<kK>(list, k, [&](int r, float v, int i) {  // warp 0's lane 0
+  const int lists = beam * splits;
+  const int64_t first = sentence * lists * kK, count = int64_t(lists) * kK;
+  const auto emit = [&](int r, float v, int i) {
     out_scores[sentence * k + r] = s_v[r] = v;
     out_index[sentence * k + r] = s_i[r] = i;
-  });
-  if (merged && next.cache_rows) {  // warp 0; lane 0 wrote the k best
-    __syncwarp();
+  };
+  bool ranked = kK <= kBeamTopkRowMaxK && lists <= kChunkThreads;
+  if (ranked) {  // block-uniform
+    // Entry c = threadIdx.x + u * kChunkThreads: kK divides kChunkThreads, so a thread's
+    // entries all sit at place threadIdx.x % kK of their lists.
+    float v[kHeld];
+    int idx[kHeld];
+    float kth_v = -INFINITY;
+    int kth_i = kNoToken;
+#pragma unroll
+    for (int u = 0; u < kHeld; ++u) {
+      const int64_t c = threadIdx.x + int64_t(u) * kChunkThreads;
+      idx[u] = c < count ? ws.index[first + c] : kNoToken;
+      v[u] = c < count ? ws.scores[first + c] : -INFINITY;
+      if (int(threadIdx.x) % kK == k - 1 && better(v[u], idx[u], kth_v, kth_i)) {
+        kth_v = v[u];
+        kth_i = idx[u];
+      }
+    }
+    warp_best(kth_v, kth_i);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) {
+      s_part_v[warp] = kth_v;
+      s_part_i[warp] = kth_i;
+    }
+    if (threadIdx.x == 0) s_count = 0;
+    __syncthreads();
+    float t_v = -INFINITY;  // T; -inf and no token where no list has k entries: every one passes
+    int t_i = kNoToken;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      if (better(s_part_v[w], s_part_i[w], t_v, t_i)) {
+        t_v = s_part_v[w];
+        t_i = s_part_i[w];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kHeld; ++u) {
+      if (idx[u] == kNoToken || better(t_v, t_i, v[u], idx[u])) continue;
+      const int pos = atomicAdd(&s_count, 1);
+      if (pos < kSentenceCandidates) {
+        s_key[pos] = v[u];
+        s_index[pos] = idx[u];
+      }
+    }
+    __syncthreads();
+    const int n = s_count;
+    ranked = n <= kSentenceCandidates;  // block-uniform
+    if (ranked) emit_ranked(s_key, s_index, n, k, emit);
+  }
+  if (!ranked) {
+    TopList<kK> list;
+    list.clear();
+    for (int64_t c = threadIdx.x; c < count; c += blockDim.x) {
+      const int index = ws.index[first + c];
+      if (index != kNoToken) list.push(ws.scores[first + c], index);
+    }
+    block_merge<kK>(list, k, emit);  // warp 0's lane 0 emits
+  }
+  __syncthreads();  // the k best in s_v, s_i
+  if (threadIdx.x < 32 && next.cache_rows) {
     const int64_t first_row = sentence * beam;
     write_next_rows(s_v, s_i, k, beam, vocab, masks.eos_id,
                     row_flags(masks, first_row, beam) & kTopkForceEos, first_row, row_cache_row, next);

@@ -328,5 +328,20 @@ TEST(BeamTopkDispatch, OnePassOnlyForLargeWideSteps) {
                 (2 * sizeof(float) + 16 * (sizeof(float) + sizeof(int))));
 }
 
+// The two-pass path's chunks fit topk_held_kernel's registers (at most
+// kBeamTopkHeldChunkTokens) wherever 64 chunks a row allow it, at every row count: wider
+// chunks went to topk_score_kernel's per-thread lists at twice the time (end-to-end run 47).
+TEST(BeamTopkDispatch, TwoPassChunksHeldWhereTheVocabularyAllows) {
+  for (int64_t rows : {1, 4, 8, 9, 64, 71, 72, 128, 256, 400, 508})
+    for (int vocab : {8001, 16385, 32003, 58101, 250000}) {
+      if (beam_topk_path(rows, vocab, 8) != BeamTopkPath::kTwoPass) continue;
+      const int splits = beam_topk_splits(rows, vocab);
+      EXPECT_LE((vocab + splits - 1) / splits, kBeamTopkHeldChunkTokens) << rows << " rows x " << vocab;
+    }
+  EXPECT_EQ(beam_topk_splits(256, 58101), 15);  // Transformer-base, batch 64: was 5
+  EXPECT_EQ(beam_topk_splits(4, 58101), 32);    // batch 1: as many as before
+  EXPECT_EQ(beam_topk_splits(2, 300000), 64);   // past 64 x 4096 tokens the chunks are wider
+}
+
 }  // namespace
 }  // namespace nmt::kernels

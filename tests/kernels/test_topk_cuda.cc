@@ -65,7 +65,8 @@ const Case kCases[] = {
     {4, 3, 5000, 5, true, masks(0, 4999, false, true)},      // forced EOS (scores 0)
     {64, 4, 8001, 8, true, masks(1, 0, false, true), 7},     // demo model at max length
     {32, 4, 8001, 8, true, masks(1, 0, false, false), 7},    // one chunk per row, padded rows
-    {64, 4, 58101, 8, true, masks(58100, 0, true, false), 3},  // chunks of 11624: sorted lists
+    {64, 4, 58101, 8, true, masks(58100, 0, true, false), 3},  // 15 held chunks a row
+    {1, 2, 300000, 4, true, masks(0, 1, true, false)},  // 64 chunks of 4688: sorted lists
     {32, 4, 3001, 8, false, masks(0, 1, true, false)},       // row path, short rows
     {128, 1, 16384, 1, true, masks(2, 3, false, false), 5},  // row path, 64 a thread, greedy
     {8, 16, 12000, 32, true, masks(0, 1, false, false)},     // one chunk a row, k > 8
