@@ -244,9 +244,9 @@ __global__ void __launch_bounds__(kBlockColumns<kRows> * kSplit * 32) small_gemm
 // of W (N = 8). Lane (g, t) = (lane / 4, lane % 4) loads one 16-byte pack of column g's weight
 // row and one of row g's input at k = chunk * 32 + t * 8, and the two MMAs take its halves as
 // the k pairs the fragment layout gives the lane: the order of k within a chunk is permuted,
-// the same way for A and B, so the sum is the same dot product. Against the warp-a-column kernel (float32 FMAs,
-// used for float) a warp's chain after the wait is a few dozen instructions instead of
-// hundreds: end-to-end run 44.
+// the same way for A and B, so the sum is the same dot product. Against the warp-a-column
+// kernel (float32 FMAs, used for float) a warp's chain after the wait is a few dozen
+// instructions instead of hundreds: end-to-end run 44.
 constexpr int kMmaCols = 8;
 // Chunks a warp loads before pdl_prologue() (16 bytes each a lane): all of them for the
 // projections of Transformer-base and the demo model at the warp counts of by_mma_warps.

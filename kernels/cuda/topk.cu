@@ -320,7 +320,8 @@ __device__ __forceinline__ bool set_held(float (&key)[kPer], const HeldTokens<kV
 // each r < count, on the thread that ranked it (past the n pairs: -inf, kNoToken). A pair's
 // rank is the number of better ones: n compares a pair, no chain of merges.
 template <class Emit>
-__device__ __forceinline__ void emit_ranked(const float* s_key, const int* s_index, int n, int count, Emit emit) {
+__device__ __forceinline__ void emit_ranked(const float* s_key, const int* s_index, int n, int count,
+                                            Emit emit) {
   for (int c = threadIdx.x; c < n; c += kChunkThreads) {
     const float v = s_key[c];
     const int i = s_index[c];
