@@ -4,6 +4,12 @@ every request it had accepted is answered OK (the log and the clients agree one 
 calls after that are refused UNAVAILABLE without being accepted, no client hangs, and the
 process exits 0.
 
+A call that reaches the server in the instant between SIGTERM and its GOAWAY reaching the
+client is cancelled by gRPC itself (gRPC 1.51 cancels every call that arrives after
+Server::Shutdown, before any service sees it): the client gets CANCELLED, the server logs
+nothing. That is allowed, but only for a call sent before the fresh call below was refused,
+and never for a request the server took (every logged request is OK).
+
     test_sigterm.py REPO_ROOT NMT_SERVER
 """
 import os
@@ -35,9 +41,10 @@ def main():
         def client(i):
             request = pb.TranslateRequest(texts=[rel.SENTENCES[(i + k) % len(rel.SENTENCES)] for k in range(1 + i % 4)])
             while not stop.is_set():
+                sent = time.monotonic()
                 r = rel.call(stub.Translate, request, timeout=120)
                 with lock:
-                    results.append(("unary", r[0], r[2]))
+                    results.append(("unary", r[0], r[2], sent))
                 if r[0] != "OK":
                     return
 
@@ -49,10 +56,10 @@ def main():
             try:
                 for r in stub.TranslateStream(messages(), timeout=120):
                     with lock:
-                        results.append(("stream", rel.grpc.StatusCode.OK.name if r.status_code == 0 else str(r.status_code), r.status_message))
+                        results.append(("stream", rel.grpc.StatusCode.OK.name if r.status_code == 0 else str(r.status_code), r.status_message, None))
             except rel.grpc.RpcError as e:
                 with lock:
-                    results.append(("stream-end", e.code().name, e.details()))
+                    results.append(("stream-end", e.code().name, e.details(), None))
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
         threads += [threading.Thread(target=streamer, args=(i,)) for i in range(4)]
@@ -67,6 +74,7 @@ def main():
         with rel.grpc.insecure_channel(server.target) as fresh:
             code, _, _, _ = rel.call(pb_grpc.TranslationServiceStub(fresh).Translate,
                                      pb.TranslateRequest(texts=["A dog runs."]), timeout=10)
+        refused_fresh = time.monotonic()
         check(code == "UNAVAILABLE", f"a new call after SIGTERM is refused: {code}")
         time.sleep(0.5)
         stop.set()
@@ -83,8 +91,12 @@ def main():
         ok = [r for r in results if r[1] == "OK"]
         other = [r for r in results if r[1] != "OK"]
         check(before > 0 and len(ok) > before, f"load before SIGTERM: {before} answers; in all {len(ok)} OK")
-        check(all(r[1] == "UNAVAILABLE" for r in other),
-              f"the only failures are calls refused after SIGTERM (UNAVAILABLE): {sorted(set((r[0], r[1]) for r in other))}")
+        # CANCELLED: a Translate call sent before the fresh call was refused (the race with
+        # the GOAWAY); the log checks below show the server took none of them.
+        raced = [r for r in other if r[0] == "unary" and r[1] == "CANCELLED" and r[3] <= refused_fresh]
+        check(all(r[1] == "UNAVAILABLE" or r in raced for r in other),
+              f"the only failures are calls refused after SIGTERM (UNAVAILABLE) or cancelled by gRPC in "
+              f"the race with its GOAWAY ({len(raced)}): {sorted(set((r[0], r[1]) for r in other))}")
         lines = rel.request_lines(server)
         logged_ok = sum(1 for line in lines if line["code"] == "OK")
         check(all(line["code"] == "OK" for line in lines),
