@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""The README's headline table, from the RESULT lines of bench/results/*.jsonl.
+
+usage: headline.py [RESULTS_DIR]     (default: the results/ folder beside this script)
+
+Every figure is set beside its baseline from the same run (a run is a record's `call`, less its
+", pass N"; else its `run`; else its date and commit), never beside a number measured on
+another machine or day. For each table the newest run that holds every figure the table needs
+is used; repeated records of one figure in a run (rounds, passes) give their median. A run whose
+nmt-serve records carry several configurations (`label`, `variant`, ...) compares experiments
+and is passed over. Lines that do not start with "RESULT " are not results and are skipped; a
+RESULT line that is not a JSON object stops the script, naming its file and line."""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+ENGINE_BATCHES = (64, 256, 1024)
+SERVED_CLIENTS = (1, 64, 256)
+# Fields that tell one nmt-serve configuration from another inside a run.
+CONFIGURATION = ("label", "variant", "follow_rows", "split_rows", "graphs", "model_kind")
+
+
+def load(folder):
+    """(order, record) for every RESULT line, in file-name then line order."""
+    records = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.jsonl"))):
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.startswith("RESULT "):
+                    continue
+                try:
+                    record = json.loads(line[len("RESULT "):])
+                except json.JSONDecodeError as e:
+                    sys.exit(f"{path}:{number}: RESULT line is not JSON: {e}")
+                if not isinstance(record, dict):
+                    sys.exit(f"{path}:{number}: RESULT line is not a JSON object")
+                records.append(record)
+    return records
+
+
+def run_of(r):
+    if r.get("call"):
+        return re.sub(r", pass \d+$", "", r["call"])
+    return r.get("run") or f"{r.get('date')} {r.get('commit')}"
+
+
+def model_of(r):
+    """The model's name with the temporary folders of the runs left out."""
+    name = str(r.get("model") or "")
+    base = os.path.basename(name.rstrip("/"))
+    if "m30k-en-de-small" in name:
+        return "demo (m30k-en-de-small)"
+    if base == "base" or "transformer-base" in name:
+        return "Transformer-base (random weights)"
+    if base == "big" or "transformer-big" in name:
+        return "Transformer-big (random weights)"
+    return base or "?"
+
+
+def runs(records):
+    """{run: [records]} in the order each run last appears (newest last: the files append)."""
+    grouped = {}
+    for r in records:
+        key = run_of(r)
+        grouped[key] = grouped.pop(key, []) + [r]
+    return grouped
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def offline(rs, engine, model, batch, field):
+    """Median of `field` over the run's offline records of engine/model at this batch (beam 4)."""
+    return median([r[field] for r in rs if r.get("engine") == engine and model_of(r) == model
+                   and r.get("batch") == batch and r.get("beam", 4) == 4 and field in r])
+
+
+def one_configuration(rs, model):
+    configs = {tuple(str(r.get(k)) for k in CONFIGURATION) for r in rs
+               if r.get("engine") == "nmt-serve" and model_of(r) == model}
+    return len(configs) == 1
+
+
+def where(rs):
+    r = next(r for r in rs if r.get("engine") in ("nmt-serve", "nmt-server"))
+    commit = str(r.get("commit", "?")).split(" ")[0]
+    return f"{run_of(r)} ({commit}, {r.get('date', '?')}, {r.get('device', '?')})"
+
+
+def ratio(a, b):
+    return f"{a / b:.1f}x" if a and b else "-"
+
+
+def number(v):
+    return f"{v:,.0f}" if v is not None else "-"
+
+
+def engine_table(grouped, baseline):
+    """Our offline tokens/s against `baseline` at ENGINE_BATCHES, and batch-1 p50 latency."""
+    lines = []
+    models = sorted({model_of(r) for rs in grouped.values() for r in rs if r.get("engine") == baseline},
+                    key=lambda m: (not m.startswith("demo"), m))
+    for model in models:
+        chosen = None
+        for rs in grouped.values():
+            batches = [b for b in ENGINE_BATCHES + (1,) if offline(rs, "nmt-serve", model, b, "tokens_per_s")
+                       and offline(rs, baseline, model, b, "tokens_per_s")]
+            if batches and one_configuration(rs, model) and (
+                    baseline != "ctranslate2" or set(ENGINE_BATCHES) <= set(batches)):
+                chosen = (rs, batches)
+        if not chosen:
+            continue
+        rs, batches = chosen
+        for b in sorted(batches, key=lambda b: (b == 1, b)):
+            ours = offline(rs, "nmt-serve", model, b, "tokens_per_s")
+            theirs = offline(rs, baseline, model, b, "tokens_per_s")
+            lines.append(f"| {model} | {b} | {number(ours)} | {number(theirs)} | {ratio(ours, theirs)} | {where(rs)} |")
+        ours = offline(rs, "nmt-serve", model, 1, "p50_ms")
+        theirs = offline(rs, baseline, model, 1, "p50_ms")
+        if ours and theirs:
+            lines.append(f"| {model} | 1, p50 latency | {ours:.2f} ms | {theirs:.2f} ms | "
+                         f"{theirs / ours:.1f}x | {where(rs)} |")
+    return lines
+
+
+def served(rs, clients, field):
+    """Median of `field` over the run's served single-sentence Translate loads at `clients`."""
+    values = [r[field] if field != "p50_ms" else r["latency_ms"]["p50"] for r in rs
+              if r.get("engine") == "nmt-server" and r.get("clients") == clients
+              and r.get("sentences_per_request") == 1 and r.get("rpc", "Translate") == "Translate"
+              and not r.get("busy_poll") and not r.get("connections") and not r.get("errors")
+              and (field != "p50_ms" or "latency_ms" in r) and (field == "p50_ms" or field in r)]
+    return median(values)
+
+
+def served_table(grouped):
+    """Served sentences/s as a fraction of offline at the batch the clients keep in flight; one
+    client as offline batch-1 p50 latency over served p50 (a closed loop's rate is 1/latency)."""
+    chosen = None
+    for rs in grouped.values():
+        models = {model_of(r) for r in rs if r.get("engine") == "nmt-serve"}
+        if len(models) != 1 or not one_configuration(rs, next(iter(models))):
+            continue
+        model = next(iter(models))
+        if offline(rs, "nmt-serve", model, 1, "p50_ms") and served(rs, 1, "p50_ms") and all(
+                offline(rs, "nmt-serve", model, c, "sentences_per_s") and served(rs, c, "sentences_per_s")
+                for c in SERVED_CLIENTS if c > 1):
+            chosen = (rs, model)
+    if not chosen:
+        return []
+    rs, model = chosen
+    lines = []
+    for c in SERVED_CLIENTS:
+        if c == 1:
+            ours, off = served(rs, 1, "p50_ms"), offline(rs, "nmt-serve", model, 1, "p50_ms")
+            lines.append(f"| {model} | 1 | p50 {ours:.2f} ms | batch 1 p50 {off:.2f} ms | "
+                         f"{100 * off / ours:.0f}% | {where(rs)} |")
+        else:
+            ours, off = served(rs, c, "sentences_per_s"), offline(rs, "nmt-serve", model, c, "sentences_per_s")
+            lines.append(f"| {model} | {c} | {number(ours)} sentences/s | batch {c} {number(off)} sentences/s | "
+                         f"{100 * ours / off:.0f}% | {where(rs)} |")
+    return lines
+
+
+def exactness_table(records):
+    """The newest record of each (suite, device, precision, search)."""
+    newest = {}
+    for r in records:
+        if r.get("bench") == "exactness":
+            newest[(r["suite"], r["device"], r["precision"], r["search"])] = r
+    return [f"| {r['suite']} | {r['device']} | {r['precision']} | {r['search']} | "
+            f"{r['identical']}/{r['of']} | {run_of(r)} ({r['commit']}, {r['date']}) |"
+            for r in newest.values()]
+
+
+def main():
+    folder = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    records = load(folder)
+    grouped = runs(records)
+    tables = [
+        ("Engine offline, beam 4, float16: nmt-serve against CTranslate2 in the same run (target tokens/s)",
+         "| model | batch | nmt-serve | CTranslate2 | ratio | run |", engine_table(grouped, "ctranslate2")),
+        ("Engine offline, beam 4, float16: nmt-serve against transformers `generate` in the same run (target tokens/s)",
+         "| model | batch | nmt-serve | transformers | ratio | run |", engine_table(grouped, "transformers")),
+        ("Served (gRPC, one sentence a request, closed-loop clients) against the offline engine in the same run",
+         "| model | clients | served | offline | served / offline | run |", served_table(grouped)),
+        ("Exactness: outputs token-identical to transformers' references",
+         "| suite | device | precision | search | identical | run |", exactness_table(records)),
+    ]
+    if not any(rows for _, _, rows in tables):
+        sys.exit(f"{folder}: no RESULT line gives a headline figure")
+    for title, header, rows in tables:
+        if not rows:
+            continue
+        print(f"**{title}**\n")
+        print(header)
+        print("|" + "---|" * header.count(" | ") + "---|")
+        print("\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
