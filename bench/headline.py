@@ -8,8 +8,9 @@ Every figure is set beside its baseline from the same run (a run is a record's `
 another machine or day. For each table the newest run that holds every figure the table needs
 is used; repeated records of one figure in a run (rounds, passes) give their median. A run whose
 nmt-serve records carry several configurations (`label`, `variant`, ...) compares experiments
-and is passed over. Lines that do not start with "RESULT " are not results and are skipped; a
-RESULT line that is not a JSON object stops the script, naming its file and line."""
+and is passed over. Each non-blank line is a JSON object, "RESULT " before it or not (the
+benchmark scripts print the prefix, some results files keep it); any other line stops the
+script, naming its file and line."""
 import glob
 import json
 import os
@@ -24,19 +25,20 @@ CONFIGURATION = ("label", "variant", "follow_rows", "split_rows", "graphs", "mod
 
 
 def load(folder):
-    """(order, record) for every RESULT line, in file-name then line order."""
+    """Every record of the folder's .jsonl files, in file-name then line order."""
     records = []
     for path in sorted(glob.glob(os.path.join(folder, "*.jsonl"))):
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
-                if not line.startswith("RESULT "):
+                line = line.strip()
+                if not line:
                     continue
                 try:
-                    record = json.loads(line[len("RESULT "):])
+                    record = json.loads(line[len("RESULT "):] if line.startswith("RESULT ") else line)
                 except json.JSONDecodeError as e:
-                    sys.exit(f"{path}:{number}: RESULT line is not JSON: {e}")
+                    sys.exit(f"{path}:{number}: not a JSON result: {e}")
                 if not isinstance(record, dict):
-                    sys.exit(f"{path}:{number}: RESULT line is not a JSON object")
+                    sys.exit(f"{path}:{number}: not a JSON object")
                 records.append(record)
     return records
 

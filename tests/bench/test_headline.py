@@ -79,7 +79,8 @@ class Headline(unittest.TestCase):
                       served(64, 900 * scale, 5.0, f"{call}, pass {n}"),
                       served(256, 2200 * scale, 9.0, f"{call}, pass {n}")]
         busy = dict(served(64, 5000, 1.0, call + ", pass 1"), busy_poll=True)
-        code, out, err = headline({"e2e.jsonl": offline + loads + [busy, "not a result line"]})
+        code, out, err = headline({"e2e.jsonl": offline + loads + [busy, ""],
+                                   "bare.jsonl": [json.dumps(engine("nmt-serve", 512, 1, "engine run 0"))]})
         self.assertEqual(code, 0, err)
         self.assertEqual(rows(out, "demo (m30k-en-de-small)"), [
             "| demo (m30k-en-de-small) | 1 | p50 2.22 ms | batch 1 p50 1.50 ms | 68% | server run 9, call 2 (abc1234, 2026-11-28, GPU-X) |",
@@ -97,10 +98,11 @@ class Headline(unittest.TestCase):
         self.assertEqual(rows(out, "test_golden_cuda"),
                          ["| test_golden_cuda | GPU-X | float16 | beam 4 | 996/1000 | engine run 2 (2, 2026-11-29) |"])
 
-    def test_a_broken_result_line_is_named(self):
-        code, _, err = headline({"e2e.jsonl": compared("engine run 1", 100, 50) + ["RESULT {not json"]})
-        self.assertNotEqual(code, 0)
-        self.assertIn("e2e.jsonl:9", err)
+    def test_a_line_that_is_not_a_result_is_named(self):
+        for line in ("RESULT {not json", "a log line", "[1, 2]"):
+            code, _, err = headline({"e2e.jsonl": compared("engine run 1", 100, 50) + [line]})
+            self.assertNotEqual(code, 0, line)
+            self.assertIn("e2e.jsonl:9:", err, line)
 
     def test_no_headline_figure_is_an_error(self):
         code, _, err = headline({"e2e.jsonl": [engine("nmt-serve", 64, 1000, "engine run 1")]})
