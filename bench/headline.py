@@ -7,8 +7,8 @@ Every figure is set beside its baseline from the same run (a run is a record's `
 ", pass N"; else its `run`; else its date and commit), never beside a number measured on
 another machine or day. For each table the newest run that holds every figure the table needs
 is used; repeated records of one figure in a run (rounds, passes) give their median. A run whose
-nmt-serve records carry several configurations (`label`, `variant`, ...) compares experiments
-and is passed over. Each non-blank line is a JSON object, "RESULT " before it or not (the
+nmt-serve records carry several builds or configurations (`commit`, `label`, ...) compares
+experiments and is passed over. Each non-blank line is a JSON object, "RESULT " before it or not (the
 benchmark scripts print the prefix, some results files keep it); any other line stops the
 script, naming its file and line."""
 import glob
@@ -20,8 +20,9 @@ import sys
 
 ENGINE_BATCHES = (64, 256, 1024)
 SERVED_CLIENTS = (1, 64, 256)
-# Fields that tell one nmt-serve configuration from another inside a run.
-CONFIGURATION = ("label", "variant", "follow_rows", "split_rows", "graphs", "model_kind")
+# Fields that tell one nmt-serve build or configuration from another inside a run (the
+# comparison scripts name each build in `commit`).
+CONFIGURATION = ("commit", "label", "variant", "follow_rows", "split_rows", "graphs", "model_kind")
 
 
 def load(folder):

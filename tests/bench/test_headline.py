@@ -55,8 +55,10 @@ class Headline(unittest.TestCase):
         newer = compared("engine run 2", 300, 100)
         experiment = (compared("engine run 3", 900, 100, label="a")
                       + [engine("nmt-serve", b, 1, "engine run 3", label="b") for b in (64, 256, 1024)])
-        alone = [engine("nmt-serve", b, 5000 * b, "engine run 4") for b in (1, 64, 256, 1024)]
-        code, out, err = headline({"e2e.jsonl": old + newer + experiment + alone})
+        two_builds = (compared("engine run 4", 900, 100)
+                      + [engine("nmt-serve", b, 1, "engine run 4", commit="fff0000") for b in (64, 256, 1024)])
+        alone = [engine("nmt-serve", b, 5000 * b, "engine run 5") for b in (1, 64, 256, 1024)]
+        code, out, err = headline({"e2e.jsonl": old + newer + experiment + two_builds + alone})
         self.assertEqual(code, 0, err)
         demo = rows(out, "demo (m30k-en-de-small)")
         self.assertEqual(demo, [
