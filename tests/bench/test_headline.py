@@ -112,5 +112,18 @@ class Headline(unittest.TestCase):
         self.assertIn("no RESULT line gives a headline figure", err)
 
 
+class ReadmeTable(unittest.TestCase):
+    def test_the_readme_shows_the_table_of_the_committed_results(self):
+        """README.md's performance section holds headline.py's output on bench/results verbatim:
+        after adding results, re-run the script and paste its output."""
+        root = os.path.dirname(os.path.dirname(TOOL))
+        done = subprocess.run([sys.executable, TOOL], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        self.assertIn("| CTranslate2 |", done.stdout)
+        self.assertIn(done.stdout.strip(), readme, "README.md's headline table differs from bench/headline.py's output")
+
+
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1])
