@@ -18,6 +18,7 @@ import re
 import statistics
 import sys
 
+PRECISION = "float16"  # the GPU figures' precision, beam 4 their beam
 ENGINE_BATCHES = (64, 256, 1024)
 SERVED_CLIENTS = (1, 64, 256)
 # Fields that tell one nmt-serve build or configuration from another inside a run (the
@@ -77,10 +78,15 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def measured(r):
+    """Whether a record is of the headline's setting: float16, beam 4."""
+    return r.get("precision") == PRECISION and r.get("beam") == 4
+
+
 def offline(rs, engine, model, batch, field):
-    """Median of `field` over the run's offline records of engine/model at this batch (beam 4)."""
+    """Median of `field` over the run's offline records of engine/model at this batch."""
     return median([r[field] for r in rs if r.get("engine") == engine and model_of(r) == model
-                   and r.get("batch") == batch and r.get("beam", 4) == 4 and field in r])
+                   and r.get("batch") == batch and measured(r) and field in r])
 
 
 def one_configuration(rs, model):
@@ -135,7 +141,7 @@ def engine_table(grouped, baseline, required):
 def served(rs, clients, field):
     """Median of `field` over the run's served single-sentence Translate loads at `clients`."""
     values = [r[field] if field != "p50_ms" else r["latency_ms"]["p50"] for r in rs
-              if r.get("engine") == "nmt-server" and r.get("clients") == clients
+              if r.get("engine") == "nmt-server" and r.get("clients") == clients and measured(r)
               and r.get("sentences_per_request") == 1 and r.get("rpc", "Translate") == "Translate"
               and not r.get("busy_poll") and not r.get("connections") and not r.get("errors")
               and (field != "p50_ms" or "latency_ms" in r) and (field == "p50_ms" or field in r)]
@@ -183,14 +189,16 @@ def exactness_table(records):
 
 
 def main():
-    folder = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    here = os.path.dirname(os.path.abspath(__file__))
+    folder = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "results")
     records = load(folder)
     grouped = runs(records)
+    engine = "Engine offline, beam 4, float16: nmt-serve against {} in the same run (target tokens/s)"
     tables = [
-        ("Engine offline, beam 4, float16: nmt-serve against CTranslate2 in the same run (target tokens/s)",
-         "| model | batch | nmt-serve | CTranslate2 | ratio | run |", engine_table(grouped, "ctranslate2", ENGINE_BATCHES)),
-        ("Engine offline, beam 4, float16: nmt-serve against transformers `generate` in the same run (target tokens/s)",
-         "| model | batch | nmt-serve | transformers | ratio | run |", engine_table(grouped, "transformers", ())),
+        (engine.format("CTranslate2"), "| model | batch | nmt-serve | CTranslate2 | ratio | run |",
+         engine_table(grouped, "ctranslate2", ENGINE_BATCHES)),
+        (engine.format("transformers `generate`"), "| model | batch | nmt-serve | transformers | ratio | run |",
+         engine_table(grouped, "transformers", ())),
         ("Served (gRPC, one sentence a request, closed-loop clients) against the offline engine in the same run",
          "| model | clients | served | offline | served / offline | run |", served_table(grouped)),
         ("Exactness: outputs token-identical to transformers' references",

@@ -31,6 +31,7 @@ def compared(call, ours, theirs, **extra):
 
 def served(clients, rate, p50, call):
     return {"engine": "nmt-server", "rpc": "Translate", "clients": clients, "sentences_per_request": 1,
+            "beam": 4, "precision": "float16",
             "sentences_per_s": rate, "latency_ms": {"p50": p50}, "errors": 0, "busy_poll": False,
             "device": "GPU-X", "commit": "def5678", "date": "2026-11-29", "call": call}
 
@@ -52,7 +53,9 @@ def rows(out, first_cell):
 class Headline(unittest.TestCase):
     def test_engine_against_ctranslate2_from_the_newest_run_with_both(self):
         old = compared("engine run 1", 100, 50)
-        newer = compared("engine run 2", 300, 100)
+        newer = compared("engine run 2", 300, 100) + [
+            engine("nmt-serve", 64, 1e9, "engine run 2", precision="float32"),
+            engine("ctranslate2", 256, 1e9, "engine run 2", beam=1)]
         experiment = (compared("engine run 3", 900, 100, label="a")
                       + [engine("nmt-serve", b, 1, "engine run 3", label="b") for b in (64, 256, 1024)])
         two_builds = (compared("engine run 4", 900, 100)
