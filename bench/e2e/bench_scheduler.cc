@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "model/translator.h"
-#include "server/scheduler.h"
+#include "server/scheduling/scheduler.h"
 
 using namespace nmt;
 using namespace nmt::server;

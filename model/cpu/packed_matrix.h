@@ -4,7 +4,7 @@
 // their weight operand at every call: with the decode step's few rows (a batch's beams) that
 // repacking is a sizeable part of each GEMM (profile of issue 16: 10-25% of a float32 GEMM's
 // time at 37-128 rows, most at the fewest), and the int8 GEMM allocates its packing buffers
-// at every call, which the server's fixed mmap threshold (server/main.cc) turns into an mmap
+// at every call, which the server's fixed mmap threshold (server/app/main.cc) turns into an mmap
 // and a munmap each time.
 #include <cstdint>
 #include <memory>

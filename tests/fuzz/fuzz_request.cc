@@ -16,8 +16,8 @@
 #include "model/model_config.h"
 #include "model/tokenizer.h"
 #include "nmt/v1/translation.pb.h"
-#include "server/request_validator.h"
-#include "server/sentence_splitter.h"
+#include "server/pipeline/request_validator.h"
+#include "server/pipeline/sentence_splitter.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// skip_abseil_deadlock_detection() (server/abseil_locks.h): with Debian's Abseil (built
+// skip_abseil_deadlock_detection() (server/app/abseil_locks.h): with Debian's Abseil (built
 // without NDEBUG) a lock order that inverts an earlier one aborts the process ("Potential
 // Mutex deadlock") unless the detection is off. The case runs in a child process of its own,
 // so that the mode and the lock graph start fresh.
@@ -7,7 +7,7 @@
 
 #include <cstdlib>
 
-#include "server/abseil_locks.h"
+#include "server/app/abseil_locks.h"
 
 namespace {
 

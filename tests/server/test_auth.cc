@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "server/auth.h"
+#include "server/grpc/auth.h"
 
 using nmt::server::BearerAuth;
 

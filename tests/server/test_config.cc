@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "server/config.h"
+#include "server/config/config.h"
 
 using namespace nmt::server;
 
@@ -82,7 +82,7 @@ TEST(Config, DefaultsWhenSectionsAreAbsent) {
   EXPECT_EQ(c.models[0].precision, "float16");
   EXPECT_EQ(c.models[0].workers, 1);
   EXPECT_EQ(c.models[0].threads, 0);
-  // The struct defaults, as server/scheduling_options.h documents them.
+  // The struct defaults, as server/scheduling/scheduling_options.h documents them.
   const SchedulingOptions defaults;
   EXPECT_EQ(c.max_concurrent_calls, 4096);
   EXPECT_EQ(c.batching.max_active_sentences, defaults.max_active_sentences);

@@ -14,9 +14,9 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "model/translator.h"
 #include "nmt/v1/translation.grpc.pb.h"
-#include "server/loadgen/sentence_source.h"
 #include "server_process.h"
 #include "test_sentences.h"
+#include "tools/loadgen/sentence_source.h"
 
 namespace fs = std::filesystem;
 using nmt::test::metric_value;

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/metrics_endpoint.h"
+#include "server/http/metrics_endpoint.h"
 
 using namespace nmt::server;
 using Clock = std::chrono::steady_clock;

@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "server/loadgen/latency_stats.h"
-#include "server/logging.h"
-#include "server/metrics.h"
-#include "server/status.h"
+#include "server/grpc/status.h"
+#include "server/observability/logging.h"
+#include "server/observability/metrics.h"
+#include "tools/loadgen/latency_stats.h"
 
 using namespace nmt::server;
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "server/model_folder.h"
+#include "server/repository/model_folder.h"
 
 using namespace nmt::server;
 namespace fs = std::filesystem;

@@ -1,8 +1,8 @@
-// QueueThreads (server/queue_threads.h): one thread takes a completion queue's events while
+// QueueThreads (server/grpc/queue_threads.h): one thread takes a completion queue's events while
 // they keep it little busy; helpers join while they keep the threads busy and leave once
 // they stop. Events are grpc::Alarms set to fire at once, on the queue of a server with no
 // service, each taking `work_us_` of CPU time when it is taken.
-#include "server/queue_threads.h"
+#include "server/grpc/queue_threads.h"
 
 #include <grpcpp/alarm.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/queue_event.h"
+#include "server/grpc/queue_event.h"
 
 namespace nmt::server {
 namespace {

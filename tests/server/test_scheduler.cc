@@ -11,7 +11,7 @@
 #include <random>
 #include <map>
 
-#include "server/scheduler.h"
+#include "server/scheduling/scheduler.h"
 #include "tests/support/scripted_engine.h"
 
 using namespace nmt;

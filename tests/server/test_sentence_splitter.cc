@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "server/model_languages.h"
-#include "server/sentence_splitter.h"
+#include "server/pipeline/sentence_splitter.h"
+#include "server/repository/model_languages.h"
 
 using namespace nmt::server;
 namespace fs = std::filesystem;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "server/loadgen/sentence_source.h"
+#include "tools/loadgen/sentence_source.h"
 
 namespace nmt::test {
 

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "model/error.h"
-#include "server/request_validator.h"
+#include "server/pipeline/request_validator.h"
 
 using namespace nmt::server;
 using nmt::Error;

@@ -1,0 +1,198 @@
+#include "server/http/libretranslate_api.h"
+
+#include <unicode/locid.h>
+#include <unicode/unistr.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace nmt::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+[[noreturn]] void bad_request(const std::string& message) {
+  throw LibreTranslateError{400, message};
+}
+
+std::string missing(const char* name) {
+  return std::string("Invalid request: missing ") + name + " parameter";
+}
+
+// A string field of the JSON body; "" when absent or null.
+std::string json_string(const json& body, const char* name) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return "";
+  if (!it->is_string()) bad_request(std::string("Invalid request: ") + name + " must be a string");
+  return it->get<std::string>();
+}
+
+int parse_alternatives(const std::string& text) {
+  if (text.empty()) return 0;
+  try {
+    size_t used = 0;
+    const int n = std::stoi(text, &used);
+    if (used == text.size()) return std::max(0, n);
+  } catch (const std::exception&) {
+  }
+  bad_request("Invalid request: alternatives parameter is not a number");
+}
+
+}  // namespace
+
+std::string language_name(const std::string& code) {
+  icu::UnicodeString name;
+  icu::Locale(code.c_str()).getDisplayLanguage(icu::Locale::getEnglish(), name);
+  std::string out;
+  name.toUTF8String(out);
+  return out.empty() ? code : out;
+}
+
+LibreTranslateApi::LibreTranslateApi(std::vector<LanguageModel> models) {
+  for (LanguageModel& m : models) {
+    if (m.languages.known()) models_.push_back(std::move(m));
+  }
+}
+
+std::string LibreTranslateApi::error_json(const std::string& message) {
+  // Messages may quote a client's bytes: invalid UTF-8 is replaced, not thrown on.
+  return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+LibreTranslateRequest LibreTranslateApi::parse(
+    bool is_json, const std::string& body, const std::map<std::string, std::string>& form) const {
+  LibreTranslateRequest r;
+  if (is_json) {
+    const json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_object()) bad_request("Invalid JSON format");
+    const auto q = parsed.find("q");
+    if (q != parsed.end() && q->is_string()) {
+      if (!q->get<std::string>().empty()) r.q.push_back(q->get<std::string>());
+    } else if (q != parsed.end() && q->is_array()) {
+      r.batch = true;
+      for (const json& text : *q) {
+        if (!text.is_string())
+          bad_request("Invalid request: q must be a string or a list of strings");
+        r.q.push_back(text.get<std::string>());
+      }
+    } else if (q != parsed.end() && !q->is_null()) {
+      bad_request("Invalid request: q must be a string or a list of strings");
+    }
+    r.source = json_string(parsed, "source");
+    r.target = json_string(parsed, "target");
+    r.format = json_string(parsed, "format");
+    r.api_key = json_string(parsed, "api_key");
+    const auto alt = parsed.find("alternatives");
+    if (alt != parsed.end() && !alt->is_null()) {
+      // Anything but an integer or a string fails check() as "not a number".
+      r.alternatives_text = alt->is_number_integer() ? std::to_string(alt->get<int64_t>())
+                            : alt->is_string()       ? alt->get<std::string>()
+                                                     : std::string("-");
+    }
+  } else {
+    auto field = [&](const char* name) {
+      const auto it = form.find(name);
+      return it == form.end() ? std::string() : it->second;
+    };
+    if (!field("q").empty()) r.q.push_back(field("q"));
+    r.source = field("source");
+    r.target = field("target");
+    r.format = field("format");
+    r.api_key = field("api_key");
+    r.alternatives_text = field("alternatives");
+  }
+  return r;
+}
+
+void LibreTranslateApi::check(LibreTranslateRequest& r) const {
+  // LibreTranslate's order of checks and messages.
+  if (r.q.empty()) bad_request(missing("q"));
+  if (r.source.empty()) bad_request(missing("source"));
+  if (r.target.empty()) bad_request(missing("target"));
+  r.alternatives = parse_alternatives(r.alternatives_text);
+  if (r.format.empty()) r.format = "text";
+  if (r.format == "html") {
+    bad_request(
+        "html format is not supported by this server: it translates plain text "
+        "(send format=text)");
+  }
+  if (r.format != "text") bad_request(r.format + " format is not supported");
+}
+
+v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& r) const {
+  std::set<std::string> sources, targets;
+  for (const LanguageModel& m : models_) {
+    sources.insert(m.languages.source);
+    targets.insert(m.languages.target);
+  }
+  if (r.source == "auto") {
+    std::string list;
+    for (const std::string& s : sources) list += (list.empty() ? "" : ", ") + s;
+    bad_request(
+        "source auto is not supported: this server does not detect languages; name the "
+        "source language (one of: " +
+        list + ")");
+  }
+  if (!sources.count(r.source)) bad_request(r.source + " is not supported");
+  if (!targets.count(r.target)) bad_request(r.target + " is not supported");
+  const LanguageModel* model = nullptr;
+  for (const LanguageModel& m : models_) {
+    if (m.languages.source == r.source && m.languages.target == r.target) {
+      model = &m;
+      break;
+    }
+  }
+  if (!model) {
+    bad_request(language_name(r.target) + " (" + r.target +
+                ") is not available as a target language from " + language_name(r.source) + " (" +
+                r.source + ")");
+  }
+  v1::TranslateRequest request;
+  request.set_model(model->model);
+  for (const std::string& text : r.q) request.add_texts(text);
+  // LibreTranslate's texts are paragraphs as often as sentences.
+  request.mutable_options()->set_split_sentences(true);
+  if (r.alternatives > 0) {
+    request.mutable_options()->set_num_hypotheses(r.alternatives + 1);
+    request.mutable_options()->set_beam_size(std::max(4, r.alternatives + 1));
+  }
+  return request;
+}
+
+std::string LibreTranslateApi::response_json(const LibreTranslateRequest& r,
+                                             const v1::TranslateResponse& response) const {
+  json texts = json::array(), alternatives = json::array();
+  for (const v1::Translation& t : response.translations()) {
+    const std::string best = t.hypotheses_size() ? t.hypotheses(0).text() : std::string();
+    texts.push_back(best);
+    // Alternatives of a one-sentence text: its other hypotheses, without repeats (as
+    // LibreTranslate does). A text of several sentences has none.
+    json alt = json::array();
+    if (t.sentences_size() == 1) {
+      std::set<std::string> seen = {best, ""};
+      for (const v1::Hypothesis& h : t.sentences(0).hypotheses()) {
+        if (seen.insert(h.text()).second) alt.push_back(h.text());
+      }
+    }
+    alternatives.push_back(alt);
+  }
+  json out = {{"translatedText", r.batch ? texts : texts.at(0)}};
+  if (r.alternatives > 0) out["alternatives"] = r.batch ? alternatives : alternatives.at(0);
+  return out.dump();
+}
+
+std::string LibreTranslateApi::languages_json() const {
+  std::map<std::string, std::set<std::string>> targets;  // every language, with its targets
+  for (const LanguageModel& m : models_) {
+    targets[m.languages.source].insert(m.languages.target);
+    targets[m.languages.target];
+  }
+  json out = json::array();
+  for (const auto& [code, to] : targets) {
+    out.push_back({{"code", code}, {"name", language_name(code)}, {"targets", to}});
+  }
+  return out.dump();
+}
+
+}  // namespace nmt::server

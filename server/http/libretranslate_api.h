@@ -1,0 +1,68 @@
+#pragma once
+// LibreTranslate's API (POST /translate, GET /languages) over nmt-serve's models, as the
+// tools that speak it expect: the same field names, response shapes, error bodies
+// {"error": "..."} and status codes (400 bad request, 403 wrong API key, 429 busy, 500).
+// This file holds the mapping only (no HTTP server): server/http/http_api.cc serves it.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nmt/v1/translation.pb.h"
+#include "server/repository/model_languages.h"
+
+namespace nmt::server {
+
+// A refusal with LibreTranslate's status code and message.
+struct LibreTranslateError {
+  int status;
+  std::string message;
+};
+
+// A served model and its language pair (models whose pair is unknown are not listed).
+struct LanguageModel {
+  std::string model;
+  LanguagePair languages;
+};
+
+// A /translate request, decoded from JSON or form fields.
+struct LibreTranslateRequest {
+  std::vector<std::string> q;
+  bool batch = false;  // q was a list: translatedText is a list too
+  std::string source, target, format = "text", api_key;
+  std::string alternatives_text;  // as sent
+  int alternatives = 0;           // once checked
+};
+
+class LibreTranslateApi {
+ public:
+  explicit LibreTranslateApi(std::vector<LanguageModel> models);
+
+  // The fields of a JSON body (is_json) or of the form (`form`: name -> first value).
+  // Throws LibreTranslateError (400) only for a body that is not a JSON object or fields of
+  // the wrong type: the API key is checked before the other fields, as LibreTranslate does.
+  LibreTranslateRequest parse(bool is_json, const std::string& body,
+                              const std::map<std::string, std::string>& form) const;
+  // What LibreTranslate refuses (400): a missing q, source or target, a format other than
+  // text, a non-number alternatives. Fills `alternatives`.
+  void check(LibreTranslateRequest& request) const;
+  // The TranslateRequest for the model of the request's language pair (sentences split: the
+  // texts are paragraphs); throws LibreTranslateError (400) for an unsupported language or
+  // pair, and for source "auto" (no language detection here).
+  v1::TranslateRequest to_request(const LibreTranslateRequest& request) const;
+  // {"translatedText": ...} (a string, or a list for a list q), with "alternatives" when asked.
+  std::string response_json(const LibreTranslateRequest& request,
+                            const v1::TranslateResponse& response) const;
+  // GET /languages: [{"code", "name" (English), "targets"}], sorted by code.
+  std::string languages_json() const;
+
+  static std::string error_json(const std::string& message);
+
+ private:
+  std::vector<LanguageModel> models_;
+};
+
+// An English name for an ISO 639 code ("de" -> "German"), from ICU; the code itself when
+// ICU does not know it.
+std::string language_name(const std::string& code);
+
+}  // namespace nmt::server

@@ -1,0 +1,192 @@
+#include "server/pipeline/request_validator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <sstream>
+
+#include "model/error.h"
+
+namespace nmt::server {
+namespace {
+
+// Default length cap: 255 matches transformers' max_length 256 (DecodeOptions).
+constexpr int kDefaultMaxDecodingLength = 255;
+constexpr int kDefaultBeamSize = 4;
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, message);
+}
+
+void check_range(const char* option, int value, int lo, int hi, const std::string& hi_name) {
+  if (value < lo || value > hi) {
+    invalid(std::string("options.") + option + " must be between " + std::to_string(lo) +
+            " and " + std::to_string(hi) + " (" + hi_name + "), got " + std::to_string(value));
+  }
+}
+
+// The start of a sentence to name it in a message: up to 40 bytes, cut between UTF-8
+// characters, "..." when cut.
+std::string excerpt(const std::string& sentence) {
+  constexpr size_t kMax = 40;
+  if (sentence.size() <= kMax) return sentence;
+  size_t end = kMax;
+  while (end > 0 && (static_cast<unsigned char>(sentence[end]) & 0xC0) == 0x80) --end;
+  return sentence.substr(0, end) + "...";
+}
+
+bool only_whitespace(const std::string& text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](unsigned char c) { return std::isspace(c) != 0; });
+}
+
+}  // namespace
+
+size_t find_invalid_utf8(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    size_t len;
+    unsigned cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    const unsigned min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+bool valid_request_id(const std::string& id) {
+  if (id.empty() || id.size() > kMaxRequestIdBytes) return false;
+  return std::all_of(id.begin(), id.end(), [](unsigned char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
+ValidRequest RequestValidator::validate(const v1::TranslateRequest& request,
+                                       const TokenizeFn& tokenize, const SplitFn& split) const {
+  if (!request.request_id().empty() && !valid_request_id(request.request_id())) {
+    invalid("request_id must be 1 to " + std::to_string(kMaxRequestIdBytes) +
+            " printable ASCII characters (it is echoed as the x-request-id metadata)");
+  }
+  const std::vector<std::string> texts(request.texts().begin(), request.texts().end());
+  check_texts(texts);
+  ValidRequest valid;
+  valid.options = decode_options(request.options());
+  if (splits(request.options())) {
+    if (!split) throw Error(ErrorCode::kInternal, "sentence splitting is not available here");
+    split_texts(texts, tokenize, split, valid);
+    return valid;
+  }
+  valid.source_ids.reserve(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    valid.source_ids.push_back(tokenize(texts[i]));
+    check_length(i, valid.source_ids.back().size());
+    valid.input_tokens += static_cast<int64_t>(valid.source_ids.back().size());
+  }
+  return valid;
+}
+
+void RequestValidator::split_texts(const std::vector<std::string>& texts, const TokenizeFn& tokenize,
+                                   const SplitFn& split, ValidRequest& valid) const {
+  size_t sentences = 0;
+  for (const std::string& text : texts) {
+    valid.split.push_back(split(text));
+    sentences += valid.split.back().sentences.size();
+  }
+  if (sentences > static_cast<size_t>(limits_.max_sentences_per_request)) {
+    invalid("too many sentences: the texts split into " + std::to_string(sentences) +
+            " > limits.max_sentences_per_request (" +
+            std::to_string(limits_.max_sentences_per_request) + ")");
+  }
+  valid.source_ids.reserve(sentences);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::vector<std::string>& parts = valid.split[i].sentences;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      valid.source_ids.push_back(tokenize(parts[k]));
+      const size_t tokens = valid.source_ids.back().size();
+      if (tokens > static_cast<size_t>(limits_.max_input_tokens)) {
+        invalid("texts[" + std::to_string(i) + "] sentence " + std::to_string(k) + " (\"" +
+                excerpt(parts[k]) + "\") has " + std::to_string(tokens) +
+                " tokens, more than limits.max_input_tokens (" +
+                std::to_string(limits_.max_input_tokens) +
+                "); split it into shorter sentences (input is never truncated)");
+      }
+      valid.input_tokens += static_cast<int64_t>(tokens);
+    }
+  }
+}
+
+void RequestValidator::check_texts(const std::vector<std::string>& texts) const {
+  if (texts.empty()) invalid("texts is empty: send at least one sentence");
+  if (texts.size() > static_cast<size_t>(limits_.max_sentences_per_request)) {
+    invalid("too many sentences: " + std::to_string(texts.size()) +
+            " > limits.max_sentences_per_request (" +
+            std::to_string(limits_.max_sentences_per_request) + ")");
+  }
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string where = "texts[" + std::to_string(i) + "]";
+    if (only_whitespace(texts[i])) invalid(where + " is empty (or only whitespace)");
+    const size_t bad = find_invalid_utf8(texts[i]);
+    if (bad != std::string::npos) {
+      invalid(where + " is not valid UTF-8 (invalid byte sequence at offset " +
+              std::to_string(bad) + ")");
+    }
+  }
+}
+
+void RequestValidator::check_length(size_t index, size_t tokens) const {
+  if (tokens > static_cast<size_t>(limits_.max_input_tokens)) {
+    invalid("texts[" + std::to_string(index) + "] has " + std::to_string(tokens) +
+            " tokens, more than limits.max_input_tokens (" +
+            std::to_string(limits_.max_input_tokens) +
+            "); split it into shorter sentences (input is never truncated)");
+  }
+}
+
+DecodeOptions RequestValidator::decode_options(const v1::TranslateOptions& requested) const {
+  DecodeOptions o;
+  o.beam_size = requested.has_beam_size()
+                    ? requested.beam_size()
+                    : std::min(kDefaultBeamSize, limits_.max_beam_size);
+  o.num_hypotheses = requested.has_num_hypotheses() ? requested.num_hypotheses() : 1;
+  o.length_penalty = requested.has_length_penalty() ? requested.length_penalty() : 1.0f;
+  o.max_decoding_length =
+      requested.has_max_decoding_length()
+          ? requested.max_decoding_length()
+          : std::min(kDefaultMaxDecodingLength, limits_.max_decoding_length);
+  o.min_decoding_length = requested.has_min_decoding_length() ? requested.min_decoding_length() : 0;
+  o.return_scores = requested.return_scores();
+
+  check_range("beam_size", o.beam_size, 1, limits_.max_beam_size, "limits.max_beam_size");
+  check_range("num_hypotheses", o.num_hypotheses, 1, o.beam_size, "options.beam_size");
+  if (!std::isfinite(o.length_penalty)) {
+    std::ostringstream value;
+    value << o.length_penalty;
+    invalid("options.length_penalty must be a finite number, got " + value.str());
+  }
+  check_range("max_decoding_length", o.max_decoding_length, 1, limits_.max_decoding_length,
+              "limits.max_decoding_length");
+  // At least one token before the length cap, as the engine requires (DecodeOptions).
+  check_range("min_decoding_length", o.min_decoding_length, 0, o.max_decoding_length - 1,
+              "options.max_decoding_length - 1");
+  return o;
+}
+
+}  // namespace nmt::server

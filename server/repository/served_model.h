@@ -1,0 +1,66 @@
+#pragma once
+// One loaded version of a model: a replica per device (each its own Translators, one per
+// worker, with a decode loop over each, and the Scheduler whose threads drive the loops).
+// Requests go to the least loaded replica. Owned through shared_ptr: a request keeps the
+// version it was admitted to alive, so a reload or an eviction never pulls a model from
+// under a sentence in flight.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/decode_loop.h"
+#include "model/translator.h"
+#include "server/config/config.h"
+#include "server/observability/metrics.h"
+#include "server/repository/model_languages.h"
+#include "server/scheduling/scheduler.h"
+
+namespace nmt::server {
+
+struct Replica {
+  std::string device;  // "cpu" or "cuda:N" (N in nvidia-smi order)
+  std::vector<std::unique_ptr<Translator>> translators;
+  std::vector<std::unique_ptr<DecodeLoop>> loops;  // one per translator
+  size_t memory_bytes = 0;  // measured once the loops reserved their state
+  std::unique_ptr<Scheduler> scheduler;  // declared last: stops before the loops go
+  // Queued and decoding sentences: what "least loaded" compares.
+  size_t load() const { return scheduler->queued_sentences() + size_t(scheduler->active_sentences()); }
+};
+
+struct ServedModel {
+  std::string name;
+  std::string path;
+  std::string device;     // resolved kind: cpu | cuda
+  std::string precision;  // computed in (Translator::precision)
+  bool is_default = false;
+  // From the model folder (server/repository/model_languages.h); may be unknown.
+  LanguagePair languages;
+  std::vector<std::unique_ptr<Replica>> replicas;
+
+  ~ServedModel() { stop(); }
+  const Tokenizer& tokenizer() const { return replicas.front()->translators.front()->tokenizer(); }
+  int vocab_size() const { return tokenizer().vocab_size(); }
+  // The replica with the fewest queued + active sentences (ties: rotating).
+  Replica& least_loaded();
+  // No replica holds a queued or active sentence.
+  bool idle() const;
+  // Finishes queued and decoding work and stops every scheduler. Idempotent.
+  void stop();
+  size_t memory_bytes() const;
+  std::vector<std::string> devices() const;
+
+ private:
+  std::atomic<unsigned> next_{0};
+};
+
+// The GPUs (nvidia-smi order) an entry's replicas run on; {-1} = one replica on the CPU.
+// Throws nmt::Error naming the setting when a listed GPU is not visible.
+std::vector<int> replica_devices(const ModelEntry& entry);
+
+// Loads `entry` (its path, device(s), precision, workers) and starts its decode loops.
+// Throws std::runtime_error with a one-line reason that names the model.
+std::shared_ptr<ServedModel> load_served_model(const ModelEntry& entry, const ServerConfig& config,
+                                               Metrics& metrics);
+
+}  // namespace nmt::server
