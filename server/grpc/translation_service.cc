@@ -47,7 +47,8 @@ class TranslationService::UnaryCall final {
   }
 
  private:
-  explicit UnaryCall(TranslationService& service) : service_(service), permit_(service.pipeline_) {}
+  explicit UnaryCall(TranslationService& service)
+      : service_(service), permit_(service.pipeline_) {}
 
   // A call arrived in this place (ok), or the server is shutting down (not ok: no call
   // came, and no done event will).
@@ -136,7 +137,8 @@ class TranslationService::UnaryCall final {
   }
 
   void done(const JobResult& result) {
-    grpc::Status status = service_.pipeline_.respond(admitted_, result, deadline_, record_, &response_);
+    grpc::Status status =
+        service_.pipeline_.respond(admitted_, result, deadline_, record_, &response_);
     if (status.ok()) {
       bool own_buffer = false;
       status = grpc::SerializationTraits<v1::TranslateResponse>::Serialize(
@@ -218,7 +220,8 @@ class TranslationService::StreamCall final {
   }
 
  private:
-  explicit StreamCall(TranslationService& service) : service_(service), permit_(service.pipeline_) {}
+  explicit StreamCall(TranslationService& service)
+      : service_(service), permit_(service.pipeline_) {}
 
   // A stream arrived in this place (ok), or the server is shutting down (not ok: no stream
   // came, and no end event will). The end event may come on another thread before or while
@@ -365,8 +368,8 @@ class TranslationService::StreamCall final {
   // A job's callback: a scheduler thread, or the thread that cancelled the job.
   void completed(Entry& entry, const JobResult& result) {
     // Nobody else reads an entry before it is done.
-    const grpc::Status status = service_.pipeline_.respond(entry.admitted, result, deadline_, entry.record,
-                                                 entry.response.mutable_response());
+    const grpc::Status status = service_.pipeline_.respond(
+        entry.admitted, result, deadline_, entry.record, entry.response.mutable_response());
     if (!status.ok()) entry.response.clear_response();
     answer(entry, status);
     service_.pipeline_.record(entry.record, status);

@@ -59,7 +59,10 @@ grpc::Status CallPermit::busy() const {
 
 RequestPipeline::RequestPipeline(ModelRegistry& models, const Limits& limits, Metrics& metrics,
                                  int max_concurrent_calls)
-    : models_(models), validator_(limits), metrics_(metrics), id_prefix_(random_prefix()),
+    : models_(models),
+      validator_(limits),
+      metrics_(metrics),
+      id_prefix_(random_prefix()),
       max_calls_(max_concurrent_calls) {}
 
 RequestRecord RequestPipeline::begin(const char* method, const v1::TranslateRequest& request) {
@@ -142,7 +145,8 @@ grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const Job
       if (admitted.return_scores) hyp->set_score(h.score);
       if (admitted.return_token_ids) hyp->mutable_token_ids()->Add(h.ids.begin(), h.ids.end());
     }
-    if (!t.hypotheses.empty()) record.output_tokens += static_cast<int64_t>(t.hypotheses[0].ids.size());
+    if (!t.hypotheses.empty())
+      record.output_tokens += static_cast<int64_t>(t.hypotheses[0].ids.size());
   };
   if (admitted.split.empty()) {
     for (const Translation& t : result.translations) {
@@ -249,7 +253,8 @@ void RequestPipeline::translate(const char* method, v1::TranslateRequest request
   admit(
       state->request, deadline, state->record, state->admitted,
       [this, state, deadline, complete](JobResult result) {
-        complete(*state, respond(state->admitted, result, deadline, state->record, &state->response));
+        complete(*state,
+                 respond(state->admitted, result, deadline, state->record, &state->response));
       },
       [state, complete](std::shared_ptr<Job>, const grpc::Status& refused) {
         if (!refused.ok()) complete(*state, refused);

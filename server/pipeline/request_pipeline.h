@@ -93,7 +93,8 @@ class RequestPipeline {
   // and, when it is OK, the response; it runs exactly once, on this thread when the request
   // is refused at once or answered before this returns, else on a scheduler thread or the
   // registry's loading thread. The request's permit is released before `done` runs.
-  using Completion = std::function<void(const grpc::Status& status, v1::TranslateResponse response)>;
+  using Completion =
+      std::function<void(const grpc::Status& status, v1::TranslateResponse response)>;
   void translate(const char* method, v1::TranslateRequest request, Clock::time_point deadline,
                  Completion done);
 
@@ -125,9 +126,9 @@ class RequestPipeline {
   friend class CallPermit;
 
   // admit()'s work once the model is known.
-  std::shared_ptr<Job> submit(const v1::TranslateRequest& request, std::shared_ptr<ServedModel> model,
-                              Clock::time_point deadline, RequestRecord& record,
-                              AdmittedRequest& admitted, JobCallback done);
+  std::shared_ptr<Job> submit(const v1::TranslateRequest& request,
+                              std::shared_ptr<ServedModel> model, Clock::time_point deadline,
+                              RequestRecord& record, AdmittedRequest& admitted, JobCallback done);
 
   ModelRegistry& models_;
   const RequestValidator validator_;

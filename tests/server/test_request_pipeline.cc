@@ -31,7 +31,8 @@ ServerConfig demo_config(int max_active_rows) {
   return parse_config(R"(
 batching:
   max_active_sentences: 8
-  max_active_rows: )" + std::to_string(max_active_rows) + R"(
+  max_active_rows: )" + std::to_string(max_active_rows) +
+                          R"(
 models:
   - name: demo
     path: )" + kModelDir + R"(
@@ -131,8 +132,9 @@ TEST(RequestPipelineRespond, NBestWithScoresAndTokenIds) {
   admitted.return_token_ids = true;
   JobResult result;
   result.ok = true;
-  result.translations = {translation({hyp("Hallo Welt", {7, 8, 0}, -0.25f), hyp("Hallo", {7, 0}, -0.75f)}),
-                         translation({hyp("Gut", {9, 0}, -0.5f), hyp("Schön", {10, 11, 0}, -1.5f)})};
+  result.translations = {
+      translation({hyp("Hallo Welt", {7, 8, 0}, -0.25f), hyp("Hallo", {7, 0}, -0.75f)}),
+      translation({hyp("Gut", {9, 0}, -0.5f), hyp("Schön", {10, 11, 0}, -1.5f)})};
   result.queue_seconds = 0.002;
   result.decode_seconds = 0.03;
   result.decode_steps = 3;
@@ -148,7 +150,8 @@ TEST(RequestPipelineRespond, NBestWithScoresAndTokenIds) {
   ASSERT_EQ(first.hypotheses_size(), 2);
   EXPECT_EQ(first.hypotheses(0).text(), "Hallo Welt");
   EXPECT_FLOAT_EQ(first.hypotheses(0).score(), -0.25f);
-  EXPECT_EQ(std::vector<int>(first.hypotheses(0).token_ids().begin(), first.hypotheses(0).token_ids().end()),
+  EXPECT_EQ(std::vector<int>(first.hypotheses(0).token_ids().begin(),
+                             first.hypotheses(0).token_ids().end()),
             (std::vector<int>{7, 8, 0}));
   EXPECT_EQ(first.hypotheses(1).text(), "Hallo");
   EXPECT_FLOAT_EQ(first.hypotheses(1).score(), -0.75f);
@@ -179,7 +182,8 @@ TEST(RequestPipelineRespond, ScoresAndIdsOnlyWhenAsked) {
   result.translations = {translation({hyp("Hallo", {7, 0}, -0.75f)})};
   RequestRecord record = admitted_record(demo.pipeline, 2);
   v1::TranslateResponse response;
-  ASSERT_TRUE(demo.pipeline.respond(admitted, result, Clock::time_point::max(), record, &response).ok());
+  ASSERT_TRUE(
+      demo.pipeline.respond(admitted, result, Clock::time_point::max(), record, &response).ok());
   ASSERT_EQ(response.translations(0).hypotheses_size(), 1);
   EXPECT_EQ(response.translations(0).hypotheses(0).text(), "Hallo");
   EXPECT_EQ(response.translations(0).hypotheses(0).score(), 0.f);
@@ -205,7 +209,8 @@ TEST(RequestPipelineRespond, SplitSentencesJoinWithTheTextsOwnWhitespace) {
                          translation({hyp("Drei.", {6, 0}, -0.3f), hyp("Drei", {6, 1, 0}, -0.9f)})};
   RequestRecord record = admitted_record(demo.pipeline, 9);
   v1::TranslateResponse response;
-  ASSERT_TRUE(demo.pipeline.respond(admitted, result, Clock::time_point::max(), record, &response).ok());
+  ASSERT_TRUE(
+      demo.pipeline.respond(admitted, result, Clock::time_point::max(), record, &response).ok());
   ASSERT_EQ(response.translations_size(), 2);
   const v1::Translation& first = response.translations(0);
   // The text's translation: each sentence's best, with the text's whitespace around them.
@@ -236,7 +241,8 @@ TEST(RequestPipelineRespond, FailedJobsGiveTheirStatus) {
     result.code = code;
     result.message = "scripted failure";
     v1::TranslateResponse response;
-    const grpc::Status status = demo.pipeline.respond(admitted, result, deadline, record, &response);
+    const grpc::Status status =
+        demo.pipeline.respond(admitted, result, deadline, record, &response);
     EXPECT_EQ(response.translations_size(), 0);
     return status;
   };
@@ -268,7 +274,8 @@ TEST(RequestPipelineRecord, TranslatedRequestCountsAndLogsItsScheduling) {
                        0),
             0u)
       << line;
-  EXPECT_NE(line.find(" code=OK queue_ms=1.5 decode_ms=12.25 steps=9\n"), std::string::npos) << line;
+  EXPECT_NE(line.find(" code=OK queue_ms=1.5 decode_ms=12.25 steps=9\n"), std::string::npos)
+      << line;
   EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << "one line per request: " << line;
   const std::string text = demo.metrics.scrape();
   EXPECT_TRUE(has(text, R"(nmt_requests_total{code="OK",model="demo"} 1)")) << text;
@@ -291,20 +298,27 @@ TEST(RequestPipelineRecord, FailuresLogTheirErrorAtTheirLevel) {
   demo.pipeline.record(refused, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "queue full"));
   RequestRecord failed = admitted_record(demo.pipeline, 0);
   demo.pipeline.record(failed, grpc::Status(grpc::StatusCode::INTERNAL, "engine broke"));
-  demo.pipeline.record_refused("HTTP /translate", grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no API key"));
+  demo.pipeline.record_refused("HTTP /translate",
+                               grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no API key"));
   const std::string text = log.text();
-  EXPECT_NE(text.find("warning request failed request_id=r-1 method=Translate model=demo"), std::string::npos) << text;
-  EXPECT_NE(text.find(" code=RESOURCE_EXHAUSTED error=\"queue full\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("warning request failed request_id=r-1 method=Translate model=demo"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" code=RESOURCE_EXHAUSTED error=\"queue full\"\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("error request failed request_id=r-1"), std::string::npos) << text;
   EXPECT_NE(text.find(" code=INTERNAL error=\"engine broke\"\n"), std::string::npos) << text;
   // A refusal before the pipeline: no model resolved, no sentence counted, an id made here.
-  EXPECT_NE(text.find("method=\"HTTP /translate\" model=unknown sentences=0 input_tokens=0"), std::string::npos)
+  EXPECT_NE(text.find("method=\"HTTP /translate\" model=unknown sentences=0 input_tokens=0"),
+            std::string::npos)
       << text;
   EXPECT_NE(text.find(" code=UNAUTHENTICATED error=\"no API key\"\n"), std::string::npos) << text;
   const std::string metrics = demo.metrics.scrape();
-  EXPECT_TRUE(has(metrics, R"(nmt_requests_total{code="RESOURCE_EXHAUSTED",model="demo"} 1)")) << metrics;
+  EXPECT_TRUE(has(metrics, R"(nmt_requests_total{code="RESOURCE_EXHAUSTED",model="demo"} 1)"))
+      << metrics;
   EXPECT_TRUE(has(metrics, R"(nmt_requests_total{code="INTERNAL",model="demo"} 1)")) << metrics;
-  EXPECT_TRUE(has(metrics, R"(nmt_requests_total{code="UNAUTHENTICATED",model="unknown"} 1)")) << metrics;
+  EXPECT_TRUE(has(metrics, R"(nmt_requests_total{code="UNAUTHENTICATED",model="unknown"} 1)"))
+      << metrics;
 }
 
 TEST(RequestPipelineBegin, KeepsAnEchoableIdAndReplacesOthers) {
@@ -325,7 +339,8 @@ TEST(RequestPipelineBegin, KeepsAnEchoableIdAndReplacesOthers) {
 
 TEST(RequestPipelineTranslate, TranslatesSplitSentencesEndToEnd) {
   DemoPipeline demo;
-  v1::TranslateRequest request = request_of({"A man is walking.  A dog runs.", "Two children play."});
+  v1::TranslateRequest request =
+      request_of({"A man is walking.  A dog runs.", "Two children play."});
   request.set_request_id("e2e");
   request.mutable_options()->set_split_sentences(true);
   request.mutable_options()->set_beam_size(2);
@@ -346,13 +361,15 @@ TEST(RequestPipelineTranslate, TranslatesSplitSentencesEndToEnd) {
     EXPECT_FALSE(s.hypotheses(0).text().empty());
     EXPECT_GE(s.hypotheses(0).score(), s.hypotheses(1).score()) << "best first";
   }
-  EXPECT_EQ(first.hypotheses(0).text(),
-            first.sentences(0).hypotheses(0).text() + "  " + first.sentences(1).hypotheses(0).text());
+  EXPECT_EQ(first.hypotheses(0).text(), first.sentences(0).hypotheses(0).text() + "  " +
+                                            first.sentences(1).hypotheses(0).text());
   EXPECT_GT(response.input_tokens(), 0);
   EXPECT_GT(response.output_tokens(), 0);
   // Recorded once, with the scheduling of a translated request.
   const std::string text = log.text();
-  EXPECT_NE(text.find("request request_id=e2e method=Test model=demo sentences=3 "), std::string::npos) << text;
+  EXPECT_NE(text.find("request request_id=e2e method=Test model=demo sentences=3 "),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find(" code=OK queue_ms="), std::string::npos) << text;
   EXPECT_TRUE(has(demo.metrics.scrape(), R"(nmt_requests_total{code="OK",model="demo"} 1)"));
   EXPECT_TRUE(has(demo.metrics.scrape(), "nmt_inflight_requests 0")) << "the permit is released";
@@ -387,8 +404,10 @@ TEST(RequestPipelineRefusals, UnknownModelIsNotFound) {
   request.set_model("no-such-model");
   auto [status, response] = demo.translate(request);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
-  EXPECT_NE(status.error_message().find("no-such-model"), std::string::npos) << status.error_message();
-  EXPECT_TRUE(has(demo.metrics.scrape(), R"(nmt_requests_total{code="NOT_FOUND",model="unknown"} 1)"));
+  EXPECT_NE(status.error_message().find("no-such-model"), std::string::npos)
+      << status.error_message();
+  EXPECT_TRUE(
+      has(demo.metrics.scrape(), R"(nmt_requests_total{code="NOT_FOUND",model="unknown"} 1)"));
 }
 
 TEST(RequestPipelineRefusals, EveryPermitTakenIsResourceExhausted) {
@@ -417,6 +436,8 @@ TEST(RequestPipelineRefusals, SentenceThatCanNeverFitIsResourceExhausted) {
   request.mutable_options()->set_beam_size(8);
   auto [status, response] = demo.translate(request);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
-  EXPECT_NE(status.error_message().find("max_active_rows"), std::string::npos) << status.error_message();
-  EXPECT_TRUE(has(demo.metrics.scrape(), R"(nmt_requests_total{code="RESOURCE_EXHAUSTED",model="demo"} 1)"));
+  EXPECT_NE(status.error_message().find("max_active_rows"), std::string::npos)
+      << status.error_message();
+  EXPECT_TRUE(has(demo.metrics.scrape(),
+                  R"(nmt_requests_total{code="RESOURCE_EXHAUSTED",model="demo"} 1)"));
 }
