@@ -384,7 +384,7 @@ TEST(RequestPipelineRefusals, ValidationErrorsAreInvalidArgument) {
     EXPECT_EQ(response.translations_size(), 0);
   };
   refused(request_of({}), "text");
-  refused(request_of({"a", ""}), "1");  // names the empty text's index
+  refused(request_of({"a", ""}), "texts[1]");  // names the empty text
   v1::TranslateRequest beam = request_of({"a"});
   beam.mutable_options()->set_beam_size(demo.config.limits.max_beam_size + 1);
   refused(beam, "beam_size");
