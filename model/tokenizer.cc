@@ -15,20 +15,40 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_dir, const M
   std::string cls = tokenizer_files::string_field(tokenizer_config, "tokenizer_class", "", config_path);
   // transformers 4's fast twins load as the same scheme.
   if (cls.size() > 4 && cls.compare(cls.size() - 4, 4, "Fast") == 0) cls.resize(cls.size() - 4);
-  if (cls == "MarianTokenizer") return load_marian_tokenizer(model_dir, config, tokenizer_config);
-  if (cls == "NllbTokenizer") return load_fairseq_tokenizer(model_dir, config, FairseqScheme::kNllb, tokenizer_config);
-  if (cls == "M2M100Tokenizer") return load_fairseq_tokenizer(model_dir, config, FairseqScheme::kM2M100, tokenizer_config);
-  if (cls == "MBart50Tokenizer") return load_fairseq_tokenizer(model_dir, config, FairseqScheme::kMBart50, tokenizer_config);
+  // The tokenizer must be the model's family's (config.json model_type).
+  auto family_must_be = [&](Family want) {
+    if (config.arch.family != want) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  config_path + ": tokenizer_class '" + cls + "' does not go with config.json's model_type '" +
+                      family_name(config.arch.family) + "'");
+    }
+  };
+  if (cls == "MarianTokenizer") {
+    family_must_be(Family::kMarian);
+    return load_marian_tokenizer(model_dir, config, tokenizer_config);
+  }
+  const std::pair<const char*, std::pair<FairseqScheme, Family>> kFairseq[] = {
+      {"NllbTokenizer", {FairseqScheme::kNllb, Family::kM2M100}},
+      {"M2M100Tokenizer", {FairseqScheme::kM2M100, Family::kM2M100}},
+      {"MBart50Tokenizer", {FairseqScheme::kMBart50, Family::kMBart}}};
+  for (const auto& [name, scheme] : kFairseq) {
+    if (cls != name) continue;
+    family_must_be(scheme.second);
+    return load_fairseq_tokenizer(model_dir, config, scheme.first, tokenizer_config);
+  }
   if (!cls.empty()) {
     throw Error(ErrorCode::kInvalidArgument,
                 config_path + ": field 'tokenizer_class' is '" + cls +
                     "'; supported: MarianTokenizer, NllbTokenizer, M2M100Tokenizer, MBart50Tokenizer");
   }
   // Marian exports older than tokenizer_class, and hand-made folders: Marian's files say it.
-  if (tokenizer_files::exists(model_dir + "/source.spm")) return load_marian_tokenizer(model_dir, config, tokenizer_config);
+  if (config.arch.family == Family::kMarian && tokenizer_files::exists(model_dir + "/source.spm")) {
+    return load_marian_tokenizer(model_dir, config, tokenizer_config);
+  }
   throw Error(ErrorCode::kInvalidArgument,
-              config_path + ": no field 'tokenizer_class' (and no source.spm of a Marian model): cannot tell the "
-                            "tokenizer (NllbTokenizer, M2M100Tokenizer, MBart50Tokenizer?)");
+              config_path + ": no field 'tokenizer_class' (NllbTokenizer, M2M100Tokenizer, MBart50Tokenizer or "
+                            "MarianTokenizer): cannot tell the tokenizer of model_type '" +
+                  family_name(config.arch.family) + "'");
 }
 
 int Tokenizer::language_token(const std::string& code) const {
