@@ -76,6 +76,8 @@ class FairseqTokenizer final : public Tokenizer {
  private:
   std::vector<int> encode_text(const std::string& text, const std::string& source_language) const override;
   int piece_id(const std::string& piece) const;
+  // SentencePiece's pieces of `text` as ids, appended to `ids`.
+  void encode_pieces(const std::string& text, std::vector<int>* ids) const;
   // Throws unless id is one of the model's (config.json vocab_size); `source` names the file
   // that gave it.
   void check_id(const std::string& token, int64_t id, const std::string& source) const;
@@ -100,6 +102,9 @@ class FairseqTokenizer final : public Tokenizer {
   };
   std::unordered_map<std::string, Added> added_;  // added tokens (specials, codes, <mask>)
   std::string added_source_;                    // the file added_ came from
+  // The added tokens by first byte, longest first: text that spells one is that token (as
+  // transformers splits the text on its added tokens before SentencePiece sees it).
+  std::vector<std::vector<std::pair<std::string, int>>> added_by_byte_;
   int unk_id_ = -1, eos_id_ = -1;
   // config.json's vocab_size: every id of the tokenizer must be below it. It may be larger
   // than the tokenizer: NLLB-200's is 256206 for 256204 tokens, M2M-100 has 8 "madeup words".
@@ -225,6 +230,17 @@ FairseqTokenizer::FairseqTokenizer(const std::string& model_dir, const ModelConf
   // The added tokens: those these classes add (specials, codes, <mask>) are special, so that
   // decode(skip_special_tokens=True) drops them.
   for (const auto& [token, a] : added_) set_token(token, a.id, a.special, added_source_);
+  added_by_byte_.resize(256);
+  for (size_t id = 0; id < id_to_piece_.size(); ++id) {
+    const std::string& t = id_to_piece_[id];
+    const auto a = added_.find(t);
+    if (!t.empty() && (special_[id] || (a != added_.end() && a->second.id == int(id)))) {
+      added_by_byte_[static_cast<unsigned char>(t[0])].emplace_back(t, int(id));
+    }
+  }
+  for (auto& list : added_by_byte_) {
+    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  }
 
   const std::string src = files::string_field(tokenizer_config, "src_lang", "", config_path);
   if (!src.empty() && language_token(src) < 0) {
@@ -373,15 +389,39 @@ std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const st
                 "this model needs a source language (its tokenizer_config.json names no src_lang)");
   }
   const int lang = require_language_token(code);
-  std::vector<std::string> pieces;
-  sp_.Encode(text, &pieces);
   std::vector<int> ids;
-  ids.reserve(pieces.size() + 2);
   if (!legacy_) ids.push_back(lang);
-  for (const auto& p : pieces) ids.push_back(piece_id(p));
+  // The text between added tokens goes to SentencePiece piece by piece (each part gets its
+  // own word-boundary prefix, its surrounding spaces dropped, as SentencePiece does).
+  size_t start = 0;
+  for (size_t at = 0; at < text.size();) {
+    const std::pair<std::string, int>* match = nullptr;
+    for (const auto& t : added_by_byte_[static_cast<unsigned char>(text[at])]) {
+      if (text.compare(at, t.first.size(), t.first) == 0) {
+        match = &t;
+        break;
+      }
+    }
+    if (match == nullptr) {
+      ++at;
+      continue;
+    }
+    encode_pieces(text.substr(start, at - start), &ids);
+    ids.push_back(match->second);
+    at += match->first.size();
+    start = at;
+  }
+  encode_pieces(text.substr(start), &ids);
   ids.push_back(eos_id_);
   if (legacy_) ids.push_back(lang);
   return ids;
+}
+
+void FairseqTokenizer::encode_pieces(const std::string& text, std::vector<int>* ids) const {
+  if (text.empty()) return;
+  std::vector<std::string> pieces;
+  sp_.Encode(text, &pieces);
+  for (const auto& p : pieces) ids->push_back(piece_id(p));
 }
 
 std::string FairseqTokenizer::decode(const std::vector<int>& ids) const {

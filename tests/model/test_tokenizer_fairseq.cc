@@ -296,3 +296,30 @@ TEST_F(FairseqTokenizers, RefusedFolders) {
     EXPECT_NE(e.find("'tokenizer_class' is 'XLMRobertaTokenizer'"), std::string::npos) << e;
   }
 }
+
+// Text that spells an added token (a special, a language code, <mask>) is that token, the text
+// around it tokenized on its own (transformers splits on its added tokens first).
+TEST_F(FairseqTokenizers, AddedTokensInTheTextAreTokens) {
+  for (const std::string name : {"nllb", "nllb_legacy", "m2m100"}) {
+    const auto tok = load(name, config(Family::kM2M100));
+    const std::string lang = tok->languages()[0];
+    auto body = [&](const std::string& text) {  // the pieces of text alone
+      std::vector<int> ids = tok->encode(text, lang);
+      ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int id) { return id == 2 || id == tok->language_token(lang); }),
+                ids.end());
+      return ids;
+    };
+    const std::string code = name == "m2m100" ? "__de__" : "deu_Latn";
+    const int code_id = tok->language_token(name == "m2m100" ? "de" : "deu_Latn");
+    std::vector<int> want = body("A man");
+    want.push_back(2);
+    for (int id : body("is")) want.push_back(id);
+    want.push_back(code_id);
+    want.push_back(1);
+    for (int id : body("riding.")) want.push_back(id);
+    // The part between the layout's own language token and its </s>.
+    const std::vector<int> all = tok->encode("A man </s> is " + code + "<pad> riding.", lang);
+    std::vector<int> inner(all.begin() + (name == "nllb_legacy" ? 0 : 1), all.end() - (name == "nllb_legacy" ? 2 : 1));
+    EXPECT_EQ(inner, want) << name;
+  }
+}
