@@ -13,6 +13,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <cctype>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -99,21 +100,28 @@ class FairseqTokenizer final : public Tokenizer {
   struct Added {
     int id;
     bool special;
+    bool lstrip = false, rstrip = false;  // the match takes the spaces on its left / right
   };
   std::unordered_map<std::string, Added> added_;  // added tokens (specials, codes, <mask>)
   std::string added_source_;                    // the file added_ came from
   // The added tokens by first byte, longest first: text that spells one is that token (as
   // transformers splits the text on its added tokens before SentencePiece sees it).
-  std::vector<std::vector<std::pair<std::string, int>>> added_by_byte_;
+  struct Splitter {
+    std::string text;
+    int id;
+    bool lstrip, rstrip;
+  };
+  std::vector<std::vector<Splitter>> added_by_byte_;
   int unk_id_ = -1, eos_id_ = -1;
   // config.json's vocab_size: every id of the tokenizer must be below it. It may be larger
   // than the tokenizer: NLLB-200's is 256206 for 256204 tokens, M2M-100 has 8 "madeup words".
   int model_vocab_ = 0;
   bool legacy_ = false;
   bool clean_up_spaces_ = false;
-  // NLLB / mBART-50 decode through the tokenizers library's Metaspace decoder (one leading
-  // space of the first piece dropped); M2M-100 through SentencePiece, then strip().
-  bool metaspace_decode_ = true;
+  // transformers 5 runs NLLB / mBART-50 through the tokenizers library (tokenizer.json:
+  // Metaspace pre-tokenizer and decoder: a trailing space is a word, one leading space of the
+  // first piece is dropped when decoding); M2M-100 through SentencePiece (decode, strip()).
+  bool tokenizers_backend_ = true;
 };
 
 void FairseqTokenizer::check_id(const std::string& token, int64_t id, const std::string& source) const {
@@ -150,7 +158,7 @@ FairseqTokenizer::FairseqTokenizer(const std::string& model_dir, const ModelConf
     throw Error(ErrorCode::kInvalidArgument,
                 sp_path_ + ": not a valid SentencePiece model (" + std::string(status.ToString()) + ")");
   }
-  metaspace_decode_ = scheme != FairseqScheme::kM2M100;
+  tokenizers_backend_ = scheme != FairseqScheme::kM2M100;
   legacy_ = scheme == FairseqScheme::kNllb && files::bool_field(tokenizer_config, "legacy_behaviour", false, config_path);
   clean_up_spaces_ = files::bool_field(tokenizer_config, "clean_up_tokenization_spaces", false, config_path);
 
@@ -169,7 +177,9 @@ FairseqTokenizer::FairseqTokenizer(const std::string& model_dir, const ModelConf
         throw Error(ErrorCode::kInvalidArgument, json_path + ": an entry of 'added_tokens' lacks 'id' or 'content'");
       }
       check_id(files::token_content(t), t["id"].get<int64_t>(), json_path);
-      added_[files::token_content(t)] = {t["id"].get<int>(), files::bool_field(t, "special", true, json_path)};
+      added_[files::token_content(t)] = {t["id"].get<int>(), files::bool_field(t, "special", true, json_path),
+                                         files::bool_field(t, "lstrip", false, json_path),
+                                         files::bool_field(t, "rstrip", false, json_path)};
     }
   } else if (tokenizer_config.contains("added_tokens_decoder") && tokenizer_config["added_tokens_decoder"].is_object()) {
     added_source_ = config_path;
@@ -183,7 +193,9 @@ FairseqTokenizer::FairseqTokenizer(const std::string& model_dir, const ModelConf
         throw Error(ErrorCode::kInvalidArgument, config_path + ": entry '" + it.key() + "' of 'added_tokens_decoder' is not an id with a 'content'");
       }
       check_id(files::token_content(it.value()), id, config_path);
-      added_[files::token_content(it.value())] = {id, files::bool_field(it.value(), "special", true, config_path)};
+      added_[files::token_content(it.value())] = {id, files::bool_field(it.value(), "special", true, config_path),
+                                                  files::bool_field(it.value(), "lstrip", false, config_path),
+                                                  files::bool_field(it.value(), "rstrip", false, config_path)};
     }
   }
 
@@ -234,12 +246,14 @@ FairseqTokenizer::FairseqTokenizer(const std::string& model_dir, const ModelConf
   for (size_t id = 0; id < id_to_piece_.size(); ++id) {
     const std::string& t = id_to_piece_[id];
     const auto a = added_.find(t);
-    if (!t.empty() && (special_[id] || (a != added_.end() && a->second.id == int(id)))) {
-      added_by_byte_[static_cast<unsigned char>(t[0])].emplace_back(t, int(id));
+    const bool added = a != added_.end() && a->second.id == int(id);
+    if (!t.empty() && (special_[id] || added)) {
+      added_by_byte_[static_cast<unsigned char>(t[0])].push_back(
+          {t, int(id), added && a->second.lstrip, added && a->second.rstrip});
     }
   }
   for (auto& list : added_by_byte_) {
-    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    std::sort(list.begin(), list.end(), [](const Splitter& a, const Splitter& b) { return a.text.size() > b.text.size(); });
   }
 
   const std::string src = files::string_field(tokenizer_config, "src_lang", "", config_path);
@@ -306,6 +320,16 @@ void FairseqTokenizer::load_languages(const std::string& model_dir, const nlohma
   const std::string config_path = model_dir + "/tokenizer_config.json";
   const std::string map_path = model_dir + "/special_tokens_map.json";
   const nlohmann::json special_map = files::read_optional_object(map_path, "special tokens map");
+  // The lists hold the named specials too (mBART-50's extra_special_tokens start <s>, </s>).
+  std::unordered_set<std::string> named;
+  for (const auto& [field, name] : {std::pair<const char*, const char*>{"bos_token", "<s>"}, {"pad_token", "<pad>"},
+                                    {"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"mask_token", "<mask>"},
+                                    {"sep_token", "</s>"}, {"cls_token", "<s>"}}) {
+    named.insert(files::string_field(tokenizer_config, field, name, config_path));
+  }
+  auto is_code = [&](const std::string& t) {
+    return named.count(t) == 0 && (scheme_ != FairseqScheme::kM2M100 || is_m2m_token(t));
+  };
   // The code list: transformers 5 writes extra_special_tokens, transformers 4
   // additional_special_tokens (also in special_tokens_map.json).
   std::vector<std::string> tokens;
@@ -316,43 +340,57 @@ void FairseqTokenizer::load_languages(const std::string& model_dir, const nlohma
       {&special_map, {"extra_special_tokens", &map_path}},
       {&special_map, {"additional_special_tokens", &map_path}}};
   for (const auto& [object, where] : kLists) {
-    if (!object->contains(where.first) || !(*object)[where.first].is_array() || (*object)[where.first].empty()) continue;
+    if (!object->contains(where.first) || !(*object)[where.first].is_array()) continue;
     for (const auto& t : (*object)[where.first]) {
       const std::string s = files::token_content(t);
       if (s.empty()) {
         throw Error(ErrorCode::kInvalidArgument, *where.second + ": an entry of '" + where.first + "' is not a token");
       }
-      tokens.push_back(s);
+      if (is_code(s)) tokens.push_back(s);
     }
     list_source = *where.second + " '" + where.first + "'";
-    break;
+    if (!tokens.empty()) break;
   }
   // Else the special added tokens that are not the named ones (a tokenizer.json alone).
   if (tokens.empty() && tokenizer_json.contains("added_tokens")) {
-    std::unordered_set<std::string> named;
-    for (const auto& [field, name] : {std::pair<const char*, const char*>{"bos_token", "<s>"}, {"pad_token", "<pad>"},
-                                      {"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"mask_token", "<mask>"}}) {
-      named.insert(files::string_field(tokenizer_config, field, name, config_path));
-    }
-    std::vector<std::pair<int, std::string>> by_id;
     for (const auto& [token, a] : added_) {
-      if (a.special && named.count(token) == 0) by_id.emplace_back(a.id, token);
+      if (a.special && is_code(token)) tokens.push_back(token);
     }
-    std::sort(by_id.begin(), by_id.end());
-    for (const auto& entry : by_id) tokens.push_back(entry.second);
     list_source = model_dir + "/tokenizer.json 'added_tokens'";
   }
-  if (scheme_ == FairseqScheme::kM2M100) {
-    tokens.erase(std::remove_if(tokens.begin(), tokens.end(), [](const std::string& t) { return !is_m2m_token(t); }),
-                 tokens.end());
+  // Else M2M100Tokenizer's own list, which transformers keeps in its code and a folder that
+  // transformers 5 saved names only by tokenizer_config.json's language_codes. Such a folder
+  // declares no code a special token, so transformers' decode(skip_special_tokens=True) keeps
+  // their text ("__de__ Das ...") and its tokenizer does not split them out of a text: so here.
+  bool special = true;
+  if (tokens.empty() && scheme_ == FairseqScheme::kM2M100) {
+    special = false;
+    const std::string set = files::string_field(tokenizer_config, "language_codes", "m2m100", config_path);
+    static const std::vector<std::string> kM2M100 = {
+        "af", "am", "ar", "ast", "az", "ba", "be", "bg", "bn", "br", "bs", "ca", "ceb", "cs", "cy", "da", "de",
+        "el", "en", "es", "et", "fa", "ff", "fi", "fr", "fy", "ga", "gd", "gl", "gu", "ha", "he", "hi", "hr",
+        "ht", "hu", "hy", "id", "ig", "ilo", "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "lb", "lg",
+        "ln", "lo", "lt", "lv", "mg", "mk", "ml", "mn", "mr", "ms", "my", "ne", "nl", "no", "ns", "oc", "or",
+        "pa", "pl", "ps", "pt", "ro", "ru", "sd", "si", "sk", "sl", "so", "sq", "sr", "ss", "su", "sv", "sw",
+        "ta", "th", "tl", "tn", "tr", "uk", "ur", "uz", "vi", "wo", "xh", "yi", "yo", "zh", "zu"};
+    static const std::vector<std::string> kWmt21 = {"en", "ha", "is", "ja", "cs", "ru", "zh", "de"};
+    if (set != "m2m100" && set != "wmt21") {
+      throw Error(ErrorCode::kInvalidArgument,
+                  config_path + ": field 'language_codes' is '" + set + "'; M2M100Tokenizer knows m2m100 and wmt21");
+    }
+    for (const auto& code : set == "m2m100" ? kM2M100 : kWmt21) tokens.push_back("__" + code + "__");
+    list_source = config_path + " 'language_codes' " + set;
   }
   if (tokens.empty()) {
     throw Error(ErrorCode::kInvalidArgument,
                 config_path + ": no language codes (no 'extra_special_tokens' / 'additional_special_tokens' here or in "
                               "special_tokens_map.json, no added tokens in tokenizer.json)");
   }
+  // Without tokenizer.json the classes number the codes after the pieces, in list order.
+  const bool computed_ids = !tokenizer_json.contains("added_tokens");
   const int first_code_id = scheme_ == FairseqScheme::kM2M100 ? int(piece_to_id_.size()) : sp_.GetPieceSize() + 1;
   std::unordered_set<std::string> seen;
+  std::vector<std::pair<int, std::string>> by_id;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const std::string& token = tokens[i];
     if (!seen.insert(token).second) throw Error(ErrorCode::kInvalidArgument, list_source + ": code '" + token + "' listed twice");
@@ -360,15 +398,18 @@ void FairseqTokenizer::load_languages(const std::string& model_dir, const nlohma
     std::string source = added_source_;
     if (auto a = added_.find(token); a != added_.end()) {
       id = a->second.id;
-    } else if (added_.empty()) {
-      // No file gives the codes' ids: the classes number them after the pieces, in list order.
+    } else if (computed_ids) {
       id = first_code_id + int(i);
       source = list_source;
     } else {
       throw Error(ErrorCode::kInvalidArgument, added_source_ + ": no id for the language code '" + token + "' of " + list_source);
     }
-    set_token(token, id, true, source);
-    languages_.push_back(scheme_ == FairseqScheme::kM2M100 ? token.substr(2, token.size() - 4) : token);
+    set_token(token, id, special, source);
+    by_id.emplace_back(id, scheme_ == FairseqScheme::kM2M100 ? token.substr(2, token.size() - 4) : token);
+  }
+  std::sort(by_id.begin(), by_id.end());
+  for (const auto& [id, code] : by_id) {
+    languages_.push_back(code);
     language_ids_.push_back(id);
   }
 }
@@ -395,9 +436,9 @@ std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const st
   // own word-boundary prefix, its surrounding spaces dropped, as SentencePiece does).
   size_t start = 0;
   for (size_t at = 0; at < text.size();) {
-    const std::pair<std::string, int>* match = nullptr;
+    const Splitter* match = nullptr;
     for (const auto& t : added_by_byte_[static_cast<unsigned char>(text[at])]) {
-      if (text.compare(at, t.first.size(), t.first) == 0) {
+      if (text.compare(at, t.text.size(), t.text) == 0) {
         match = &t;
         break;
       }
@@ -406,9 +447,16 @@ std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const st
       ++at;
       continue;
     }
-    encode_pieces(text.substr(start, at - start), &ids);
-    ids.push_back(match->second);
-    at += match->first.size();
+    size_t before = at;  // where the text before the token ends
+    if (match->lstrip) {
+      while (before > start && std::isspace(static_cast<unsigned char>(text[before - 1]))) --before;
+    }
+    encode_pieces(text.substr(start, before - start), &ids);
+    ids.push_back(match->id);
+    at += match->text.size();
+    if (match->rstrip) {
+      while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at]))) ++at;
+    }
     start = at;
   }
   encode_pieces(text.substr(start), &ids);
@@ -417,11 +465,37 @@ std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const st
   return ids;
 }
 
+// Whether a UTF-8 character is one that the nmt_nfkc normalization turns into a space.
+bool is_space_char(const std::string& s, size_t at, size_t* length) {
+  const unsigned char c = static_cast<unsigned char>(s[at]);
+  *length = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  if (c < 0x80) return c == ' ' || (c >= '\t' && c <= '\r');
+  if (at + *length > s.size()) return false;
+  uint32_t cp = c & (c < 0xE0 ? 0x1F : c < 0xF0 ? 0x0F : 0x07);
+  for (size_t i = 1; i < *length; ++i) cp = (cp << 6) | (static_cast<unsigned char>(s[at + i]) & 0x3F);
+  return cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
 void FairseqTokenizer::encode_pieces(const std::string& text, std::vector<int>* ids) const {
   if (text.empty()) return;
-  std::vector<std::string> pieces;
-  sp_.Encode(text, &pieces);
-  for (const auto& p : pieces) ids->push_back(piece_id(p));
+  const auto spt = sp_.EncodeAsImmutableProto(text);
+  size_t end = 0;  // where the last piece's text ends; SentencePiece drops what follows
+  for (const auto& p : spt.pieces()) {
+    end = p.end();
+    if (sp_.IsUnknown(int(p.id()))) ids->push_back(unk_id_);
+    else ids->push_back(spm_offset_ids_ ? int(p.id()) + 1 : piece_id(p.piece()));
+  }
+  // The tokenizers library's pipeline (these classes in transformers 5) keeps a space at the
+  // end of the text, after collapsing runs of them, as a word of its own ("\u2581"), where
+  // SentencePiece drops it. transformers' M2M100Tokenizer is SentencePiece's.
+  if (!tokenizers_backend_) return;
+  for (size_t at = end, n = 1; at < text.size(); at += n) {
+    if (is_space_char(text, at, &n)) {
+      ids->push_back(piece_id(kSpace));
+      return;
+    }
+  }
 }
 
 std::string FairseqTokenizer::decode(const std::vector<int>& ids) const {
@@ -437,7 +511,7 @@ std::string FairseqTokenizer::decode(const std::vector<int>& ids) const {
     pieces.push_back(id_to_piece_[size_t(id)]);
   }
   std::string text;
-  if (metaspace_decode_) {
+  if (tokenizers_backend_) {
     for (const auto& p : pieces) text += p;
     if (text.rfind(kSpace, 0) == 0) text.erase(0, 3);  // the prepended space of the first word
     replace_all(&text, kSpace, " ");

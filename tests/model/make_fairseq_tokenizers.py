@@ -76,7 +76,7 @@ def main(out):
     added = [{"id": i, "content": t, "special": True} for t, i in vocab.items() if i < 4]
     for k, code in enumerate(reversed(NLLB_CODES)):
         added.append({"id": n + 1 + k, "content": code, "special": True})
-    added.append({"id": n + 1 + len(NLLB_CODES), "content": "<mask>", "special": True})
+    added.append({"id": n + 1 + len(NLLB_CODES), "content": "<mask>", "special": True, "lstrip": True})
     folder(out, "nllb_json", {
         "tokenizer_config.json": {"tokenizer_class": "NllbTokenizer", "src_lang": "deu_Latn"},
         "tokenizer.json": {"version": "1.0", "added_tokens": added,
@@ -100,7 +100,9 @@ def main(out):
         for text in TEXTS:
             ids = sp.encode(text)
             f.write(json.dumps({"text": text, "spm_ids": ids, "pieces": [sp.id_to_piece(i) for i in ids],
-                                "spm_decoded": sp.decode(ids), "spm_size": n}, ensure_ascii=False) + "\n")
+                                "spm_decoded": sp.decode(ids), "spm_size": n,
+                                "trailing_space": text != text.rstrip(), "space_id": sp.piece_to_id("\u2581")},
+                               ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

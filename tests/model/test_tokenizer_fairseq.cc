@@ -32,6 +32,8 @@ struct SpmCase {
   std::vector<int> spm_ids;
   std::vector<std::string> pieces;
   std::string spm_decoded;
+  bool trailing_space;  // the text ends with spaces (SentencePiece drops them)
+  int space_id;         // SentencePiece's id of the piece "\u2581"
 };
 
 nlohmann::json read_json(const fs::path& p) {
@@ -66,7 +68,7 @@ class FairseqTokenizers : public ::testing::Test {
     for (std::string line; std::getline(in, line);) {
       const auto j = nlohmann::json::parse(line);
       cases_.push_back({j["text"], j["spm_ids"].get<std::vector<int>>(), j["pieces"].get<std::vector<std::string>>(),
-                        j["spm_decoded"]});
+                        j["spm_decoded"], j["trailing_space"], j["space_id"]});
       spm_size_ = j["spm_size"];
     }
     ASSERT_GE(cases_.size(), 5u);
@@ -93,10 +95,13 @@ class FairseqTokenizers : public ::testing::Test {
     fs::copy(root_ / name, dir);
     return dir;
   }
-  // fairseq's alignment: SentencePiece's <unk> (0) is 3, every other piece its id + 1.
+  // fairseq's alignment: SentencePiece's <unk> (0) is 3, every other piece its id + 1; and
+  // as the tokenizers library's Metaspace pipeline (NLLB, mBART-50), spaces at the end of the
+  // text are one more word "\u2581".
   static std::vector<int> fairseq_ids(const SpmCase& c) {
     std::vector<int> ids;
     for (int id : c.spm_ids) ids.push_back(id == 0 ? 3 : id + 1);
+    if (c.trailing_space) ids.push_back(c.space_id + 1);
     return ids;
   }
 
@@ -188,7 +193,7 @@ TEST_F(FairseqTokenizers, MBart50CodesFromSpecialTokensMap) {
 }
 
 // decode(skip_special_tokens=True): the text SentencePiece decodes for the same pieces; the
-// language codes, specials and <mask> add nothing.
+// language codes (declared special by these folders), specials and <mask> add nothing.
 TEST_F(FairseqTokenizers, DecodeIsSentencePiecesTextWithoutSpecials) {
   for (const std::string name : {"nllb", "nllb_legacy", "nllb_json", "m2m100", "mbart50"}) {
     const auto tok = load(name, config(name == "mbart50" ? Family::kMBart : Family::kM2M100));
@@ -197,7 +202,9 @@ TEST_F(FairseqTokenizers, DecodeIsSentencePiecesTextWithoutSpecials) {
       std::vector<int> ids = tok->encode(c.text, tok->languages()[1]);
       ids.insert(ids.begin() + 1, {0, 1, tok->language_token(tok->languages()[2])});
       ids.push_back(tok->vocab_size() - 1);  // NLLB / mBART: <mask>; M2M-100: its last code
-      EXPECT_EQ(tok->decode(ids), c.spm_decoded) << name << ": " << c.text;
+      // The Metaspace decoder keeps the trailing "\u2581" as a space; SentencePiece strips.
+      const bool trailing = c.trailing_space && name != "m2m100";
+      EXPECT_EQ(tok->decode(ids), c.spm_decoded + (trailing ? " " : "")) << name << ": " << c.text;
     }
   }
 }
@@ -311,9 +318,12 @@ TEST_F(FairseqTokenizers, AddedTokensInTheTextAreTokens) {
     };
     const std::string code = name == "m2m100" ? "__de__" : "deu_Latn";
     const int code_id = tok->language_token(name == "m2m100" ? "de" : "deu_Latn");
+    // Each part keeps its own trailing-space word where the scheme has one (body(" ")).
     std::vector<int> want = body("A man");
+    for (int id : body(" ")) want.push_back(id);
     want.push_back(2);
     for (int id : body("is")) want.push_back(id);
+    for (int id : body(" ")) want.push_back(id);
     want.push_back(code_id);
     want.push_back(1);
     for (int id : body("riding.")) want.push_back(id);
@@ -322,4 +332,22 @@ TEST_F(FairseqTokenizers, AddedTokensInTheTextAreTokens) {
     std::vector<int> inner(all.begin() + (name == "nllb_legacy" ? 0 : 1), all.end() - (name == "nllb_legacy" ? 2 : 1));
     EXPECT_EQ(inner, want) << name;
   }
+}
+
+// An added token with lstrip (NLLB's <mask>, as tokenizer.json marks it) takes the spaces on
+// its left: no trailing-space word before it.
+TEST_F(FairseqTokenizers, LstripTokenTakesTheSpacesOnItsLeft) {
+  const auto tok = load("nllb_json", config(Family::kM2M100));
+  const auto plain = load("nllb", config(Family::kM2M100));  // no tokenizer.json: no lstrip
+  const int mask = tok->vocab_size() - 1;
+  auto inner = [](const std::vector<int>& ids) { return std::vector<int>(ids.begin() + 1, ids.end() - 1); };
+  std::vector<int> want = inner(tok->encode("a"));
+  want.push_back(mask);
+  for (int id : inner(tok->encode(" b"))) want.push_back(id);
+  EXPECT_EQ(inner(tok->encode("a  <mask> b")), want);
+  std::vector<int> spaced = inner(plain->encode("a "));
+  spaced.push_back(mask);
+  for (int id : inner(plain->encode(" b"))) spaced.push_back(id);
+  EXPECT_EQ(inner(plain->encode("a  <mask> b")), spaced);
+  EXPECT_NE(want, spaced);
 }
