@@ -81,6 +81,36 @@ TEST_P(TokenizerConformance, IdsAndTextsAsTransformers) {
   EXPECT_EQ(codes, languages) << "the model's language codes and those the records cover";
 }
 
+// The model references (references.jsonl): each source's ids in its source language, and the
+// text of every generated hypothesis (the forced language token first) from its ids.
+TEST_P(TokenizerConformance, ReferenceSourcesAndHypothesisTexts) {
+  const std::string dir = test::conformance_dir() + "/families/" + GetParam();
+  const ModelConfig config = ModelConfig::load(dir);
+  const auto tok = Tokenizer::load(dir, config);
+  std::ifstream in(dir + "/references.jsonl");
+  int sources = 0, texts = 0, wrong = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto r = nlohmann::json::parse(line);
+    ++sources;
+    const std::vector<int> got = tok->encode(r.at("source"), r.at("source_language"));
+    if (got != r.at("source_ids").get<std::vector<int>>() && ++wrong <= 10) {
+      ADD_FAILURE() << GetParam() << " reference " << r.at("id") << " source: " << show(got);
+    }
+    std::vector<nlohmann::json> hyps{r.at("greedy"), r.at("beam4")};
+    for (const auto& h : r.at("nbest4")) hyps.push_back(h);
+    for (const auto& h : hyps) {
+      ++texts;
+      const std::string text = tok->decode(h.at("ids").get<std::vector<int>>());
+      if (text != h.at("text").get<std::string>() && ++wrong <= 10) {
+        ADD_FAILURE() << GetParam() << " reference " << r.at("id") << ": '" << text << "'\n  transformers: '"
+                      << h.at("text").get<std::string>() << "'";
+      }
+    }
+  }
+  EXPECT_GT(sources, 0);
+  EXPECT_EQ(wrong, 0) << "of " << sources << " sources and " << texts << " hypothesis texts";
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, TokenizerConformance, ::testing::ValuesIn(family_variants()),
                          [](const auto& info) { return info.param; });
 // Until the generated families are committed the suite has no instances.
