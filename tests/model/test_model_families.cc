@@ -202,7 +202,8 @@ TEST(FamilyConfig, RefusedFieldsAreNamed) {
            {"suppress_tokens", {3}},
            {"begin_suppress_tokens", {3}},
            {"forced_decoder_ids", {{1, 4}}},
-           {"forced_eos_token_id", 3}}) {
+           {"forced_eos_token_id", 3},
+           {"eos_token_id", {2, 5}}}) {
     const std::string msg = parse_error(family_config("m2m_100"), json{{field, value}});
     EXPECT_HAS(msg, "dir/generation_config.json: ");
     EXPECT_HAS(msg, "'" + field + "'");
