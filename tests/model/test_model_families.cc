@@ -587,6 +587,16 @@ TEST(FamilyWeights, EachFamilysTensorsAreChecked) {
   EXPECT_EQ(w.encoder_positions().data[0], stored.data[2 * 8]);
   EXPECT_EQ(w.decoder_positions().data[15 * 8 + 7], m.tensor("model.decoder.embed_positions.weight").data[17 * 8 + 7]);
   EXPECT_FALSE(w.output_bias_is_zero());
+  // Each module's stored copy of the shared table (and a tied lm_head's): held once.
+  TinyFamilyModel copies("m2m_100", 4);
+  for (const char* name : {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"}) {
+    copies.tensors()[name] = copies.tensor("model.shared.weight");
+  }
+  copies.save();
+  const Weights held = Weights::load(copies.dir(), copies.config());
+  EXPECT_EQ(held.decoder_embeddings().data.data(), held.encoder_embeddings().data.data());
+  EXPECT_EQ(held.output_projection().data.data(), held.encoder_embeddings().data.data());
+  EXPECT_EQ(held.encoder_embeddings().data, copies.tensor("model.shared.weight").data);
   // M2M-100 adds no final_logits_bias (transformers drops a stored one).
   TinyFamilyModel m2m("m2m_100", 3);
   m2m.tensors()["final_logits_bias"] = m.tensor("final_logits_bias");
