@@ -651,6 +651,14 @@ TEST(FamilyEngine, PreNormForwardMatchesThePlainComputation) {
       EXPECT_EQ(result.candidates[0], 11);
       EXPECT_EQ(result.scores[0], 0.f);
       EXPECT_TRUE(std::isinf(result.scores[1]));
+      in.groups[0].forced_token = c.vocab_size;
+      try {
+        engine->step(in, &result);
+        ADD_FAILURE() << "a forced token outside the vocabulary was taken";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+        EXPECT_HAS(e.what(), "forced first token id 20 is outside the vocabulary");
+      }
     }
   }
 }
