@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/conformance.h"
 #include "tests/support/golden.h"
 
@@ -77,6 +79,50 @@ TEST(TranslateCli, QuickstartSentenceGivesGermanLine) {
   EXPECT_NE(r.out.find("Mann"), std::string::npos) << r.out;  // "man" in German
 }
 
+// A bilingual model's own pair, named as a FLORES-200 code or an ISO 639-1 alias, changes nothing.
+TEST(TranslateCli, BilingualModelTakesItsOwnLanguages) {
+  const Result plain = sh("echo 'A man is riding a bike.' | " + kBin + " 2>/dev/null");
+  ASSERT_EQ(plain.status, 0);
+  for (const std::string flags : {"--source-language en --target-language de", "--source-language eng_Latn --target-language deu_Latn"}) {
+    const Result r = sh("echo 'A man is riding a bike.' | " + kBin + " " + flags + " 2>/dev/null");
+    EXPECT_EQ(r.status, 0) << flags;
+    EXPECT_EQ(r.out, plain.out) << flags;
+  }
+}
+
+// A multilingual model (the generated NLLB-200 family): --source-language / --target-language
+// (here by ISO 639-1 alias) pick the pair; the output is transformers' for it.
+TEST(TranslateCli, LanguageFlagsOnAMultilingualModel) {
+  const std::string dir = nmt::test::conformance_dir() + "/families/nllb";
+  std::ifstream refs(dir + "/references.jsonl");
+  ASSERT_TRUE(refs) << dir;
+  const std::string input = "/tmp/nmt-cli-nllb-" + std::to_string(::getpid());
+  std::string expected;
+  {
+    std::ofstream f(input);
+    int n = 0;
+    for (std::string line; n < 4 && std::getline(refs, line);) {
+      const auto r = nlohmann::json::parse(line);
+      if (r["source_language"] != "eng_Latn" || r["target_language"] != "deu_Latn") continue;
+      f << r["source"].get<std::string>() << "\n";
+      expected += r["beam4"]["text"].get<std::string>() + "\n";
+      ++n;
+    }
+    ASSERT_EQ(n, 4);
+  }
+  const int max_len = nmt::test::reference_max_decoding_length(dir + "/references.jsonl");
+  const std::string cmd = kBin + " --model " + dir + " --beam 4 --max-length " + std::to_string(max_len) +
+                          " --source-language en --target-language de < " + input;
+  const Result r = sh(cmd + " 2>/dev/null");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, expected);
+  // Without a target the model (no forced_bos_token_id) cannot choose one.
+  const Result none = sh(kBin + " --model " + dir + " < " + input + " 2>&1 >/dev/null");
+  std::remove(input.c_str());
+  EXPECT_NE(none.status, 0);
+  EXPECT_EQ(none.out.rfind("nmt-translate: error: target_language is required", 0), 0u) << none.out;
+}
+
 TEST(TranslateCli, NBestAndScoresFormats) {
   Result r = sh("echo 'Two dogs play.' | " + kBin + " --num-hypotheses 3 2>/dev/null");
   ASSERT_EQ(r.status, 0);
@@ -96,6 +142,10 @@ TEST(TranslateCli, ErrorsExitNonZeroWithOneLine) {
       {"--beam 0", "nmt-translate: error: beam_size must be between 1 and 1024, got 0\n"},
       {"--num-hypotheses 9", "nmt-translate: error: num_hypotheses must be between 1 and beam_size (4), got 9\n"},
       {"--input /nonexistent.txt", "nmt-translate: error: /nonexistent.txt: cannot open input file\n"},
+      // The demo model translates en -> de only (its tokenizer_config.json says so).
+      {"--target-language fra_Latn",
+       "nmt-translate: error: target_language 'fra_Latn' is not this model's: its target language is de\n"},
+      {"--source-language de", "nmt-translate: error: source_language 'de' is not this model's: its source language is en\n"},
   };
   for (const auto& c : cases) {
     const Result r = sh("echo hi | " + kBin + " " + c.args + " 2>&1 >/dev/null");
