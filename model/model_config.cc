@@ -87,6 +87,11 @@ bool present(const json& j, const char* key) { return j.contains(key) && !j[key]
 // mBART families: from generation_config.json when the model has one (generate() then reads
 // nothing of them from config.json), else from config.json.
 void parse_generation(const json& g, const std::string& source, ModelConfig* c) {
+  // The EOS generate() stops at is the one the engines and the tokenizer know.
+  if (present(g, "eos_token_id") && g["eos_token_id"] != c->eos_id) {
+    fail(source, "unsupported field 'eos_token_id' = " + g["eos_token_id"].dump() + " (config.json's is " +
+                     std::to_string(c->eos_id) + "; one EOS id is supported)");
+  }
   if (present(g, "decoder_start_token_id")) {
     c->decoder_start_id = int_field(g, "decoder_start_token_id", source, 0);
   }
@@ -144,11 +149,10 @@ void parse_fairseq_family(const json& j, const std::string& source, const json& 
   parse_activation_field(j, m2m ? "relu" : "gelu", &c->activation, source);
   // generate() starts the decoder from decoder_start_token_id, else bos_token_id.
   c->decoder_start_id = optional_int(j, "decoder_start_token_id", m2m ? 2 : bos, source);
-  c->forced_eos = !m2m;  // MBartConfig's forced_eos_token_id defaults to 2 (= eos), M2M100Config has none
+  // Without generation_config.json generate() takes these from config.json, where
+  // MBartConfig's forced_eos_token_id defaults to 2 (= eos) and M2M100Config has none.
+  c->forced_eos = !m2m;
   c->mask_pad = false;
-  if (j.contains("forced_eos_token_id")) {
-    parse_generation(json{{"forced_eos_token_id", j["forced_eos_token_id"]}}, source, c);
-  }
   if (gen.is_object()) {
     if (!present(gen, "decoder_start_token_id") && present(gen, "bos_token_id")) {
       c->decoder_start_id = int_field(gen, "bos_token_id", gen_source, 0);

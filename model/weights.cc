@@ -168,7 +168,14 @@ Weights Weights::load(const std::string& model_dir, const ModelConfig& c) {
   if (enc == dec) {
     w.aliases_[kDecoderEmbeddings] = kEncoderEmbeddings;
   } else {
-    w.tensors_[kDecoderEmbeddings] = read(dec, {tv, d});
+    HostTensor table = read(dec, {tv, d});
+    // Checkpoints of shared embeddings often store each module's copy (NLLB's hub weights
+    // do): equal copies are held once.
+    if (c.share_embeddings && table.data == w.tensors_[kEncoderEmbeddings].data) {
+      w.aliases_[kDecoderEmbeddings] = kEncoderEmbeddings;
+    } else {
+      w.tensors_[kDecoderEmbeddings] = std::move(table);
+    }
   }
   // As transformers: a tied lm_head is the decoder embeddings (a stored copy must agree);
   // an untied one must be stored.
