@@ -22,6 +22,7 @@
 #include "model/error.h"
 #include "model/model_config.h"
 #include "model/weights.h"
+#include "tests/support/conformance.h"
 
 namespace fs = std::filesystem;
 using namespace nmt;
@@ -392,6 +393,7 @@ class TinyFamilyModel {
     for (int i = 0; i < 8; ++i) len[size_t(i)] = char((h.size() >> (8 * i)) & 0xff);
     std::ofstream(dir_ / "model.safetensors", std::ios::binary | std::ios::trunc) << len << h << data;
   }
+  void write_generation_config(const json& gen) const { std::ofstream(dir_ / "generation_config.json") << gen.dump(); }
   std::string dir() const { return dir_.string(); }
   ModelConfig config() const { return ModelConfig::load(dir()); }
   const HostTensor& tensor(const std::string& name) const { return tensors_.at(name); }
@@ -661,4 +663,36 @@ TEST(FamilyEngine, PreNormForwardMatchesThePlainComputation) {
       }
     }
   }
+}
+
+// At the maximum length every hypothesis ends; EOS is forced there only where the model's
+// generation config forces it (mBART-50's does, NLLB's and M2M-100's hub configs do not).
+TEST(FamilyEngine, EosForcedAtTheLimitOnlyWhereTheModelForcesIt) {
+  TinyFamilyModel m("m2m_100", 21);
+  const std::vector<int> source = {5, 9, 13, 7, 2};
+  DecodeOptions o;
+  o.beam_size = 4;
+  o.num_hypotheses = 4;
+  o.max_decoding_length = 3;
+  o.forced_bos_id = 11;
+  auto decode = [&](const json& gen) {
+    m.write_generation_config(gen);
+    const ModelConfig c = m.config();
+    const Weights w = Weights::load(m.dir(), c);
+    auto engine = make_cpu_engine(c, w, 0, 1, false);
+    return test::decode_ids(*engine, c, {source}, {o}).at(0);
+  };
+  const Translation forced = decode({{"decoder_start_token_id", 2}, {"forced_eos_token_id", 2}});
+  const Translation free = decode({{"decoder_start_token_id", 2}});
+  ASSERT_EQ(forced.hypotheses.size(), 4u);
+  ASSERT_EQ(free.hypotheses.size(), 4u);
+  int free_without_eos = 0;
+  for (size_t h = 0; h < 4; ++h) {
+    EXPECT_EQ(forced.hypotheses[h].ids.front(), 11);
+    EXPECT_EQ(free.hypotheses[h].ids.front(), 11);
+    EXPECT_EQ(forced.hypotheses[h].ids.back(), 2) << "hypothesis " << h;
+    EXPECT_LE(free.hypotheses[h].ids.size(), 3u);
+    free_without_eos += free.hypotheses[h].ids.size() == 3 && free.hypotheses[h].ids.back() != 2;
+  }
+  EXPECT_GT(free_without_eos, 0) << "no hypothesis reached the limit without </s>: the case is not exercised";
 }
