@@ -378,14 +378,24 @@ class TinyFamilyModel {
   }
   ~TinyFamilyModel() { fs::remove_all(dir_); }
 
-  void save() const {
+  // float16: the tensors are rounded to it first (the plain forward pass then reads what the
+  // file holds).
+  void save(bool float16 = false) {
     std::ofstream(dir_ / "config.json") << config_json_.dump();
     json header = json::object();
     std::string data;
-    for (const auto& [name, t] : tensors_) {
+    for (auto& [name, t] : tensors_) {
       const size_t begin = data.size();
-      data.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float));
-      header[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+      if (float16) {
+        for (float& x : t.data) {
+          const _Float16 h = static_cast<_Float16>(x);
+          x = static_cast<float>(h);
+          data.append(reinterpret_cast<const char*>(&h), sizeof(h));
+        }
+      } else {
+        data.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float));
+      }
+      header[name] = {{"dtype", float16 ? "F16" : "F32"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
     }
     std::string h = header.dump();
     h.append((8 - h.size() % 8) % 8, ' ');
@@ -607,11 +617,14 @@ TEST(FamilyWeights, EachFamilysTensorsAreChecked) {
 }
 
 // The engine's pre-norm encoder and first decoder step against the plain forward pass, on a
-// source holding a <pad> inside (M2M-100 numbers only the other tokens) and float32 / int8.
+// source holding a <pad> inside (M2M-100 numbers only the other tokens), float32 and int8,
+// from float32 and float16 files.
 TEST(FamilyEngine, PreNormForwardMatchesThePlainComputation) {
-  for (const std::string type : {"m2m_100", "mbart"}) {
-    SCOPED_TRACE(type);
+  for (const auto& [type, float16] : {std::pair<std::string, bool>{"m2m_100", false}, {"mbart", false},
+                                      {"m2m_100", true}, {"mbart", true}}) {
+    SCOPED_TRACE(type + (float16 ? " stored as float16" : ""));
     TinyFamilyModel m(type, 11);
+    if (float16) m.save(true);  // read as float32, computed in float32
     const ModelConfig c = m.config();
     const Weights w = Weights::load(m.dir(), c);
     const PlainForward plain(m, c);
