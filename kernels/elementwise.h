@@ -50,6 +50,9 @@ struct RowEmbedding {
   T* out = nullptr;
   int d_model = 0;
   float scale = 1.f;
+  // >= 0: a row whose token is this id gets no position term (M2M-100's <pad>, whose position
+  // vector is zeros); -1: every row gets its position's.
+  int zero_position_token = -1;
 };
 // beam_reorder_key_rows_cpu with per-row positions (cache_rows may be null) and
 // embed_positions_cuda(e.ids, e.embeddings, e.positions_table, positions, e.out, rows, ...) in

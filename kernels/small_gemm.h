@@ -30,12 +30,13 @@ constexpr int small_gemm_max_rows() {
   return sizeof(T) == 2 ? kSmallGemmRows16Bit : kSmallGemmRows;
 }
 
-// The post-norm residual of a decode step, taken into the small GEMM's prologue: the GEMM's
-// input rows become LN(x + residual + bias) (kernels/layer_norm.h's semantics; the mean and
-// variance in two passes over the row held in registers), which are also written to `out` as
-// the next sublayer's residual. Each block normalizes the few rows itself into shared memory,
-// so the LayerNorm needs no launch of its own and no grid-wide barrier (the first block alone
-// writes `out`).
+// The residual of a decode step, taken into the small GEMM's prologue: the GEMM's input rows
+// become LN(z), z = x + residual + bias (kernels/layer_norm.h's semantics; the mean and
+// variance in two passes over the row held in registers). Post-norm layers write LN(z) to
+// `out` as the next sublayer's residual; pre-norm layers (store_sum) write z itself, the
+// residual stream that their sublayers read normalized. Each block normalizes the few rows
+// itself into shared memory, so the LayerNorm needs no launch of its own and no grid-wide
+// barrier (the first block alone writes `out`).
 template <typename T>
 struct SmallGemmNorm {
   const T* residual = nullptr;  // [rows, ldx], may be null
@@ -43,7 +44,10 @@ struct SmallGemmNorm {
   const T* gamma = nullptr;     // [k]
   const T* beta = nullptr;      // [k]
   float eps = 1e-5f;
-  T* out = nullptr;  // [rows, ldx]: neither x nor residual (other blocks still read them)
+  // [rows, ldx]: neither x nor residual (other blocks still read them); null: nothing written
+  // (a pre-norm sublayer's input with no sum pending, the final LayerNorm before the logits)
+  T* out = nullptr;
+  bool store_sum = false;  // out receives z, not LN(z)
 };
 
 // With a SmallGemmNorm each lane holds its share of a row in registers: K up to this many

@@ -4,7 +4,9 @@
 //   masks on logp: pad -> -inf always; mask_eos -> eos -inf;
 //                  force_eos -> every token but eos -inf, eos = 0 (transformers'
 //                  ForcedEOSTokenLogitsProcessor; the CPU engine does the same);
-//                  mask_eos / force_eos per sentence when sentence_flags is set
+//                  mask_eos / force_eos per sentence when sentence_flags is set, and
+//                  kTopkForceToken: the sentence's forced_tokens entry as force_eos does EOS
+//                  (ForcedBOSTokenLogitsProcessor; force_eos wins)
 //   cand[row, t]  = logp[row, t] + running_scores[row]
 //   per sentence (beam consecutive rows), the k best of its beam x vocab candidates, sorted
 //   descending, ties broken by the lower index (as torch.topk on CPU);
@@ -19,6 +21,7 @@ namespace nmt::kernels {
 // Bits of TopkMasks::sentence_flags.
 constexpr unsigned char kTopkMaskEos = 1;
 constexpr unsigned char kTopkForceEos = 2;
+constexpr unsigned char kTopkForceToken = 4;  // reads TopkMasks::forced_tokens
 
 struct TopkMasks {
   int pad_id = -1;  // < 0: no pad masking
@@ -29,6 +32,10 @@ struct TopkMasks {
   // when set: sentences of one call at different lengths (step-level batching). A device
   // pointer for beam_topk_cuda (one captured CUDA graph serves every step), host for the CPU.
   const unsigned char* sentence_flags = nullptr;
+  // One token id per sentence, read where its flags have kTopkForceToken (device or host
+  // memory as sentence_flags): that token gets log-prob 0, every other -inf. A forced token
+  // other than EOS ends no hypothesis (NextRows).
+  const int* forced_tokens = nullptr;
 };
 
 constexpr int kMaxBeamTopk = 32;  // largest k beam_topk supports

@@ -8,7 +8,7 @@
 
 namespace nmt::kernels {
 namespace {
-// Sentence s's kTopkMaskEos / kTopkForceEos bits.
+// Sentence s's kTopkMaskEos / kTopkForceEos / kTopkForceToken bits.
 unsigned sentence_flags(const TopkMasks& m, int64_t s) {
   if (m.sentence_flags) return m.sentence_flags[s];
   return (m.mask_eos ? kTopkMaskEos : 0u) | (m.force_eos ? kTopkForceEos : 0u);
@@ -23,7 +23,8 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
   std::vector<int> order(cand.size());
   for (int64_t s = 0; s < sentences; ++s) {
     const unsigned flags = sentence_flags(masks, s);
-    const bool mask_eos = flags & kTopkMaskEos, force_eos = flags & kTopkForceEos;
+    const bool mask_eos = flags & kTopkMaskEos;
+    const int forced = (flags & kTopkForceEos) ? masks.eos_id : (flags & kTopkForceToken) ? masks.forced_tokens[s] : -1;
     for (int b = 0; b < beam; ++b) {
       const int64_t row = s * beam + b;
       const float* x = logits + row * vocab;
@@ -40,7 +41,7 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
         float logp = c[t] - lse;
         if (t == masks.pad_id) logp = neg_inf;
         if (mask_eos && t == masks.eos_id) logp = neg_inf;
-        if (force_eos) logp = t != masks.eos_id ? neg_inf : 0.f;
+        if (forced >= 0) logp = t != forced ? neg_inf : 0.f;
         c[t] = logp + running_scores[row];
       }
     }

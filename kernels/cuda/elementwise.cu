@@ -103,15 +103,17 @@ struct EmbedPositions {
   float scale;
   const int* step;
   __device__ void operator()(int64_t r, int64_t c) const { embed(r, ids[r], c); }
-  __device__ void embed(int64_t r, int id, int64_t c) const {  // row r's embedding of token `id`
+  // Row r's embedding of token `id`, without the position term when not `positioned`.
+  __device__ void embed(int64_t r, int id, int64_t c, bool positioned = true) const {
     float e[N], p[N];
+    const bool add = positions_table && positioned;
     load_pack<T, N>(embeddings + int64_t(id) * d_model + c, e);
-    if (positions_table) {
+    if (add) {
       const int64_t pos = step ? *step : positions[r];
       load_pack<T, N>(positions_table + pos * d_model + c, p);
     }
 #pragma unroll
-    for (int i = 0; i < N; ++i) e[i] = e[i] * scale + (positions_table ? p[i] : 0.f);
+    for (int i = 0; i < N; ++i) e[i] = e[i] * scale + (add ? p[i] : 0.f);
     store_pack<T, N>(out + r * d_model + c, e);
   }
 };
@@ -156,11 +158,13 @@ __device__ __forceinline__ RowStart row_start(int64_t r, const int* parent, cons
 // the block's first threads read its rows' entries side by side, so that a warp's reads of the
 // pinned upload share its PCIe requests: one block a row made a request of each row's entry,
 // and at 1,024 rows the launch took 21.6 us for a few kilobytes (end-to-end run 45).
-template <typename T, int N, int kRows>
+// kPadZero: a row whose token is zero_token gets no position term (RowEmbedding::
+// zero_position_token); a compile-time choice, so that the other models' kernel stays as it is.
+template <typename T, int N, int kRows, bool kPadZero>
 __global__ void __launch_bounds__(kRows * kReorderThreads)
     reorder_embed_kernel(const int* old_rows, int* new_rows, const int* parent, int64_t rows, int capacity,
                          const int* positions, const int* cache_rows, EmbedPositions<T, N> embed,
-                         StepUploadCopy upload, StepFollow follow) {
+                         StepUploadCopy upload, StepFollow follow, int zero_token) {
   pdl_prologue();
   if (upload.bytes > 0) {  // this block's share of the upload, for the later kernels
     const int64_t share = (upload.bytes + gridDim.x - 1) / gridDim.x;
@@ -186,8 +190,9 @@ __global__ void __launch_bounds__(kRows * kReorderThreads)
   const int* src = old_rows + int64_t(start.from) * capacity;
   int* dst = new_rows + int64_t(start.c) * capacity;
   for (int j = lane; j <= start.t; j += kReorderThreads) dst[j] = j < start.t ? src[j] : start.c;
+  const bool positioned = !kPadZero || start.token != zero_token;
   for (int64_t col = int64_t(lane) * N; col < embed.d_model; col += int64_t(kReorderThreads) * N)
-    embed.embed(r, start.token, col);
+    embed.embed(r, start.token, col, positioned);
 }
 
 template <typename From, typename To, int N>
@@ -248,14 +253,21 @@ void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* 
     constexpr int N = decltype(pack)::value;
     const EmbedPositions<T, N> embed{e.ids, e.embeddings, e.positions_table, positions, e.out,
                                      int64_t(e.d_model), e.scale, nullptr};
-    if (rows <= kFewRows) {
-      launch(&reorder_embed_kernel<T, N, 1>, unsigned(rows), kReorderThreads, 0, stream, old_rows, new_rows,
-             parent, rows, capacity, positions, cache_rows, embed, upload, follow);
-    } else {
-      launch(&reorder_embed_kernel<T, N, kReorderRowsABlock>,
-             unsigned((rows + kReorderRowsABlock - 1) / kReorderRowsABlock), kReorderRowsABlock * kReorderThreads,
-             0, stream, old_rows, new_rows, parent, rows, capacity, positions, cache_rows, embed, upload, follow);
-    }
+    const auto go = [&](auto pad_zero) {
+      constexpr bool kPadZero = decltype(pad_zero)::value;
+      if (rows <= kFewRows) {
+        launch(&reorder_embed_kernel<T, N, 1, kPadZero>, unsigned(rows), kReorderThreads, 0, stream, old_rows,
+               new_rows, parent, rows, capacity, positions, cache_rows, embed, upload, follow,
+               e.zero_position_token);
+      } else {
+        launch(&reorder_embed_kernel<T, N, kReorderRowsABlock, kPadZero>,
+               unsigned((rows + kReorderRowsABlock - 1) / kReorderRowsABlock), kReorderRowsABlock * kReorderThreads,
+               0, stream, old_rows, new_rows, parent, rows, capacity, positions, cache_rows, embed, upload, follow,
+               e.zero_position_token);
+      }
+    };
+    if (e.zero_position_token >= 0 && e.positions_table) go(std::true_type());
+    else go(std::false_type());
   });
 }
 

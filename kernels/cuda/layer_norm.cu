@@ -1,5 +1,7 @@
 // LayerNorm with the residual add and bias fused into the load (see kernels/layer_norm.h).
 // Statistics: Welford in float32, merged across lanes and warps with Chan's formula.
+#include <stdexcept>
+
 #include "kernels/cuda/rowwise.cuh"
 #include "kernels/cuda/welford.cuh"
 #include "kernels/layer_norm.h"
@@ -8,13 +10,16 @@ namespace nmt::kernels {
 namespace cuda {
 namespace {
 
-// z = x + residual + bias for N consecutive columns of one row.
-template <typename T, int N>
+// z = x + residual + bias for N consecutive columns of one row; kSum: z also stored to sum
+// (a pre-norm residual stream; a compile-time choice, so that the post-norm kernels stay as
+// they are). The kernels may load a pack twice: it stores the same values again.
+template <typename T, int N, bool kSum = false>
 struct LnLoad {
   const T* x;
   const T* residual;
   const T* bias;
   int64_t cols;
+  T* sum = nullptr;
   __device__ __forceinline__ void operator()(float* dst, int64_t row, int64_t col) const {
     const int64_t off = row * cols + col;
     load_pack<T, N>(x + off, dst);
@@ -29,6 +34,7 @@ struct LnLoad {
 #pragma unroll
       for (int i = 0; i < N; ++i) dst[i] += t[i];
     }
+    if constexpr (kSum) store_pack<T, N>(sum + off, dst);
   }
 };
 
@@ -227,9 +233,9 @@ __global__ void __launch_bounds__(1024) ln_uncached_kernel(Load load, Store stor
   }
 }
 
-template <typename T, int N>
+template <typename T, int N, bool kSum>
 struct LnKernels {
-  using Load = LnLoad<T, N>;
+  using Load = LnLoad<T, N, kSum>;
   using Store = LnStore<T, N>;
   Load load;
   Store store;
@@ -274,8 +280,13 @@ struct LnKernels {
 template <typename T, int N>
 void run(const T* x, const T* residual, const T* bias, const T* gamma, const T* beta, T* y,
          int64_t rows, int64_t cols, float eps, cudaStream_t stream, float* mean,
-         float* inv_std) {
-  using K = LnKernels<T, N>;
+         float* inv_std, T* sum) {
+  if (sum) {
+    using K = LnKernels<T, N, true>;
+    const K k{{x, residual, bias, cols, sum}, {y, gamma, beta, cols}, rows, cols, eps, mean, inv_std};
+    return dispatch_rowwise<K, N>(k, rows, cols, stream);
+  }
+  using K = LnKernels<T, N, false>;
   const K k{{x, residual, bias, cols}, {y, gamma, beta, cols}, rows, cols, eps, mean, inv_std};
   dispatch_rowwise<K, N>(k, rows, cols, stream);
 }
@@ -286,17 +297,19 @@ void run(const T* x, const T* residual, const T* bias, const T* gamma, const T* 
 template <typename T>
 void layer_norm_cuda(const T* x, const T* residual, const T* bias, const T* gamma, const T* beta,
                      T* y, int64_t rows, int64_t cols, float eps, cudaStream_t stream,
-                     float* mean, float* inv_std) {
+                     float* mean, float* inv_std, T* sum) {
+  if (sum && (sum == x || sum == residual || sum == y))
+    throw std::invalid_argument("layer_norm_cuda: sum must be neither x, residual nor y");
   constexpr int kFull = 16 / int(sizeof(T));
-  if (cuda::pick_pack<T>(cols, {x, residual, bias, gamma, beta, y}) == kFull)
-    cuda::run<T, kFull>(x, residual, bias, gamma, beta, y, rows, cols, eps, stream, mean, inv_std);
+  if (cuda::pick_pack<T>(cols, {x, residual, bias, gamma, beta, y, sum}) == kFull)
+    cuda::run<T, kFull>(x, residual, bias, gamma, beta, y, rows, cols, eps, stream, mean, inv_std, sum);
   else
-    cuda::run<T, 1>(x, residual, bias, gamma, beta, y, rows, cols, eps, stream, mean, inv_std);
+    cuda::run<T, 1>(x, residual, bias, gamma, beta, y, rows, cols, eps, stream, mean, inv_std, sum);
 }
 
 #define NMT_INSTANTIATE(T)                                                                     \
   template void layer_norm_cuda<T>(const T*, const T*, const T*, const T*, const T*, T*,       \
-                                   int64_t, int64_t, float, cudaStream_t, float*, float*);
+                                   int64_t, int64_t, float, cudaStream_t, float*, float*, T*);
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 NMT_INSTANTIATE(__nv_bfloat16)

@@ -105,11 +105,12 @@ struct NormParams {
 // mean, then the squared deviations from it), each one sum across the lanes: a shorter chain
 // than Welford's per-pack updates and Chan merges (layer_norm.cu's, for rows that do not fit
 // in registers), as exact or more (run 37: 3% shorter steps at Transformer-base batch 1).
-// Block 0 also writes a.norm.out.
+// Block 0 also writes a.norm.out (z itself with store_sum: a pre-norm residual stream).
 template <typename T, int kVec, int kPacks, int kBlockWarps>
 __device__ void normalize_rows(const SmallGemmArgs<T>& a, const NormParams<T, kVec, kPacks>& params, T* rows_out) {
   const int lane = threadIdx.x % 32;
-  const bool write_out = blockIdx.x == 0;
+  const bool write_out = blockIdx.x == 0 && a.norm.out;
+  const bool write_sum = write_out && a.norm.store_sum, write_norm = write_out && !a.norm.store_sum;
   // The lane's pack p starts at column col(p); its valid packs form a prefix of its share.
   const auto col = [&](int p) { return (p * 32 + lane) * kVec; };
   const auto valid = [&](int p) { return col(p) < a.k; };
@@ -118,6 +119,12 @@ __device__ void normalize_rows(const SmallGemmArgs<T>& a, const NormParams<T, kV
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (valid(p)) load_sum<T, kVec>(a, m, col(p), z[p]);
+    }
+    if (write_sum) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        if (valid(p)) store_pack<T, kVec>(a.norm.out + m * a.ldx + col(p), z[p]);
+      }
     }
     // The lane's sum of f(element) over its valid packs, each pack's own sum first.
     const auto lane_sum = [&](auto f) {
@@ -144,7 +151,7 @@ __device__ void normalize_rows(const SmallGemmArgs<T>& a, const NormParams<T, kV
 #pragma unroll
       for (int i = 0; i < kVec; ++i) z[p][i] = z[p][i] * inv * params.g[p][i] + params.b[p][i];
       store_pack<T, kVec>(rows_out + m * a.k + col(p), z[p]);
-      if (write_out) store_pack<T, kVec>(a.norm.out + m * a.ldx + col(p), z[p]);
+      if (write_norm) store_pack<T, kVec>(a.norm.out + m * a.ldx + col(p), z[p]);
     }
   }
   __syncthreads();
@@ -578,8 +585,8 @@ bool small_gemm_supported(const T* x, int64_t ldx, const T* w, const T* bias, in
   if (!plain || !norm) return plain;
   using cuda::aligned;
   return k <= kSmallGemmNormPacks * 32 * kVec && size_t(rows) * size_t(k) * sizeof(T) <= kSmallGemmNormBytes &&
-         norm->gamma && norm->beta && norm->out && aligned(norm->gamma) && aligned(norm->beta) &&
-         aligned(norm->out) && (!norm->residual || aligned(norm->residual)) &&
+         norm->gamma && norm->beta && aligned(norm->gamma) && aligned(norm->beta) &&
+         (!norm->out || aligned(norm->out)) && (!norm->residual || aligned(norm->residual)) &&
          (!norm->bias || aligned(norm->bias));
 }
 
@@ -597,7 +604,7 @@ namespace {
 template <typename T>
 void check_small_gemm(bool supported, const char* what, const T* x, const SmallGemmNorm<T>* norm) {
   if (!supported) throw std::invalid_argument(std::string(what) + ": unsupported shape or alignment");
-  if (norm && (norm->out == x || norm->out == norm->residual))
+  if (norm && norm->out && (norm->out == x || norm->out == norm->residual))
     throw std::invalid_argument(std::string(what) + ": norm.out must be neither x nor residual");
 }
 }  // namespace

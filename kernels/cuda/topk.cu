@@ -479,18 +479,30 @@ __device__ __forceinline__ float warp_row_lse(const Workspace& ws, int64_t row, 
   return lse.m + logf(lse.s);
 }
 
-// The kTopkMaskEos / kTopkForceEos bits of the sentence that row belongs to.
-__device__ __forceinline__ unsigned row_flags(const TopkMasks& masks, int64_t row, int beam) {
-  if (masks.sentence_flags) return masks.sentence_flags[row / beam];
-  return (masks.mask_eos ? kTopkMaskEos : 0u) | (masks.force_eos ? kTopkForceEos : 0u);
+// The masks of a sentence: its kTopkMaskEos / kTopkForceEos / kTopkForceToken bits and the
+// token forced on it (EOS under kTopkForceEos, which wins; its TopkMasks::forced_tokens entry
+// under kTopkForceToken; -1 none).
+struct SentenceMask {
+  unsigned flags;
+  int forced;
+};
+__device__ __forceinline__ SentenceMask row_mask(const TopkMasks& masks, int64_t row, int beam) {
+  const int64_t sentence = row / beam;
+  const unsigned flags = masks.sentence_flags
+                             ? masks.sentence_flags[sentence]
+                             : (masks.mask_eos ? kTopkMaskEos : 0u) | (masks.force_eos ? kTopkForceEos : 0u);
+  int forced = -1;
+  if (flags & kTopkForceEos) forced = masks.eos_id;
+  else if (flags & kTopkForceToken) forced = masks.forced_tokens[sentence];
+  return {flags, forced};
 }
 
 // A token's final score: logit + bias - lse, masked, + running score, exactly as the reference.
 __device__ __forceinline__ float final_score(int t, float v, float lse, float running,
-                                             const TopkMasks& masks, unsigned flags) {
+                                             const TopkMasks& masks, const SentenceMask& mask) {
   float logp = v - lse;
-  if (t == masks.pad_id || ((flags & kTopkMaskEos) && t == masks.eos_id)) logp = -INFINITY;
-  if (flags & kTopkForceEos) logp = t != masks.eos_id ? -INFINITY : 0.f;
+  if (t == masks.pad_id || ((mask.flags & kTopkMaskEos) && t == masks.eos_id)) logp = -INFINITY;
+  if (mask.forced >= 0) logp = t != mask.forced ? -INFINITY : 0.f;
   return logp + running;
 }
 
@@ -571,12 +583,12 @@ __global__ void __launch_bounds__(kChunkThreads) topk_score_kernel(
   __syncthreads();
   const float lse = s_lse, running = running_scores[row];
   const int base = int(row % beam) * vocab;
-  const unsigned flags = row_flags(masks, row, beam);
+  const SentenceMask mask = row_mask(masks, row, beam);
   TopList<kK> list;
   list.clear();
   for_each_logit(logits + row * row_stride, bias, Chunk(vocab, chunk, blockIdx.x),
                  [&](int t, float v, bool in) {
-                   if (in) list.push(final_score(t, v, lse, running, masks, flags), base + t);
+                   if (in) list.push(final_score(t, v, lse, running, masks, mask), base + t);
                  });
   const int64_t out = (row * splits + blockIdx.x) * kK;
   block_merge<kK>(list, kK, [&](int r, float v, int i) {
@@ -588,26 +600,27 @@ __global__ void __launch_bounds__(kChunkThreads) topk_score_kernel(
 // ---- kOnePass: topk_chunk_kernel, then topk_merge_kernel ----
 
 // The key a chunk selects on before the row's log-sum-exp is known: the masked logit (pad and
-// masked EOS -inf; forced EOS: EOS +inf, every other token -inf). final_score(t, key, ...)
-// equals final_score(t, v, ...) and never decreases as the key grows, so a chunk's best keys
-// hold its best final scores, up to ties that float rounding creates between different keys;
-// topk_merge_kernel detects those and rescans (see unsafe_chunk).
+// masked EOS -inf; a forced token, EOS or SentenceMask::forced: it +inf, every other -inf).
+// final_score(t, key, ...) equals final_score(t, v, ...) and never decreases as the key grows,
+// so a chunk's best keys hold its best final scores, up to ties that float rounding creates
+// between different keys; topk_merge_kernel detects those and rescans (see unsafe_chunk).
 
-// A forced EOS (max length) leaves every key -inf but EOS's (eos_key), so the kK best of the
-// held tokens are EOS and the lowest other indices, in better() order: emitted by one thread,
-// without a scan (which every key tying at -inf would send to block_select_held's fallback).
+// A forced token (EOS at max length, or the forced first token) leaves every key -inf but its
+// own (forced_key), so the kK best of the held tokens are it and the lowest other indices, in
+// better() order: emitted by one thread, without a scan (which every key tying at -inf would
+// send to block_select_held's fallback).
 template <int kK, int kVec, class Emit>
-__device__ __forceinline__ void select_forced_eos(const HeldTokens<kVec>& held, int eos, float eos_key,
-                                                  Emit emit) {
+__device__ __forceinline__ void select_forced(const HeldTokens<kVec>& held, int forced, float forced_key,
+                                              Emit emit) {
   if (threadIdx.x != 0) return;
-  bool eos_left = eos >= held.begin && eos < held.end;
+  bool forced_left = forced >= held.begin && forced < held.end;
   int t = held.begin;
   for (int r = 0; r < kK; ++r) {
-    if (t == eos) ++t;
+    if (t == forced) ++t;
     const bool other = t < held.end;
-    if (eos_left && (!other || better(eos_key, held.base + eos, -INFINITY, held.base + t))) {
-      emit(r, eos_key, held.base + eos);
-      eos_left = false;
+    if (forced_left && (!other || better(forced_key, held.base + forced, -INFINITY, held.base + t))) {
+      emit(r, forced_key, held.base + forced);
+      forced_left = false;
     } else if (other) {
       emit(r, -INFINITY, held.base + t++);
     } else {
@@ -617,14 +630,14 @@ __device__ __forceinline__ void select_forced_eos(const HeldTokens<kVec>& held, 
 }
 
 // The pad and (when masked) EOS keys to -inf: the one or two held keys the masks touch (not a
-// forced EOS: select_forced_eos). Returns the largest of the thread's keys after it: thread_max
+// forced token: select_forced). Returns the largest of the thread's keys after it: thread_max
 // (the largest before) unless a masked key was this thread's.
 template <int kVec, int kPer>
 __device__ __forceinline__ float mask_held(float (&key)[kPer], const HeldTokens<kVec>& held,
-                                           const TopkMasks& masks, unsigned flags,
+                                           const TopkMasks& masks, const SentenceMask& mask,
                                            float thread_max) {
   bool touched = set_held(key, held, masks.pad_id, -INFINITY);
-  if (flags & kTopkMaskEos) touched |= set_held(key, held, masks.eos_id, -INFINITY);
+  if (mask.flags & kTopkMaskEos) touched |= set_held(key, held, masks.eos_id, -INFINITY);
   return touched ? held_max(key) : thread_max;
 }
 
@@ -652,9 +665,9 @@ __global__ void __launch_bounds__(kChunkThreads, 4) topk_chunk_kernel(
     ws.scores[slot * kC + r] = v;
     ws.index[slot * kC + r] = i;
   };
-  const unsigned flags = row_flags(masks, row, beam);
-  if (flags & kTopkForceEos) return select_forced_eos<kC>(held, masks.eos_id, INFINITY, emit);
-  const float thread_max = mask_held(z, held, masks, flags, mine.m);
+  const SentenceMask mask = row_mask(masks, row, beam);
+  if (mask.forced >= 0) return select_forced<kC>(held, mask.forced, INFINITY, emit);
+  const float thread_max = mask_held(z, held, masks, mask, mine.m);
   block_select_held<kC>(z, held, thread_max, emit);
 }
 
@@ -665,14 +678,14 @@ __global__ void __launch_bounds__(kChunkThreads, 4) topk_chunk_kernel(
 // float rounding can make these tie with fk, which is rare but possible (e.g. a huge negative
 // running score that swallows the differences of the logits).
 __device__ __forceinline__ bool unsafe_chunk(float w, int iw, int t, float lse, float running,
-                                             const TopkMasks& masks, unsigned flags, float fk,
+                                             const TopkMasks& masks, const SentenceMask& mask, float fk,
                                              int ik) {
-  const float fw = final_score(t, w, lse, running, masks, flags);
+  const float fw = final_score(t, w, lse, running, masks, mask);
   if (fw > fk || (fw == fk && iw < ik)) return true;
   if (w == -INFINITY) return false;  // nothing has a lower key
-  // keys below w: -inf only under forced EOS, else at most the next float below w (masked
+  // keys below w: -inf only under a forced token, else at most the next float below w (masked
   // tokens score -inf, below that bound)
-  const float below = (flags & kTopkForceEos) ? -INFINITY
+  const float below = mask.forced >= 0 ? -INFINITY
                                               : (nextafterf(w, -INFINITY) - lse) + running;
   return below >= fk;
 }
@@ -698,7 +711,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
     if (lane == 0) s_lse[r] = lse;
   }
   __syncthreads();
-  const unsigned flags = row_flags(masks, first_row, beam);
+  const SentenceMask mask = row_mask(masks, first_row, beam);
   const int64_t first = first_row * splits * kC, count = int64_t(beam) * splits * kC;
   {
     WarpTop<kC> top;
@@ -709,7 +722,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
       if (index != kNoToken) {
         const int r = index / vocab;
         score = final_score(index - r * vocab, ws.scores[first + c], s_lse[r],
-                            running_scores[first_row + r], masks, flags);
+                            running_scores[first_row + r], masks, mask);
       }
       top.offer(score, index);
     }
@@ -728,7 +741,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
     const int64_t last = first + int64_t(c) * kC + kC - 1;
     const int iw = ws.index[last];
     unsafe |= unsafe_chunk(ws.scores[last], iw, iw - r * vocab, s_lse[r],
-                           running_scores[first_row + r], masks, flags, fk, ik);
+                           running_scores[first_row + r], masks, mask, fk, ik);
   }
   if (__syncthreads_or(unsafe)) {  // rare: the sentence's rows, on the final scores
     WarpTop<kC> top;
@@ -739,7 +752,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
         const int t = t0 + threadIdx.x;
         const bool in = t < vocab;
         const float v = in ? to_float(x[t]) + (bias ? bias[t] : 0.f) : 0.f;
-        top.offer(in ? final_score(t, v, lse, running, masks, flags) : -INFINITY,
+        top.offer(in ? final_score(t, v, lse, running, masks, mask) : -INFINITY,
                   in ? r * vocab + t : kNoToken);
       }
     }
@@ -757,7 +770,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
     }
   }
   if (next.cache_rows && threadIdx.x < 32)
-    write_next_rows(s_best_v, s_best_i, k, beam, vocab, masks.eos_id, flags & kTopkForceEos, first_row,
+    write_next_rows(s_best_v, s_best_i, k, beam, vocab, masks.eos_id, mask.flags & kTopkForceEos, first_row,
                     row_cache_row, next);
 }
 
@@ -803,20 +816,20 @@ __global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_k
   }
   __syncthreads();
   const float row_lse = s_lse, running = running_scores[row];
-  const unsigned flags = row_flags(masks, row, beam);
+  const SentenceMask mask = row_mask(masks, row, beam);
   const int64_t out = (row * splits + blockIdx.x) * kK;
   const auto emit = [&](int r, float v, int i) {
     ws.scores[out + r] = v;
     ws.index[out + r] = i;
   };
-  if (flags & kTopkForceEos)
-    return select_forced_eos<kK>(held, masks.eos_id, final_score(masks.eos_id, 0.f, row_lse, running, masks, flags), emit);
+  if (mask.forced >= 0)
+    return select_forced<kK>(held, mask.forced, final_score(mask.forced, 0.f, row_lse, running, masks, mask), emit);
   // final_score(), its masks applied to the one or two tokens they touch; rounding is
   // monotone, so the largest key is the key of the largest logit
   const auto key = [&](float v) { return (v - row_lse) + running; };
 #pragma unroll
   for (int u = 0; u < kPer; ++u) z[u] = key(z[u]);
-  thread_max = mask_held(z, held, masks, flags, key(thread_max));
+  thread_max = mask_held(z, held, masks, mask, key(thread_max));
   block_select_held<kK>(z, held, thread_max, emit);
 }
 
@@ -928,7 +941,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_sentence_kernel(int beam, 
   if (threadIdx.x < 32 && next.cache_rows) {
     const int64_t first_row = sentence * beam;
     write_next_rows(s_v, s_i, k, beam, vocab, masks.eos_id,
-                    row_flags(masks, first_row, beam) & kTopkForceEos, first_row, row_cache_row, next);
+                    row_mask(masks, first_row, beam).flags & kTopkForceEos, first_row, row_cache_row, next);
   }
 }
 

@@ -301,6 +301,22 @@ TEST(CpuReference, BeamTopk) {
   EXPECT_EQ(s[1], -kInf);
   EXPECT_NEAR(s[2], l28 - 1, 1e-6f);
   EXPECT_NEAR(s[3], -2.0794415f - 1, 1e-6f);  // log(1/8) - 1
+  // forced tokens (kTopkForceToken): sentence 0 forced to token 1, sentence 1 to token 0 but
+  // forced to EOS as well, which wins
+  const unsigned char forcing[] = {kTopkForceToken, kTopkForceToken | kTopkForceEos};
+  const int forced_tokens[] = {1, 0};
+  TopkMasks forced = force;
+  forced.force_eos = false;
+  forced.sentence_flags = forcing;
+  forced.forced_tokens = forced_tokens;
+  s.assign(4, 0.f);
+  idx.assign(4, -1);
+  beam_topk_cpu(logits.data(), nullptr, running.data(), 2, 1, 3, 2, forced, s.data(), idx.data());
+  EXPECT_EQ(idx, (std::vector<int>{1, 0, 2, 0}));
+  EXPECT_EQ(s[0], 0.f);
+  EXPECT_EQ(s[1], -kInf);
+  EXPECT_EQ(s[2], -1.f);
+  EXPECT_EQ(s[3], -kInf);
 }
 
 // beam_topk_cuda's kernel choice (kernels/cpu/topk.cc): the one-pass chunks only where they

@@ -192,6 +192,32 @@ TYPED_TEST(ElementwiseCuda, BeamReorderAndEmbed) {
         EXPECT_EQ(dnext.download(), next) << at;
         NMT_EXPECT_CLOSE(out.download(), ref_out.download(), 0.f, at);
       }
+      // RowEmbedding::zero_position_token (M2M-100's <pad>): the rows of that token (row 0's,
+      // and any other that drew it) get no position term, the others theirs.
+      {
+        DeviceBuffer<T> demb(emb), dpos(pos), with(size_t(rows) * d), without(size_t(rows) * d),
+            out(size_t(rows) * d);
+        DeviceInts dtable(table), dnext(std::vector<int>(table.size(), -1)), dparent(parent),
+            dpositions(positions), dcache_rows(cache_rows), dids(ids);
+        embed_positions_cuda<T>(dids.get(), demb.get(), dpos.get(), dpositions.get(), with.get(), rows, d, 2.f,
+                                nullptr);
+        embed_positions_cuda<T>(dids.get(), demb.get(), nullptr, dpositions.get(), without.get(), rows, d, 2.f,
+                                nullptr);
+        RowEmbedding<T> e;
+        e.ids = dids.get(); e.embeddings = demb.get(); e.out = out.get();
+        e.positions_table = dpos.get(); e.d_model = d; e.scale = 2.f;
+        e.zero_position_token = ids[0];
+        beam_reorder_and_embed_cuda<T>(dtable.get(), dnext.get(), dparent.get(), rows, capacity,
+                                       dpositions.get(), dcache_rows.get(), e, nullptr);
+        NMT_CHECK_CUDA(cudaDeviceSynchronize());
+        const std::vector<float> a = with.download(), b = without.download();
+        std::vector<float> ref(a.size());
+        for (int r = 0; r < rows; ++r)
+          for (int c = 0; c < d; ++c) ref[size_t(r) * d + c] = (ids[size_t(r)] == ids[0] ? b : a)[size_t(r) * d + c];
+        NMT_EXPECT_CLOSE(out.download(), ref, 0.f,
+                         what("reorder+embed", type_name<T>(), d) + " rows=" + std::to_string(rows) +
+                             " zero position token");
+      }
     }
   }
 }

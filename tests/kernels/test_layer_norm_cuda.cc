@@ -15,7 +15,8 @@ using LayerNormCuda = CudaKernelTest<T>;
 TYPED_TEST_SUITE(LayerNormCuda, KernelElementTypes);
 
 template <typename T>
-void check_width(int64_t cols, bool fused, uint32_t seed) {
+// with_sum: z = x + residual + bias also stored (a pre-norm residual stream).
+void check_width(int64_t cols, bool fused, uint32_t seed, bool with_sum = false) {
   const int64_t rows = cols <= 64 ? 67 : cols <= 4096 ? 23 : 5;  // odd: a lone last row
   const size_t n = size_t(rows * cols);
   auto x = random_vector(n, -2.f, 2.f, seed);
@@ -33,14 +34,19 @@ void check_width(int64_t cols, bool fused, uint32_t seed) {
                  gamma.data(), beta.data(), ref.data(), rows, cols, 1e-5f, ref_mean.data(),
                  ref_inv.data());
 
-  DeviceBuffer<T> dx(x), dres(res), dbias(bias), dgamma(gamma), dbeta(beta), dy(n);
+  std::vector<float> ref_sum(n);
+  for (size_t i = 0; i < n; ++i) ref_sum[i] = x[i] + (fused ? res[i] + bias[i % size_t(cols)] : 0.f);
+  round_to<T>(ref_sum);
+
+  DeviceBuffer<T> dx(x), dres(res), dbias(bias), dgamma(gamma), dbeta(beta), dy(n), dsum(n);
   DeviceBuffer<float> dmean(rows), dinv(rows);
   layer_norm_cuda<T>(dx.get(), fused ? dres.get() : nullptr, fused ? dbias.get() : nullptr,
                      dgamma.get(), dbeta.get(), dy.get(), rows, cols, 1e-5f, nullptr,
-                     dmean.get(), dinv.get());
+                     dmean.get(), dinv.get(), with_sum ? dsum.get() : nullptr);
   NMT_CHECK_CUDA(cudaDeviceSynchronize());
   const std::string what = std::string(type_name<T>()) + " cols=" + std::to_string(cols) +
-                           (fused ? " (residual+bias)" : "");
+                           (fused ? " (residual+bias)" : "") + (with_sum ? " storing the sum" : "");
+  if (with_sum) NMT_EXPECT_CLOSE(dsum.download(), ref_sum, tolerance<T>(), what + " sum");
   NMT_EXPECT_CLOSE(dy.download(), ref, tolerance<T>(), what);
   NMT_EXPECT_CLOSE(dmean.download(), ref_mean, 1e-5f, what + " mean");
   NMT_EXPECT_CLOSE(dinv.download(), ref_inv, 1e-5f, what + " inv_std");
@@ -54,6 +60,22 @@ TYPED_TEST(LayerNormCuda, AllWidthsResidualBias) {
 TYPED_TEST(LayerNormCuda, AllWidthsPlain) {
   uint32_t seed = 900;
   for (int cols : kRowwiseWidths) check_width<TypeParam>(cols, false, seed += 10);
+}
+
+TYPED_TEST(LayerNormCuda, AllWidthsStoringTheSum) {
+  uint32_t seed = 1700;
+  for (int cols : kRowwiseWidths) check_width<TypeParam>(cols, true, seed += 10, true);
+}
+
+TEST(LayerNormCudaMisc, SumMustNotAliasTheInputs) {
+  NMT_SKIP_WITHOUT_GPU();
+  DeviceBuffer<float> x(64), r(64), y(64);
+  EXPECT_THROW(layer_norm_cuda<float>(x.get(), r.get(), nullptr, nullptr, nullptr, y.get(), 1, 64, 1e-5f, nullptr,
+                                      nullptr, nullptr, x.get()),
+               std::invalid_argument);
+  EXPECT_THROW(layer_norm_cuda<float>(x.get(), r.get(), nullptr, nullptr, nullptr, y.get(), 1, 64, 1e-5f, nullptr,
+                                      nullptr, nullptr, r.get()),
+               std::invalid_argument);
 }
 
 TEST(LayerNormCudaMisc, NoAffineNoStatsOnStream) {

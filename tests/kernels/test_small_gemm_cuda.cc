@@ -104,6 +104,9 @@ TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
       if (rows > small_gemm_max_rows<T>() || size_t(rows) * size_t(s.k) * sizeof(T) > kSmallGemmNormBytes) continue;
       const int64_t ldx = s.k + s.x_pad, ldy = s.n + s.y_pad;
       const bool with_residual = variant % 2 == 0, with_bias = variant % 3 != 0;
+      // What `out` receives: LN(z) (post-norm), z itself (store_sum: pre-norm), or nothing.
+      enum class Out { kNormalized, kSum, kNone };
+      const Out out_mode = variant % 5 == 1 ? Out::kSum : variant % 5 == 3 ? Out::kNone : Out::kNormalized;
       const Activation* act = variant++ % 4 == 1 ? &relu : nullptr;
       auto x = random_vector(size_t(rows * ldx), -1.f, 1.f, seed++);
       auto res = random_vector(size_t(rows * ldx), -2.f, 3.f, seed++);  // a row mean away from 0
@@ -123,6 +126,10 @@ TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
       layer_norm_cpu(z.data(), with_residual ? zres.data() : nullptr, with_bias ? nb.data() : nullptr,
                      gamma.data(), beta.data(), normed.data(), rows, s.k, 1e-5f);
       round_to<T>(normed);
+      std::vector<float> sum(z.size());
+      for (size_t i = 0; i < z.size(); ++i)
+        sum[i] = z[i] + (with_residual ? zres[i] : 0.f) + (with_bias ? nb[i % size_t(s.k)] : 0.f);
+      round_to<T>(sum);
       std::vector<float> ref(size_t(rows) * s.n);
       for (int m = 0; m < rows; ++m)
         for (int n = 0; n < s.n; ++n) {
@@ -137,7 +144,8 @@ TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
       norm.bias = with_bias ? dnb.get() : nullptr;
       norm.gamma = dg.get();
       norm.beta = dbeta.get();
-      norm.out = dout.get();
+      norm.out = out_mode == Out::kNone ? nullptr : dout.get();
+      norm.store_sum = out_mode != Out::kNormalized;
       ASSERT_TRUE(small_gemm_supported<T>(dx.get(), ldx, dw.get(), db.get(), ldy, rows, s.k, &norm));
       small_gemm_cuda<T>(dx.get(), ldx, dw.get(), db.get(), dy.get(), ldy, rows, s.n, s.k, act, nullptr, &norm);
       NMT_CHECK_CUDA(cudaDeviceSynchronize());
@@ -150,15 +158,17 @@ TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
           else written_padding += !std::isnan(y[size_t(m * ldy + n)]);
         }
         for (int k = 0; k < ldx; ++k) {
-          if (k < s.k) got_normed[size_t(m) * s.k + k] = out[size_t(m * ldx + k)];
+          if (k < s.k && out_mode != Out::kNone) got_normed[size_t(m) * s.k + k] = out[size_t(m * ldx + k)];
           else written_padding += !std::isnan(out[size_t(m * ldx + k)]);
         }
       }
       const std::string what = std::string(type_name<T>()) + " rows=" + std::to_string(rows) +
                                " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
                                (with_residual ? " residual" : "") + (with_bias ? " bias" : "") +
-                               (act ? " act" : "");
-      NMT_EXPECT_CLOSE(got_normed, normed, tolerance<T>(), what + " normalized rows");
+                               (act ? " act" : "") +
+                               (out_mode == Out::kSum ? " store_sum" : out_mode == Out::kNone ? " no out" : "");
+      if (out_mode == Out::kNormalized) NMT_EXPECT_CLOSE(got_normed, normed, tolerance<T>(), what + " normalized rows");
+      if (out_mode == Out::kSum) NMT_EXPECT_CLOSE(got_normed, sum, tolerance<T>(), what + " stored sums");
       NMT_EXPECT_CLOSE(got, ref, tolerance<T>(), what);
       EXPECT_EQ(written_padding, 0) << what;
     }

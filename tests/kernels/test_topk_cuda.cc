@@ -88,8 +88,9 @@ struct Ties {
 };
 
 template <typename T>
+// forced: one token per sentence for TopkMasks::forced_tokens (read under kTopkForceToken).
 void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags = {},
-           Ties ties = {}) {
+           Ties ties = {}, const std::vector<int>& forced_tokens = {}) {
   const int64_t rows = c.sentences * c.beam;
   auto logits = random_vector(size_t(rows * c.vocab), -8.f, 8.f, seed);
   if (ties.integer_logits)
@@ -106,6 +107,7 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
   std::vector<int> ref_i(ref_s.size());
   TopkMasks host_masks = c.masks;
   if (!flags.empty()) host_masks.sentence_flags = flags.data();
+  if (!forced_tokens.empty()) host_masks.forced_tokens = forced_tokens.data();
   beam_topk_cpu(logits.data(), use_bias ? bias.data() : nullptr, running.data(), c.sentences,
                 c.beam, c.vocab, c.k, host_masks, ref_s.data(), ref_i.data());
 
@@ -119,7 +121,9 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
   DeviceInts dindex(ref_i.size());
   const size_t ws_bytes = beam_topk_workspace_bytes(c.sentences, c.beam, c.vocab, c.k);
   DeviceBuffer<char> ws(ws_bytes), dflags(flags.size());
+  DeviceInts dforced(forced_tokens);
   TopkMasks device_masks = c.masks;
+  if (!forced_tokens.empty()) device_masks.forced_tokens = dforced.get();
   if (!flags.empty()) {
     NMT_CHECK_CUDA(cudaMemcpy(dflags.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice));
     device_masks.sentence_flags = reinterpret_cast<const unsigned char*>(dflags.get());
@@ -145,6 +149,7 @@ void check(const Case& c, uint32_t seed, const std::vector<unsigned char>& flags
                            std::to_string(c.sentences) + " beam=" + std::to_string(c.beam) +
                            " vocab=" + std::to_string(c.vocab) + " k=" + std::to_string(c.k) +
                            (flags.empty() ? "" : " per-sentence flags") +
+                           (forced_tokens.empty() ? "" : " forced tokens") +
                            (ties.integer_logits ? " integer logits" : "") +
                            (ties.sixteenths ? " logits in sixteenths" : "") +
                            (ties.running_all != 0.f ? " running " + std::to_string(ties.running_all) : "");
@@ -227,6 +232,35 @@ TYPED_TEST(BeamTopkCuda, RoundingTiesKeepIndexOrder) {
     check<TypeParam>(c, seed += 17, {}, Ties{false, -1e9f});
     check<TypeParam>(c, seed += 17, {}, Ties{true, 0.f});
     check<TypeParam>(c, seed += 17, {}, Ties{false, 0.f, true});
+  }
+}
+
+// The forced first token (kTopkForceToken, ForcedBOSTokenLogitsProcessor): each sentence's
+// own token gets log-prob 0 and every other -inf, on every path (and k > 8, greedy); a forced
+// EOS wins over it; a forced token other than EOS ends no hypothesis (next rows). Sentences
+// without the bit in the same call decode as usual.
+TYPED_TEST(BeamTopkCuda, PerSentenceForcedTokens) {
+  const Case cases[] = {
+      {64, 4, 8001, 8, true, masks(1, 0, false, false), 7},     // row path
+      {3, 4, 58101, 8, true, masks(58100, 0, false, false)},    // two-pass, chunks
+      {6, 16, 3001, 32, true, masks(3, 2, true, false)},        // two-pass, k > 8
+      {9, 1, 32003, 1, false, masks(5, 6, false, false)},       // two-pass, greedy
+      {130, 4, 16411, 8, true, masks(16410, 0, false, false)},  // one-pass
+  };
+  expect_every_path(cases);
+  uint32_t seed = 1301;
+  for (const Case& c : cases) {
+    std::vector<unsigned char> flags(static_cast<size_t>(c.sentences));
+    std::vector<int> forced(flags.size());
+    for (size_t s = 0; s < flags.size(); ++s) {
+      // forced token alone, with EOS masked, under a forced EOS too, none
+      const unsigned char choices[] = {kTopkForceToken, kTopkForceToken | kTopkMaskEos,
+                                       kTopkForceToken | kTopkForceEos, 0};
+      flags[s] = choices[s % 4];
+      forced[s] = int((s * 7919 + 13) % size_t(c.vocab));  // ids across the vocabulary
+    }
+    forced[0] = c.vocab - 1;  // the last id (a chunk's end)
+    check<TypeParam>(c, seed += 13, flags, {}, forced);
   }
 }
 

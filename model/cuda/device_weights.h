@@ -1,0 +1,75 @@
+#pragma once
+// The CUDA engine's weights on the device in T (float or __half), laid out for its kernels:
+// each attention's Q/K/V projections as one [3d, d] matrix, every decoder layer's cross K/V
+// projections as one [L * 2d, d] matrix (one GEMM an encode), the output projection padded
+// with zero rows to the logits' stride, and the family's extra LayerNorms (Architecture).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/cuda/device_memory.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace nmt::cuda {
+
+template <typename T>
+struct Dense {  // y = x W^T (+ b fused elsewhere)
+  const T* w = nullptr;
+  const T* b = nullptr;
+  int out = 0, in = 0;
+};
+
+template <typename T>
+struct Norm {
+  const T* gamma = nullptr;
+  const T* beta = nullptr;
+};
+
+template <typename T>
+struct EncoderLayer {
+  Dense<T> qkv, out, fc1, fc2;
+  Norm<T> attn_norm, ffn_norm;
+};
+
+template <typename T>
+struct DecoderLayer {
+  Dense<T> qkv, out, cross_q, cross_out, fc1, fc2;
+  const T* cross_v_bias = nullptr;
+  Norm<T> self_norm, cross_norm, ffn_norm;
+};
+
+template <typename T>
+class DeviceWeights {
+ public:
+  // Uploads what the engine reads of `w` (synchronously). logits_ld: the output projection's
+  // rows once padded.
+  void upload(DeviceAllocator* alloc, const ModelConfig& c, const Weights& w, int logits_ld);
+
+  std::vector<EncoderLayer<T>> encoder;
+  std::vector<DecoderLayer<T>> decoder;
+  const T* cross_kv = nullptr;  // [L * 2d, d]: K | V of each decoder layer
+  const T *encoder_embeddings = nullptr, *decoder_embeddings = nullptr, *output_projection = nullptr;
+  // [max_positions, d]; with Architecture::pad_position_zero the encoder's has a zero row at
+  // index zero_position_row after them, which a source <pad> token's position names (the
+  // decoder step leaves a <pad> token's position out: RowEmbedding::zero_position_token).
+  const T *encoder_positions = nullptr, *decoder_positions = nullptr;
+  int zero_position_row = -1;
+  DeviceBuffer<float> output_bias;  // empty: zero (the top-k then reads none)
+  // Architecture's extra norms; gamma null where the family has none.
+  Norm<T> encoder_embedding_norm, decoder_embedding_norm, encoder_final_norm, decoder_final_norm;
+
+ private:
+  const T* upload(const std::vector<float>& host);
+  const T* upload(const HostTensor& t);
+  Dense<T> dense(const Weights& w, const std::string& prefix);
+  Dense<T> fused_qkv(const Weights& w, const std::string& prefix);
+  Norm<T> norm(const Weights& w, const std::string& prefix);
+  const T* encoder_table(const HostTensor& table, bool zero_row);
+
+  DeviceAllocator* alloc_ = nullptr;
+  std::vector<DeviceBuffer<T>> buffers_;
+  std::map<const HostTensor*, const T*> uploaded_;  // tied tensors are uploaded once
+};
+
+}  // namespace nmt::cuda

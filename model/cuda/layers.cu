@@ -1,0 +1,143 @@
+#include "model/cuda/layers.h"
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+
+#include "kernels/layer_norm.h"
+#include "model/cuda/device_memory.h"
+#include "model/error.h"
+
+namespace nmt::cuda {
+template <typename T>
+template <typename TC>
+void Layers<T>::gemm(const T* x, int64_t ldx, const T* w, TC* y, int64_t ldy, int M, int N, int K) {
+  if (M == 0) return;
+  const float alpha = 1.f, beta = 0.f;
+  check_cublas(cublasGemmEx(q_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, cuda_type<T>(), K, x,
+                            cuda_type<T>(), int(ldx), &beta, y, cuda_type<TC>(), int(ldy), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+}
+
+template <typename T>
+bool Layers<T>::linear(const T* x, const Dense<T>& L, T* y, int rows, const kernels::Activation* act) {
+  const T* bias = act ? L.b : nullptr;
+  if (kernels::small_gemm_supported<T>(x, L.in, L.w, bias, L.out, rows, L.in)) {
+    kernels::small_gemm_cuda<T>(x, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, q_->stream);
+    return true;
+  }
+  gemm(x, L.in, L.w, y, L.out, rows, L.out, L.in);
+  if (act) kernels::bias_activation_cuda(y, bias, rows, L.out, *act, q_->stream);
+  return act != nullptr;
+}
+
+template <typename T>
+kernels::SmallGemmNorm<T> Layers<T>::pending_norm(const Residual<T>& x) const {
+  kernels::SmallGemmNorm<T> n;
+  n.residual = x.current;
+  n.bias = x.bias;
+  n.gamma = x.norm->gamma;
+  n.beta = x.norm->beta;
+  n.eps = eps_;
+  n.out = x.next();
+  return n;
+}
+
+template <typename T>
+bool Layers<T>::sublayer_input(Residual<T>& x, const Dense<T>& L, T* y, int rows, const Norm<T>& n, T* scratch,
+                               const kernels::Activation* act) {
+  return pre_norm_ ? pre_norm_input(x, L, y, rows, n, scratch, act) : post_norm_input(x, L, y, rows, act);
+}
+
+template <typename T>
+bool Layers<T>::post_norm_input(Residual<T>& x, const Dense<T>& L, T* y, int rows, const kernels::Activation* act) {
+  if (!x.sub) return linear(x.current, L, y, rows, act);
+  const kernels::SmallGemmNorm<T> n = pending_norm(x);
+  const T* bias = act ? L.b : nullptr;
+  if (!kernels::small_gemm_supported<T>(x.sub, L.in, L.w, bias, L.out, rows, L.in, &n))
+    return linear(settle(x, rows), L, y, rows, act);
+  kernels::small_gemm_cuda<T>(x.sub, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, q_->stream, &n);
+  x.advance();
+  return true;
+}
+
+// The small GEMM normalizes x (its pending sum added, and stored as the new stream) in its
+// prologue; otherwise one LayerNorm launch writes both the sum and LN_n(sum) into scratch.
+template <typename T>
+bool Layers<T>::pre_norm_input(Residual<T>& x, const Dense<T>& L, T* y, int rows, const Norm<T>& n, T* scratch,
+                               const kernels::Activation* act) {
+  const bool pending = x.sub != nullptr;
+  kernels::SmallGemmNorm<T> p;
+  p.residual = pending ? x.current : nullptr;
+  p.bias = pending ? x.bias : nullptr;
+  p.gamma = n.gamma;
+  p.beta = n.beta;
+  p.eps = eps_;
+  p.out = pending ? x.next() : nullptr;
+  p.store_sum = true;
+  const T* in = pending ? x.sub : x.current;
+  const T* bias = act ? L.b : nullptr;
+  if (kernels::small_gemm_supported<T>(in, L.in, L.w, bias, L.out, rows, L.in, &p)) {
+    kernels::small_gemm_cuda<T>(in, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, q_->stream, &p);
+    if (pending) x.advance();
+    return true;
+  }
+  kernels::layer_norm_cuda(in, p.residual, p.bias, n.gamma, n.beta, scratch, rows, d_, eps_, q_->stream, nullptr,
+                           nullptr, p.out);
+  if (pending) x.advance();
+  return linear(scratch, L, y, rows, act);
+}
+
+template <typename T>
+void Layers<T>::feed_forward(Residual<T>& x, const Dense<T>& fc1, const Dense<T>& fc2, const Norm<T>& n, T* hidden,
+                             T* tmp, T* scratch, int rows) {
+  sublayer_input(x, fc1, hidden, rows, n, scratch, &activation_);
+  linear(hidden, fc2, tmp, rows);
+  sublayer_output(x, tmp, fc2.b, n);
+}
+
+template <typename T>
+void Layers<T>::final_norm(Residual<T>& x, const Norm<T>& n, int rows) {
+  if (x.sub) {
+    x.norm = &n;
+    return;
+  }
+  normalize(x, n, rows);
+}
+
+template <typename T>
+void Layers<T>::normalize(Residual<T>& x, const Norm<T>& n, int rows) {
+  kernels::layer_norm_cuda<T>(x.current, nullptr, nullptr, n.gamma, n.beta, x.next(), rows, d_, eps_, q_->stream);
+  x.advance();
+}
+
+template <typename T>
+const T* Layers<T>::settle(Residual<T>& x, int rows) {
+  if (!x.sub) return x.current;
+  if (!x.norm)  // a pre-norm sum: every pre-norm stack ends in final_norm(), which sets one
+    throw Error(ErrorCode::kInternal, "CUDA engine: a pre-norm residual settled without a LayerNorm");
+  kernels::layer_norm_cuda(x.sub, x.current, x.bias, x.norm->gamma, x.norm->beta, x.next(), rows, d_, eps_,
+                           q_->stream);
+  x.advance();
+  return x.current;
+}
+
+template <typename T>
+void Layers<T>::project_logits(Residual<T>& x, const T* w, float* logits, int ld, int rows) {
+  if (x.sub && !x.norm)
+    throw Error(ErrorCode::kInternal, "CUDA engine: a pre-norm residual projected without a LayerNorm");
+  const kernels::SmallGemmNorm<T> pending = x.sub ? pending_norm(x) : kernels::SmallGemmNorm<T>{};
+  const kernels::SmallGemmNorm<T>* norm = x.sub ? &pending : nullptr;
+  const T* in = x.sub ? x.sub : x.current;
+  if (kernels::small_gemm_logits_supported<T>(in, d_, w, ld, rows, d_, norm)) {
+    kernels::small_gemm_logits_cuda<T>(in, d_, w, logits, ld, rows, ld, d_, q_->stream, norm);
+    if (x.sub) x.advance();
+    return;
+  }
+  gemm(settle(x, rows), d_, w, logits, ld, rows, ld, d_);
+}
+
+template class Layers<float>;
+template class Layers<__half>;
+
+}  // namespace nmt::cuda

@@ -1,0 +1,91 @@
+#pragma once
+// The layout of the CUDA engine's work on the device: how a decode step's sentences form
+// top-k runs padded to graph buckets (StepShape), and the packed host-to-device uploads of a
+// step and of an encode. Host code only: the shapes key the captured graphs.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/engine.h"
+
+namespace nmt::cuda {
+
+// Sentence-count buckets of the decode graphs: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (<= 33%
+// padding rows, few distinct graphs).
+int bucket(int n);
+
+// The most rows a step over `rows` real rows has once every run is padded to bucket()
+// sentences: bucket(n) - n < n / 2, so padding adds less than half of each run's rows.
+inline int padded_rows_bound(int rows) { return rows + rows / 2; }
+
+// One top-k launch of a step: consecutive sentences of equal (beam, k), padded to
+// bucket(sentences). Offsets count padded rows, sentences and outputs of the whole step.
+struct Run {
+  int beam = 1, k = 1;
+  int sentences = 0;  // real ones (StepInput groups)
+  int padded = 0;     // bucket(sentences): the rest are padding
+  int first_row = 0, first_sentence = 0, first_output = 0;
+};
+
+// What the device does in a step: fixes every launch and copy, so it keys the graphs.
+struct StepShape {
+  std::vector<Run> runs;
+  int rows = 0, sentences = 0, outputs = 0;  // padded totals
+};
+
+StepShape shape_of(const std::vector<StepGroup>& groups);
+
+// The packed per-step upload over `rows` padded rows and `sentences` padded sentences: seven
+// [rows] arrays of 4-byte values, one forced token per sentence (StepGroup::forced_token,
+// read under kernels::kTopkForceToken), then one top-k flag byte per sentence
+// (kernels::kTopkMaskEos | kTopkForceEos | kTopkForceToken).
+struct StepUpload {
+  int *tokens, *cache_rows, *parents, *positions, *slots, *follow;
+  float* running;
+  int* forced;
+  unsigned char* flags;
+  StepUpload(void* base, int rows, int sentences) {
+    tokens = static_cast<int*>(base);
+    cache_rows = tokens + rows;
+    parents = cache_rows + rows;
+    positions = parents + rows;
+    slots = positions + rows;
+    follow = slots + rows;
+    running = reinterpret_cast<float*>(follow + rows);
+    forced = reinterpret_cast<int*>(running + rows);
+    flags = reinterpret_cast<unsigned char*>(forced + sentences);
+  }
+  static size_t bytes(int rows, int sentences) {
+    return 7 * sizeof(int) * size_t(rows) + (sizeof(int) + 1) * size_t(sentences);
+  }
+};
+
+// An encode's sources are padded to a multiple of this many tokens (within the engine's
+// limits): fewer distinct encode graphs, padding masked by the lengths as before.
+constexpr int kEncodeLengthStep = 8;
+
+// The packed upload of an encode of n sentences of `rows` tokens in all (each padded to the
+// same length), in the order of the device buffer: ids [rows], positions [rows], lengths [n],
+// then (8-byte aligned) the cross K/V GEMM's pointer arrays weight [n], input [n], output [n]
+// (each sentence's slot); then, copied to the slot-length table instead, every slot's source
+// length [slots].
+struct EncodeUpload {
+  int *ids, *positions, *lengths;
+  const void **weights, **inputs;
+  void** outputs;
+  int* slot_lengths;
+  EncodeUpload(void* base, int n, int rows) {
+    ids = static_cast<int*>(base);
+    positions = ids + rows;
+    lengths = positions + rows;
+    weights = reinterpret_cast<const void**>(static_cast<char*>(base) + ints_bytes(n, rows));
+    inputs = weights + n;
+    outputs = const_cast<void**>(inputs + n);  // the same pointer size: a layout, not a cast of data
+    slot_lengths = reinterpret_cast<int*>(outputs + n);
+  }
+  static size_t ints_bytes(int n, int rows) { return (sizeof(int) * (2 * size_t(rows) + n) + 7) / 8 * 8; }
+  static size_t device_bytes(int n, int rows) { return ints_bytes(n, rows) + 3 * sizeof(void*) * size_t(n); }
+  static size_t bytes(int n, int rows, int slots) { return device_bytes(n, rows) + sizeof(int) * size_t(slots); }
+};
+
+}  // namespace nmt::cuda
