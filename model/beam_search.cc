@@ -42,7 +42,10 @@ void continuing_beams(const float* scores, const char* hits, int k, int beam, fl
 }
 
 SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& config)
-    : options_(options), eos_id_(config.eos_id) {
+    : options_(options),
+      eos_id_(config.eos_id),
+      forced_eos_(config.forced_eos),
+      forced_bos_(options.forced_bos_id >= 0 ? options.forced_bos_id : config.forced_bos_id) {
   const size_t beam = size_t(options.beam_size);
   running_.assign(beam, Beam{});
   for (size_t b = 1; b < beam; ++b) running_[b].score = kNeg;  // one live beam at first
@@ -91,7 +94,7 @@ bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, 
   const int token = candidates[0] % vocab;
   b.node = extend(b.node, token);
   b.score = scores[0];
-  const bool done = token == eos_id_ || force_eos();
+  const bool done = token == eos_id_ || last_step();
   if (done) {
     finished_[0] = {b.node, b.score / length_norm(step_ + 1, options_.length_penalty), true};
     return true;
@@ -105,7 +108,7 @@ bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, 
 // loop advances every active sentence between two GPU steps, on the step's critical path.
 bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int vocab) {
   const int beam = options_.beam_size, k = this->k();
-  const bool at_max = force_eos();
+  const bool at_max = last_step();
   // Each candidate's beam and token: the quotient through a reciprocal, corrected to the
   // exact one (it is off by at most 1), where an integer division per candidate costs tens
   // of cycles on the step's critical path.

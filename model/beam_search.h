@@ -34,7 +34,12 @@ class SentenceSearch {
   // The top-k's EOS masks of the step `ahead` steps after the next one (a step submitted
   // before the host has taken the ones in flight).
   bool mask_eos(int ahead = 0) const { return step_ + ahead < options_.min_decoding_length; }
-  bool force_eos(int ahead = 0) const { return step_ + ahead + 1 >= options_.max_decoding_length; }
+  // The step at the maximum length: every candidate ends a hypothesis (the sentence's last).
+  bool last_step(int ahead = 0) const { return step_ + ahead + 1 >= options_.max_decoding_length; }
+  // ... where EOS is also forced (models with forced_eos_token_id).
+  bool force_eos(int ahead = 0) const { return forced_eos_ && last_step(ahead); }
+  // The token forced at that step (the first generated one), or -1.
+  int forced_token(int ahead = 0) const { return step_ + ahead == 0 ? forced_bos_ : -1; }
 
   // The next step's rows, beam of them: token fed, the beam (row in the sentence) whose
   // history it continues, and the running score.
@@ -72,6 +77,8 @@ class SentenceSearch {
 
   const DecodeOptions options_;
   const int eos_id_;
+  const bool forced_eos_;  // ModelConfig::forced_eos
+  const int forced_bos_;   // the first generated token, or -1 (DecodeOptions, else the model's)
   int step_ = 0;
   std::vector<Beam> running_;       // beam_size beams, best first
   std::vector<Finished> finished_;  // beam_size slots, best first

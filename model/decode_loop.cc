@@ -18,7 +18,7 @@ struct DecodeLoop::Active {
   bool gone = false;      // finished, removed or failed: stepped no more, its results dropped
   int in_flight = 0;      // flights that hold it
   uint64_t newest = 0;    // the last flight it was submitted in, its group there, and whether
-  int group = -1;         // that step forces EOS (its last: never followed)
+  int group = -1;         // that step is at the maximum length (its last: never followed)
   bool last = false;
 };
 
@@ -162,7 +162,7 @@ bool DecodeLoop::submit(StepReport* report) {
         const int ahead = follows ? 1 : 0;
         const SentenceSearch& s = a->search;
         in_.groups.push_back({a->slot, s.position() + ahead, s.beam(), s.k(), s.mask_eos(ahead),
-                              s.force_eos(ahead), follows ? a->group : -1});
+                              s.force_eos(ahead), follows ? a->group : -1, s.forced_token(ahead)});
         for (int b = 0; b < s.beam(); ++b) {
           // a following row's token, parent and running score are the device's: these stand in
           in_.tokens.push_back(s.tokens()[size_t(b)]);
@@ -210,7 +210,7 @@ bool DecodeLoop::submit(StepReport* report) {
       ++a.in_flight;
       a.newest = f.number;
       a.group = int(g);
-      a.last = in_.groups[g].force_eos;
+      a.last = a.search.last_step(positions[g] - a.search.position());
       if (positions[g] == 0) report->first_step.push_back(a.id);
     }
     flights_.push_back(std::move(f));

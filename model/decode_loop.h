@@ -21,7 +21,7 @@
 // device's top-k chose them (StepGroup::follows; the host's beam search makes the same choice,
 // continuing_beams()). The device then never waits for the host's beam bookkeeping between
 // two steps. The cost: a sentence that finished in the older step has its rows computed once
-// more in the newer one (its results dropped); a step that forces EOS (the maximum length) is
+// more in the newer one (its results dropped); a step at the maximum length is
 // a sentence's last and is never followed. It paid at every batch size measured, a lone
 // sentence included (end-to-end run 41), so by default every step follows the one before.
 //

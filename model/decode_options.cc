@@ -17,6 +17,7 @@ void DecodeOptions::validate(int max_beam, int max_length) const {
     invalid("num_hypotheses must be between 1 and beam_size (" + std::to_string(beam_size) + "), got " +
             std::to_string(num_hypotheses));
   }
+  if (forced_bos_id < -1) invalid("forced_bos_id must be a token id or -1, got " + std::to_string(forced_bos_id));
   if (!std::isfinite(length_penalty)) invalid("length_penalty must be a finite number");
   if (max_decoding_length < 1 || max_decoding_length > max_length) {
     invalid("max_decoding_length must be between 1 and " + std::to_string(max_length) + ", got " +

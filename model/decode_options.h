@@ -13,6 +13,11 @@ struct DecodeOptions {
   int max_decoding_length = 255;
   int min_decoding_length = 0;  // EOS is masked until this many tokens precede it
   bool return_scores = false;
+  // >= 0: the first generated token is this id (transformers' ForcedBOSTokenLogitsProcessor:
+  // its log-prob is 0, every other token's -inf), counted in the length like any other.
+  // The Translator sets it from the requested target language; -1: the model's default
+  // (ModelConfig::forced_bos_id: none for Marian, generation_config's for the others).
+  int forced_bos_id = -1;
 
   // Throws nmt::Error(kInvalidArgument) naming the option when a value is out of range.
   // max_beam and max_length are the serving limits (the model's position table bounds

@@ -42,7 +42,9 @@ struct StepGroup {
   int beam = 1;            // its rows
   int k = 1;               // candidates returned
   bool mask_eos = false;   // min_decoding_length not reached: EOS gets -inf
-  bool force_eos = false;  // max length reached: EOS gets log-prob 0, everything else -inf
+  // max length reached and the model forces EOS there (ModelConfig::forced_eos): EOS gets
+  // log-prob 0, everything else -inf
+  bool force_eos = false;
   // >= 0 (engines that overlap steps only): the sentence continues the beams that the step
   // submitted just before this one chose for it, where it was group `follows`: its rows'
   // tokens, parent rows and running scores are that step's, as its top-k picked them on the
@@ -50,6 +52,10 @@ struct StepGroup {
   // read (but for cache_rows). So a step can be submitted before the host has collected the
   // one it follows.
   int follows = -1;
+  // >= 0: this token gets log-prob 0 and every other -inf (the forced first target token,
+  // DecodeOptions::forced_bos_id, at position 0), applied after the log-softmax like
+  // force_eos; force_eos wins when both are set (transformers applies ForcedEOS last).
+  int forced_token = -1;
 };
 
 struct StepInput {

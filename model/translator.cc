@@ -7,6 +7,7 @@
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
 #include "model/error.h"
+#include "model/languages.h"
 #include "model/text_worker.h"
 #include "model/weights.h"
 
@@ -87,12 +88,67 @@ std::unique_ptr<DecodeLoop> Translator::make_loop(const EngineCapacity& capacity
   return loop;
 }
 
+namespace {
+
+// A bilingual model's side: the request must name its language (where the model says which).
+std::string resolve_bilingual(const std::string& requested, const std::string& own, const char* side) {
+  if (requested.empty() || own.empty()) return requested;
+  try {
+    return resolve_language(requested, {own});
+  } catch (const Error&) {
+    throw Error(ErrorCode::kInvalidArgument, std::string(side) + "_language '" + requested +
+                                                 "' is not this model's: its " + side + " language is " + own);
+  }
+}
+
+}  // namespace
+
+std::string Translator::resolve_source(const std::string& source) const {
+  if (source.empty()) return "";
+  if (tokenizer_->languages().empty()) return resolve_bilingual(source, tokenizer_->bilingual_source(), "source");
+  try {
+    return resolve_language(source, tokenizer_->languages());
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string("source_language: ") + e.what());
+  }
+}
+
+std::string Translator::resolve_target(const std::string& target) const {
+  if (target.empty()) return "";
+  if (tokenizer_->languages().empty()) return resolve_bilingual(target, tokenizer_->bilingual_target(), "target");
+  try {
+    return resolve_language(target, tokenizer_->languages());
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string("target_language: ") + e.what());
+  }
+}
+
+std::vector<int> Translator::encode_source(const std::string& text, const std::string& source) const {
+  const std::string code = resolve_source(source);
+  // A bilingual model's encode takes no language: its own was checked above.
+  return tokenizer_->encode(text, tokenizer_->languages().empty() ? "" : code);
+}
+
+int Translator::target_token(const std::string& target) const {
+  const std::string code = resolve_target(target);
+  if (config_.arch.family == Family::kMarian) return -1;
+  if (!code.empty()) return tokenizer_->language_token(code);
+  if (config_.forced_bos_id >= 0) return config_.forced_bos_id;
+  throw Error(ErrorCode::kInvalidArgument,
+              "target_language is required: this model translates into several languages and names no default "
+              "(no forced_bos_token_id in config.json / generation_config.json)");
+}
+
 std::vector<Translation> Translator::translate(const std::vector<std::string>& sources,
-                                               const DecodeOptions& options, BatchStats* stats) {
+                                               const DecodeOptions& options, BatchStats* stats,
+                                               const LanguagePair& languages) {
+  DecodeOptions with_target = options;
+  // A caller that set the forced token itself keeps it unless it also names a target.
+  if (!languages.target.empty() || options.forced_bos_id < 0) with_target.forced_bos_id = target_token(languages.target);
   std::vector<std::vector<int>> ids;
   ids.reserve(sources.size());
-  for (const auto& s : sources) ids.push_back(tokenizer_->encode(s));
-  return translate_ids(ids, options, stats);
+  for (const auto& s : sources) ids.push_back(encode_source(s, languages.source));
+  return translate_ids(ids, with_target, stats);
 }
 
 std::vector<Translation> Translator::translate_ids(const std::vector<std::vector<int>>& source_ids,

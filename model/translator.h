@@ -45,6 +45,14 @@ struct Translation {
   std::vector<Hypothesis> hypotheses;  // best first; num_hypotheses of them
 };
 
+// The languages a request asks for, as the caller names them (a model code such as deu_Latn,
+// a FLORES-200 code, an ISO 639-1 alias such as "de": model/languages.h resolves them); ""
+// = the model's default (a multilingual model's src_lang; for the target, the model's
+// forced_bos_token_id).
+struct LanguagePair {
+  std::string source, target;
+};
+
 using DetokenizeFn = std::function<std::string(const std::vector<int>& ids)>;
 
 struct BatchStats {
@@ -76,10 +84,28 @@ class Translator {
   // Translates the sentences through a decode loop that holds all of them at once (the
   // caller chooses how many: the offline batch size); each sentence leaves the loop when it
   // finishes. Not thread-safe: one thread drives a Translator. Throws nmt::Error.
+  // `languages` picks the source-language token and, for M2M-100 / NLLB / mBART-50, the
+  // target language (options.forced_bos_id); a bilingual Marian model refuses a language
+  // other than its own pair (where its tokenizer_config.json names it).
   std::vector<Translation> translate(const std::vector<std::string>& sources,
-                                     const DecodeOptions& options, BatchStats* stats = nullptr);
+                                     const DecodeOptions& options, BatchStats* stats = nullptr,
+                                     const LanguagePair& languages = {});
   std::vector<Translation> translate_ids(const std::vector<std::vector<int>>& source_ids,
                                          const DecodeOptions& options, BatchStats* stats = nullptr);
+
+  // The source ids of `text` in the requested source language ("" = the model's default).
+  // Throws nmt::Error(kInvalidArgument) naming the language and listing the model's.
+  std::vector<int> encode_source(const std::string& text, const std::string& source = "") const;
+  // The first target token a request's target language forces (DecodeOptions::forced_bos_id):
+  // M2M-100 / NLLB / mBART-50's language token, the model's forced_bos_token_id for "", -1
+  // for a Marian model. Throws nmt::Error(kInvalidArgument) for a language the model lacks,
+  // and for "" on a multilingual model without a default (naming target_language).
+  int target_token(const std::string& target) const;
+  // The model's code for a requested language of the given side ("" stays ""); throws as
+  // above. For a bilingual model: its own language, checked where tokenizer_config.json names
+  // the pair.
+  std::string resolve_source(const std::string& source) const;
+  std::string resolve_target(const std::string& target) const;
 
   // A decode loop over this translator's engine (the server's scheduler drives it). One
   // loop at a time per translator: the engine's decode state is the loop's. Its hypotheses

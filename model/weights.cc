@@ -94,6 +94,25 @@ HostTensor Weights::sinusoidal_positions(int positions, int dim) {
   return t;
 }
 
+HostTensor Weights::fairseq_sinusoidal_positions(int positions, int dim, int offset) {
+  HostTensor t;
+  t.shape = {positions, dim};
+  t.data.resize(size_t(positions) * dim);
+  const int half = dim / 2;
+  // torch: exp(arange(half).float() * -(ln(10000) / (half - 1))) and position * that, both in
+  // float32 (the Python scalar rounded to float32); sin and cos of the float32 angle.
+  const float step = float(std::log(10000.0) / (half - 1));
+  for (int p = 0; p < positions; ++p) {
+    for (int j = 0; j < half; ++j) {
+      const float frequency = std::exp(float(j) * -step);
+      const float angle = float(p + offset) * frequency;
+      t.data[size_t(p) * dim + j] = std::sin(angle);
+      t.data[size_t(p) * dim + half + j] = std::cos(angle);
+    }
+  }
+  return t;
+}
+
 const std::string& Weights::resolve(const std::string& name) const {
   auto a = aliases_.find(name);
   return a == aliases_.end() ? name : a->second;
@@ -149,7 +168,14 @@ Weights Weights::load(const std::string& model_dir, const ModelConfig& c) {
   if (enc == dec) {
     w.aliases_[kDecoderEmbeddings] = kEncoderEmbeddings;
   } else {
-    w.tensors_[kDecoderEmbeddings] = read(dec, {tv, d});
+    HostTensor table = read(dec, {tv, d});
+    // Checkpoints of shared embeddings often store each module's copy (NLLB's hub weights
+    // do): equal copies are held once.
+    if (c.share_embeddings && table.data == w.tensors_[kEncoderEmbeddings].data) {
+      w.aliases_[kDecoderEmbeddings] = kEncoderEmbeddings;
+    } else {
+      w.tensors_[kDecoderEmbeddings] = std::move(table);
+    }
   }
   // As transformers: a tied lm_head is the decoder embeddings (a stored copy must agree);
   // an untied one must be stored.
@@ -168,7 +194,8 @@ Weights Weights::load(const std::string& model_dir, const ModelConfig& c) {
     }
     w.tensors_[kOutputProjection] = read("lm_head.weight", {tv, d});
   }
-  if (file.entries().count("final_logits_bias")) {
+  // M2M100ForConditionalGeneration has no final_logits_bias: transformers drops a stored one.
+  if (c.arch.family != Family::kM2M100 && file.entries().count("final_logits_bias")) {
     HostTensor b = read("final_logits_bias", {1, tv});
     b.shape = {tv};
     w.tensors_[kOutputBias] = std::move(b);
@@ -176,13 +203,49 @@ Weights Weights::load(const std::string& model_dir, const ModelConfig& c) {
     w.tensors_[kOutputBias] = HostTensor{{tv}, std::vector<float>(size_t(tv), 0.f)};
   }
   const int64_t p = c.max_positions;
-  w.tensors_[kEncoderPositions] = file.entries().count("model.encoder.embed_positions.weight")
-                                      ? read("model.encoder.embed_positions.weight", {p, d})
-                                      : sinusoidal_positions(int(p), int(d));
-  if (file.entries().count("model.decoder.embed_positions.weight")) {
-    w.tensors_[kDecoderPositions] = read("model.decoder.embed_positions.weight", {p, d});
-  } else {
-    w.aliases_[kDecoderPositions] = kEncoderPositions;
+  switch (c.arch.positions) {
+    case PositionKind::kMarianSinusoidal:
+      // transformers computes Marian's table; a stored one (older exports) is used as stored.
+      w.tensors_[kEncoderPositions] = file.entries().count("model.encoder.embed_positions.weight")
+                                          ? read("model.encoder.embed_positions.weight", {p, d})
+                                          : sinusoidal_positions(int(p), int(d));
+      if (file.entries().count("model.decoder.embed_positions.weight")) {
+        w.tensors_[kDecoderPositions] = read("model.decoder.embed_positions.weight", {p, d});
+      } else {
+        w.aliases_[kDecoderPositions] = kEncoderPositions;
+      }
+      break;
+    case PositionKind::kFairseqSinusoidal:
+      // A non-persistent buffer in transformers: never stored, always computed.
+      w.tensors_[kEncoderPositions] = fairseq_sinusoidal_positions(int(p), int(d), c.arch.position_offset);
+      w.aliases_[kDecoderPositions] = kEncoderPositions;
+      break;
+    case PositionKind::kLearned: {
+      // [max_position_embeddings + offset, d]: the engine's position p is row p + offset.
+      const int64_t off = c.arch.position_offset;
+      for (auto [name, key] : {std::pair<const char*, const char*>{"model.encoder.embed_positions.weight", kEncoderPositions},
+                               {"model.decoder.embed_positions.weight", kDecoderPositions}}) {
+        HostTensor t = read(name, {p + off, d});
+        t.data.erase(t.data.begin(), t.data.begin() + off * d);
+        t.shape = {p, d};
+        w.tensors_[key] = std::move(t);
+      }
+      break;
+    }
+  }
+  // The pre-norm families' extra norms.
+  std::vector<const char*> norms;
+  if (c.arch.final_encoder_norm) norms.push_back(kEncoderFinalNorm);
+  if (c.arch.final_decoder_norm) norms.push_back(kDecoderFinalNorm);
+  if (c.arch.embedding_norm) {
+    norms.push_back(kEncoderEmbeddingNorm);
+    norms.push_back(kDecoderEmbeddingNorm);
+  }
+  for (const char* norm : norms) {
+    for (const char* part : {".weight", ".bias"}) {
+      const std::string name = std::string(norm) + part;
+      w.tensors_[name] = read(name, {d});
+    }
   }
   return w;
 }

@@ -17,6 +17,8 @@ constexpr const char* kUsage =
     "                     [--beam N] [--batch-size N] [--num-hypotheses N] [--length-penalty X]\n"
     "                     [--max-length N] [--min-length N] [--scores] [--input FILE] [--quiet]\n"
     "                     [--threads N]   (CPU: cores per decode step, default all)\n"
+    "                     [--source-language L] [--target-language L]\n"
+    "                     (multilingual models: deu_Latn, de, de_DE, ...; default: the model's)\n"
     "Reads one sentence per line; prints one translation per line in input order.\n"
     "With --num-hypotheses > 1 each input gives N lines 'INDEX ||| TEXT ||| SCORE';\n"
     "with --scores a single-best line is 'SCORE ||| TEXT'.\n";
@@ -26,6 +28,7 @@ struct Args {
   std::string input;
   nmt::TranslatorOptions translator;
   nmt::DecodeOptions decode;
+  nmt::LanguagePair languages;
   int batch_size = 32;
   bool quiet = false;
 };
@@ -60,6 +63,8 @@ Args parse(int argc, char** argv) {
     const std::string v = argv[++i];
     if (f == "--model") a.model = v;
     else if (f == "--input") a.input = v;
+    else if (f == "--source-language") a.languages.source = v;
+    else if (f == "--target-language") a.languages.target = v;
     else if (f == "--device") { if (!nmt::parse_device(v, &a.translator.device)) usage_error("--device must be auto, cpu or cuda"); }
     else if (f == "--precision") { if (!nmt::parse_precision(v, &a.translator.precision)) usage_error("--precision must be float16, float32 or int8"); }
     else if (f == "--beam") a.decode.beam_size = to_int(f, v);
@@ -112,7 +117,7 @@ int main(int argc, char** argv) {
     for (size_t b = 0; b < lines.size(); b += size_t(args.batch_size)) {
       const size_t end = std::min(lines.size(), b + size_t(args.batch_size));
       const std::vector<std::string> batch(lines.begin() + long(b), lines.begin() + long(end));
-      const auto results = translator->translate(batch, args.decode, &stats);
+      const auto results = translator->translate(batch, args.decode, &stats, args.languages);
       for (size_t i = 0; i < results.size(); ++i) {
         for (const auto& h : results[i].hypotheses) {
           if (args.decode.num_hypotheses > 1) {

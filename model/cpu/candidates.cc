@@ -67,9 +67,13 @@ void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, i
   // the scores are not written, each is computed where a block can enter the list.
   float max_v;
   const float* block_max = row_block_maxima(x, n, &max_v);
-  const float lse = masks.force_eos ? 0.f : log_sum_exp_given_max(x, n, max_v);
+  // Forced EOS (transformers applies ForcedEOS after ForcedBOS) or a forced first token: that
+  // token's log-prob is 0 and every other token's -inf.
+  const bool one_hot = masks.force_eos || masks.forced_token >= 0;
+  const int64_t only = masks.force_eos ? masks.eos_id : masks.forced_token;
+  const float lse = one_hot ? 0.f : log_sum_exp_given_max(x, n, max_v);
   auto score = [&](int64_t t) {
-    if (masks.force_eos) return t == masks.eos_id ? 0.f + running : neg_inf;
+    if (one_hot) return t == only ? 0.f + running : neg_inf;
     if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) return neg_inf;
     return (x[t] - lse) + running;
   };
@@ -79,7 +83,7 @@ void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, i
     // The score is monotone in the logit (float rounding included), so the block's best score
     // is at most that of its max; a block that cannot beat a full list is skipped (a tie
     // loses to the listed, lower, index). Masked tokens only lower a block's best.
-    if (count == k && !masks.force_eos && !((block_max[b / kBlock] - lse) + running > scores[k - 1])) continue;
+    if (count == k && !one_hot && !((block_max[b / kBlock] - lse) + running > scores[k - 1])) continue;
     for (int64_t t = b; t < e; ++t) {
       const float s = score(t);
       if (count == k && !(s > scores[k - 1])) continue;  // likewise

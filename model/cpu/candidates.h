@@ -6,7 +6,8 @@
 // enter them; the max pass keeps each block's); then the k best of a sentence's
 // rows. Same semantics as kernels::beam_topk_cpu (the reference it is tested against):
 //   score[t] = (x[t] - lse) + running, pad -> -inf, eos -> -inf when mask_eos, every token
-//   but eos -> -inf and eos -> running when force_eos; best first, equal scores by the lower
+//   but eos -> -inf and eos -> running when force_eos; likewise for forced_token (the forced
+//   first target token) when >= 0 and not force_eos; best first, equal scores by the lower
 //   index (torch.topk's order).
 #include <cstdint>
 
@@ -21,6 +22,7 @@ struct RowMasks {
   int eos_id = -1;
   bool mask_eos = false;
   bool force_eos = false;
+  int forced_token = -1;  // >= 0: the only token not -inf, with log-prob 0 (below force_eos)
 };
 
 // The k (<= n) best candidate scores of one row, best first: scores[i] and tokens[i], from

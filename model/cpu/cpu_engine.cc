@@ -1,5 +1,6 @@
 // Float32 CPU engine: the reference implementation of DESIGN.md §3 that the CUDA engine and
-// the golden tests are checked against.
+// the golden tests are checked against. One layer routine per stack for every family: where
+// the norms sit and which extra norms there are come from the model's Architecture.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,8 +27,8 @@ using cpu::grow;
 using cpu::Linear;
 
 struct Norm {
-  const float* gamma;
-  const float* beta;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
   static Norm from(const Weights& w, const std::string& p) {
     return {w.get(p + ".weight").data.data(), w.get(p + ".bias").data.data()};
   }
@@ -88,6 +89,12 @@ class CpuEngine : public Engine {
                           CrossAttentionWeights::from(w, p + "encoder_attn."),
                           Norm::from(w, p + "encoder_attn_layer_norm"), Linear::from(w, p + "fc1"),
                           Linear::from(w, p + "fc2"), Norm::from(w, p + "final_layer_norm")});
+    }
+    if (c.arch.final_encoder_norm) encoder_final_norm_ = Norm::from(w, Weights::kEncoderFinalNorm);
+    if (c.arch.final_decoder_norm) decoder_final_norm_ = Norm::from(w, Weights::kDecoderFinalNorm);
+    if (c.arch.embedding_norm) {
+      encoder_embedding_norm_ = Norm::from(w, Weights::kEncoderEmbeddingNorm);
+      decoder_embedding_norm_ = Norm::from(w, Weights::kDecoderEmbeddingNorm);
     }
     embed_scale_ = c.scale_embedding ? std::sqrt(float(c.d_model)) : 1.f;
     proj_ = Linear{w.output_projection().data.data(), w.output_bias().data.data(), c.d_model, c.target_vocab_size};
@@ -169,22 +176,31 @@ class CpuEngine : public Engine {
     ids.assign(size_t(rows), c_.pad_id);
     positions.resize(size_t(rows));
     for (int64_t s = 0; s < n; ++s) {
+      int counted = 0;  // the sentence's tokens so far that are not <pad>
       for (int64_t t = 0; t < src_len_; ++t) {
-        if (t < lengths_[s]) ids[s * src_len_ + t] = (*items[size_t(s)].ids)[size_t(t)];
-        positions[s * src_len_ + t] = int(t);
+        const int64_t r = s * src_len_ + t;
+        if (t < lengths_[s]) ids[r] = (*items[size_t(s)].ids)[size_t(t)];
+        // M2M-100 numbers the tokens that are not <pad> (fairseq's make_positions: a <pad>
+        // inside a source shifts the positions after it); a <pad> gets the zero vector.
+        if (c_.arch.pad_position_zero) {
+          positions[r] = ids[r] == c_.pad_id ? kZeroPosition : counted++;
+        } else {
+          positions[r] = int(t);
+        }
       }
     }
     // Members: an admission allocates nothing once they have grown.
     FloatBuffer& x = encoder_out_;
     grow(&x, size_t(rows * d));
-    embed(w_.encoder_embeddings(), c_.vocab_size, w_.encoder_positions(), ids, positions, x.data());
+    embed(w_.encoder_embeddings(), c_.vocab_size, w_.encoder_positions(), encoder_embedding_norm_, ids, positions,
+          x.data());
 
     const int64_t heads = c_.encoder_heads;
     grow(&qkv_, size_t(rows * 3 * d));
     for (auto* b : {&ctx_, &tmp_}) grow(b, size_t(rows * d));
     FloatBuffer &qkv = qkv_, &ctx = ctx_, &tmp = tmp_;
     for (const EncoderLayer& L : encoder_) {
-      L.self_attn.qkv(x.data(), rows, qkv.data());
+      L.self_attn.qkv(sublayer_input(L.self_norm, x.data(), rows), rows, qkv.data());
 #pragma omp parallel for schedule(dynamic)
       for (int64_t s = 0; s < n; ++s) {
         const float* q = qkv.data() + s * src_len_ * 3 * d;
@@ -195,9 +211,10 @@ class CpuEngine : public Engine {
                        &scratch_[size_t(omp_get_thread_num())]);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
-      cpu::add_layer_norm(tmp.data(), x.data(), L.self_norm.gamma, L.self_norm.beta, rows, d, c_.layer_norm_eps);
+      residual(L.self_norm, tmp.data(), x.data(), rows);
       feed_forward(L.fc1, L.fc2, L.final_norm, x.data(), rows);
     }
+    if (c_.arch.final_encoder_norm) final_norm(encoder_final_norm_, x.data(), rows);
     // Cross-attention keys/values: once per sentence, shared by its beams, into its slot.
     for (size_t l = 0; l < decoder_.size(); ++l) {
       decoder_[l].cross_attn.kv(x.data(), rows, qkv.data());
@@ -238,11 +255,22 @@ class CpuEngine : public Engine {
     for (auto* b : {&y_, &q_, &ctx_, &tmp_}) grow(b, size_t(rows * d));
     grow(&qkv_, size_t(rows * 3 * d));
     FloatBuffer &y = y_, &q = q_, &qkv = qkv_, &ctx = ctx_, &tmp = tmp_;
-    embed(w_.decoder_embeddings(), c_.target_vocab_size, w_.decoder_positions(), in.tokens, row_position_, y.data());
+    // M2M-100: a <pad> fed back (generate() does not ban it there) gets the zero position
+    // vector; the positions after it are not shifted (transformers counts the cached ones).
+    const std::vector<int>* positions = &row_position_;
+    if (c_.arch.pad_position_zero) {
+      embed_position_ = row_position_;
+      for (size_t r = 0; r < embed_position_.size(); ++r) {
+        if (in.tokens[r] == c_.pad_id) embed_position_[r] = kZeroPosition;
+      }
+      positions = &embed_position_;
+    }
+    embed(w_.decoder_embeddings(), c_.target_vocab_size, w_.decoder_positions(), decoder_embedding_norm_, in.tokens,
+          *positions, y.data());
     const int64_t heads = c_.decoder_heads, hd = d / heads, cap = cache_capacity_;
     for (size_t l = 0; l < decoder_.size(); ++l) {
       const DecoderLayer& L = decoder_[l];
-      L.self_attn.qkv(y.data(), rows, qkv.data());
+      L.self_attn.qkv(sublayer_input(L.self_norm, y.data(), rows), rows, qkv.data());
       float* ck = cache_k_[l].data();
       float* cv = cache_v_[l].data();
 #pragma omp parallel for
@@ -256,9 +284,9 @@ class CpuEngine : public Engine {
                         &row_scratch_[size_t(omp_get_thread_num())], key_rows_.data() + c * cap, cap * d);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
-      cpu::add_layer_norm(tmp.data(), y.data(), L.self_norm.gamma, L.self_norm.beta, rows, d, c_.layer_norm_eps);
+      residual(L.self_norm, tmp.data(), y.data(), rows);
 
-      L.cross_attn.q(y.data(), rows, q.data());
+      L.cross_attn.q(sublayer_input(L.cross_norm, y.data(), rows), rows, q.data());
 #pragma omp parallel for
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t s = row_slot_[size_t(r)], len = slot_lengths_[size_t(s)];
@@ -267,14 +295,19 @@ class CpuEngine : public Engine {
                         &row_scratch_[size_t(omp_get_thread_num())]);
       }
       L.cross_attn.out(ctx.data(), rows, tmp.data());
-      cpu::add_layer_norm(tmp.data(), y.data(), L.cross_norm.gamma, L.cross_norm.beta, rows, d, c_.layer_norm_eps);
+      residual(L.cross_norm, tmp.data(), y.data(), rows);
       feed_forward(L.fc1, L.fc2, L.final_norm, y.data(), rows);
     }
+    if (c_.arch.final_decoder_norm) final_norm(decoder_final_norm_, y.data(), rows);
     select_candidates(y.data(), rows, in, out);
   }
 
+  // A position whose vector is zeros (M2M-100's <pad>, Architecture::pad_position_zero).
+  static constexpr int kZeroPosition = -1;
+
+  // x = embedding * scale + position (then the embedding norm where the family has one).
   // `vocab`: rows of `table` (the source and target vocabularies may differ).
-  void embed(const HostTensor& table, int vocab, const HostTensor& pos, const std::vector<int>& ids,
+  void embed(const HostTensor& table, int vocab, const HostTensor& pos, const Norm& norm, const std::vector<int>& ids,
              const std::vector<int>& positions, float* x) const {
     const int64_t d = c_.d_model;
     for (size_t r = 0; r < ids.size(); ++r) {
@@ -282,23 +315,56 @@ class CpuEngine : public Engine {
         throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(ids[r]) + " is outside the vocabulary");
       }
       const float* e = table.data.data() + int64_t(ids[r]) * d;
+      if (positions[r] == kZeroPosition) {
+        for (int64_t j = 0; j < d; ++j) x[r * d + j] = e[j] * embed_scale_ + 0.f;
+        continue;
+      }
       const float* p = pos.data.data() + int64_t(positions[r]) * d;
       for (int64_t j = 0; j < d; ++j) x[r * d + j] = e[j] * embed_scale_ + p[j];
     }
+    if (c_.arch.embedding_norm) final_norm(norm, x, int64_t(ids.size()));
   }
 
-  // x = LN(x + fc2(act(fc1(x))))
+  // A sublayer's input: x itself (post-norm), or LN(x) (pre-norm) in normed_.
+  const float* sublayer_input(const Norm& norm, const float* x, int64_t rows) {
+    if (c_.arch.norm_order == NormOrder::kPost) return x;
+    grow(&normed_, size_t(rows * c_.d_model));
+    cpu::layer_norm(x, normed_.data(), norm.gamma, norm.beta, rows, c_.d_model, c_.layer_norm_eps);
+    return normed_.data();
+  }
+
+  // The sublayer's output f joins the residual stream: x = LN(x + f) (post-norm) or
+  // x = x + f (pre-norm, whose norm was on the input).
+  void residual(const Norm& norm, const float* f, float* x, int64_t rows) const {
+    const int64_t d = c_.d_model;
+    if (c_.arch.norm_order == NormOrder::kPost) {
+      cpu::add_layer_norm(f, x, norm.gamma, norm.beta, rows, d, c_.layer_norm_eps);
+      return;
+    }
+#pragma omp parallel for if (rows * d >= (int64_t(1) << 16))
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < d; ++j) x[r * d + j] += f[r * d + j];
+    }
+  }
+
+  // x = LN(x) in place: the final encoder / decoder norms and the embedding norm.
+  void final_norm(const Norm& norm, float* x, int64_t rows) const {
+    cpu::layer_norm(x, x, norm.gamma, norm.beta, rows, c_.d_model, c_.layer_norm_eps);
+  }
+
+  // The feed-forward sublayer: x = LN(x + fc2(act(fc1(x)))) post-norm, or
+  // x = x + fc2(act(fc1(LN(x)))) pre-norm.
   void feed_forward(const Linear& fc1, const Linear& fc2, const Norm& norm, float* x, int64_t rows) {
     grow(&hidden_, size_t(rows * fc1.out));
     grow(&ffn_out_, size_t(rows * fc2.out));
-    fc1(x, rows, hidden_.data());
+    fc1(sublayer_input(norm, x, rows), rows, hidden_.data());
     if (c_.activation == kernels::Activation::kSwish) {
       cpu::swish(hidden_.data(), rows * fc1.out);  // vectorized; the others are the reference's loop
     } else {
       kernels::bias_activation_cpu(hidden_.data(), nullptr, rows, fc1.out, c_.activation);
     }
     fc2(hidden_.data(), rows, ffn_out_.data());
-    cpu::add_layer_norm(ffn_out_.data(), x, norm.gamma, norm.beta, rows, c_.d_model, c_.layer_norm_eps);
+    residual(norm, ffn_out_.data(), x, rows);
   }
 
   static constexpr int64_t kMinCachePositions = 16;
@@ -311,6 +377,9 @@ class CpuEngine : public Engine {
         throw Error(ErrorCode::kInternal, "engine step: a group's slot, beam or k is out of range");
       if (g.follows >= 0)  // Engine::submit(): only engines that overlap steps follow one
         throw Error(ErrorCode::kInternal, "engine step: the CPU engine computes each step at once and follows none");
+      if (g.forced_token >= c_.target_vocab_size)
+        throw Error(ErrorCode::kInvalidArgument, "forced first token id " + std::to_string(g.forced_token) +
+                                                     " is outside the vocabulary");
       if (g.position >= c_.max_positions)
         throw Error(ErrorCode::kInvalidArgument,
                     "decoding past the model's " + std::to_string(c_.max_positions) + " positions");
@@ -412,7 +481,8 @@ class CpuEngine : public Engine {
 #pragma omp parallel for
     for (int64_t r = 0; r < rows; ++r) {
       const StepGroup& g = in.groups[size_t(row_group_[size_t(r)])];
-      cpu::RowMasks masks{c_.pad_id, c_.eos_id, g.mask_eos, g.force_eos};
+      // <pad> is banned only where generate() bans it (ModelConfig::mask_pad).
+      cpu::RowMasks masks{c_.mask_pad ? c_.pad_id : -1, c_.eos_id, g.mask_eos, g.force_eos, g.forced_token};
       cpu::row_topk(logits_.data() + r * vocab, vocab, in.running_scores[size_t(r)], masks,
                     int(std::min<int64_t>(g.k, vocab)), row_scores_.data() + r * stride,
                     row_tokens_.data() + r * stride);
@@ -442,7 +512,7 @@ class CpuEngine : public Engine {
     for (const DecoderLayer& L : decoder_)
       floats += L.self_attn.qkv.storage->capacity() + L.cross_attn.kv.storage->capacity();
     for (const auto& v : row_scratch_) floats += 2 * v.capacity();  // doubles
-    for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_}) {
+    for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_, &normed_}) {
       floats += v->capacity();
     }
     size_t packed = 0;  // the float32 weights' packed copies, or the int8 weights
@@ -456,6 +526,8 @@ class CpuEngine : public Engine {
   const Weights& w_;
   std::vector<EncoderLayer> encoder_;
   std::vector<DecoderLayer> decoder_;
+  Norm encoder_final_norm_, decoder_final_norm_;          // Architecture::final_*_norm
+  Norm encoder_embedding_norm_, decoder_embedding_norm_;  // Architecture::embedding_norm
   float embed_scale_ = 1.f;
   Linear proj_;  // the output projection (the decoder embeddings when tied, else lm_head)
 
@@ -476,7 +548,9 @@ class CpuEngine : public Engine {
   std::vector<std::vector<double>> row_scratch_;  // attend_row's, one per thread (decoder step)
   FloatBuffer hidden_, ffn_out_, logits_;
   FloatBuffer y_, q_, qkv_, ctx_, tmp_;  // decode-step buffers
+  FloatBuffer normed_;                   // a pre-norm sublayer's normalized input
   std::vector<int> row_position_, row_slot_, row_group_, enc_ids_, enc_positions_;
+  std::vector<int> embed_position_;  // the decoder rows' position vectors (kZeroPosition for M2M-100's <pad>)
   FloatBuffer row_scores_;  // each row's best candidates (select_candidates)
   std::vector<int> row_tokens_;
 };

@@ -318,6 +318,7 @@ TEST(DecodeLoop, FollowingStepsGiveEachSentenceItsResultAlone) {
     if (i % 5 == 1) o.min_decoding_length = 4;
     if (i % 7 == 2) o.max_decoding_length = 6;
     if (i % 3 == 0 && o.beam_size > 1) o.num_hypotheses = 2;
+    if (i % 4 == 3) o.forced_bos_id = 1 + i % 3;  // a target-language token, first
     options.push_back(o);
   }
   ScriptedEngine e;
@@ -335,7 +336,13 @@ TEST(DecodeLoop, FollowingStepsGiveEachSentenceItsResultAlone) {
     for (auto& f : loop.step().finished) together[f.id] = std::move(f.translation);
   }
   EXPECT_TRUE(loop.idle());
-  for (size_t i = 0; i < eos_steps.size(); ++i) expect_same(together[i], alone(eos_steps[i], options[i]), i);
+  for (size_t i = 0; i < eos_steps.size(); ++i) {
+    expect_same(together[i], alone(eos_steps[i], options[i]), i);
+    // The forced token leads every hypothesis (also where the first step was followed).
+    for (const Hypothesis& h : together[i].hypotheses) {
+      if (options[i].forced_bos_id >= 0) EXPECT_EQ(h.ids.at(0), options[i].forced_bos_id) << i;
+    }
+  }
   // The steps alternated between the lanes, and most sentences' steps followed the one before.
   const std::vector<int> lanes = e.lanes();
   for (size_t i = 1; i < lanes.size(); ++i) EXPECT_NE(lanes[i], lanes[i - 1]) << "step " << i;

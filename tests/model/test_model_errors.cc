@@ -297,6 +297,9 @@ TEST(DecodeOptionsErrors, EachOptionNamed) {
   o = DecodeOptions{};
   o.length_penalty = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(message(o), "length_penalty must be a finite number");
+  o = DecodeOptions{};
+  o.forced_bos_id = -2;
+  EXPECT_EQ(message(o), "forced_bos_id must be a token id or -1, got -2");
 }
 
 TEST(TranslateErrors, BadSourceIds) {

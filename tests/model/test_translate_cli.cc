@@ -77,6 +77,17 @@ TEST(TranslateCli, QuickstartSentenceGivesGermanLine) {
   EXPECT_NE(r.out.find("Mann"), std::string::npos) << r.out;  // "man" in German
 }
 
+// A bilingual model's own pair, named as a FLORES-200 code or an ISO 639-1 alias, changes nothing.
+TEST(TranslateCli, BilingualModelTakesItsOwnLanguages) {
+  const Result plain = sh("echo 'A man is riding a bike.' | " + kBin + " 2>/dev/null");
+  ASSERT_EQ(plain.status, 0);
+  for (const std::string flags : {"--source-language en --target-language de", "--source-language eng_Latn --target-language deu_Latn"}) {
+    const Result r = sh("echo 'A man is riding a bike.' | " + kBin + " " + flags + " 2>/dev/null");
+    EXPECT_EQ(r.status, 0) << flags;
+    EXPECT_EQ(r.out, plain.out) << flags;
+  }
+}
+
 TEST(TranslateCli, NBestAndScoresFormats) {
   Result r = sh("echo 'Two dogs play.' | " + kBin + " --num-hypotheses 3 2>/dev/null");
   ASSERT_EQ(r.status, 0);
@@ -96,6 +107,10 @@ TEST(TranslateCli, ErrorsExitNonZeroWithOneLine) {
       {"--beam 0", "nmt-translate: error: beam_size must be between 1 and 1024, got 0\n"},
       {"--num-hypotheses 9", "nmt-translate: error: num_hypotheses must be between 1 and beam_size (4), got 9\n"},
       {"--input /nonexistent.txt", "nmt-translate: error: /nonexistent.txt: cannot open input file\n"},
+      // The demo model translates en -> de only (its tokenizer_config.json says so).
+      {"--target-language fra_Latn",
+       "nmt-translate: error: target_language 'fra_Latn' is not this model's: its target language is de\n"},
+      {"--source-language de", "nmt-translate: error: source_language 'de' is not this model's: its source language is en\n"},
   };
   for (const auto& c : cases) {
     const Result r = sh("echo hi | " + kBin + " " + c.args + " 2>&1 >/dev/null");

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/decode_loop.h"
+
 namespace nmt::test {
 namespace {
 
@@ -56,21 +58,25 @@ int reference_max_decoding_length(const std::string& references_path) {
   return 255;
 }
 
-Comparison compare(Translator& translator, const std::vector<GoldenSentence>& refs, Search search,
-                   int batch_size, int max_decoding_length) {
-  const DecodeOptions options = search_options(search, max_decoding_length);
+Comparison compare(const Decoder& decoder, const std::vector<GoldenSentence>& refs, Search search, int batch_size,
+                   int max_decoding_length, const std::vector<int>& forced_bos) {
   Comparison c;
   for (size_t b = 0; b < refs.size(); b += size_t(batch_size)) {
     const size_t end = std::min(refs.size(), b + size_t(batch_size));
     std::vector<std::vector<int>> ids;
-    for (size_t i = b; i < end; ++i) ids.push_back(refs[i].source_ids);
-    const std::vector<Translation> got = translator.translate_ids(ids, options);
+    std::vector<DecodeOptions> options;
+    for (size_t i = b; i < end; ++i) {
+      ids.push_back(refs[i].source_ids);
+      options.push_back(search_options(search, max_decoding_length));
+      if (!forced_bos.empty()) options.back().forced_bos_id = forced_bos.at(i);
+    }
+    const std::vector<Translation> got = decoder.decode(ids, options);
     for (size_t i = b; i < end; ++i) {
       std::vector<GoldenHypothesis> one;
       const auto& want = wanted(refs[i], search, &one);
       const auto& have = got[i - b].hypotheses;
       ++c.sentences;
-      const int eos = translator.config().eos_id;
+      const int eos = decoder.eos_id;
       bool well_formed = have.size() == want.size();
       for (size_t h = 0; well_formed && h < have.size(); ++h) {
         well_formed = !have[h].ids.empty() && have[h].ids.back() == eos &&
@@ -98,11 +104,11 @@ Comparison compare(Translator& translator, const std::vector<GoldenSentence>& re
       ++c.identical;
       bool texts = true;
       for (size_t h = 0; h < want.size(); ++h) {
-        if (have[h].text != want[h].text && texts && c.texts_differ == 0) {
+        if (decoder.with_texts && have[h].text != want[h].text && texts && c.texts_differ == 0) {
           c.first_text_difference = "sentence " + std::to_string(refs[i].id) + ": engine '" + have[h].text +
                                     "', transformers '" + want[h].text + "'";
         }
-        texts = texts && have[h].text == want[h].text;
+        texts = texts && (!decoder.with_texts || have[h].text == want[h].text);
         // The Multi30k file records no greedy score.
         if (search == Search::kGreedy && !refs[i].greedy_scored) continue;
         const double err = std::fabs(double(have[h].score) - want[h].score) / std::max(1.0, std::fabs(double(want[h].score)));
@@ -112,6 +118,52 @@ Comparison compare(Translator& translator, const std::vector<GoldenSentence>& re
     }
   }
   return c;
+}
+
+Comparison compare(Translator& translator, const std::vector<GoldenSentence>& refs, Search search,
+                   int batch_size, int max_decoding_length) {
+  Decoder d;
+  d.decode = [&](const std::vector<std::vector<int>>& ids, const std::vector<DecodeOptions>& options) {
+    return translator.translate_ids(ids, options.at(0));  // one search for the batch
+  };
+  d.eos_id = translator.config().eos_id;
+  return compare(d, refs, search, batch_size, max_decoding_length);
+}
+
+std::vector<Translation> decode_ids(Engine& engine, const ModelConfig& config,
+                                    const std::vector<std::vector<int>>& sources,
+                                    const std::vector<DecodeOptions>& options) {
+  int longest = 0, rows = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    longest = std::max(longest, int(sources[i].size()));
+    rows += options.at(i).beam_size;
+  }
+  DecodeLoop loop(engine, config, {int(sources.size()), rows, longest});
+  std::vector<LoopSentence> admitted;
+  for (size_t i = 0; i < sources.size(); ++i) admitted.push_back({uint64_t(i), sources[i], options[i]});
+  loop.admit(std::move(admitted));
+  std::vector<Translation> out(sources.size());
+  while (!loop.idle()) {
+    for (FinishedSentence& f : loop.step().finished) out.at(f.id) = std::move(f.translation);
+  }
+  return out;
+}
+
+std::vector<int> target_language_ids(const std::string& references_path, const std::vector<GoldenSentence>& refs) {
+  const auto meta_path = std::filesystem::path(references_path).parent_path() / "meta.json";
+  std::ifstream in(meta_path);
+  if (!in) throw std::runtime_error("cannot open " + meta_path.string());
+  const auto meta = nlohmann::json::parse(in);
+  const auto languages = meta.value("tokenizer", nlohmann::json::object()).value("languages", nlohmann::json::object());
+  std::vector<int> ids;
+  for (const GoldenSentence& g : refs) {
+    if (!languages.contains(g.target_language) || !languages[g.target_language].is_number_integer()) {
+      throw std::runtime_error(meta_path.string() + ": tokenizer.languages has no id for target language '" +
+                               g.target_language + "' (reference " + std::to_string(g.id) + ")");
+    }
+    ids.push_back(languages[g.target_language].get<int>());
+  }
+  return ids;
 }
 
 }  // namespace nmt::test

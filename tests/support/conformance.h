@@ -1,9 +1,12 @@
 #pragma once
 // Translating a references file (tests/support/golden.h) with a Translator and counting how
 // much of it comes out identical: the conformance tests on the CPU and on the GPU share it.
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "model/engine.h"
+#include "model/model_config.h"
 #include "model/translator.h"
 #include "tests/support/golden.h"
 
@@ -33,8 +36,36 @@ struct Comparison {
   std::string first_malformed;
 };
 
-// Translates every reference's source_ids in batches of batch_size and compares.
+// What is compared: a batch of sources, each with its options, to their hypotheses; eos_id
+// ends every hypothesis; with_texts: the hypotheses carry their detokenized texts (compared
+// with the references') or not (an engine driven without a tokenizer).
+struct Decoder {
+  std::function<std::vector<Translation>(const std::vector<std::vector<int>>&, const std::vector<DecodeOptions>&)>
+      decode;
+  int eos_id = 0;
+  bool with_texts = true;
+};
+
+// Translates every reference's source_ids in batches of batch_size and compares. forced_bos:
+// per reference, the first target token its options force (DecodeOptions::forced_bos_id),
+// empty: none.
+Comparison compare(const Decoder& decoder, const std::vector<GoldenSentence>& refs, Search search, int batch_size,
+                   int max_decoding_length, const std::vector<int>& forced_bos = {});
+// The Translator's translate_ids (one options for the batch), texts included.
 Comparison compare(Translator& translator, const std::vector<GoldenSentence>& refs, Search search,
                    int batch_size, int max_decoding_length);
+
+// The sources decoded through one DecodeLoop on `engine`, each with its own options, as the
+// server batches the sentences of different requests (different target languages share the
+// decode steps). Hypotheses carry ids and scores, no texts.
+std::vector<Translation> decode_ids(Engine& engine, const ModelConfig& config,
+                                    const std::vector<std::vector<int>>& sources,
+                                    const std::vector<DecodeOptions>& options);
+
+// The model families' references (tests/conformance/families/<variant>): the id of each
+// reference's target-language token, which its decode forces first: from the meta.json
+// beside the references (tokenizer.languages: code -> id). Throws std::runtime_error naming
+// the file and the language when absent.
+std::vector<int> target_language_ids(const std::string& references_path, const std::vector<GoldenSentence>& refs);
 
 }  // namespace nmt::test

@@ -51,6 +51,7 @@ std::vector<std::string> folders_with(const std::string& dir, const char* file) 
 }  // namespace
 
 std::vector<std::string> conformance_variants() { return folders_with(conformance_dir() + "/models", "references.jsonl"); }
+std::vector<std::string> conformance_families() { return folders_with(conformance_dir() + "/families", "references.jsonl"); }
 std::vector<std::string> conformance_refused() { return folders_with(conformance_dir() + "/refused", "meta.json"); }
 
 std::vector<GoldenSentence> load_golden() { return load_references(golden_dir() + "/golden_test2016.jsonl"); }
@@ -69,6 +70,8 @@ std::vector<GoldenSentence> load_references(const std::string& path) {
     g.beam4 = hypothesis(j.at("beam4"));
     g.greedy = hypothesis(j.at("greedy"));
     g.greedy_scored = j.at("greedy").contains("score");
+    g.source_language = j.value("source_language", "");
+    g.target_language = j.value("target_language", "");
     if (j.contains("nbest4")) {
       for (const auto& h : j.at("nbest4")) g.nbest4.push_back(hypothesis(h));
     }

@@ -22,6 +22,9 @@ struct GoldenSentence {
   GoldenHypothesis greedy;
   bool greedy_scored = false;            // the Multi30k file has no greedy score
   std::vector<GoldenHypothesis> nbest4;  // Multi30k: only for the first 100
+  // The model families' references (tests/conformance/families): the language pair; empty
+  // for Marian's.
+  std::string source_language, target_language;
 };
 
 std::string repo_root();
@@ -33,6 +36,9 @@ std::string conformance_dir();         // tests/conformance
 std::string demo_references_path();    // tests/conformance/demo/references.jsonl
 // Folders under tests/conformance/models that hold a references.jsonl, sorted by name.
 std::vector<std::string> conformance_variants();
+// Folders under tests/conformance/families (M2M-100 / NLLB-200 / mBART-50 variants) that hold a
+// references.jsonl, sorted by name.
+std::vector<std::string> conformance_families();
 // Folders under tests/conformance/refused (models the loader must refuse), sorted by name.
 std::vector<std::string> conformance_refused();
 

@@ -183,7 +183,11 @@ class ScriptedEngine : public Engine {
     lp[kEos] = g.position >= eos_step ? std::log(0.9f) : std::log(0.1f);
     lp[kPad] = neg_inf;
     if (g.mask_eos) lp[kEos] = neg_inf;
-    if (g.force_eos) {  // as transformers: only EOS, with log-prob 0
+    if (g.forced_token >= 0) {  // the forced first token: only it, with log-prob 0
+      std::fill(lp.begin(), lp.end(), neg_inf);
+      lp[size_t(g.forced_token)] = 0.f;
+    }
+    if (g.force_eos) {  // as transformers: only EOS, with log-prob 0 (after a forced token)
       std::fill(lp.begin(), lp.end(), neg_inf);
       lp[kEos] = 0.f;
     }
