@@ -125,7 +125,8 @@ int serve(const ServerConfig& config) {
   // A call waiting for its translation holds no thread; SIGTERM's Shutdown
   // waits (up to the grace period, then cancels) until every call has finished.
   ModelControlService control(*models, auth);
-  TranslationService service(*models, config.limits, metrics, auth, config.max_concurrent_calls,
+  RequestPipeline pipeline(*models, config.limits, metrics, config.max_concurrent_calls);
+  TranslationService service(pipeline, *models, auth,
                              config.connections.max_stream_messages_in_flight);
   // The HTTP/JSON API, when http.port is set: before gRPC listens, so that a port already
   // taken stops the server at start.
@@ -133,7 +134,7 @@ int serve(const ServerConfig& config) {
   if (config.http_port != 0) {
     try {
       http = std::make_unique<HttpApi>(config.http_host, config.http_port,
-                                       static_cast<size_t>(config.max_message_bytes), service,
+                                       static_cast<size_t>(config.max_message_bytes), pipeline,
                                        *models, auth, metrics);
     } catch (const std::exception& e) {
       log_event(spdlog::level::critical, "cannot serve the HTTP API", {{"error", e.what()}});

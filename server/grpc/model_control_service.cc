@@ -1,6 +1,6 @@
 #include "server/grpc/model_control_service.h"
 
-#include "server/grpc/status.h"
+#include "server/pipeline/status.h"
 #include "server/grpc/translation_service.h"
 #include "server/observability/logging.h"
 

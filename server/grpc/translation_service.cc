@@ -1,32 +1,14 @@
 #include "server/grpc/translation_service.h"
 
-#include <cmath>
 #include <deque>
-#include <future>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "server/grpc/queue_event.h"
-#include "server/grpc/status.h"
-#include "server/observability/logging.h"
-#include "server/pipeline/sentence_splitter.h"
 
 namespace nmt::server {
 namespace {
-
-// gRPC cancels a call when its deadline passes (OnCancel), which races the scheduler's own
-// expiry of the job: a job cancelled this close to (or after) its deadline counts as
-// expired, as the client sees it.
-constexpr auto kDeadlineSlack = std::chrono::milliseconds(5);
-
-std::string random_prefix() {
-  std::random_device rd;
-  char buf[16];
-  snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
-  return buf;
-}
 
 // The call's deadline on the steady clock (max() when the client set none).
 Clock::time_point steady_deadline(const grpc::ServerContextBase& context) {
@@ -37,73 +19,7 @@ Clock::time_point steady_deadline(const grpc::ServerContextBase& context) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(remaining);
 }
 
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
 }  // namespace
-
-struct TranslationService::Call {
-  const char* method = "";
-  std::string request_id;
-  std::string model = "unknown";  // metric label; a known model's name once resolved
-  Clock::time_point start;
-  size_t sentences = 0;
-  int64_t input_tokens = 0;
-  int64_t output_tokens = 0;
-  // A translated request's scheduling (its JobResult), for its log line; decode_steps 0: not
-  // translated (refused, failed, or no sentence to decode).
-  double queue_ms = 0;
-  double decode_ms = 0;
-  int decode_steps = 0;
-};
-
-struct TranslationService::Admitted {
-  // The model version the request was admitted to, held until the call ends: a reload or
-  // an eviction meanwhile leaves it serving this request.
-  std::shared_ptr<ServedModel> model;
-  Scheduler* scheduler = nullptr;  // of its replica
-  bool return_scores = false;
-  bool return_token_ids = false;
-  std::vector<SplitText> split;  // with split_sentences: each text's sentences and whitespace
-};
-
-// One of max_concurrent_calls places, counted in the inflight gauge while held. Released
-// just before the call's Finish (its answer is complete), so that a client that sends its
-// next call on receipt of the answer finds the place free.
-class TranslationService::Slot {
- public:
-  explicit Slot(TranslationService& service) : service_(service) {}
-  ~Slot() { release(); }
-  Slot(const Slot&) = delete;
-  Slot& operator=(const Slot&) = delete;
-
-  // False (and nothing held) when every place is taken.
-  bool acquire() {
-    if (service_.calls_.fetch_add(1, std::memory_order_relaxed) >= service_.max_calls_) {
-      service_.calls_.fetch_sub(1, std::memory_order_relaxed);
-      return false;
-    }
-    service_.metrics_.inflight_gauge().Increment();
-    held_ = true;
-    return true;
-  }
-  void release() {
-    if (!held_) return;
-    held_ = false;
-    service_.metrics_.inflight_gauge().Decrement();
-    service_.calls_.fetch_sub(1, std::memory_order_relaxed);
-  }
-  grpc::Status busy() const {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        "server busy: " + std::to_string(service_.max_calls_) +
-                            " calls in flight (server.max_concurrent_calls)");
-  }
-
- private:
-  TranslationService& service_;
-  bool held_ = false;
-};
 
 // Translate: parsed, validated and submitted when the call arrives, or, when its model must
 // load first, on the registry's loading thread once it has (no thread waits for the load);
@@ -131,7 +47,8 @@ class TranslationService::UnaryCall final {
   }
 
  private:
-  explicit UnaryCall(TranslationService& service) : service_(service), slot_(service) {}
+  explicit UnaryCall(TranslationService& service)
+      : service_(service), permit_(service.pipeline_) {}
 
   // A call arrived in this place (ok), or the server is shutting down (not ok: no call
   // came, and no done event will).
@@ -154,19 +71,19 @@ class TranslationService::UnaryCall final {
     const bool parsed =
         grpc::SerializationTraits<v1::TranslateRequest>::Deserialize(&request_bytes_, &request_).ok();
     // Nothing of a request that does not parse is trusted (its id included).
-    call_ = service_.begin("Translate", parsed ? request_ : v1::TranslateRequest());
+    record_ = service_.pipeline_.begin("Translate", parsed ? request_ : v1::TranslateRequest());
     if (!parsed) {
       finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "the request does not parse as an nmt.v1.TranslateRequest (a malformed "
                           "message, or a text that is not valid UTF-8)"));
       return;
     }
-    if (!slot_.acquire()) {
-      finish(slot_.busy());
+    if (!permit_.acquire()) {
+      finish(permit_.busy());
       return;
     }
-    service_.admit_async(
-        request_, deadline_, call_, admitted_, [this](JobResult result) { done(result); },
+    service_.pipeline_.admit(
+        request_, deadline_, record_, admitted_, [this](JobResult result) { done(result); },
         [this](std::shared_ptr<Job> job, const grpc::Status& refused) { admission(std::move(job), refused); });
   }
 
@@ -220,7 +137,8 @@ class TranslationService::UnaryCall final {
   }
 
   void done(const JobResult& result) {
-    grpc::Status status = service_.respond(admitted_, result, deadline_, call_, &response_);
+    grpc::Status status =
+        service_.pipeline_.respond(admitted_, result, deadline_, record_, &response_);
     if (status.ok()) {
       bool own_buffer = false;
       status = grpc::SerializationTraits<v1::TranslateResponse>::Serialize(
@@ -236,9 +154,9 @@ class TranslationService::UnaryCall final {
     finish(status);
   }
   void finish(const grpc::Status& status) {
-    context_.AddTrailingMetadata("x-request-id", call_.request_id);
-    service_.record(call_, status);
-    slot_.release();
+    context_.AddTrailingMetadata("x-request-id", record_.request_id);
+    service_.pipeline_.record(record_, status);
+    permit_.release();
     finish_unrecorded(status);
   }
   void finish_unrecorded(const grpc::Status& status) {
@@ -261,11 +179,11 @@ class TranslationService::UnaryCall final {
   QueueEvent done_event_ = queue_event<UnaryCall, &UnaryCall::on_end>(this);
   QueueEvent finished_event_ = queue_event<UnaryCall, &UnaryCall::on_finish>(this);
   std::atomic<int> events_left_{3};  // finished, done, and out of Finish()
-  Slot slot_;
-  Call call_;
+  CallPermit permit_;
+  RequestRecord record_;
   Clock::time_point deadline_;
   v1::TranslateRequest request_;
-  Admitted admitted_;
+  AdmittedRequest admitted_;
   v1::TranslateResponse response_;
   std::mutex mutex_;  // guards what the admission, the job's callback and the done event share
   bool admitting_ = true;
@@ -302,7 +220,8 @@ class TranslationService::StreamCall final {
   }
 
  private:
-  explicit StreamCall(TranslationService& service) : service_(service), slot_(service) {}
+  explicit StreamCall(TranslationService& service)
+      : service_(service), permit_(service.pipeline_) {}
 
   // A stream arrived in this place (ok), or the server is shutting down (not ok: no stream
   // came, and no end event will). The end event may come on another thread before or while
@@ -317,9 +236,9 @@ class TranslationService::StreamCall final {
     service_.call_started();
     deadline_ = steady_deadline(context_);
     grpc::Status refused = service_.authenticate(context_, "TranslateStream");
-    if (refused.ok() && !slot_.acquire()) {
-      refused = slot_.busy();
-      service_.record(service_.begin("TranslateStream", v1::TranslateRequest()), refused);
+    if (refused.ok() && !permit_.acquire()) {
+      refused = permit_.busy();
+      service_.pipeline_.record_refused("TranslateStream", refused);
     }
     if (!refused.ok()) {
       end_stream(refused);  // acting_ stays set: nothing acts on a stream that never read
@@ -353,8 +272,8 @@ class TranslationService::StreamCall final {
 
  private:
   struct Entry {
-    Call call;
-    Admitted admitted;
+    RequestRecord record;
+    AdmittedRequest admitted;
     std::shared_ptr<Job> job;  // while its callback has not come back
     bool done = false;         // answered: `response` is final
     v1::TranslateStreamResponse response;
@@ -370,8 +289,8 @@ class TranslationService::StreamCall final {
       return;
     }
     auto entry = std::make_shared<Entry>();
-    entry->call = service_.begin("TranslateStream", request_);
-    entry->response.set_request_id(entry->call.request_id);
+    entry->record = service_.pipeline_.begin("TranslateStream", request_);
+    entry->response.set_request_id(entry->record.request_id);
     bool cancelled;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -383,7 +302,7 @@ class TranslationService::StreamCall final {
       }
     }
     if (cancelled) {  // the stream is going away: recorded, and answered nowhere
-      service_.record(entry->call,
+      service_.pipeline_.record(entry->record,
                       grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed"));
       std::unique_lock<std::mutex> lock(mutex_);
       reading_ = false;
@@ -393,8 +312,8 @@ class TranslationService::StreamCall final {
     // Admitted here when the model is loaded, else on the loading thread once it is. Until
     // then reading_ stays set (request_ is in use, the next read waits) and admitting_
     // keeps a cancelled stream from finishing under the admission.
-    service_.admit_async(
-        request_, deadline_, entry->call, entry->admitted,
+    service_.pipeline_.admit(
+        request_, deadline_, entry->record, entry->admitted,
         [this, entry](JobResult result) { completed(*entry, result); },
         [this, entry](std::shared_ptr<Job> job, const grpc::Status& refused) {
           admission(entry, std::move(job), refused);
@@ -406,7 +325,7 @@ class TranslationService::StreamCall final {
                  const grpc::Status& refused) {
     if (!refused.ok()) {
       answer(*entry, refused);
-      service_.record(entry->call, refused);
+      service_.pipeline_.record(entry->record, refused);
     }
     bool cancel = false;
     std::unique_lock<std::mutex> lock(mutex_);
@@ -449,11 +368,11 @@ class TranslationService::StreamCall final {
   // A job's callback: a scheduler thread, or the thread that cancelled the job.
   void completed(Entry& entry, const JobResult& result) {
     // Nobody else reads an entry before it is done.
-    const grpc::Status status = service_.respond(entry.admitted, result, deadline_, entry.call,
-                                                 entry.response.mutable_response());
+    const grpc::Status status = service_.pipeline_.respond(
+        entry.admitted, result, deadline_, entry.record, entry.response.mutable_response());
     if (!status.ok()) entry.response.clear_response();
     answer(entry, status);
-    service_.record(entry.call, status);
+    service_.pipeline_.record(entry.record, status);
     std::unique_lock<std::mutex> lock(mutex_);
     entry.done = true;
     entry.job.reset();
@@ -507,7 +426,7 @@ class TranslationService::StreamCall final {
         if (read_done_ && !reading_ && !writing_ && pending_.empty()) finish = grpc::Status::OK;
       }
       if (finish) {
-        slot_.release();
+        permit_.release();
         lock.unlock();
         end_stream(*finish);  // acting_ stays set: nothing starts after this
         return;
@@ -549,7 +468,7 @@ class TranslationService::StreamCall final {
   QueueEvent finished_event_ = queue_event<StreamCall, &StreamCall::on_finished>(this);
   // The end event, each operation in flight, and the actor's hold until Finish() is started.
   std::atomic<int> events_left_{2};
-  Slot slot_;
+  CallPermit permit_;
   Clock::time_point deadline_;
   v1::TranslateRequest request_;  // the read in flight
 
@@ -569,11 +488,9 @@ class TranslationService::StreamCall final {
   bool dirty_ = false;
 };
 
-TranslationService::TranslationService(ModelRegistry& models, const Limits& limits,
-                                       Metrics& metrics, const BearerAuth& auth,
-                                       int max_concurrent_calls, int max_stream_messages)
-    : models_(models), validator_(limits), metrics_(metrics), auth_(auth),
-      id_prefix_(random_prefix()), max_calls_(max_concurrent_calls),
+TranslationService::TranslationService(RequestPipeline& pipeline, const ModelRegistry& models,
+                                       const BearerAuth& auth, int max_stream_messages)
+    : pipeline_(pipeline), models_(models), auth_(auth),
       max_stream_messages_(static_cast<size_t>(max_stream_messages)) {}
 
 void TranslationService::call_done() {
@@ -593,192 +510,8 @@ grpc::Status TranslationService::authenticate(const grpc::ServerContextBase& con
   if (auth_.allows(context.client_metadata())) return grpc::Status::OK;
   const grpc::Status status(grpc::StatusCode::UNAUTHENTICATED,
                             "missing or wrong bearer token (metadata 'authorization: Bearer TOKEN')");
-  Call call = begin(method, v1::TranslateRequest());
-  call.sentences = 0;
-  record(call, status);
+  pipeline_.record_refused(method, status);
   return status;
-}
-
-TranslationService::Call TranslationService::begin(const char* method,
-                                                   const v1::TranslateRequest& request) {
-  Call call;
-  call.method = method;
-  call.start = Clock::now();
-  call.sentences = request.texts_size();
-  // An id that cannot be echoed is replaced here and refused by the validator.
-  call.request_id = valid_request_id(request.request_id())
-                        ? request.request_id()
-                        : id_prefix_ + "-" + std::to_string(next_id_.fetch_add(1));
-  return call;
-}
-
-std::shared_ptr<Job> TranslationService::admit(const v1::TranslateRequest& request,
-                                               Clock::time_point deadline, Call& call,
-                                               Admitted& admitted, JobCallback done) {
-  // Loads the model on its first request, on this thread.
-  return submit(request, models_.acquire(request.model()), deadline, call, admitted, std::move(done));
-}
-
-void TranslationService::admit_async(const v1::TranslateRequest& request, Clock::time_point deadline,
-                                     Call& call, Admitted& admitted, JobCallback done,
-                                     Admission then) {
-  models_.acquire_async(
-      request.model(), [this, &request, deadline, &call, &admitted, done = std::move(done),
-                        then = std::move(then)](std::shared_ptr<ServedModel> model,
-                                                std::exception_ptr error) mutable {
-        std::shared_ptr<Job> job;
-        grpc::Status refused;
-        try {
-          if (error) std::rethrow_exception(error);
-          job = submit(request, std::move(model), deadline, call, admitted, std::move(done));
-        } catch (const Error& e) {
-          refused = to_grpc_status(e);
-        } catch (const std::exception& e) {
-          refused = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
-        }
-        then(std::move(job), refused);
-      });
-}
-
-std::shared_ptr<Job> TranslationService::submit(const v1::TranslateRequest& request,
-                                                std::shared_ptr<ServedModel> model,
-                                                Clock::time_point deadline, Call& call,
-                                                Admitted& admitted, JobCallback done) {
-  admitted.model = std::move(model);
-  call.model = admitted.model->name;
-  admitted.scheduler = admitted.model->least_loaded().scheduler.get();
-  const Tokenizer& tokenizer = admitted.model->tokenizer();
-  const SentenceSplitter* splitter = nullptr;  // looked up when a request splits
-  ValidRequest valid = validator_.validate(
-      request, [&](const std::string& text) { return tokenizer.encode(text); },
-      [&](const std::string& text) {
-        if (!splitter) splitter = &SentenceSplitter::for_language(admitted.model->languages.source);
-        return splitter->split(text);
-      });
-  call.input_tokens = valid.input_tokens;
-  call.sentences = valid.source_ids.size();
-  admitted.return_scores = request.options().return_scores();
-  admitted.return_token_ids = request.options().return_token_ids();
-  admitted.split = std::move(valid.split);
-  return admitted.scheduler->submit(std::move(valid.source_ids), valid.options, deadline,
-                                    std::move(done));
-}
-
-grpc::Status TranslationService::respond(const Admitted& admitted, const JobResult& result,
-                                         Clock::time_point deadline, Call& call,
-                                         v1::TranslateResponse* response) {
-  if (!result.ok) {
-    if (result.code == ErrorCode::kCancelled && Clock::now() + kDeadlineSlack >= deadline) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          "deadline exceeded before the translation finished");
-    }
-    return grpc::Status(to_grpc_code(result.code), result.message);
-  }
-  response->set_request_id(call.request_id);
-  response->set_model(admitted.model->name);
-  auto fill = [&](const Translation& t, google::protobuf::RepeatedPtrField<v1::Hypothesis>* out) {
-    for (const Hypothesis& h : t.hypotheses) {
-      v1::Hypothesis* hyp = out->Add();
-      hyp->set_text(h.text);
-      if (admitted.return_scores) hyp->set_score(h.score);
-      if (admitted.return_token_ids) hyp->mutable_token_ids()->Add(h.ids.begin(), h.ids.end());
-    }
-    if (!t.hypotheses.empty()) call.output_tokens += static_cast<int64_t>(t.hypotheses[0].ids.size());
-  };
-  if (admitted.split.empty()) {
-    for (const Translation& t : result.translations) {
-      fill(t, response->add_translations()->mutable_hypotheses());
-    }
-  } else {
-    // result.translations holds every text's sentences, in order.
-    size_t next = 0;
-    for (const SplitText& text : admitted.split) {
-      v1::Translation* out = response->add_translations();
-      std::vector<std::string> best;
-      for (const std::string& source : text.sentences) {
-        const Translation& t = result.translations[next++];
-        v1::SentenceTranslation* sentence = out->add_sentences();
-        sentence->set_source(source);
-        fill(t, sentence->mutable_hypotheses());
-        best.push_back(t.hypotheses.empty() ? std::string() : t.hypotheses[0].text);
-      }
-      out->add_hypotheses()->set_text(text.join(best));
-    }
-  }
-  response->set_input_tokens(call.input_tokens);
-  response->set_output_tokens(call.output_tokens);
-  call.queue_ms = result.queue_seconds * 1e3;
-  call.decode_ms = result.decode_seconds * 1e3;
-  call.decode_steps = result.decode_steps;
-  v1::Timings* timings = response->mutable_timings();
-  timings->set_queue_ms(call.queue_ms);
-  timings->set_decode_ms(call.decode_ms);
-  timings->set_total_ms(ms_since(call.start));
-  metrics_.queue_wait(call.model, result.queue_seconds);
-  metrics_.decode_time(call.model, result.decode_seconds);
-  metrics_.tokens(call.model, call.input_tokens, call.output_tokens);
-  return grpc::Status::OK;
-}
-
-void TranslationService::record(const Call& call, const grpc::Status& status) {
-  const double ms = ms_since(call.start);
-  const char* code = status_code_name(status.error_code());
-  metrics_.request_done(call.model, code, ms / 1e3);
-  nlohmann::ordered_json fields = {{"request_id", call.request_id},
-                                   {"method", call.method},
-                                   {"model", call.model},
-                                   {"sentences", call.sentences},
-                                   {"input_tokens", call.input_tokens},
-                                   {"output_tokens", call.output_tokens},
-                                   {"ms", std::round(ms * 100) / 100},
-                                   {"code", code}};
-  if (status.ok()) {
-    // Where a translated request's time went: the wait for admission, the decode (from the
-    // first admission on), and the most decoder steps one of its sentences took.
-    if (call.decode_steps > 0) {
-      fields["queue_ms"] = std::round(call.queue_ms * 100) / 100;
-      fields["decode_ms"] = std::round(call.decode_ms * 100) / 100;
-      fields["steps"] = call.decode_steps;
-    }
-    log_event(spdlog::level::info, "request", fields);
-    return;
-  }
-  fields["error"] = status.error_message();
-  const bool server_fault = status.error_code() == grpc::StatusCode::INTERNAL ||
-                            status.error_code() == grpc::StatusCode::UNKNOWN;
-  log_event(server_fault ? spdlog::level::err : spdlog::level::warn, "request failed", fields);
-}
-
-grpc::Status TranslationService::translate(const char* method, const v1::TranslateRequest& request,
-                                           Clock::time_point deadline,
-                                           v1::TranslateResponse* response) {
-  Call call = begin(method, request);
-  Slot slot(*this);
-  if (!slot.acquire()) {
-    const grpc::Status busy = slot.busy();
-    record(call, busy);
-    return busy;
-  }
-  // Shared with the callback, which may still be inside set_value when get() returns.
-  auto answer = std::make_shared<std::promise<JobResult>>();
-  std::future<JobResult> answered = answer->get_future();
-  Admitted admitted;
-  grpc::Status status;
-  try {
-    admit(request, deadline, call, admitted,
-          [answer](JobResult result) { answer->set_value(std::move(result)); });
-    status = respond(admitted, answered.get(), deadline, call, response);
-  } catch (const Error& e) {
-    status = to_grpc_status(e);
-  } catch (const std::exception& e) {
-    status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
-  }
-  record(call, status);
-  return status;
-}
-
-void TranslationService::record_refused(const char* method, const grpc::Status& status) {
-  record(begin(method, v1::TranslateRequest()), status);
 }
 
 void TranslationService::start(grpc::ServerCompletionQueue& queue, int threads) {

@@ -1,7 +1,8 @@
 #pragma once
-// The gRPC face of the server: a thin layer that validates (RequestValidator), submits to
-// its model's Scheduler, fills the response when the job's callback arrives, and records
-// one metrics update and one log line per request. A waiting request holds no thread; a
+// The gRPC face of the server: the call state machines of Translate and TranslateStream on
+// the completion queue, which take each request through the protocol-neutral
+// RequestPipeline (server/pipeline/request_pipeline.h: admission, validation, submission,
+// the response, the metrics and the log line). A waiting request holds no thread; a
 // client's cancellation arrives as an event and cancels its job.
 //
 // Translate and TranslateStream are served on gRPC's asynchronous API, on the server's
@@ -24,9 +25,8 @@
 #include <vector>
 
 #include "nmt/v1/translation.grpc.pb.h"
-#include "server/grpc/auth.h"
-#include "server/observability/metrics.h"
-#include "server/pipeline/request_validator.h"
+#include "server/pipeline/auth.h"
+#include "server/pipeline/request_pipeline.h"
 #include "server/repository/model_registry.h"
 
 namespace nmt::server {
@@ -39,14 +39,13 @@ using TranslationServiceBase = v1::TranslationService::WithRawMethod_Translate<
 
 class TranslationService final : public TranslationServiceBase {
  public:
-  // At most `max_concurrent_calls` Translate calls and streams at once
-  // (server.max_concurrent_calls); beyond it a new one is refused RESOURCE_EXHAUSTED. A
-  // stream stops reading while `max_stream_messages` of its messages are unanswered or
-  // unwritten (server.max_stream_messages_in_flight).
-  // `auth` is the caller's, and may be reloaded while the service runs.
-  TranslationService(ModelRegistry& models, const Limits& limits, Metrics& metrics,
-                     const BearerAuth& auth, int max_concurrent_calls = 4096,
-                     int max_stream_messages = 64);
+  // Requests go through `pipeline`, whose CallPermits (server.max_concurrent_calls) each
+  // call and stream holds; beyond them a new one is refused RESOURCE_EXHAUSTED. A stream
+  // stops reading while `max_stream_messages` of its messages are unanswered or unwritten
+  // (server.max_stream_messages_in_flight). `auth` is the caller's, and may be reloaded
+  // while the service runs.
+  TranslationService(RequestPipeline& pipeline, const ModelRegistry& models,
+                     const BearerAuth& auth, int max_stream_messages = 64);
 
   // Once the server has started: offers Translate and TranslateStream calls places on
   // `queue` (the server's, taken by `threads` QueueThreads), which stay until the queue is
@@ -56,15 +55,6 @@ class TranslationService final : public TranslationServiceBase {
   grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
                           v1::ListModelsResponse* response) override;
 
-  // One Translate request that came over another protocol (the HTTP API): admitted,
-  // limited (a place among max_concurrent_calls), measured and logged like a gRPC call,
-  // under `method` in the log. Blocks until it is answered; the caller authenticated it.
-  grpc::Status translate(const char* method, const v1::TranslateRequest& request,
-                         Clock::time_point deadline, v1::TranslateResponse* response);
-  // Counts and logs a request refused before translate() (authentication, a body that
-  // does not parse) as one request of `method`.
-  void record_refused(const char* method, const grpc::Status& status);
-
   // Blocks until every Translate and TranslateStream call object is gone (a job's callback
   // may be the last to let go of one). Called once the queue is drained, before the models
   // stop: it orders the calls' last steps (a cancel into a scheduler, say) before that,
@@ -72,48 +62,19 @@ class TranslationService final : public TranslationServiceBase {
   void wait_for_calls();
 
  private:
-  struct Call;      // one request's bookkeeping, receipt to log line
-  struct Admitted;  // a validated request and its model
-  class Slot;       // a place among max_concurrent_calls, and the inflight gauge
-  class UnaryCall;  // one Translate call, on the asynchronous API
+  class UnaryCall;   // one Translate call, on the asynchronous API
   class StreamCall;  // one TranslateStream call, on the asynchronous API
 
-  Call begin(const char* method, const v1::TranslateRequest& request);
-  // Validates the request and resolves its model into `admitted` (everything the job's
-  // callback needs), then submits it; `done` may run before this returns. Throws
-  // nmt::Error (the request is refused; `done` never runs).
-  std::shared_ptr<Job> admit(const v1::TranslateRequest& request, Clock::time_point deadline,
-                             Call& call, Admitted& admitted, JobCallback done);
-  // admit() without waiting for a model load (ModelRegistry::acquire_async): `then` gets
-  // the job, or the status that refuses the request (and `done` never runs). `then` runs on
-  // this thread when the model is loaded, else on the registry's loading thread; `request`,
-  // `call` and `admitted` must live until it has run.
-  using Admission = std::function<void(std::shared_ptr<Job>, grpc::Status)>;
-  void admit_async(const v1::TranslateRequest& request, Clock::time_point deadline, Call& call,
-                   Admitted& admitted, JobCallback done, Admission then);
-  // admit()'s work once the model is known.
-  std::shared_ptr<Job> submit(const v1::TranslateRequest& request, std::shared_ptr<ServedModel> model,
-                              Clock::time_point deadline, Call& call, Admitted& admitted,
-                              JobCallback done);
-  // The request's status from its job's result; fills the response when it is OK.
-  grpc::Status respond(const Admitted& admitted, const JobResult& result,
-                       Clock::time_point deadline, Call& call, v1::TranslateResponse* response);
-  void record(const Call& call, const grpc::Status& status);
   void call_started() { live_.fetch_add(1, std::memory_order_relaxed); }
   void call_done();
   // OK, or UNAUTHENTICATED (recorded as one request of `method`) when the call lacks an
   // accepted bearer token.
   grpc::Status authenticate(const grpc::ServerContextBase& context, const char* method);
 
-  ModelRegistry& models_;
-  RequestValidator validator_;
-  Metrics& metrics_;
+  RequestPipeline& pipeline_;
+  const ModelRegistry& models_;  // ListModels
   const BearerAuth& auth_;
-  const std::string id_prefix_;
-  std::atomic<uint64_t> next_id_{1};
-  const int max_calls_;
   const size_t max_stream_messages_;
-  std::atomic<int> calls_{0};  // Translate calls and streams holding a Slot
   std::atomic<int> live_{0};   // UnaryCall (once arrived) and StreamCall objects not yet deleted
   std::mutex live_mutex_;
   std::condition_variable no_live_;

@@ -3,11 +3,13 @@
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <utility>
 
-#include "server/grpc/status.h"
+#include "server/pipeline/status.h"
 
 namespace nmt::server {
 namespace {
@@ -93,9 +95,9 @@ std::vector<LanguageModel> language_models(const ModelRegistry& models) {
 }  // namespace
 
 HttpApi::HttpApi(const std::string& host, int port, size_t max_body_bytes,
-                 TranslationService& service, const ModelRegistry& models, const BearerAuth& auth,
+                 RequestPipeline& pipeline, const ModelRegistry& models, const BearerAuth& auth,
                  Metrics& metrics)
-    : service_(service),
+    : pipeline_(pipeline),
       auth_(auth),
       libretranslate_(language_models(models)),
       max_body_bytes_(max_body_bytes),
@@ -130,13 +132,28 @@ void HttpApi::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+grpc::Status HttpApi::translate(const char* method, v1::TranslateRequest request,
+                                v1::TranslateResponse* response) {
+  using Answer = std::pair<grpc::Status, v1::TranslateResponse>;
+  // Shared with the completion, which may still be inside set_value when get() returns.
+  auto answer = std::make_shared<std::promise<Answer>>();
+  std::future<Answer> answered = answer->get_future();
+  pipeline_.translate(method, std::move(request), Clock::time_point::max(),
+                      [answer](const grpc::Status& status, v1::TranslateResponse translated) {
+                        answer->set_value({status, std::move(translated)});
+                      });
+  Answer got = answered.get();
+  *response = std::move(got.second);
+  return got.first;
+}
+
 void HttpApi::routes() {
   server_->Post("/v1/translate", [this](const httplib::Request& req, httplib::Response& res) {
     if (!auth_.allows_header(req.get_header_value("Authorization"))) {
       const grpc::Status denied(
           grpc::StatusCode::UNAUTHENTICATED,
           "missing or wrong bearer token (header 'Authorization: Bearer TOKEN')");
-      service_.record_refused(kV1, denied);
+      pipeline_.record_refused(kV1, denied);
       return v1_error(res, denied);
     }
     v1::TranslateRequest request;
@@ -145,12 +162,11 @@ void HttpApi::routes() {
       const grpc::Status bad(
           grpc::StatusCode::INVALID_ARGUMENT,
           "the body is not a JSON nmt.v1.TranslateRequest: " + parsed.ToString());
-      service_.record_refused(kV1, bad);
+      pipeline_.record_refused(kV1, bad);
       return v1_error(res, bad);
     }
     v1::TranslateResponse response;
-    const grpc::Status status =
-        service_.translate(kV1, request, Clock::time_point::max(), &response);
+    const grpc::Status status = translate(kV1, std::move(request), &response);
     if (!status.ok()) return v1_error(res, status);
     std::string body;
     google::protobuf::util::MessageToJsonString(response, &body);
@@ -169,7 +185,7 @@ void HttpApi::routes() {
       if (!request.api_key.empty()) credential = "Bearer " + request.api_key;
       if (!auth_.allows_header(credential)) {
         const bool none = credential.empty();
-        service_.record_refused(kLibre, grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+        pipeline_.record_refused(kLibre, grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                                                      none ? "no API key" : "invalid API key"));
         if (none) {
           throw LibreTranslateError{
@@ -179,8 +195,8 @@ void HttpApi::routes() {
       }
       libretranslate_.check(request);
       v1::TranslateResponse response;
-      const grpc::Status status = service_.translate(kLibre, libretranslate_.to_request(request),
-                                                     Clock::time_point::max(), &response);
+      const grpc::Status status =
+          translate(kLibre, libretranslate_.to_request(request), &response);
       if (!status.ok()) throw libretranslate_error(status);
       reply(res, 200, libretranslate_.response_json(request, response));
     } catch (const LibreTranslateError& e) {

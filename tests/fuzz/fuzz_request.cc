@@ -1,6 +1,6 @@
 // Arbitrary bytes as a nmt.v1.TranslateRequest, through the server's admission check
 // (RequestValidator::validate with the demo model's tokenizer and the English sentence
-// splitter), as TranslationService runs it
+// splitter), as the request pipeline (server/pipeline/request_pipeline.h) runs it
 // before queueing; no network. A request is refused with nmt::Error(kInvalidArgument) or
 // accepted, and what is accepted must be safe for the scheduler, the engine and gRPC (a
 // request_id echoed as metadata must be a legal header value: gRPC aborts on others).

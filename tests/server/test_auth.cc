@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "server/grpc/auth.h"
+#include "server/pipeline/auth.h"
 
 using nmt::server::BearerAuth;
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/grpc/status.h"
+#include "server/pipeline/status.h"
 #include "server/observability/logging.h"
 #include "server/observability/metrics.h"
 #include "tools/loadgen/latency_stats.h"

@@ -1,4 +1,4 @@
-#include "server/grpc/auth.h"
+#include "server/pipeline/auth.h"
 
 #include <fstream>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "server/grpc/status.h"
+#include "server/pipeline/status.h"
 
 namespace nmt::server {
 

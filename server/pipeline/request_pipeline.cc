@@ -1,0 +1,264 @@
+#include "server/pipeline/request_pipeline.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <utility>
+
+#include "server/observability/logging.h"
+#include "server/pipeline/status.h"
+
+namespace nmt::server {
+namespace {
+
+// gRPC cancels a call when its deadline passes, which races the scheduler's own expiry of
+// the job: a job cancelled this close to (or after) its deadline counts as expired, as the
+// client sees it.
+constexpr auto kDeadlineSlack = std::chrono::milliseconds(5);
+
+std::string random_prefix() {
+  std::random_device rd;
+  char buf[16];
+  snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
+  return buf;
+}
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double round2(double ms) { return std::round(ms * 100) / 100; }
+
+}  // namespace
+
+bool CallPermit::acquire() {
+  if (held_) return true;
+  if (pipeline_.calls_.fetch_add(1, std::memory_order_relaxed) >= pipeline_.max_calls_) {
+    pipeline_.calls_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  pipeline_.metrics_.inflight_gauge().Increment();
+  held_ = true;
+  return true;
+}
+
+void CallPermit::release() {
+  if (!held_) return;
+  held_ = false;
+  pipeline_.metrics_.inflight_gauge().Decrement();
+  pipeline_.calls_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+grpc::Status CallPermit::busy() const {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      "server busy: " + std::to_string(pipeline_.max_calls_) +
+                          " calls in flight (server.max_concurrent_calls)");
+}
+
+RequestPipeline::RequestPipeline(ModelRegistry& models, const Limits& limits, Metrics& metrics,
+                                 int max_concurrent_calls)
+    : models_(models),
+      validator_(limits),
+      metrics_(metrics),
+      id_prefix_(random_prefix()),
+      max_calls_(max_concurrent_calls) {}
+
+RequestRecord RequestPipeline::begin(const char* method, const v1::TranslateRequest& request) {
+  RequestRecord record;
+  record.method = method;
+  record.start = Clock::now();
+  record.sentences = size_t(request.texts_size());
+  // An id that cannot be echoed is replaced here and refused by the validator.
+  record.request_id = valid_request_id(request.request_id())
+                          ? request.request_id()
+                          : id_prefix_ + "-" + std::to_string(next_id_.fetch_add(1));
+  return record;
+}
+
+void RequestPipeline::admit(const v1::TranslateRequest& request, Clock::time_point deadline,
+                            RequestRecord& record, AdmittedRequest& admitted, JobCallback done,
+                            Admission then) {
+  models_.acquire_async(
+      request.model(), [this, &request, deadline, &record, &admitted, done = std::move(done),
+                        then = std::move(then)](std::shared_ptr<ServedModel> model,
+                                                std::exception_ptr error) mutable {
+        std::shared_ptr<Job> job;
+        grpc::Status refused;
+        try {
+          if (error) std::rethrow_exception(error);
+          job = submit(request, std::move(model), deadline, record, admitted, std::move(done));
+        } catch (const Error& e) {
+          refused = to_grpc_status(e);
+        } catch (const std::exception& e) {
+          refused = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+        }
+        then(std::move(job), refused);
+      });
+}
+
+std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request,
+                                             std::shared_ptr<ServedModel> model,
+                                             Clock::time_point deadline, RequestRecord& record,
+                                             AdmittedRequest& admitted, JobCallback done) {
+  admitted.model = std::move(model);
+  record.model = admitted.model->name;
+  admitted.scheduler = admitted.model->least_loaded().scheduler.get();
+  // The request against its model: its texts are tokenized with the model's tokenizer and
+  // split by the rules of the model's source language, and its options become the
+  // DecodeOptions the model decodes with. A request's own source and target languages
+  // (issue 51) resolve here, against the model's, before anything is tokenized.
+  const Tokenizer& tokenizer = admitted.model->tokenizer();
+  const SentenceSplitter* splitter = nullptr;  // looked up when a request splits
+  ValidRequest valid = validator_.validate(
+      request, [&](const std::string& text) { return tokenizer.encode(text); },
+      [&](const std::string& text) {
+        if (!splitter) splitter = &SentenceSplitter::for_language(admitted.model->languages.source);
+        return splitter->split(text);
+      });
+  record.input_tokens = valid.input_tokens;
+  record.sentences = valid.source_ids.size();
+  admitted.return_scores = request.options().return_scores();
+  admitted.return_token_ids = request.options().return_token_ids();
+  admitted.split = std::move(valid.split);
+  return admitted.scheduler->submit(std::move(valid.source_ids), valid.options, deadline,
+                                    std::move(done));
+}
+
+grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const JobResult& result,
+                                      Clock::time_point deadline, RequestRecord& record,
+                                      v1::TranslateResponse* response) {
+  if (!result.ok) {
+    if (result.code == ErrorCode::kCancelled && Clock::now() + kDeadlineSlack >= deadline) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "deadline exceeded before the translation finished");
+    }
+    return grpc::Status(to_grpc_code(result.code), result.message);
+  }
+  response->set_request_id(record.request_id);
+  response->set_model(record.model);
+  auto fill = [&](const Translation& t, google::protobuf::RepeatedPtrField<v1::Hypothesis>* out) {
+    for (const Hypothesis& h : t.hypotheses) {
+      v1::Hypothesis* hyp = out->Add();
+      hyp->set_text(h.text);
+      if (admitted.return_scores) hyp->set_score(h.score);
+      if (admitted.return_token_ids) hyp->mutable_token_ids()->Add(h.ids.begin(), h.ids.end());
+    }
+    if (!t.hypotheses.empty())
+      record.output_tokens += static_cast<int64_t>(t.hypotheses[0].ids.size());
+  };
+  if (admitted.split.empty()) {
+    for (const Translation& t : result.translations) {
+      fill(t, response->add_translations()->mutable_hypotheses());
+    }
+  } else {
+    // result.translations holds every text's sentences, in order.
+    size_t next = 0;
+    for (const SplitText& text : admitted.split) {
+      v1::Translation* out = response->add_translations();
+      std::vector<std::string> best;
+      for (const std::string& source : text.sentences) {
+        const Translation& t = result.translations[next++];
+        v1::SentenceTranslation* sentence = out->add_sentences();
+        sentence->set_source(source);
+        fill(t, sentence->mutable_hypotheses());
+        best.push_back(t.hypotheses.empty() ? std::string() : t.hypotheses[0].text);
+      }
+      out->add_hypotheses()->set_text(text.join(best));
+    }
+  }
+  response->set_input_tokens(record.input_tokens);
+  response->set_output_tokens(record.output_tokens);
+  record.queue_ms = result.queue_seconds * 1e3;
+  record.decode_ms = result.decode_seconds * 1e3;
+  record.decode_steps = result.decode_steps;
+  v1::Timings* timings = response->mutable_timings();
+  timings->set_queue_ms(record.queue_ms);
+  timings->set_decode_ms(record.decode_ms);
+  timings->set_total_ms(ms_since(record.start));
+  metrics_.queue_wait(record.model, result.queue_seconds);
+  metrics_.decode_time(record.model, result.decode_seconds);
+  metrics_.tokens(record.model, record.input_tokens, record.output_tokens);
+  return grpc::Status::OK;
+}
+
+void RequestPipeline::record(const RequestRecord& record, const grpc::Status& status) {
+  const double ms = ms_since(record.start);
+  const char* code = status_code_name(status.error_code());
+  metrics_.request_done(record.model, code, ms / 1e3);
+  nlohmann::ordered_json fields = {{"request_id", record.request_id},
+                                   {"method", record.method},
+                                   {"model", record.model},
+                                   {"sentences", record.sentences},
+                                   {"input_tokens", record.input_tokens},
+                                   {"output_tokens", record.output_tokens},
+                                   {"ms", round2(ms)},
+                                   {"code", code}};
+  if (status.ok()) {
+    // Where a translated request's time went: the wait for admission, the decode (from the
+    // first admission on), and the most decoder steps one of its sentences took.
+    if (record.decode_steps > 0) {
+      fields["queue_ms"] = round2(record.queue_ms);
+      fields["decode_ms"] = round2(record.decode_ms);
+      fields["steps"] = record.decode_steps;
+    }
+    log_event(spdlog::level::info, "request", fields);
+    return;
+  }
+  fields["error"] = status.error_message();
+  const bool server_fault = status.error_code() == grpc::StatusCode::INTERNAL ||
+                            status.error_code() == grpc::StatusCode::UNKNOWN;
+  log_event(server_fault ? spdlog::level::err : spdlog::level::warn, "request failed", fields);
+}
+
+void RequestPipeline::record_refused(const char* method, const grpc::Status& status) {
+  RequestRecord refused = begin(method, v1::TranslateRequest());
+  record(refused, status);
+}
+
+namespace {
+
+// A request translate() runs: shared by its admission and its job's callback, either of
+// which may be the last to hold it.
+struct PipelineRequest {
+  explicit PipelineRequest(RequestPipeline& pipeline) : permit(pipeline) {}
+  v1::TranslateRequest request;
+  RequestRecord record;
+  AdmittedRequest admitted;
+  CallPermit permit;
+  v1::TranslateResponse response;
+  RequestPipeline::Completion done;
+};
+
+}  // namespace
+
+void RequestPipeline::translate(const char* method, v1::TranslateRequest request,
+                                Clock::time_point deadline, Completion done) {
+  auto state = std::make_shared<PipelineRequest>(*this);
+  state->record = begin(method, request);
+  state->request = std::move(request);
+  state->done = std::move(done);
+  auto complete = [this](PipelineRequest& s, const grpc::Status& status) {
+    record(s.record, status);
+    s.permit.release();
+    s.done(status, status.ok() ? std::move(s.response) : v1::TranslateResponse());
+  };
+  if (!state->permit.acquire()) {
+    complete(*state, state->permit.busy());
+    return;
+  }
+  // Exactly one of the two completes the request: the job's callback once admitted, the
+  // admission when it refuses (then the job, and its callback, never exist).
+  admit(
+      state->request, deadline, state->record, state->admitted,
+      [this, state, deadline, complete](JobResult result) {
+        complete(*state,
+                 respond(state->admitted, result, deadline, state->record, &state->response));
+      },
+      [state, complete](std::shared_ptr<Job>, const grpc::Status& refused) {
+        if (!refused.ok()) complete(*state, refused);
+      });
+}
+
+}  // namespace nmt::server

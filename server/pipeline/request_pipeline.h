@@ -1,0 +1,142 @@
+#pragma once
+// What a Translate request goes through, whatever protocol brought it (the gRPC calls in
+// server/grpc/, the HTTP API in server/http/): a place among server.max_concurrent_calls
+// (CallPermit), its model (ModelRegistry::acquire_async, no thread waits for a load),
+// validation, tokenization and sentence splitting (RequestValidator), submission to the
+// model's Scheduler, the response from the job's result (n-best, split sentences joined with
+// the text's own whitespace, scores, timings), and one metrics update and one log line per
+// request (a translated one's also carries `queue_ms`, its sentences' longest wait for
+// admission, `decode_ms` from the first admission on, and `steps`, its longest sentence's
+// decoder steps). No thread waits on a request: it completes through a callback.
+//
+// A frontend either hands the pipeline a whole request (translate(), the HTTP API) or runs
+// its steps itself (begin, admit, respond, record), when it must interleave them with its
+// own events (the gRPC calls: a client's cancellation cancels the admitted job). Either way
+// authentication is the frontend's (it knows where the credential travels), and a refusal it
+// makes before the pipeline is recorded with record_refused().
+#include <grpcpp/support/status.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nmt/v1/translation.pb.h"
+#include "server/observability/metrics.h"
+#include "server/pipeline/limits.h"
+#include "server/pipeline/request_validator.h"
+#include "server/pipeline/sentence_splitter.h"
+#include "server/repository/model_registry.h"
+
+namespace nmt::server {
+
+// One request's bookkeeping, from its receipt to its log line.
+struct RequestRecord {
+  const char* method = "";  // "Translate", "HTTP /v1/translate", ...: the log's `method`
+  std::string request_id;
+  std::string model = "unknown";  // metric label; a known model's name once resolved
+  Clock::time_point start;
+  size_t sentences = 0;
+  int64_t input_tokens = 0;
+  int64_t output_tokens = 0;
+  // A translated request's scheduling (its JobResult), for its log line; decode_steps 0: not
+  // translated (refused, failed, or no sentence to decode).
+  double queue_ms = 0;
+  double decode_ms = 0;
+  int decode_steps = 0;
+};
+
+// A validated request and its model: what the response to its job's result needs.
+struct AdmittedRequest {
+  // The model version the request was admitted to, held until the request ends: a reload
+  // or an eviction meanwhile leaves it serving this request.
+  std::shared_ptr<ServedModel> model;
+  Scheduler* scheduler = nullptr;  // of its replica: a cancellation goes there
+  bool return_scores = false;
+  bool return_token_ids = false;
+  std::vector<SplitText> split;  // with split_sentences: each text's sentences and whitespace
+};
+
+class RequestPipeline;
+
+// One of server.max_concurrent_calls places (gRPC calls, streams and HTTP requests
+// together), counted in the inflight gauge while held. A frontend releases it just before it
+// sends the answer, so that a client that sends its next request on receipt of the answer
+// finds the place free.
+class CallPermit {
+ public:
+  explicit CallPermit(RequestPipeline& pipeline) : pipeline_(pipeline) {}
+  ~CallPermit() { release(); }
+  CallPermit(const CallPermit&) = delete;
+  CallPermit& operator=(const CallPermit&) = delete;
+
+  // False (and nothing held) when every place is taken.
+  bool acquire();
+  void release();  // idempotent
+  // The RESOURCE_EXHAUSTED a request gets when acquire() failed.
+  grpc::Status busy() const;
+
+ private:
+  RequestPipeline& pipeline_;
+  bool held_ = false;
+};
+
+class RequestPipeline {
+ public:
+  // At most `max_concurrent_calls` CallPermits at once (server.max_concurrent_calls).
+  RequestPipeline(ModelRegistry& models, const Limits& limits, Metrics& metrics,
+                  int max_concurrent_calls = 4096);
+
+  // A whole request: its CallPermit, admission, response and record. `done` gets the status
+  // and, when it is OK, the response; it runs exactly once, on this thread when the request
+  // is refused at once or answered before this returns, else on a scheduler thread or the
+  // registry's loading thread. The request's permit is released before `done` runs.
+  using Completion =
+      std::function<void(const grpc::Status& status, v1::TranslateResponse response)>;
+  void translate(const char* method, v1::TranslateRequest request, Clock::time_point deadline,
+                 Completion done);
+
+  // The steps, for a frontend that runs them itself.
+  //
+  // The record of a request received now; its request_id is the request's own, or one made
+  // here when it cannot be echoed (the validator then refuses the request).
+  RequestRecord begin(const char* method, const v1::TranslateRequest& request);
+  // Resolves the request's model without waiting for a load, then validates, tokenizes and
+  // submits it: `then` gets the job, or the status that refuses the request (and `done`
+  // never runs). `done` may run before `then`. `then` runs on this thread when the model is
+  // loaded, else on the registry's loading thread; `request`, `record` and `admitted` must
+  // live until it has run.
+  using Admission = std::function<void(std::shared_ptr<Job> job, const grpc::Status& refused)>;
+  void admit(const v1::TranslateRequest& request, Clock::time_point deadline, RequestRecord& record,
+             AdmittedRequest& admitted, JobCallback done, Admission then);
+  // The request's status from its job's result; fills `response` when it is OK and adds the
+  // result's tokens and times to the metrics.
+  grpc::Status respond(const AdmittedRequest& admitted, const JobResult& result,
+                       Clock::time_point deadline, RequestRecord& record,
+                       v1::TranslateResponse* response);
+  // The request's one metrics update and log line.
+  void record(const RequestRecord& record, const grpc::Status& status);
+  // Records a request refused before the pipeline saw it (authentication, a body that does
+  // not parse) as one request of `method`.
+  void record_refused(const char* method, const grpc::Status& status);
+
+ private:
+  friend class CallPermit;
+
+  // admit()'s work once the model is known.
+  std::shared_ptr<Job> submit(const v1::TranslateRequest& request,
+                              std::shared_ptr<ServedModel> model, Clock::time_point deadline,
+                              RequestRecord& record, AdmittedRequest& admitted, JobCallback done);
+
+  ModelRegistry& models_;
+  const RequestValidator validator_;
+  Metrics& metrics_;
+  const std::string id_prefix_;
+  std::atomic<uint64_t> next_id_{1};
+  const int max_calls_;
+  std::atomic<int> calls_{0};  // CallPermits held
+};
+
+}  // namespace nmt::server
