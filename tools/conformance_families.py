@@ -34,19 +34,26 @@ BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
 FAIRSEQ_SPM_IDS = dict(unk_id=0, bos_id=1, eos_id=2, pad_id=-1)  # as fairseq's models
 MAX_LENGTH = 40  # decoder start + at most 39 tokens (the language token, ..., </s>)
 PERTURBATION = 3e-3  # as the Marian variants' (make_conformance.PERTURBATION)
-# Gains of the layers' output projections (fc2, attention out_proj), tried in this order (see
-# calibrate). With pre-norm layers the residual stream carries the input token's embedding to
-# the final norm, and with lm_head tied to the embeddings the model then keeps predicting the
-# token it was fed ("under under under ..." with the Marian variants' gains, 2026-12-01).
-# Larger FFN branches make the next token a function of the current token and position (the
-# FFN's input), and the cross-attention makes it depend on the source; attention branches
-# much larger than the FFN's would make every step alike (the source is the same each step).
+# Init candidates (see calibrate), tried in this order: gains of the layers' output
+# projections (fc2, attention out_proj) and the token embeddings' std. With pre-norm layers
+# the residual stream carries the input token's embedding to the final norm, and with lm_head
+# tied to the embeddings the model then keeps predicting the token it was fed ("under under
+# under ..." with the Marian variants' gains and embeddings). Larger FFN branches make the
+# next token a function of the current token and position (the FFN's input), smaller
+# embeddings give the position more weight in it (the model then varies from step to step),
+# and the cross-attention makes it depend on the source; attention branches much larger than
+# the FFN's would make every step alike (the source is the same each step). The final norm's
+# gain grows as the embeddings shrink (OUTPUT_GAIN * EMBEDDING_STD / std), keeping the logits
+# as peaked.
 RESIDUAL_GAINS = ((1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (4.0, 1.0), (3.0, 2.0), (5.0, 1.5))
+EMBEDDING_STDS = (0.1, 0.05, 0.025)
+INIT_CANDIDATES = tuple((fc2, out_proj, std) for std in EMBEDDING_STDS
+                        for fc2, out_proj in RESIDUAL_GAINS)
 # </s> logit boosts tried with the chosen gains.
 EOS_BOOSTS = (4.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0)
 END_TARGET = 0.6
 CALIBRATION_RECORDS = 12
-POSITION_STD = 0.1  # mBART's learned positions
+POSITION_STD = 0.5  # mBART's learned positions, at the scale of M2M-100's sinusoids
 
 NLLB_CODES = ("eng_Latn", "deu_Latn", "fra_Latn", "spa_Latn", "ita_Latn", "por_Latn",
               "rus_Cyrl", "ell_Grek", "zho_Hans", "zho_Hant")
@@ -277,7 +284,9 @@ def build_tokenizer(folder, variant, spm_bytes, vocab, problems):
     min_tokens = len(vocab) if vocab else len(mc.spm_pieces(spm_bytes))
     tok, how = construct_tokenizer(variant, folder, min_tokens)
     written = tok.save_pretrained(folder)
-    names = sorted({os.path.basename(str(p)) for p in written} | (set(os.listdir(folder)) - before))
+    # (save_pretrained also names files it did not write, such as M2M-100's added_tokens.json)
+    names = sorted(n for n in {os.path.basename(str(p)) for p in written} |
+                   (set(os.listdir(folder)) - before) if os.path.isfile(os.path.join(folder, n)))
     # save_pretrained may not keep the SentencePiece model (a tokenizers-backed class writes
     # tokenizer.json); the hub folders ship it, and the engine reads it: keep ours.
     with open(os.path.join(folder, "sentencepiece.bpe.model"), "wb") as f:
@@ -394,13 +403,18 @@ def model_classes(variant):
     return getattr(transformers, fam["config"]), getattr(transformers, fam["model"])
 
 
-def init_family_weights(model, seed, residual_gain):
+def output_gain(init):
+    return mc.OUTPUT_GAIN * mc.EMBEDDING_STD / init[2]
+
+
+def init_family_weights(model, seed, init):
     """Random weights from a seeded generator, parameter by parameter in name order, by the
     Marian variants' rules (make_conformance.init_weights: gain/sqrt(fan_in) linear layers,
-    fc2 rows zero-mean, layer norms 1 +- 0.2, embeddings std EMBEDDING_STD), mBART's learned
+    fc2 rows zero-mean, layer norms 1 +- 0.2), mBART's learned
     positions std POSITION_STD, and <pad>'s embedding row zero as in a fairseq-trained model
     (its padding_idx row gets no gradient); the output projections of attention and FFN
-    scaled by residual_gain (fc2, out_proj). Returns the final decoder norm's base parameters."""
+    init: (fc2 gain, out_proj gain, embedding std), see INIT_CANDIDATES; the final decoder
+    norm scales by output_gain(init). Returns the final decoder norm's base parameters."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -414,7 +428,7 @@ def init_family_weights(model, seed, residual_gain):
                 p.copy_(randn(p.shape, POSITION_STD))  # mBART's learned positions
             elif name.endswith("embed_tokens.weight") or name.endswith("shared.weight") \
                     or name == "lm_head.weight":
-                p.copy_(randn(p.shape, mc.EMBEDDING_STD))
+                p.copy_(randn(p.shape, init[2]))
             elif "layer_norm" in name or "layernorm" in name:
                 p.copy_((1.0 if name.endswith(".weight") else 0.0) + randn(p.shape, 0.2))
             elif name.endswith(".weight"):
@@ -423,9 +437,9 @@ def init_family_weights(model, seed, residual_gain):
                 if ".fc2." in name:
                     w -= w.mean(dim=1, keepdim=True)
                 if ".fc2." in name:
-                    w *= residual_gain[0]
+                    w *= init[0]
                 elif ".out_proj." in name:
-                    w *= residual_gain[1]
+                    w *= init[1]
                 p.copy_(w)
             elif name.endswith(".bias"):
                 p.copy_(randn(p.shape, 0.1))
@@ -438,7 +452,7 @@ def init_family_weights(model, seed, residual_gain):
             if emb.weight.data_ptr() != shared.data_ptr():
                 emb.weight.copy_(shared)
         norm = model.model.decoder.layer_norm
-        norm.weight.mul_(mc.OUTPUT_GAIN)
+        norm.weight.mul_(output_gain(init))
         return norm.weight.clone(), norm.bias.clone()
 
 
@@ -468,48 +482,50 @@ def greedy_sample(model, tok, sample, codes):
 
 
 def calibrate(folder, variant, fields, seed, tok, records, codes):
-    """Chooses the init's residual gains and </s> boost, by greedy on CALIBRATION_RECORDS
-    records spread over the list: first the gains (RESIDUAL_GAINS) whose outputs are the most
-    varied (mean share of distinct tokens between the language token and </s>) with the
-    smallest boost, where most outputs run long; then, with those gains, the boost of
-    EOS_BOOSTS whose fraction of outputs ending before max_length is closest to END_TARGET
-    among those averaging >= 6 tokens (else the longest). Earlier in the lists on ties;
-    deterministic (the CPU runs one thread). Returns (model with the chosen init, gains,
-    boost, table of what each gave)."""
+    """Chooses the init and the </s> boost by greedy on CALIBRATION_RECORDS records spread
+    over the list: first the init of INIT_CANDIDATES whose outputs are the most varied (mean
+    share of distinct tokens between the language token and </s>, times the share of distinct
+    outputs) with the smallest boost, where most outputs run long; then, with that init, the
+    boost of EOS_BOOSTS whose fraction of outputs ending before max_length is closest to
+    END_TARGET among those averaging >= 6 tokens (else the longest). Earlier in the lists on
+    ties; deterministic (the CPU runs one thread). Returns (model with the chosen init, the
+    init, the boost, the table of what each gave)."""
     sample = records[::max(1, len(records) // CALIBRATION_RECORDS)][:CALIBRATION_RECORDS]
     table = []
 
-    def measure(model, gain, boost):
+    def measure(model, init, boost):
         set_eos_boost(model, model._conformance_norm[2], boost)
         outs = greedy_sample(model, tok, sample, codes)
         bodies = [ids[1:-1] for ids in outs if len(ids) > 2]
-        row = {"residual_gain": list(gain), "eos_boost": boost,
+        row = {"init": list(init), "eos_boost": boost,
                "ended_before_max_length": sum(len(i) < MAX_LENGTH - 1 for i in outs) / len(outs),
                "mean_length": sum(len(i) for i in outs) / len(outs),
-               "distinct_token_share": sum(len(set(b)) / len(b) for b in bodies) / len(outs)}
+               "distinct_token_share": sum(len(set(b)) / len(b) for b in bodies) / len(outs),
+               "distinct_outputs": len({tuple(i) for i in outs}) / len(outs)}
         table.append(row)
         return row
 
-    rows = [measure(build_family_model(folder, variant, fields, seed, g), g, EOS_BOOSTS[0])
-            for g in RESIDUAL_GAINS]
-    gain = RESIDUAL_GAINS[rows.index(max(rows, key=lambda r: r["distinct_token_share"]))]
-    model = build_family_model(folder, variant, fields, seed, gain)
-    rows = [measure(model, gain, b) for b in EOS_BOOSTS]
+    rows = [measure(build_family_model(folder, variant, fields, seed, init), init, EOS_BOOSTS[0])
+            for init in INIT_CANDIDATES]
+    init = INIT_CANDIDATES[rows.index(max(
+        rows, key=lambda r: r["distinct_token_share"] * r["distinct_outputs"]))]
+    model = build_family_model(folder, variant, fields, seed, init)
+    rows = [measure(model, init, b) for b in EOS_BOOSTS]
     ok = [r for r in rows if r["mean_length"] >= 6]
     best = (min(ok, key=lambda r: abs(r["ended_before_max_length"] - END_TARGET)) if ok else
             max(rows, key=lambda r: r["mean_length"]))
     set_eos_boost(model, model._conformance_norm[2], best["eos_boost"])
-    return model, gain, best["eos_boost"], table
+    return model, init, best["eos_boost"], table
 
 
-def build_family_model(folder, variant, fields, seed, residual_gain):
+def build_family_model(folder, variant, fields, seed, init):
     """Builds and initialises the model (not yet saved); returns it."""
     import torch
 
     config_cls, model_cls = model_classes(variant)
     torch.manual_seed(seed)
     model = model_cls(config_cls(**fields)).eval()
-    weight, bias = init_family_weights(model, seed, residual_gain)
+    weight, bias = init_family_weights(model, seed, init)
     model._conformance_norm = (folder, weight, bias)
     return model
 
@@ -700,7 +716,7 @@ def prepare_variant(out, n, variant, spms, plain_items, problems):
     fields = dict(COMMON, **v["config"], vocab_size=vocab_size_of(variant, tok))
     items = reference_items(variant, plain_items)
     torch.set_num_threads(1)
-    model, gain, boost, table = calibrate(folder, variant, fields, seed, tok, items, codes)
+    model, init, boost, table = calibrate(folder, variant, fields, seed, tok, items, codes)
     shapes = save_family_model(model, folder)
     check_family_reload(variant, folder, fields, problems)
     extra = []
@@ -730,9 +746,9 @@ def prepare_variant(out, n, variant, spms, plain_items, problems):
                                pieces_missing_from_vocab_json=dropped,
                                ids_differing_from_the_documented_layout=differs),
                 init=dict(attention_gain=mc.ATTENTION_GAIN, ffn_gain=mc.FFN_GAIN,
-                          embedding_std=mc.EMBEDDING_STD, output_gain=mc.OUTPUT_GAIN,
+                          embedding_std=init[2], output_gain=output_gain(init),
                           position_std=POSITION_STD, pad_embedding="zeros",
-                          residual_gain=dict(fc2=gain[0], out_proj=gain[1]), eos_boost=boost,
+                          residual_gain=dict(fc2=init[0], out_proj=init[1]), eos_boost=boost,
                           calibration=table))
     return dict(variant=variant, folder=folder, items=items, info=info)
 
@@ -747,7 +763,7 @@ def build_refused(out, name, spec, tiny_spms, problems):
                             False, problems)
     tok = load_tokenizer(variant, folder)
     fields = dict(dict(COMMON, **v["config"]), **TINY, vocab_size=vocab_size_of(variant, tok))
-    model = build_family_model(folder, variant, fields, SEED, RESIDUAL_GAINS[0])
+    model = build_family_model(folder, variant, fields, SEED, INIT_CANDIDATES[0])
     save_family_model(model, folder)
     cfg_path = os.path.join(folder, "config.json")
     if value is None:
