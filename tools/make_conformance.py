@@ -8,9 +8,11 @@ sentences with each of them and with the demo model.
 
 Needs torch, transformers and sentencepiece (none of them is needed to run the tests). Writes
 under OUT: models/<variant>/ (model + tokenizer files, references.jsonl, meta.json),
-demo/ (references.jsonl, meta.json for models/m30k-en-de-small on all of sentences.en) and
-refused/<name>/ (models the loader must refuse, with meta.json naming the field).
-tests/conformance/README.md describes every file.
+demo/ (references.jsonl, meta.json for models/m30k-en-de-small on all of sentences.en),
+refused/<name>/ (models the loader must refuse, with meta.json naming the field), and
+families/<variant>/ with the families' refused/ cases (NLLB-200, M2M-100, mBART-50: written by
+tools/conformance_families.py; --only-families writes those alone, --skip-families leaves them
+out). tests/conformance/README.md describes every file.
 
 Everything is deterministic, so running it twice gives identical files: the SentencePiece
 models are trained single-threaded from an in-memory corpus that this script writes itself
