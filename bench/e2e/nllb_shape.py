@@ -103,7 +103,9 @@ def write(out, shape, seed):
     t0 = time.perf_counter()
     with torch.device(device):
         model = M2M100ForConditionalGeneration(M2M100Config(**cfg)).half().eval()
-    model.save_pretrained(out)  # config.json, generation_config.json, model.safetensors (float16)
+    # config.json, generation_config.json and one model.safetensors (float16; the server reads
+    # no sharded checkpoints, and the 1.3B shape's 2.7 GB is over some versions' default shard)
+    model.save_pretrained(out, max_shard_size="50GB")
     codes = [c for c in tok.get_vocab() if len(c) == 8 and c[3] == "_"]
     print(f"wrote {out}: NLLB-200 {shape} shape, {sum(p.numel() for p in model.parameters()):,} parameters "
           f"(float16), tokenizer of {len(tok.get_vocab())} ids ({len(codes)} language codes) "
