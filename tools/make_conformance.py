@@ -8,9 +8,11 @@ sentences with each of them and with the demo model.
 
 Needs torch, transformers and sentencepiece (none of them is needed to run the tests). Writes
 under OUT: models/<variant>/ (model + tokenizer files, references.jsonl, meta.json),
-demo/ (references.jsonl, meta.json for models/m30k-en-de-small on all of sentences.en) and
-refused/<name>/ (models the loader must refuse, with meta.json naming the field).
-tests/conformance/README.md describes every file.
+demo/ (references.jsonl, meta.json for models/m30k-en-de-small on all of sentences.en),
+refused/<name>/ (models the loader must refuse, with meta.json naming the field), and
+families/<variant>/ with the families' refused/ cases (NLLB-200, M2M-100, mBART-50: written by
+tools/conformance_families.py; --only-families writes those alone, --skip-families leaves them
+out). tests/conformance/README.md describes every file.
 
 Everything is deterministic, so running it twice gives identical files: the SentencePiece
 models are trained single-threaded from an in-memory corpus that this script writes itself
@@ -215,11 +217,17 @@ def non_latin(line):
 # ---------------------------------------------------------------------------------------
 # SentencePiece models and Marian vocabularies.
 
-def train_spm(lines, vocab_size, rule, log_path):
-    """Trains a unigram model on lines; returns the serialized model. Marian's convention:
-    </s> = 0, <unk> = 1, no <s>. Single-threaded and unshuffled, so the bytes are the same
+MARIAN_SPM_IDS = dict(unk_id=1, eos_id=0, bos_id=-1, pad_id=-1)
+
+
+def train_spm(lines, vocab_size, rule, log_path, model_type="unigram", ids=MARIAN_SPM_IDS,
+              rule_tsv=None):
+    """Trains a SentencePiece model on lines; returns the serialized model. Marian's
+    convention by default: unigram, </s> = 0, <unk> = 1, no <s> (the families pass fairseq's:
+    BPE, <unk> 0, <s> 1, </s> 2). Single-threaded and unshuffled, so the bytes are the same
     on every run; the corpus comes from memory, so no file path ends up in the model.
-    rule: nmt_nfkc (OPUS-MT's, with its 240 KB normalization table) or identity."""
+    rule: nmt_nfkc (OPUS-MT's, with its 240 KB normalization table) or identity; or None
+    and rule_tsv, a rule file of the current directory (its name is stored in the model)."""
     import sentencepiece as spm
 
     buf = io.BytesIO()
@@ -230,10 +238,11 @@ def train_spm(lines, vocab_size, rule, log_path):
         os.dup2(log.fileno(), 2)
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(lines), model_writer=buf, model_type="unigram",
-                vocab_size=vocab_size, character_coverage=1.0, unk_id=1, eos_id=0, bos_id=-1,
-                pad_id=-1, num_threads=1, input_sentence_size=0, shuffle_input_sentence=False,
-                normalization_rule_name=rule)
+                sentence_iterator=iter(lines), model_writer=buf, model_type=model_type,
+                vocab_size=vocab_size, character_coverage=1.0, num_threads=1,
+                input_sentence_size=0, shuffle_input_sentence=False, **ids,
+                **({"normalization_rule_tsv": rule_tsv} if rule is None else
+                   {"normalization_rule_name": rule}))
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -452,6 +461,59 @@ def noise_processor(eps, seed):
     return LogitsProcessorList([Noise()])
 
 
+def search_modes(model, tok, enc, kw, pad, banned, eps, extra=None):
+    """Greedy, beam 4 and 4-best for one encoded source (batch 1: no padding), plus the
+    perturbed beam runs. kw: generate_kwargs' modes and "common"; extra: this source's own
+    generate() arguments (the families' forced_bos_token_id); banned: ids generate() never
+    picks (bad_words_ids), left out of the greedy margin. Returns the greedy / beam4 / nbest4
+    results, the smallest greedy top-1/top-2 gap, the smallest adjacent 4-best score gap and
+    whether the perturbation moved a hypothesis."""
+    import torch
+
+    common = dict(kw["common"], **(extra or {}))
+    found = {}
+    out = model.generate(**enc, **kw["greedy"], **common, output_scores=True,
+                         output_logits=True, return_dict_in_generate=True)
+    ids = _strip(out.sequences[0].tolist(), pad)
+    raw = out.logits if getattr(out, "logits", None) is not None else out.scores
+    total, greedy_gap = 0.0, math.inf
+    for t, tid in enumerate(ids):
+        lp = torch.log_softmax(raw[t][0].float(), dim=-1)
+        processed = out.scores[t][0]
+        if torch.isfinite(processed).sum().item() == 1:
+            continue  # a forced token (</s> at max_length, a language) scores 0, as in beam search
+        total += lp[tid].item()
+        for b in banned:
+            lp[b] = -math.inf  # never a candidate (bad_words_ids)
+        top = torch.topk(lp, 2).values
+        greedy_gap = min(greedy_gap, (top[0] - top[1]).item())
+    found["greedy"] = {"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
+                       "score": total / len(ids)}
+    out = model.generate(**enc, **kw["beam4"], **common, output_scores=True,
+                         return_dict_in_generate=True)
+    ids = _strip(out.sequences[0].tolist(), pad)
+    found["beam4"] = {"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
+                      "score": out.sequences_scores[0].item()}
+    out = model.generate(**enc, **kw["nbest4"], **common, output_scores=True,
+                         return_dict_in_generate=True)
+    nbest = []
+    for seq, score in zip(out.sequences.tolist(), out.sequences_scores.tolist()):
+        ids = _strip(seq, pad)
+        nbest.append({"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
+                      "score": score})
+    nbest_gap = min(a["score"] - b["score"] for a, b in zip(nbest, nbest[1:]))
+    found["nbest4"] = nbest
+    # Does a perturbation of the beam steps' scores move any hypothesis?
+    moved = False
+    for seed in PERTURBATION_SEEDS:
+        for mode, want in (("beam4", [found["beam4"]]), ("nbest4", nbest)):
+            out = model.generate(**enc, **kw[mode], **common,
+                                 logits_processor=noise_processor(eps, seed))
+            got = [_strip(seq, pad) for seq in out.tolist()]
+            moved |= got != [h["ids"] for h in want]
+    return found, greedy_gap, nbest_gap, moved
+
+
 def translate_chunk(task):
     """Runs greedy, beam 4 and 4-best for each (id, source) of one chunk, one sentence at a
     time (batch 1: no padding in the reference computation). Returns the records and the
@@ -471,48 +533,14 @@ def translate_chunk(task):
         for sid, source in items:
             enc = tok(source, return_tensors="pt")
             rec = {"id": sid, "source": source, "source_ids": enc["input_ids"][0].tolist()}
-            out = model.generate(**enc, **kw["greedy"], **kw["common"], output_scores=True,
-                                 output_logits=True, return_dict_in_generate=True)
-            ids = _strip(out.sequences[0].tolist(), pad)
-            raw = out.logits if getattr(out, "logits", None) is not None else out.scores
-            total, step_gap = 0.0, math.inf
-            for t, tid in enumerate(ids):
-                lp = torch.log_softmax(raw[t][0].float(), dim=-1)
-                processed = out.scores[t][0]
-                if torch.isfinite(processed).sum().item() == 1:
-                    continue  # a forced </s> scores 0, as in beam search
-                total += lp[tid].item()
-                lp[pad] = -math.inf  # never a candidate (bad_words_ids)
-                top = torch.topk(lp, 2).values
-                step_gap = min(step_gap, (top[0] - top[1]).item())
-            greedy_gaps.append(step_gap)
-            rec["greedy"] = {"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
-                             "score": total / len(ids)}
-            out = model.generate(**enc, **kw["beam4"], **kw["common"], output_scores=True,
-                                 return_dict_in_generate=True)
-            ids = _strip(out.sequences[0].tolist(), pad)
-            rec["beam4"] = {"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
-                            "score": out.sequences_scores[0].item()}
-            out = model.generate(**enc, **kw["nbest4"], **kw["common"], output_scores=True,
-                                 return_dict_in_generate=True)
-            nbest = []
-            for seq, score in zip(out.sequences.tolist(), out.sequences_scores.tolist()):
-                ids = _strip(seq, pad)
-                nbest.append({"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
-                              "score": score})
-            nbest_gaps.append(min(a["score"] - b["score"] for a, b in zip(nbest, nbest[1:])))
-            beam_mismatch += nbest[0]["ids"] != rec["beam4"]["ids"]
-            rec["nbest4"] = nbest
-            # Does a perturbation of the beam steps' scores move any hypothesis?
-            moved = False
-            for seed in PERTURBATION_SEEDS:
-                for mode, want in (("beam4", [rec["beam4"]]), ("nbest4", nbest)):
-                    out = model.generate(**enc, **kw[mode], **kw["common"],
-                                         logits_processor=noise_processor(eps, seed))
-                    got = [_strip(seq, pad) for seq in out.tolist()]
-                    moved |= got != [h["ids"] for h in want]
+            found, greedy_gap, nbest_gap, moved = search_modes(model, tok, enc, kw, pad, [pad],
+                                                               eps)
+            rec.update(found)
+            greedy_gaps.append(greedy_gap)
+            nbest_gaps.append(nbest_gap)
+            beam_mismatch += rec["nbest4"][0]["ids"] != rec["beam4"]["ids"]
             unstable.append(moved)
-            if any(h["ids"][-1:] != [eos] for h in nbest + [rec["greedy"], rec["beam4"]]):
+            if any(h["ids"][-1:] != [eos] for h in rec["nbest4"] + [rec["greedy"], rec["beam4"]]):
                 problems.append(f"{folder} id {sid}: a hypothesis does not end with </s>")
             records.append(rec)
     return records, dict(greedy_gaps=greedy_gaps, nbest_gaps=nbest_gaps, unstable=unstable,
@@ -573,8 +601,9 @@ def keep_decidable(recs, stats_list, max_length):
         if g >= MIN_MARGIN and n >= MIN_MARGIN and not u:
             kept.append((r, g, n))
         else:
-            left_out.append({"id": r["id"], "min_greedy_gap": g, "min_nbest_gap": n,
-                             "beam_steps_move_under_perturbation": u})
+            entry = {k: r[k] for k in ("id", "source_language", "target_language") if k in r}
+            left_out.append(dict(entry, min_greedy_gap=g, min_nbest_gap=n,
+                                 beam_steps_move_under_perturbation=u))
     hyps = [h for r, _, _ in kept for h in r["nbest4"]]
     return [r for r, _, _ in kept], {
         "min_greedy_top1_top2_logprob_gap": min((g for _, g, _ in kept), default=None),
@@ -631,6 +660,11 @@ def main():
     ap.add_argument("--skip-demo", action="store_true",
                     help="write the variants and refused models only (demo/ takes most of the"
                          " time and does not depend on the variants' init)")
+    ap.add_argument("--skip-families", action="store_true",
+                    help="leave out families/ and the families' refused/ cases")
+    ap.add_argument("--only-families", action="store_true",
+                    help="write families/ and the families' refused/ cases only (NLLB-200,"
+                         " M2M-100, mBART-50; tools/conformance_families.py)")
     args = ap.parse_args()
     if os.path.isdir(args.out) and os.listdir(args.out):
         ap.error(f"{args.out} is not empty")
@@ -642,6 +676,11 @@ def main():
         ap.error(f"{args.sentences}: empty file or empty line")
 
     log_path = os.path.join(tempfile.mkdtemp(prefix="make_conformance."), "spm.log")
+    variant_ids = sorted(set(range(0, len(sentences), 6)) | set(VARIANT_EXTRA_IDS))
+    plain_items = [(i, sentences[i]) for i in variant_ids]
+    out = os.path.abspath(args.out)
+    if args.only_families:
+        return finish(*write_families(out, sentences, plain_items, args))
     rng = random.Random(SEED)
     english = english_corpus(rng, 3000) + [s for s in sentences if not non_latin(s)]
     target = [to_target(s) for s in english]
@@ -653,8 +692,6 @@ def main():
     tiny_spm = train_spm(english, SRC_SPM_SIZE, "identity", log_path)
     src_pieces, tgt_pieces = spm_pieces(src_spm), spm_pieces(tgt_spm)
 
-    variant_ids = sorted(set(range(0, len(sentences), 6)) | set(VARIANT_EXTRA_IDS))
-    plain_items = [(i, sentences[i]) for i in variant_ids]
     # Language codes cycle over the sentences; three edge cases follow (no space after the
     # code, a code in mid-sentence, which is plain text, and a code absent from vocab.json).
     coded_items = [(i, f"{LANGUAGE_CODES[k % len(LANGUAGE_CODES)]} {s}")
@@ -663,9 +700,9 @@ def main():
                     (2, sentences[2][:-1] + " " + LANGUAGE_CODES[1] + "."),
                     (3, ">>xyz<< " + sentences[3])]
 
+    family_items = plain_items
     if args.limit:
         plain_items, coded_items = plain_items[:args.limit], coded_items[-args.limit:]
-    out = os.path.abspath(args.out)
     tasks, plan, problems = [], [], []
     for n, (name, (desc, changes, opts)) in enumerate(VARIANTS.items()):
         folder = os.path.join(out, "models", name)
@@ -767,8 +804,26 @@ def main():
     if not args.skip_demo:
         demo_recs = [r for recs, _ in results[at:] for r in recs]
         write_demo(out, demo_cfg, demo_recs, [st for _, st in results[at:]], summary)
-    print(json.dumps(summary, indent=1, sort_keys=True))
     problems += [p for _, st in results for p in st["problems"]]
+    if not args.skip_families:
+        family_summary, family_problems = write_families(out, sentences, family_items, args)
+        summary.update(family_summary)
+        problems += family_problems
+    finish(summary, problems)
+
+
+def write_families(out, sentences, plain_items, args):
+    """families/ and the families' refused/ cases (tools/conformance_families.py)."""
+    import conformance_families
+
+    log_path = os.path.join(tempfile.mkdtemp(prefix="make_conformance."), "spm.log")
+    if args.limit:
+        plain_items = plain_items[:args.limit]
+    return conformance_families.write_families(out, sentences, plain_items, args.jobs, log_path)
+
+
+def finish(summary, problems):
+    print(json.dumps(summary, indent=1, sort_keys=True))
     for p in problems:
         print(f"make_conformance: {p}", file=sys.stderr)
     if problems:
