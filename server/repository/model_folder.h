@@ -23,8 +23,9 @@ const std::vector<std::string>& optional_model_files();
 
 struct ModelFolder {
   std::string path;
-  // Size and modification time (ns) of each model file, in model_files() order; a replaced
-  // or rewritten file changes it. Empty when the folder is not complete.
+  // Size and modification time (ns) of each model file (model_files() and the
+  // optional_model_files() present or not); a replaced, rewritten, added or removed file
+  // changes it. Empty when the folder is not complete.
   std::string fingerprint;
   std::string missing;  // the model files absent from the folder, "" when complete
   ModelLanguages languages;  // model_languages() of the folder
