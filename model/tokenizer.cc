@@ -45,6 +45,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_dir, const M
   if (config.arch.family == Family::kMarian && tokenizer_files::exists(model_dir + "/source.spm")) {
     return load_marian_tokenizer(model_dir, config, tokenizer_config);
   }
+  tokenizer_files::require(model_dir, "tokenizer_config.json", "it names the tokenizer class and its languages");
   throw Error(ErrorCode::kInvalidArgument,
               config_path + ": no field 'tokenizer_class' (NllbTokenizer, M2M100Tokenizer, MBart50Tokenizer or "
                             "MarianTokenizer): cannot tell the tokenizer of model_type '" +

@@ -146,13 +146,10 @@ FairseqTokenizer::FairseqTokenizer(const std::string& model_dir, const ModelConf
                                    const nlohmann::json& tokenizer_config)
     : scheme_(scheme), model_vocab_(std::min(config.vocab_size, config.target_vocab_size)) {
   const std::string config_path = model_dir + "/tokenizer_config.json";
-  if (tokenizer_config.empty()) {
-    throw Error(ErrorCode::kNotFound, config_path + ": missing (" + scheme_class(scheme) + " reads src_lang and its codes there)");
-  }
+  files::require(model_dir, "sentencepiece.bpe.model", std::string("the SentencePiece model ") + scheme_class(scheme) +
+                                                           " splits text with; tokenizer.json alone is not read");
+  if (scheme == FairseqScheme::kM2M100) files::require(model_dir, "vocab.json", "M2M100Tokenizer's piece -> id table");
   sp_path_ = model_dir + "/sentencepiece.bpe.model";
-  if (!files::exists(sp_path_)) {
-    throw Error(ErrorCode::kNotFound, sp_path_ + ": cannot open SentencePiece model (missing file?)");
-  }
   const auto status = sp_.Load(sp_path_);
   if (!status.ok()) {
     throw Error(ErrorCode::kInvalidArgument,

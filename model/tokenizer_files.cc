@@ -8,6 +8,12 @@ namespace nmt::tokenizer_files {
 
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
 
+void require(const std::string& model_dir, const char* name, const std::string& what) {
+  if (!exists(model_dir + "/" + name)) {
+    throw Error(ErrorCode::kNotFound, model_dir + ": missing file '" + name + "' (" + what + ")");
+  }
+}
+
 nlohmann::json read(const std::string& path, const char* what) {
   std::ifstream in(path);
   if (!in) throw Error(ErrorCode::kNotFound, path + ": cannot open " + what + " (missing file?)");

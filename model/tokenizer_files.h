@@ -9,6 +9,8 @@
 namespace nmt::tokenizer_files {
 
 bool exists(const std::string& path);
+// Throws kNotFound unless model_dir holds `name`: "<model_dir>: missing file '<name>' (<what>)".
+void require(const std::string& model_dir, const char* name, const std::string& what);
 // The file's JSON; kNotFound when it is missing, kInvalidArgument when it does not parse.
 // `what` says what the file is for ("vocabulary").
 nlohmann::json read(const std::string& path, const char* what);

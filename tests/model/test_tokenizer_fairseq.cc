@@ -272,13 +272,19 @@ TEST_F(FairseqTokenizers, RefusedFolders) {
     const fs::path dir = copy_of("nllb");
     fs::remove(dir / "sentencepiece.bpe.model");
     const std::string e = error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
-    EXPECT_NE(e.find((dir / "sentencepiece.bpe.model").string()), std::string::npos) << e;
+    EXPECT_NE(e.find(dir.string() + ": missing file 'sentencepiece.bpe.model'"), std::string::npos) << e;
   }
   {
     const fs::path dir = copy_of("m2m100");
     fs::remove(dir / "vocab.json");
     const std::string e = error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
-    EXPECT_NE(e.find((dir / "vocab.json").string()), std::string::npos) << e;
+    EXPECT_NE(e.find(dir.string() + ": missing file 'vocab.json'"), std::string::npos) << e;
+  }
+  {
+    const fs::path dir = copy_of("nllb");
+    fs::remove(dir / "tokenizer_config.json");
+    const std::string e = error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
+    EXPECT_NE(e.find(dir.string() + ": missing file 'tokenizer_config.json'"), std::string::npos) << e;
   }
   {  // no language codes anywhere
     const fs::path dir = copy_of("nllb");
