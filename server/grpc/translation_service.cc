@@ -146,7 +146,7 @@ class TranslationService::UnaryCall final {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (admitting_) {  // still inside submit(): admission() finishes the call
+      if (admitting_) {  // still inside the admission: admission() finishes the call
         answered_ = status;
         return;
       }

@@ -125,7 +125,9 @@ class RequestPipeline {
  private:
   friend class CallPermit;
 
-  // admit()'s work once the model is known.
+  // admit()'s work once the model is known: the request's options are resolved against the
+  // model here (tokenizer, the splitter's language, DecodeOptions), and so will its source
+  // and target languages be (issue 51), before the scheduler sees it.
   std::shared_ptr<Job> submit(const v1::TranslateRequest& request,
                               std::shared_ptr<ServedModel> model, Clock::time_point deadline,
                               RequestRecord& record, AdmittedRequest& admitted, JobCallback done);
