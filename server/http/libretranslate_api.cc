@@ -149,7 +149,9 @@ void LibreTranslateApi::check(LibreTranslateRequest& r) const {
 v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& r) const {
   if (r.source == "auto") {
     std::string list;
-    for (const auto& [code, to] : listing()) list += (list.empty() ? "" : ", ") + code;
+    for (const auto& [code, to] : listing()) {
+      if (!to.empty()) list += (list.empty() ? "" : ", ") + code;  // the source languages
+    }
     bad_request(
         "source auto is not supported: this server does not detect languages; name the "
         "source language (one of: " +
