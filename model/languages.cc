@@ -46,6 +46,11 @@ Identity identity(const std::string& name) {
   if (rest.size() == 4 && all_alpha(rest)) {  // ISO 15924: Latn, Hans
     id.script = lower(rest);
     id.script[0] = char(std::toupper(static_cast<unsigned char>(id.script[0])));
+  } else if (id.iso639_3 == "zho" && rest.size() == 2 && all_alpha(rest)) {
+    // Chinese regions name its script (BCP 47's zh-TW is written as zh-Hant).
+    const std::string region = lower(rest);
+    if (region == "tw" || region == "hk" || region == "mo") id.script = "Hant";
+    if (region == "cn" || region == "sg") id.script = "Hans";
   } else if (sep != std::string::npos && !(rest.size() == 2 && all_alpha(rest)) &&
              !(rest.size() == 3 && std::all_of(rest.begin(), rest.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))) {
     return {};  // neither a script nor a region (DE, 419): not a language name

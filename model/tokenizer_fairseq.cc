@@ -6,10 +6,12 @@
 //   then the language codes, then <mask> (NLLB / mBART-50). The codes and their ids are read
 //   from the folder (tokenizer.json added_tokens, tokenizer_config.json added_tokens_decoder /
 //   extra_special_tokens / additional_special_tokens, special_tokens_map.json), so a model with
-//   its own code list works.
-// - source: [src_lang] X </s>; NLLB with legacy_behaviour: X </s> [src_lang].
-// - decode(skip_special_tokens=True): specials, codes and <mask> dropped, pieces joined as
-//   SentencePiece / the Metaspace decoder do.
+//   its own code list works; only an M2M-100 folder that lists none takes M2M100Tokenizer's
+//   built-in list its language_codes names.
+// - source: [src_lang] X </s>; NLLB with legacy_behaviour: X </s> [src_lang]. Text that spells
+//   an added token is that token.
+// - decode(skip_special_tokens=True): the specials, <mask> and the codes the folder declares
+//   special dropped, pieces joined as SentencePiece / the Metaspace decoder do.
 #include <sentencepiece_processor.h>
 
 #include <algorithm>

@@ -31,7 +31,7 @@ TEST(ResolveLanguage, Nllb) {
   const std::pair<const char*, const char*> kCases[] = {
       {"deu_Latn", "deu_Latn"}, {"DEU_LATN", "deu_Latn"}, {"de", "deu_Latn"}, {"DE", "deu_Latn"},
       {"deu", "deu_Latn"}, {"de-DE", "deu_Latn"}, {"de_AT", "deu_Latn"},
-      {"zh-Hant", "zho_Hant"}, {"zh_Hans", "zho_Hans"},
+      {"zh-Hant", "zho_Hant"}, {"zh_Hans", "zho_Hans"}, {"zh-TW", "zho_Hant"}, {"zh-CN", "zho_Hans"},
       {"ar", "arb_Arab"},  // Modern Standard Arabic, not the dialects
       {"arz", "arz_Arab"}, {"nb", "nob_Latn"}, {"no", "nob_Latn"}, {"nn", "nno_Latn"}, {"yue", "yue_Hant"}};
   for (const auto& [asked, want] : kCases) EXPECT_EQ(resolve_language(asked, kNllb), want) << asked;
@@ -43,6 +43,7 @@ TEST(ResolveLanguage, AmbiguousAliasesNameEveryCandidate) {
   EXPECT_NE(zh.find("zho_Hans and zho_Hant"), std::string::npos) << zh;
   EXPECT_EQ(zh.find("yue_Hant"), std::string::npos) << zh;  // Cantonese is another language
   EXPECT_NE(refusal("ks", kNllb).find("kas_Arab and kas_Deva"), std::string::npos);
+  EXPECT_NE(refusal("zh-DE", kNllb).find("zho_Hans and zho_Hant"), std::string::npos);  // a region that names no script
 }
 
 TEST(ResolveLanguage, M2M100FromFloresAndIso) {
@@ -53,6 +54,7 @@ TEST(ResolveLanguage, M2M100FromFloresAndIso) {
   // Another script is not the language M2M-100's code stands for.
   EXPECT_NE(refusal("zho_Hant", kM2M).find("'zho_Hant' is not one of this model's languages"), std::string::npos);
   EXPECT_FALSE(refusal("srp_Latn", kM2M).empty());
+  EXPECT_FALSE(refusal("zh-TW", kM2M).empty());
 }
 
 TEST(ResolveLanguage, MBart50FromFloresAndIso) {

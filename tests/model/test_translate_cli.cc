@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/conformance.h"
 #include "tests/support/golden.h"
 
@@ -86,6 +88,39 @@ TEST(TranslateCli, BilingualModelTakesItsOwnLanguages) {
     EXPECT_EQ(r.status, 0) << flags;
     EXPECT_EQ(r.out, plain.out) << flags;
   }
+}
+
+// A multilingual model (the generated NLLB-200 family): --source-language / --target-language
+// (here by ISO 639-1 alias) pick the pair; the output is transformers' for it.
+TEST(TranslateCli, LanguageFlagsOnAMultilingualModel) {
+  const std::string dir = nmt::test::conformance_dir() + "/families/nllb";
+  std::ifstream refs(dir + "/references.jsonl");
+  ASSERT_TRUE(refs) << dir;
+  const std::string input = "/tmp/nmt-cli-nllb-" + std::to_string(::getpid());
+  std::string expected;
+  {
+    std::ofstream f(input);
+    int n = 0;
+    for (std::string line; n < 4 && std::getline(refs, line);) {
+      const auto r = nlohmann::json::parse(line);
+      if (r["source_language"] != "eng_Latn" || r["target_language"] != "deu_Latn") continue;
+      f << r["source"].get<std::string>() << "\n";
+      expected += r["beam4"]["text"].get<std::string>() + "\n";
+      ++n;
+    }
+    ASSERT_EQ(n, 4);
+  }
+  const int max_len = nmt::test::reference_max_decoding_length(dir + "/references.jsonl");
+  const std::string cmd = kBin + " --model " + dir + " --beam 4 --max-length " + std::to_string(max_len) +
+                          " --source-language en --target-language de < " + input;
+  const Result r = sh(cmd + " 2>/dev/null");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, expected);
+  // Without a target the model (no forced_bos_token_id) cannot choose one.
+  const Result none = sh(kBin + " --model " + dir + " < " + input + " 2>&1 >/dev/null");
+  std::remove(input.c_str());
+  EXPECT_NE(none.status, 0);
+  EXPECT_EQ(none.out.rfind("nmt-translate: error: target_language is required", 0), 0u) << none.out;
 }
 
 TEST(TranslateCli, NBestAndScoresFormats) {
