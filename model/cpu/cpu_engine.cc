@@ -214,7 +214,7 @@ class CpuEngine : public Engine {
       residual(L.self_norm, tmp.data(), x.data(), rows);
       feed_forward(L.fc1, L.fc2, L.final_norm, x.data(), rows);
     }
-    if (c_.arch.final_encoder_norm) final_norm(encoder_final_norm_, x.data(), rows);
+    if (c_.arch.final_encoder_norm) normalize(encoder_final_norm_, x.data(), rows);
     // Cross-attention keys/values: once per sentence, shared by its beams, into its slot.
     for (size_t l = 0; l < decoder_.size(); ++l) {
       decoder_[l].cross_attn.kv(x.data(), rows, qkv.data());
@@ -298,7 +298,7 @@ class CpuEngine : public Engine {
       residual(L.cross_norm, tmp.data(), y.data(), rows);
       feed_forward(L.fc1, L.fc2, L.final_norm, y.data(), rows);
     }
-    if (c_.arch.final_decoder_norm) final_norm(decoder_final_norm_, y.data(), rows);
+    if (c_.arch.final_decoder_norm) normalize(decoder_final_norm_, y.data(), rows);
     select_candidates(y.data(), rows, in, out);
   }
 
@@ -322,7 +322,7 @@ class CpuEngine : public Engine {
       const float* p = pos.data.data() + int64_t(positions[r]) * d;
       for (int64_t j = 0; j < d; ++j) x[r * d + j] = e[j] * embed_scale_ + p[j];
     }
-    if (c_.arch.embedding_norm) final_norm(norm, x, int64_t(ids.size()));
+    if (c_.arch.embedding_norm) normalize(norm, x, int64_t(ids.size()));
   }
 
   // A sublayer's input: x itself (post-norm), or LN(x) (pre-norm) in normed_.
@@ -348,7 +348,7 @@ class CpuEngine : public Engine {
   }
 
   // x = LN(x) in place: the final encoder / decoder norms and the embedding norm.
-  void final_norm(const Norm& norm, float* x, int64_t rows) const {
+  void normalize(const Norm& norm, float* x, int64_t rows) const {
     cpu::layer_norm(x, x, norm.gamma, norm.beta, rows, c_.d_model, c_.layer_norm_eps);
   }
 

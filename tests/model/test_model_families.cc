@@ -22,6 +22,7 @@
 #include "model/error.h"
 #include "model/model_config.h"
 #include "model/weights.h"
+#include "tests/support/conformance.h"
 
 namespace fs = std::filesystem;
 using namespace nmt;
@@ -377,14 +378,24 @@ class TinyFamilyModel {
   }
   ~TinyFamilyModel() { fs::remove_all(dir_); }
 
-  void save() const {
+  // float16: the tensors are rounded to it first (the plain forward pass then reads what the
+  // file holds).
+  void save(bool float16 = false) {
     std::ofstream(dir_ / "config.json") << config_json_.dump();
     json header = json::object();
     std::string data;
-    for (const auto& [name, t] : tensors_) {
+    for (auto& [name, t] : tensors_) {
       const size_t begin = data.size();
-      data.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float));
-      header[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+      if (float16) {
+        for (float& x : t.data) {
+          const _Float16 h = static_cast<_Float16>(x);
+          x = static_cast<float>(h);
+          data.append(reinterpret_cast<const char*>(&h), sizeof(h));
+        }
+      } else {
+        data.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float));
+      }
+      header[name] = {{"dtype", float16 ? "F16" : "F32"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
     }
     std::string h = header.dump();
     h.append((8 - h.size() % 8) % 8, ' ');
@@ -392,6 +403,7 @@ class TinyFamilyModel {
     for (int i = 0; i < 8; ++i) len[size_t(i)] = char((h.size() >> (8 * i)) & 0xff);
     std::ofstream(dir_ / "model.safetensors", std::ios::binary | std::ios::trunc) << len << h << data;
   }
+  void write_generation_config(const json& gen) const { std::ofstream(dir_ / "generation_config.json") << gen.dump(); }
   std::string dir() const { return dir_.string(); }
   ModelConfig config() const { return ModelConfig::load(dir()); }
   const HostTensor& tensor(const std::string& name) const { return tensors_.at(name); }
@@ -605,11 +617,14 @@ TEST(FamilyWeights, EachFamilysTensorsAreChecked) {
 }
 
 // The engine's pre-norm encoder and first decoder step against the plain forward pass, on a
-// source holding a <pad> inside (M2M-100 numbers only the other tokens) and float32 / int8.
+// source holding a <pad> inside (M2M-100 numbers only the other tokens), float32 and int8,
+// from float32 and float16 files.
 TEST(FamilyEngine, PreNormForwardMatchesThePlainComputation) {
-  for (const std::string type : {"m2m_100", "mbart"}) {
-    SCOPED_TRACE(type);
+  for (const auto& [type, float16] : {std::pair<std::string, bool>{"m2m_100", false}, {"mbart", false},
+                                      {"m2m_100", true}, {"mbart", true}}) {
+    SCOPED_TRACE(type + (float16 ? " stored as float16" : ""));
     TinyFamilyModel m(type, 11);
+    if (float16) m.save(true);  // read as float32, computed in float32
     const ModelConfig c = m.config();
     const Weights w = Weights::load(m.dir(), c);
     const PlainForward plain(m, c);
@@ -661,4 +676,36 @@ TEST(FamilyEngine, PreNormForwardMatchesThePlainComputation) {
       }
     }
   }
+}
+
+// At the maximum length every hypothesis ends; EOS is forced there only where the model's
+// generation config forces it (mBART-50's does, NLLB's and M2M-100's hub configs do not).
+TEST(FamilyEngine, EosForcedAtTheLimitOnlyWhereTheModelForcesIt) {
+  TinyFamilyModel m("m2m_100", 21);
+  const std::vector<int> source = {5, 9, 13, 7, 2};
+  DecodeOptions o;
+  o.beam_size = 4;
+  o.num_hypotheses = 4;
+  o.max_decoding_length = 3;
+  o.forced_bos_id = 11;
+  auto decode = [&](const json& gen) {
+    m.write_generation_config(gen);
+    const ModelConfig c = m.config();
+    const Weights w = Weights::load(m.dir(), c);
+    auto engine = make_cpu_engine(c, w, 0, 1, false);
+    return test::decode_ids(*engine, c, {source}, {o}).at(0);
+  };
+  const Translation forced = decode({{"decoder_start_token_id", 2}, {"forced_eos_token_id", 2}});
+  const Translation free = decode({{"decoder_start_token_id", 2}});
+  ASSERT_EQ(forced.hypotheses.size(), 4u);
+  ASSERT_EQ(free.hypotheses.size(), 4u);
+  int free_without_eos = 0;
+  for (size_t h = 0; h < 4; ++h) {
+    EXPECT_EQ(forced.hypotheses[h].ids.front(), 11);
+    EXPECT_EQ(free.hypotheses[h].ids.front(), 11);
+    EXPECT_EQ(forced.hypotheses[h].ids.back(), 2) << "hypothesis " << h;
+    EXPECT_LE(free.hypotheses[h].ids.size(), 3u);
+    free_without_eos += free.hypotheses[h].ids.size() == 3 && free.hypotheses[h].ids.back() != 2;
+  }
+  EXPECT_GT(free_without_eos, 0) << "no hypothesis reached the limit without </s>: the case is not exercised";
 }
