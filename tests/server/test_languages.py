@@ -3,7 +3,8 @@
 tests/conformance/families/nllb, served from a temporary model repository beside the Marian
 demo model) answers concurrent requests for three target languages (and two source
 languages, greedy and beam 4 mixed), each output identical to the same request sent alone and
-to transformers' reference (references.jsonl: ids, text, score within 1e-4); split_sentences
+to transformers' reference (references.jsonl: ids, text, score within 1e-4), and a stream of
+requests for several targets as the references; split_sentences
 cuts by the requested source language's rules; the refusals (unknown language, one the model
 lacks, an ambiguous alias, no target for a model without a default, a bilingual model asked
 for another language) name what the model has; ListModels lists the model's languages before
@@ -80,6 +81,7 @@ def main():
             stub = pb_grpc.TranslationServiceStub(channel)
             list_models_checks(stub, pb, "unloaded")
             served = concurrency_checks(stub, pb, refs)
+            stream_checks(stub, pb, refs)
             split_checks(stub, pb, refs)
             refusal_checks(stub, pb)
             list_models_checks(stub, pb, "loaded")
@@ -135,6 +137,24 @@ def concurrency_checks(stub, pb, refs):
     check(not off_reference, f"each equals transformers' reference, ids, text and score within 1e-4 "
           f"(different: {off_reference[:3]})")
     return len(jobs)
+
+
+def stream_checks(stub, pb, refs):
+    # One stream, a message per target language (and a refused one between them): each
+    # answered in order, as the references.
+    picks = [[r for r in refs if r["source_language"] == "eng_Latn" and r["target_language"] == t][0]
+             for t in ("deu_Latn", "fra_Latn", "zho_Hans")]
+    messages = [request(pb, r["source"], "eng_Latn", r["target_language"]) for r in picks]
+    messages.insert(1, request(pb, picks[0]["source"], "eng_Latn", "zh"))
+    for i, m in enumerate(messages):
+        m.request_id = f"stream-{i}"
+    answers = list(stub.TranslateStream(iter(messages), timeout=120))
+    got = [(a.request_id, a.status_code,
+            a.response.translations[0].hypotheses[0].text if a.status_code == 0 else "ambiguous" in a.status_message)
+           for a in answers]
+    want = [("stream-0", 0, picks[0]["beam4"]["text"]), ("stream-1", grpc.StatusCode.INVALID_ARGUMENT.value[0], True),
+            ("stream-2", 0, picks[1]["beam4"]["text"]), ("stream-3", 0, picks[2]["beam4"]["text"])]
+    check(got == want, f"TranslateStream: three target languages and an ambiguous one in one stream ({got})")
 
 
 def split_checks(stub, pb, refs):
