@@ -60,14 +60,14 @@ ModelLanguages model_languages(const std::string& model_dir, const std::string& 
   // A multilingual family's codes are its tokenizer's: read them as the model's load will.
   // One whose files do not load lists no language until they are fixed (its load names the
   // fault); a config.json that does not load says no family: the names below may.
-  std::optional<ModelConfig> config;
+  std::optional<ModelConfig> model_config;
   try {
-    config = ModelConfig::load(model_dir);
+    model_config = ModelConfig::load(model_dir);
   } catch (const std::exception&) {
   }
-  if (config && config->arch.family != Family::kMarian) {
+  if (model_config && model_config->arch.family != Family::kMarian) {
     try {
-      return multilingual_languages(*Tokenizer::load(model_dir, *config), *config);
+      return multilingual_languages(*Tokenizer::load(model_dir, *model_config), *model_config);
     } catch (const std::exception&) {
       return {};
     }
@@ -78,7 +78,7 @@ ModelLanguages model_languages(const std::string& model_dir, const std::string& 
     if (config.is_object() && config.value("source_lang", nlohmann::json()).is_string() &&
         config.value("target_lang", nlohmann::json()).is_string()) {
       ModelLanguages pair{config["source_lang"].get<std::string>(),
-                        config["target_lang"].get<std::string>(), {}};
+                          config["target_lang"].get<std::string>(), {}};
       if (is_code(pair.source) && is_code(pair.target)) return pair;
     }
   }

@@ -480,7 +480,8 @@ RescanReport ModelRegistry::rescan() {
       if (slot->from_repository) missing = folders.at(name).missing;
       if (fingerprint == slot->fingerprint) continue;
       slot->fingerprint = fingerprint;
-      slot->languages = slot->from_repository ? folders.at(name).languages : model_languages(slot->entry.path, name);
+      // A configured model is always loaded: its version's tokenizer lists its languages.
+      if (slot->from_repository) slot->languages = folders.at(name).languages;
       report.changed.push_back(name);
       if (!missing.empty()) {  // keeps serving what it has; a new load would fail
         slot->reason = "missing model files: " + missing;
