@@ -165,8 +165,8 @@ def split_checks(stub, pb, refs):
     sentences = [s.source for s in got.translations[0].sentences]
     check(sentences == [a["source"], b["source"]], f"split_sentences cuts the paragraph in two ({sentences})")
     joined = a["beam4"]["text"] + "  " + b["beam4"]["text"]
-    check(got.translations[0].hypotheses[0].text == joined,
-          f"the split paragraph's translation is its sentences' references joined ({got.translations[0].hypotheses[0].text!r})")
+    text = got.translations[0].hypotheses[0].text
+    check(text == joined, f"the split paragraph's translation is its sentences' references joined ({text!r})")
     # The source language picks the sentence rules: English knows "Mr." as an abbreviation,
     # ICU's rules for Greek do not.
     text = "Mr. Smith is here. He waits."
