@@ -27,10 +27,11 @@ case "$mode" in
     # The scheduler's, the request pipeline's (its answers come on scheduler threads) and the
     # offline text worker's unit tests, then the real server under concurrent load: integration,
     # lifecycle, the HTTP API's threads, the model repository (loads, evictions, reload under
-    # load), overload, disconnect storms, SIGTERM under load, the memory cap, the 1000
-    # concurrent streams, /metrics under hostile connections, and the connection limits (a
-    # frozen client's stream cancelled by the keepalive).
-    select=(-R '^server\.(Scheduler|RequestPipeline|integration|lifecycle|call_limits|QueueThreadsTest|http_api|model_repository|MetricsEndpoint)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams|metrics_endpoint|connection_limits)|^TextWorkerTest\.')
+    # load), concurrent requests for several languages of one model, overload, disconnect
+    # storms, SIGTERM under load, the memory cap, the 1000 concurrent streams, /metrics under
+    # hostile connections, and the connection limits (a frozen client's stream cancelled by
+    # the keepalive).
+    select=(-R '^server\.(Scheduler|RequestPipeline|integration|lifecycle|call_limits|QueueThreadsTest|http_api|model_repository|languages|MetricsEndpoint)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams|metrics_endpoint|connection_limits)|^TextWorkerTest\.')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/reliability/tsan.supp"
     ;;
   *) echo "unknown mode $mode (asan|tsan)" >&2; exit 2 ;;

@@ -542,6 +542,7 @@ void fill_model_info(const ModelStatus& m, v1::ModelInfo* info) {
   for (const std::string& d : m.devices) info->add_devices(d);
   info->set_source_language(m.source_language);
   info->set_target_language(m.target_language);
+  for (const std::string& code : m.languages) info->add_languages(code);
   info->set_memory_bytes(int64_t(m.memory_bytes));
 }
 

@@ -87,7 +87,7 @@ std::map<std::string, std::string> form_fields(const httplib::Request& req) {
 std::vector<LanguageModel> language_models(const ModelRegistry& models) {
   std::vector<LanguageModel> out;
   for (const ModelStatus& m : models.list()) {
-    out.push_back({m.name, LanguagePair{m.source_language, m.target_language}});
+    out.push_back({m.name, ModelLanguages{m.source_language, m.target_language, m.languages}});
   }
   return out;
 }

@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "model/error.h"
+#include "model/languages.h"
+
 namespace nmt::server {
 namespace {
 
@@ -39,6 +42,29 @@ int parse_alternatives(const std::string& text) {
   bad_request("Invalid request: alternatives parameter is not a number");
 }
 
+// The code /languages lists a multilingual model's `code` by: its ISO 639-1 alias where that
+// resolves to it alone among the model's codes, so that LibreTranslate's clients find the
+// codes they know ("de"), else the model's own ("zho_Hans" beside "zho_Hant").
+std::string listed_code(const std::string& code, const std::vector<std::string>& codes) {
+  const std::string alias = describe_language(code).iso639_1;
+  if (alias.empty()) return code;
+  try {
+    return resolve_language(alias, codes) == code ? alias : code;
+  } catch (const Error&) {
+    return code;
+  }
+}
+
+// The model's code for a requested language, "" when it has none (or several: `why` says).
+std::string model_code(const std::string& requested, const std::vector<std::string>& codes, std::string* why) {
+  try {
+    return resolve_language(requested, codes);
+  } catch (const Error& e) {
+    if (why->empty()) *why = e.what();
+    return "";
+  }
+}
+
 }  // namespace
 
 std::string language_name(const std::string& code) {
@@ -51,7 +77,7 @@ std::string language_name(const std::string& code) {
 
 LibreTranslateApi::LibreTranslateApi(std::vector<LanguageModel> models) {
   for (LanguageModel& m : models) {
-    if (m.languages.known()) models_.push_back(std::move(m));
+    if (m.languages.known_pair() || m.languages.multilingual()) models_.push_back(std::move(m));
   }
 }
 
@@ -121,28 +147,40 @@ void LibreTranslateApi::check(LibreTranslateRequest& r) const {
 }
 
 v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& r) const {
-  std::set<std::string> sources, targets;
-  for (const LanguageModel& m : models_) {
-    sources.insert(m.languages.source);
-    targets.insert(m.languages.target);
-  }
   if (r.source == "auto") {
     std::string list;
-    for (const std::string& s : sources) list += (list.empty() ? "" : ", ") + s;
+    for (const auto& [code, to] : listing()) {
+      if (!to.empty()) list += (list.empty() ? "" : ", ") + code;  // the source languages
+    }
     bad_request(
         "source auto is not supported: this server does not detect languages; name the "
         "source language (one of: " +
         list + ")");
   }
-  if (!sources.count(r.source)) bad_request(r.source + " is not supported");
-  if (!targets.count(r.target)) bad_request(r.target + " is not supported");
+  // Which models know each language; a multilingual model's refusal explains an unknown one
+  // (an ambiguous alias, say).
+  bool source_known = false, target_known = false;
+  std::string source_why, target_why;
   const LanguageModel* model = nullptr;
   for (const LanguageModel& m : models_) {
-    if (m.languages.source == r.source && m.languages.target == r.target) {
-      model = &m;
-      break;
-    }
+    if (m.languages.multilingual()) continue;
+    source_known |= m.languages.source == r.source;
+    target_known |= m.languages.target == r.target;
+    if (!model && m.languages.source == r.source && m.languages.target == r.target) model = &m;
   }
+  for (const LanguageModel& m : models_) {
+    if (!m.languages.multilingual()) continue;
+    const std::string source = model_code(r.source, m.languages.codes, &source_why);
+    const std::string target = model_code(r.target, m.languages.codes, &target_why);
+    source_known |= !source.empty();
+    target_known |= !target.empty();
+    if (!model && !source.empty() && !target.empty()) model = &m;
+  }
+  auto unsupported = [](const std::string& code, const std::string& why) {
+    bad_request(code + " is not supported" + (why.empty() ? "" : " (" + why + ")"));
+  };
+  if (!source_known) unsupported(r.source, source_why);
+  if (!target_known) unsupported(r.target, target_why);
   if (!model) {
     bad_request(language_name(r.target) + " (" + r.target +
                 ") is not available as a target language from " + language_name(r.source) + " (" +
@@ -150,6 +188,10 @@ v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& 
   }
   v1::TranslateRequest request;
   request.set_model(model->model);
+  if (model->languages.multilingual()) {
+    request.mutable_options()->set_source_language(r.source);
+    request.mutable_options()->set_target_language(r.target);
+  }
   for (const std::string& text : r.q) request.add_texts(text);
   // LibreTranslate's texts are paragraphs as often as sentences.
   request.mutable_options()->set_split_sentences(true);
@@ -182,15 +224,35 @@ std::string LibreTranslateApi::response_json(const LibreTranslateRequest& r,
   return out.dump();
 }
 
-std::string LibreTranslateApi::languages_json() const {
+std::map<std::string, std::set<std::string>> LibreTranslateApi::listing() const {
   std::map<std::string, std::set<std::string>> targets;  // every language, with its targets
   for (const LanguageModel& m : models_) {
-    targets[m.languages.source].insert(m.languages.target);
-    targets[m.languages.target];
+    if (!m.languages.multilingual()) {
+      targets[m.languages.source].insert(m.languages.target);
+      targets[m.languages.target];
+      continue;
+    }
+    std::vector<std::string> listed;
+    for (const std::string& code : m.languages.codes) listed.push_back(listed_code(code, m.languages.codes));
+    for (const std::string& from : listed) {
+      for (const std::string& to : listed) {
+        if (to != from) targets[from].insert(to);
+      }
+    }
   }
+  return targets;
+}
+
+std::string LibreTranslateApi::languages_json() const {
   json out = json::array();
-  for (const auto& [code, to] : targets) {
-    out.push_back({{"code", code}, {"name", language_name(code)}, {"targets", to}});
+  for (const auto& [code, to] : listing()) {
+    // A model's own code (zho_Hans) is named from the language table with its script, an
+    // ISO code by ICU.
+    const LanguageInfo info = describe_language(code);
+    const std::string name = code.size() <= 3 || info.name.empty() ? language_name(code)
+                             : info.script.empty()                ? info.name
+                                                                  : info.name + " (" + info.script + ")";
+    out.push_back({{"code", code}, {"name", name}, {"targets", to}});
   }
   return out.dump();
 }

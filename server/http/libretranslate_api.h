@@ -4,6 +4,7 @@
 // {"error": "..."} and status codes (400 bad request, 403 wrong API key, 429 busy, 500).
 // This file holds the mapping only (no HTTP server): server/http/http_api.cc serves it.
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,11 @@ struct LibreTranslateError {
   std::string message;
 };
 
-// A served model and its language pair (models whose pair is unknown are not listed).
+// A served model and its languages (a bilingual model whose pair is unknown, or a
+// multilingual one that lists no code, is not listed).
 struct LanguageModel {
   std::string model;
-  LanguagePair languages;
+  ModelLanguages languages;
 };
 
 // A /translate request, decoded from JSON or form fields.
@@ -46,18 +48,25 @@ class LibreTranslateApi {
   // text, a non-number alternatives. Fills `alternatives`.
   void check(LibreTranslateRequest& request) const;
   // The TranslateRequest for the model of the request's language pair (sentences split: the
-  // texts are paragraphs); throws LibreTranslateError (400) for an unsupported language or
+  // texts are paragraphs): a bilingual model of that pair, else the first multilingual model
+  // that has both languages (their names resolved as TranslateOptions' are, which the
+  // request then carries). Throws LibreTranslateError (400) for an unsupported language or
   // pair, and for source "auto" (no language detection here).
   v1::TranslateRequest to_request(const LibreTranslateRequest& request) const;
   // {"translatedText": ...} (a string, or a list for a list q), with "alternatives" when asked.
   std::string response_json(const LibreTranslateRequest& request,
                             const v1::TranslateResponse& response) const;
-  // GET /languages: [{"code", "name" (English), "targets"}], sorted by code.
+  // GET /languages: [{"code", "name" (English), "targets"}], sorted by code. A multilingual
+  // model's languages are listed by their ISO 639-1 code where that names one of its codes
+  // alone (deu_Latn as "de"), else by the model's code (zho_Hans), each with every other.
   std::string languages_json() const;
 
   static std::string error_json(const std::string& message);
 
  private:
+  // Every language the models serve as /languages lists it, with the languages it goes to.
+  std::map<std::string, std::set<std::string>> listing() const;
+
   std::vector<LanguageModel> models_;
 };
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "server/observability/logging.h"
+#include "server/pipeline/request_languages.h"
 #include "server/pipeline/status.h"
 
 namespace nmt::server {
@@ -105,18 +106,20 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request
   admitted.model = std::move(model);
   record.model = admitted.model->name;
   admitted.scheduler = admitted.model->least_loaded().scheduler.get();
-  // The request against its model: its texts are tokenized with the model's tokenizer and
-  // split by the rules of the model's source language, and its options become the
-  // DecodeOptions the model decodes with. A request's own source and target languages
-  // (issue 51) resolve here, against the model's, before anything is tokenized.
+  // The request against its model: its source and target languages resolve against the
+  // model's before anything is tokenized; its texts are tokenized in its source language and
+  // split by that language's rules, and its options become the DecodeOptions the model
+  // decodes with, forcing its target language's token.
+  const RequestLanguages languages = resolve_request_languages(request.options(), *admitted.model);
   const Tokenizer& tokenizer = admitted.model->tokenizer();
   const SentenceSplitter* splitter = nullptr;  // looked up when a request splits
   ValidRequest valid = validator_.validate(
-      request, [&](const std::string& text) { return tokenizer.encode(text); },
+      request, [&](const std::string& text) { return tokenizer.encode(text, languages.encode_language); },
       [&](const std::string& text) {
-        if (!splitter) splitter = &SentenceSplitter::for_language(admitted.model->languages.source);
+        if (!splitter) splitter = &SentenceSplitter::for_language(languages.split_locale);
         return splitter->split(text);
       });
+  valid.options.forced_bos_id = languages.forced_bos_id;
   record.input_tokens = valid.input_tokens;
   record.sentences = valid.source_ids.size();
   admitted.return_scores = request.options().return_scores();

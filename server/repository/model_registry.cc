@@ -46,7 +46,7 @@ struct ModelRegistry::Slot {
   std::shared_ptr<ServedModel> current;
   uint64_t last_used = 0;
   DeviceBytes measured;  // per device, from its last load: the next load's estimate
-  LanguagePair languages;  // from tokenizer_config.json or the folder's name
+  ModelLanguages languages;  // from the folder (its tokenizer files or name), as last listed
   std::vector<Acquired> waiters;  // acquire_async calls waiting for the load under way
 };
 
@@ -89,7 +89,7 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
           }
           continue;
         }
-        add_repository_slot_locked(name, folder.path, folder.fingerprint, folder.missing);
+        add_repository_slot_locked(name, folder);
       }
     }
     for (const std::string& name : config.repository.preload) {
@@ -110,8 +110,9 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
 ModelRegistry::~ModelRegistry() { stop(); }
 
 std::shared_ptr<ModelRegistry::Slot> ModelRegistry::add_repository_slot_locked(
-    const std::string& name, const std::string& path, const std::string& fingerprint,
-    const std::string& missing) {
+    const std::string& name, const ModelFolder& folder) {
+  const std::string& path = folder.path;
+  const std::string& missing = folder.missing;
   auto slot = std::make_shared<Slot>();
   slot->name = name;
   auto settings = settings_.find(name);
@@ -119,12 +120,12 @@ std::shared_ptr<ModelRegistry::Slot> ModelRegistry::add_repository_slot_locked(
   slot->entry.name = name;
   slot->entry.path = path;
   slot->from_repository = true;
-  slot->fingerprint = fingerprint;
+  slot->fingerprint = folder.fingerprint;
   if (!missing.empty()) {
     slot->state = ModelState::kFailed;
     slot->reason = "missing model files: " + missing;
   }
-  slot->languages = model_languages(path, name);
+  slot->languages = folder.languages;
   slots_[name] = slot;
   metrics_.model_listed(name);
   return slot;
@@ -479,6 +480,8 @@ RescanReport ModelRegistry::rescan() {
       if (slot->from_repository) missing = folders.at(name).missing;
       if (fingerprint == slot->fingerprint) continue;
       slot->fingerprint = fingerprint;
+      // A configured model is always loaded: its version's tokenizer lists its languages.
+      if (slot->from_repository) slot->languages = folders.at(name).languages;
       report.changed.push_back(name);
       if (!missing.empty()) {  // keeps serving what it has; a new load would fail
         slot->reason = "missing model files: " + missing;
@@ -493,7 +496,7 @@ RescanReport ModelRegistry::rescan() {
     }
     for (const auto& [name, folder] : folders) {
       if (slots_.count(name)) continue;
-      add_repository_slot_locked(name, folder.path, folder.fingerprint, folder.missing);
+      add_repository_slot_locked(name, folder);
       report.added.push_back(name);
     }
   }
@@ -563,8 +566,11 @@ ModelStatus ModelRegistry::status_locked(const Slot& slot) const {
   s.state = slot.state;
   s.reason = slot.reason;
   s.precision = slot.entry.precision;
-  s.source_language = slot.languages.source;
-  s.target_language = slot.languages.target;
+  // A loaded version's languages are its tokenizer's; the folder's until it loads.
+  const ModelLanguages& languages = slot.current ? slot.current->languages : slot.languages;
+  s.source_language = languages.source;
+  s.target_language = languages.target;
+  s.languages = languages.codes;
   s.is_default = slot.name == default_name_;
   s.from_repository = slot.from_repository;
   if (slot.current) {

@@ -18,6 +18,7 @@
 
 #include "server/config/config.h"
 #include "server/observability/metrics.h"
+#include "server/repository/model_folder.h"
 #include "server/repository/served_model.h"
 
 namespace nmt::server {
@@ -33,7 +34,8 @@ struct ModelStatus {
   std::string device;  // cpu | cuda, once loaded
   std::vector<std::string> devices;  // its replicas' devices, once loaded
   std::string precision;
-  std::string source_language, target_language;  // "" when unknown
+  std::string source_language, target_language;  // "" when unknown (ModelLanguages)
+  std::vector<std::string> languages;  // a multilingual model's codes
   size_t memory_bytes = 0;  // measured, while loaded
   int vocab_size = 0;       // while loaded
   bool is_default = false;
@@ -101,9 +103,7 @@ class ModelRegistry {
   void retire_locked(Slot& slot, const char* why);
   void reap_locked();
   ModelStatus status_locked(const Slot& slot) const;
-  std::shared_ptr<Slot> add_repository_slot_locked(const std::string& name, const std::string& path,
-                                                   const std::string& fingerprint,
-                                                   const std::string& missing);
+  std::shared_ptr<Slot> add_repository_slot_locked(const std::string& name, const ModelFolder& folder);
   void janitor();
 
   const ServerConfig config_;

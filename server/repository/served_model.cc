@@ -173,7 +173,6 @@ std::shared_ptr<ServedModel> load_served_model(const ModelEntry& entry, const Se
   auto served = std::make_shared<ServedModel>();
   served->name = entry.name;
   served->path = entry.path;
-  served->languages = model_languages(entry.path, entry.name);
   try {
     // Each replica loads on its own thread: a load is mostly reading and uploading weights
     // to its own device, so N GPUs load in about the time of one (loaded one after the
@@ -201,6 +200,9 @@ std::shared_ptr<ServedModel> load_served_model(const ModelEntry& entry, const Se
                              e.what());
   }
   const Translator& first = *served->replicas.front()->translators.front();
+  served->languages = first.tokenizer().languages().empty()
+                          ? model_languages(entry.path, entry.name)
+                          : multilingual_languages(first.tokenizer(), first.config());
   served->device = device_name(first.device());
   served->precision = precision_name(first.precision());
   return served;

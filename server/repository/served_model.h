@@ -34,8 +34,9 @@ struct ServedModel {
   std::string device;     // resolved kind: cpu | cuda
   std::string precision;  // computed in (Translator::precision)
   bool is_default = false;
-  // From the model folder (server/repository/model_languages.h); may be unknown.
-  LanguagePair languages;
+  // A multilingual model's codes from its tokenizer, a bilingual one's pair from its folder
+  // (server/repository/model_languages.h); may be unknown.
+  ModelLanguages languages;
   std::vector<std::unique_ptr<Replica>> replicas;
 
   ~ServedModel() { stop(); }

@@ -19,7 +19,7 @@ void write(const fs::path& path, const std::string& text) {
 
 void write_model(const fs::path& dir) {
   fs::create_directories(dir);
-  for (const std::string& file : model_files()) write(dir / file, "x");
+  for (const std::string& file : model_files(dir.string())) write(dir / file, "x");
 }
 
 struct TempDir {
@@ -62,4 +62,29 @@ TEST(ModelFolder, FingerprintChangesWhenAFileIsReplaced) {
   fs::last_write_time(model / "model.safetensors",
                       fs::last_write_time(model / "model.safetensors") + std::chrono::seconds(2));
   EXPECT_NE(model_fingerprint(model.string()), resized);
+}
+
+TEST(ModelFolder, AMultilingualFolderNeedsItsTokenizersFiles) {
+  TempDir repo;
+  const fs::path nllb = repo.path / "nllb";
+  fs::create_directories(nllb);
+  write(nllb / "config.json", "{}");
+  write(nllb / "tokenizer_config.json", R"({"tokenizer_class": "NllbTokenizerFast"})");
+  EXPECT_EQ(scan_model_folders(repo.path.string()).at("nllb").missing,
+            "model.safetensors, sentencepiece.bpe.model");
+  write(nllb / "model.safetensors", "x");
+  write(nllb / "sentencepiece.bpe.model", "x");
+  const ModelFolder complete = scan_model_folders(repo.path.string()).at("nllb");
+  EXPECT_EQ(complete.missing, "");
+  ASSERT_FALSE(complete.fingerprint.empty());
+  // A file read where it exists changes the print when it comes (or goes).
+  write(nllb / "tokenizer.json", "{}");
+  EXPECT_NE(model_fingerprint(nllb.string()), complete.fingerprint);
+
+  const fs::path m2m = repo.path / "m2m";
+  fs::create_directories(m2m);
+  write(m2m / "config.json", "{}");
+  write(m2m / "tokenizer_config.json", R"({"tokenizer_class": "M2M100Tokenizer"})");
+  EXPECT_EQ(scan_model_folders(repo.path.string()).at("m2m").missing,
+            "model.safetensors, sentencepiece.bpe.model, vocab.json");
 }

@@ -48,7 +48,7 @@ TEST(SentenceSplitter, AbbreviationsOfTheLanguage) {
 
 TEST(ModelLanguages, FromTheName) {
   auto pair = [](const std::string& name) {
-    const LanguagePair p = languages_in_name(name);
+    const ModelLanguages p = languages_in_name(name);
     return p.source + ">" + p.target;
   };
   EXPECT_EQ(pair("opus-mt-en-de"), "en>de");
@@ -65,10 +65,11 @@ TEST(ModelLanguages, FromTheName) {
 
 TEST(ModelLanguages, FromTheFolder) {
   // The demo model names its pair in tokenizer_config.json.
-  const LanguagePair demo =
+  const ModelLanguages demo =
       model_languages(std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small", "any");
   EXPECT_EQ(demo.source, "en");
   EXPECT_EQ(demo.target, "de");
+  EXPECT_FALSE(demo.multilingual());
 
   const fs::path dir = fs::temp_directory_path() / ("nmt-languages-" + std::to_string(getpid()));
   fs::create_directories(dir / "opus-mt-fr-es");
@@ -76,9 +77,33 @@ TEST(ModelLanguages, FromTheFolder) {
   EXPECT_EQ(model_languages((dir / "opus-mt-fr-es/").string(), "x").target, "es");
   fs::create_directories(dir / "model");
   EXPECT_EQ(model_languages((dir / "model").string(), "sv-fi").source, "sv");
-  EXPECT_FALSE(model_languages((dir / "model").string(), "mine").known());
+  EXPECT_FALSE(model_languages((dir / "model").string(), "mine").known_pair());
   std::ofstream(dir / "model" / "tokenizer_config.json")
       << R"({"source_lang": "it", "target_lang": "pt"})";
   EXPECT_EQ(model_languages((dir / "model").string(), "sv-fi").target, "pt");
+  fs::remove_all(dir);
+}
+
+TEST(ModelLanguages, AMultilingualModelListsItsTokenizersCodes) {
+  // fam-gen's NLLB-shaped folder: ten FLORES-200 codes, src_lang eng_Latn, no
+  // forced_bos_token_id (no default target); its name's "nllb" says nothing.
+  const ModelLanguages nllb =
+      model_languages(std::string(NMT_REPO_ROOT) + "/tests/conformance/families/nllb", "nllb-en-de");
+  EXPECT_TRUE(nllb.multilingual());
+  EXPECT_FALSE(nllb.known_pair());
+  EXPECT_EQ(nllb.codes, (std::vector<std::string>{"eng_Latn", "deu_Latn", "fra_Latn", "spa_Latn", "ita_Latn",
+                                                  "por_Latn", "rus_Cyrl", "ell_Grek", "zho_Hans", "zho_Hant"}));
+  EXPECT_EQ(nllb.source, "eng_Latn");
+  EXPECT_EQ(nllb.target, "");
+
+  // A multilingual folder whose tokenizer does not load lists nothing (its load says why),
+  // and does not fall back on its name.
+  const fs::path dir = fs::temp_directory_path() / ("nmt-languages-broken-" + std::to_string(getpid()));
+  fs::create_directories(dir / "nllb-en-de");
+  fs::copy_file(std::string(NMT_REPO_ROOT) + "/tests/conformance/families/nllb/config.json",
+                dir / "nllb-en-de" / "config.json");
+  const ModelLanguages broken = model_languages((dir / "nllb-en-de").string(), "nllb-en-de");
+  EXPECT_FALSE(broken.multilingual());
+  EXPECT_FALSE(broken.known_pair());
   fs::remove_all(dir);
 }

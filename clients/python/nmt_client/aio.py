@@ -32,11 +32,14 @@ class AsyncClient:
                         beam_size: Optional[int] = None, split_sentences: Optional[bool] = None,
                         length_penalty: Optional[float] = None,
                         max_decoding_length: Optional[int] = None,
-                        min_decoding_length: Optional[int] = None, timeout: Optional[float] = None):
+                        min_decoding_length: Optional[int] = None,
+                        source_language: Optional[str] = None, target_language: Optional[str] = None,
+                        timeout: Optional[float] = None):
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
-            min_decoding_length=min_decoding_length)
+            min_decoding_length=min_decoding_length,
+            source_language=source_language, target_language=target_language)
         best = _common.best_texts(await self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
@@ -46,12 +49,14 @@ class AsyncClient:
                               length_penalty: Optional[float] = None,
                               max_decoding_length: Optional[int] = None,
                               min_decoding_length: Optional[int] = None,
+                              source_language: Optional[str] = None, target_language: Optional[str] = None,
                               timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         request, _ = _common.request(
             texts, model, beam_size=beam_size or max(4, num_hypotheses), num_hypotheses=num_hypotheses,
             return_scores=True, return_token_ids=True, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
-            min_decoding_length=min_decoding_length)
+            min_decoding_length=min_decoding_length,
+            source_language=source_language, target_language=target_language)
         return _common.nbest(await self._call(self._stub.Translate, request, timeout))
 
     async def translate_response(self, request: pb.TranslateRequest,

@@ -34,13 +34,17 @@ class Client:
     def translate(self, texts: Texts, model: Optional[str] = None, beam_size: Optional[int] = None,
                   split_sentences: Optional[bool] = None, length_penalty: Optional[float] = None,
                   max_decoding_length: Optional[int] = None, min_decoding_length: Optional[int] = None,
+                  source_language: Optional[str] = None, target_language: Optional[str] = None,
                   timeout: Optional[float] = None):
         """The best translation of each text (a list), or of the one text given as a str (a
-        str). split_sentences: translate each text sentence by sentence (paragraphs)."""
+        str). split_sentences: translate each text sentence by sentence (paragraphs).
+        source_language / target_language: a multilingual model's languages (deu_Latn, or an
+        alias such as "de"); None takes the model's default."""
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
-            min_decoding_length=min_decoding_length)
+            min_decoding_length=min_decoding_length,
+            source_language=source_language, target_language=target_language)
         best = _common.best_texts(self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
@@ -49,6 +53,7 @@ class Client:
                         length_penalty: Optional[float] = None,
                         max_decoding_length: Optional[int] = None,
                         min_decoding_length: Optional[int] = None,
+                        source_language: Optional[str] = None, target_language: Optional[str] = None,
                         timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         """num_hypotheses hypotheses per text, best first, with scores and token ids (beam_size
         defaults to max(4, num_hypotheses)). With split_sentences each text has one joined
@@ -57,7 +62,8 @@ class Client:
             texts, model, beam_size=beam_size or max(4, num_hypotheses), num_hypotheses=num_hypotheses,
             return_scores=True, return_token_ids=True, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
-            min_decoding_length=min_decoding_length)
+            min_decoding_length=min_decoding_length,
+            source_language=source_language, target_language=target_language)
         return _common.nbest(self._call(self._stub.Translate, request, timeout))
 
     def translate_response(self, request: pb.TranslateRequest,
