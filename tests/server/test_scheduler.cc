@@ -229,9 +229,14 @@ TEST(Scheduler, AResultCountsItsLongestSentencesSteps) {
 }
 
 TEST(Scheduler, AdmissionIsBoundedBySlotsRowsAndTokenBudget) {
-  Fixture f(options(4, 10, /*admit_tokens=*/8), 1, milliseconds(1));
+  // All 12 wait while the loop is held in its first step (the rule's cases:
+  // test_admission_policy.cc; here the loop keeps to what it decides).
+  Fixture f(options(4, 10, /*admit_tokens=*/8), 1);
+  f.hold();
   std::vector<std::future<JobResult>> futures;
   for (int i = 0; i < 12; ++i) futures.push_back(f.submit({sentence(5 + i)}, beam(3)));
+  ASSERT_TRUE(f.held(0));
+  f.release();
   for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
   const Fixture::Maxima m = f.stop_and_read();
   EXPECT_LE(m.rows, 9);  // three sentences of beam 3 fit in 10 rows, a fourth does not
