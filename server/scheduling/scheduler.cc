@@ -191,11 +191,13 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
     queued_ = queue_.size();
     // A lone sentence is the polling loop's (warm, and no wake-up); a larger request spreads
     // over every idle loop.
-    if (!within_fill(size_t(active_.load()), queue_.size(), options_)) spill_.notify_all();
+    const bool within = within_fill(size_t(active_.load()), queue_.size(), options_);
+    if (!within) spill_.notify_all();
     if (n == 1 && spinning_ > 0) return job;
     // A decoding loop with room takes them at its next step: an idle loop woken for them
-    // would only leave them to it (at 64 clients, thousands of wake-ups a second).
-    if (loops_.size() > 1 && leaves_to_a_fuller_loop(snapshot_locked(), -1, options_)) return job;
+    // would only leave them to it (at 64 clients, thousands of wake-ups a second). (Only
+    // within the fill: beyond it no loop leaves them, and the snapshot copies the queue.)
+    if (within && loops_.size() > 1 && leaves_to_a_fuller_loop(snapshot_locked(), -1, options_)) return job;
   }
   wake_.notify_all();
   return job;
