@@ -276,7 +276,8 @@ void ModelRegistry::load_locked(const std::shared_ptr<ModelRecord>& record, std:
     give_up(ModelState::kFailed, error);
     throw Error(ErrorCode::kUnavailable, error);
   }
-  record->measured = memory_of(*model);  // the next load's estimate, whatever becomes of this one
+  const DeviceBytes actual = memory_of(*model);
+  record->measured = actual;  // the next load's estimate, whatever becomes of this one
   // Dropped outside the lock on every failure path below (stopping a scheduler joins).
   auto discard = [&](ModelState state, const std::string& reason, ErrorCode code) {
     give_up(state, reason);
@@ -291,7 +292,7 @@ void ModelRegistry::load_locked(const std::shared_ptr<ModelRecord>& record, std:
   }
   if (budgeted) {
     try {
-      make_room_locked(*record, record->measured, lock);  // the measure may exceed the estimate
+      make_room_locked(*record, actual, lock);  // the measure may exceed the estimate
     } catch (const Error& e) {
       discard(ModelState::kUnloaded, e.what(), e.code());
     }
