@@ -137,7 +137,7 @@ TEST(SchedulerLoops, OneClientsLoneRequestsStayOnOneLoop) {
     auto sent = std::make_shared<std::promise<void>>();
     f.scheduler->submit({sentence(3)}, beam(1), Clock::time_point::max(), [answered, sent](JobResult r) {
       answered->set_value(std::move(r));
-      sent->get_future().wait();
+      sent->get_future().wait_for(kPatience);  // bounded: a failed test must still stop
     });
     if (next_sent) next_sent->set_value();  // the previous callback returns now
     next_sent = sent;
