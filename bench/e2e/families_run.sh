@@ -48,11 +48,11 @@ for part in $parts; do
     nllb)
       mkdir -p /tmp/ct2 && tar xJf "$repo"/.peers/ct2-4.8.1-sm90-py312.tar.xz -C /tmp/ct2
       python3 "$here/nllb_shape.py" write --out /tmp/nllb 2>&1 | tee -a "$out/nllb.log" | tag "$after"
-      # 27 source tokens; the language token then 32 tokens: 33 decoder steps, as CTranslate2's
-      # max_decoding_length 33 with the target-language prefix (ours forces EOS at step 34:
-      # one step more, counted against us).
+      # 27 source tokens, then 33 decoder steps in both engines: CTranslate2 the target-language
+      # prefix and 32 tokens; ours (--ids-model: no tokenizer, so the model's first token is
+      # not forced to a language; the same work a step) 33 tokens, EOS masked before the last.
       /tmp/new/bin/nmt-bench-e2e --ids-model /tmp/nllb --precision float16 --beam 4 \
-        --src-len 27 --tgt-len 34 --batches 1,16,64,256 --sentences 512 --latency-sentences 20 \
+        --src-len 27 --tgt-len 33 --batches 1,16,64,256 --sentences 512 --latency-sentences 20 \
         2>&1 | tee -a "$out/nllb.log" | tag "$after"
       PYTHONPATH=/tmp/ct2/site:${PYTHONPATH:-} python3 "$here/nllb_shape.py" ct2 --model /tmp/nllb \
         --batches 1,16,64,256 2>&1 | tee -a "$out/nllb.log" | tag ctranslate2-4.8.1 ;;

@@ -8,6 +8,7 @@
 
 #include "model/error.h"
 #include "server/observability/logging.h"
+#include "server/repository/eviction_policy.h"
 #include "server/repository/model_folder.h"
 #include "server/repository/model_languages.h"
 
@@ -23,6 +24,27 @@ std::string mib(size_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >>
 
 std::string device_key(int index) { return index < 0 ? "cpu" : "cuda:" + std::to_string(index); }
 
+// A load's estimate: what its last load measured, else the weights file once per worker's
+// engine (the engines hold the weights plus their decode state: corrected once loaded).
+DeviceBytes estimate(const ModelEntry& entry, const DeviceBytes& measured) {
+  if (!measured.empty()) return measured;
+  DeviceBytes need;
+  std::error_code ec;
+  const size_t weights = std::filesystem::file_size(entry.path + "/model.safetensors", ec);
+  try {
+    for (int index : replica_devices(entry)) need[device_key(index)] = ec ? 0 : weights * size_t(entry.workers);
+  } catch (const std::exception&) {
+    need.clear();  // the load itself reports it
+  }
+  return need;
+}
+
+DeviceBytes memory_of(const ServedModel& model) {
+  DeviceBytes bytes;
+  for (const auto& r : model.replicas) bytes[r->device] += r->memory_bytes;
+  return bytes;
+}
+
 }  // namespace
 
 const char* model_state_name(ModelState state) {
@@ -35,21 +57,6 @@ const char* model_state_name(ModelState state) {
   return "?";
 }
 
-struct ModelRegistry::Slot {
-  std::string name;
-  ModelEntry entry;  // path and settings
-  bool from_repository = false;
-  bool removed = false;  // its folder went away: dropped from slots_
-  ModelState state = ModelState::kUnloaded;
-  std::string reason;
-  std::string fingerprint;  // of the files as last listed
-  std::shared_ptr<ServedModel> current;
-  uint64_t last_used = 0;
-  DeviceBytes measured;  // per device, from its last load: the next load's estimate
-  ModelLanguages languages;  // from the folder (its tokenizer files or name), as last listed
-  std::vector<Acquired> waiters;  // acquire_async calls waiting for the load under way
-};
-
 ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
     : config_(config), metrics_(metrics),
       budget_bytes_(size_t(config.repository.memory_budget_mb) << 20) {
@@ -59,19 +66,19 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
       settings_[entry.name] = entry;
       continue;
     }
-    auto slot = std::make_shared<Slot>();
-    slot->name = entry.name;
-    slot->entry = entry;
-    slot->fingerprint = model_fingerprint(entry.path);
-    slot->languages = model_languages(entry.path, entry.name);
-    slots_[entry.name] = slot;
+    auto record = std::make_shared<ModelRecord>();
+    record->name = entry.name;
+    record->entry = entry;
+    record->fingerprint = model_fingerprint(entry.path);
+    record->languages = model_languages(entry.path, entry.name);
+    records_[entry.name] = record;
     metrics_.model_listed(entry.name);
     std::unique_lock<std::mutex> lock(mutex_);
     try {
-      load_and_answer_locked(slot, lock);
+      load_and_answer_locked(record, lock);
     } catch (const std::exception& e) {
       // A configured model that does not load stops the server (as before the repository).
-      throw std::runtime_error(slot->reason.empty() ? e.what() : slot->reason);
+      throw std::runtime_error(record->reason.empty() ? e.what() : record->reason);
     }
   }
   if (!config.repository.path.empty()) {
@@ -79,7 +86,7 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (const auto& [name, folder] : folders) {
-        if (auto it = slots_.find(name); it != slots_.end()) {
+        if (auto it = records_.find(name); it != records_.end()) {
           // The models: entry of that name serves it; a warning only when it serves
           // another folder.
           if (std::filesystem::path(it->second->entry.path).lexically_normal() !=
@@ -89,7 +96,7 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
           }
           continue;
         }
-        add_repository_slot_locked(name, folder);
+        add_repository_record_locked(name, folder);
       }
     }
     for (const std::string& name : config.repository.preload) {
@@ -109,38 +116,38 @@ ModelRegistry::ModelRegistry(const ServerConfig& config, Metrics& metrics)
 
 ModelRegistry::~ModelRegistry() { stop(); }
 
-std::shared_ptr<ModelRegistry::Slot> ModelRegistry::add_repository_slot_locked(
+std::shared_ptr<ModelRegistry::ModelRecord> ModelRegistry::add_repository_record_locked(
     const std::string& name, const ModelFolder& folder) {
   const std::string& path = folder.path;
   const std::string& missing = folder.missing;
-  auto slot = std::make_shared<Slot>();
-  slot->name = name;
+  auto record = std::make_shared<ModelRecord>();
+  record->name = name;
   auto settings = settings_.find(name);
-  slot->entry = settings != settings_.end() ? settings->second : config_.repository.defaults;
-  slot->entry.name = name;
-  slot->entry.path = path;
-  slot->from_repository = true;
-  slot->fingerprint = folder.fingerprint;
+  record->entry = settings != settings_.end() ? settings->second : config_.repository.defaults;
+  record->entry.name = name;
+  record->entry.path = path;
+  record->from_repository = true;
+  record->fingerprint = folder.fingerprint;
   if (!missing.empty()) {
-    slot->state = ModelState::kFailed;
-    slot->reason = "missing model files: " + missing;
+    record->state = ModelState::kFailed;
+    record->reason = "missing model files: " + missing;
   }
-  slot->languages = folder.languages;
-  slots_[name] = slot;
+  record->languages = folder.languages;
+  records_[name] = record;
   metrics_.model_listed(name);
-  return slot;
+  return record;
 }
 
-std::shared_ptr<ModelRegistry::Slot> ModelRegistry::find_locked(const std::string& name) const {
+std::shared_ptr<ModelRegistry::ModelRecord> ModelRegistry::find_locked(const std::string& name) const {
   if (name.empty() && default_name_.empty()) {
     throw Error(ErrorCode::kInvalidArgument,
                 "this server has no default model: set the request's model (ListModels lists them)");
   }
   const std::string& wanted = name.empty() ? default_name_ : name;
-  auto it = slots_.find(wanted);
-  if (it != slots_.end()) return it->second;
+  auto it = records_.find(wanted);
+  if (it != records_.end()) return it->second;
   std::string known;
-  for (const auto& [n, slot] : slots_) known += (known.empty() ? "" : ", ") + n;
+  for (const auto& [n, record] : records_) known += (known.empty() ? "" : ", ") + n;
   throw Error(ErrorCode::kNotFound,
               "model '" + wanted + "' is not served here (models: " + known + ")");
 }
@@ -149,122 +156,107 @@ std::shared_ptr<ServedModel> ModelRegistry::acquire(const std::string& name) {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     if (stopping_) throw Error(ErrorCode::kUnavailable, "the server is shutting down");
-    std::shared_ptr<Slot> slot = find_locked(name);
-    switch (slot->state) {
+    std::shared_ptr<ModelRecord> record = find_locked(name);
+    switch (record->state) {
       case ModelState::kLoaded:
-        slot->last_used = ++tick_;
-        return slot->current;
+        record->last_used = ++tick_;
+        return record->current;
       case ModelState::kLoading:
         changed_.wait(lock);  // the one load under way; then look again
         break;
       case ModelState::kFailed:
-        std::rethrow_exception(refusal_locked(*slot));
+        std::rethrow_exception(refusal_locked(*record));
       case ModelState::kUnloaded:
-        load_and_answer_locked(slot, lock);
+        load_and_answer_locked(record, lock);
         break;
     }
   }
 }
 
-std::exception_ptr ModelRegistry::refusal_locked(const Slot& slot) const {
+std::exception_ptr ModelRegistry::refusal_locked(const ModelRecord& record) const {
   return std::make_exception_ptr(
-      Error(ErrorCode::kUnavailable, "model '" + slot.name + "' failed to load: " + slot.reason +
+      Error(ErrorCode::kUnavailable, "model '" + record.name + "' failed to load: " + record.reason +
                                          " (fix its folder, then reload: SIGHUP or ModelControl.Reload)"));
 }
 
 void ModelRegistry::acquire_async(const std::string& name, Acquired then) {
   std::unique_lock<std::mutex> lock(mutex_);
-  std::shared_ptr<Slot> slot;
+  std::shared_ptr<ModelRecord> record;
   std::exception_ptr error;
   try {
     if (stopping_) throw Error(ErrorCode::kUnavailable, "the server is shutting down");
-    slot = find_locked(name);
+    record = find_locked(name);
   } catch (...) {
     error = std::current_exception();
   }
-  if (!error && slot->state == ModelState::kFailed) error = refusal_locked(*slot);
-  if (error || slot->state == ModelState::kLoaded) {
+  if (!error && record->state == ModelState::kFailed) error = refusal_locked(*record);
+  if (error || record->state == ModelState::kLoaded) {
     std::shared_ptr<ServedModel> model;
     if (!error) {
-      slot->last_used = ++tick_;
-      model = slot->current;
+      record->last_used = ++tick_;
+      model = record->current;
     }
     lock.unlock();
     then(std::move(model), error);
     return;
   }
-  slot->waiters.push_back(std::move(then));
-  if (slot->state == ModelState::kLoading) return;  // the load under way answers it
-  slot->state = ModelState::kLoading;  // later callers wait for this load
+  record->waiters.push_back(std::move(then));
+  if (record->state == ModelState::kLoading) return;  // the load under way answers it
+  record->state = ModelState::kLoading;  // later callers wait for this load
   ++loader_threads_;
-  std::thread([this, slot]() mutable {
+  std::thread([this, record]() mutable {
     std::unique_lock<std::mutex> lock(mutex_);
     try {
       if (stopping_) {
-        slot->state = ModelState::kUnloaded;
+        record->state = ModelState::kUnloaded;
         throw Error(ErrorCode::kUnavailable, "the server is shutting down");
       }
-      load_and_answer_locked(slot, lock);
+      load_and_answer_locked(record, lock);
     } catch (...) {
       // load_and_answer_locked answered the waiters; a stop before the load did not.
-      answer_waiters_locked(*slot, nullptr, std::current_exception(), lock);
+      answer_waiters_locked(*record, nullptr, std::current_exception(), lock);
     }
-    slot.reset();  // under the lock: after the notify nothing of the registry's is touched
+    record.reset();  // under the lock: after the notify nothing of the registry's is touched
     --loader_threads_;
     changed_.notify_all();  // stop() waits for the last loader
   }).detach();
 }
 
-void ModelRegistry::load_and_answer_locked(const std::shared_ptr<Slot>& slot,
+void ModelRegistry::load_and_answer_locked(const std::shared_ptr<ModelRecord>& record,
                                            std::unique_lock<std::mutex>& lock) {
   std::exception_ptr error;
   try {
-    load_locked(slot, lock);
+    load_locked(record, lock);
   } catch (...) {
     error = std::current_exception();
   }
-  answer_waiters_locked(*slot, error ? nullptr : slot->current, error, lock);
+  answer_waiters_locked(*record, error ? nullptr : record->current, error, lock);
   if (error) std::rethrow_exception(error);
 }
 
-void ModelRegistry::answer_waiters_locked(Slot& slot, const std::shared_ptr<ServedModel>& model,
+void ModelRegistry::answer_waiters_locked(ModelRecord& record, const std::shared_ptr<ServedModel>& model,
                                           const std::exception_ptr& error,
                                           std::unique_lock<std::mutex>& lock) {
   std::vector<Acquired> waiters;
-  waiters.swap(slot.waiters);
+  waiters.swap(record.waiters);
   if (waiters.empty()) return;
   lock.unlock();  // they submit work and may finish calls
   for (Acquired& w : waiters) w(model, error);
   lock.lock();
 }
 
-void ModelRegistry::load_locked(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock) {
-  slot->state = ModelState::kLoading;
-  const ModelEntry entry = slot->entry;
-  const bool budgeted = slot->from_repository && budget_bytes_ > 0;
+void ModelRegistry::load_locked(const std::shared_ptr<ModelRecord>& record, std::unique_lock<std::mutex>& lock) {
+  record->state = ModelState::kLoading;
+  const ModelEntry entry = record->entry;
+  const bool budgeted = record->from_repository && budget_bytes_ > 0;
   auto give_up = [&](ModelState state, const std::string& reason) {
-    slot->state = state;
-    slot->reason = reason;
+    record->state = state;
+    record->reason = reason;
     changed_.notify_all();
   };
   if (budgeted) {
-    // The estimate: what its last load measured, else the weights file (the engines hold
-    // the weights plus their decode state: corrected below once loaded).
-    DeviceBytes need = slot->measured;
-    if (need.empty()) {
-      std::error_code ec;
-      const size_t weights = std::filesystem::file_size(entry.path + "/model.safetensors", ec);
-      try {
-        // Each worker's engine holds its own copy of the weights.
-        for (int index : replica_devices(entry)) {
-          need[device_key(index)] = ec ? 0 : weights * size_t(entry.workers);
-        }
-      } catch (const std::exception&) {
-        need.clear();  // the load itself reports it
-      }
-    }
     try {
-      make_room_locked(*slot, need, lock);
+      make_room_locked(*record, estimate(entry, record->measured), lock);
     } catch (const Error& e) {
       give_up(ModelState::kUnloaded, e.what());
       throw;
@@ -272,30 +264,21 @@ void ModelRegistry::load_locked(const std::shared_ptr<Slot>& slot, std::unique_l
   }
 
   lock.unlock();
-  const auto start = std::chrono::steady_clock::now();
-  std::shared_ptr<ServedModel> model;
+  double seconds = 0;
   std::string error;
-  try {
-    model = load_served_model(entry, config_, metrics_);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::shared_ptr<ServedModel> model = timed_load(entry, &seconds, &error);
   lock.lock();
 
-  metrics_.model_load(entry.name, error.empty(), seconds);
   if (!error.empty()) {
     // A `models:` entry's failure at start stops the server, which logs it once.
-    if (slot->from_repository || started_) {
+    if (record->from_repository || started_) {
       log_event(spdlog::level::err, "model load failed", {{"model", entry.name}, {"error", error}});
     }
     give_up(ModelState::kFailed, error);
     throw Error(ErrorCode::kUnavailable, error);
   }
-  DeviceBytes actual;
-  for (const auto& r : model->replicas) actual[r->device] += r->memory_bytes;
-  slot->measured = actual;
+  const DeviceBytes actual = memory_of(*model);
+  record->measured = actual;  // the next load's estimate, whatever becomes of this one
   // Dropped outside the lock on every failure path below (stopping a scheduler joins).
   auto discard = [&](ModelState state, const std::string& reason, ErrorCode code) {
     give_up(state, reason);
@@ -304,94 +287,106 @@ void ModelRegistry::load_locked(const std::shared_ptr<Slot>& slot, std::unique_l
     lock.lock();
     throw Error(code, reason);
   };
-  if (slot->removed) {
+  if (record->removed) {
     discard(ModelState::kUnloaded, "model '" + entry.name + "' was removed from the repository",
             ErrorCode::kNotFound);
   }
   if (budgeted) {
     try {
-      make_room_locked(*slot, actual, lock);  // the measure may exceed the estimate
+      make_room_locked(*record, actual, lock);  // the measure may exceed the estimate
     } catch (const Error& e) {
       discard(ModelState::kUnloaded, e.what(), e.code());
     }
   }
-  slot->current = std::move(model);
-  slot->current->is_default = entry.name == default_name_;
-  slot->state = ModelState::kLoaded;
-  slot->reason.clear();
-  slot->last_used = ++tick_;
-  int loops = 0;
-  for (const auto& r : slot->current->replicas) loops += int(r->loops.size());
-  for (const auto& r : slot->current->replicas) metrics_.model_loaded(entry.name, r->device, true, loops);
-  size_t loaded = 0;
-  for (const auto& [n, s] : slots_) loaded += s->state == ModelState::kLoaded;
-  metrics_.models_loaded(double(loaded));
-  nlohmann::ordered_json fields = {{"model", entry.name},
-                                   {"device", slot->current->device},
-                                   {"replicas", slot->current->replicas.size()},
-                                   {"precision", slot->current->precision},
-                                   {"memory_mib", double(slot->current->memory_bytes()) / (1 << 20)},
-                                   {"seconds", seconds}};
-  log_event(spdlog::level::info, "model loaded", fields);
+  publish_locked(*record, std::move(model), seconds, "model loaded");
+  record->last_used = ++tick_;
   changed_.notify_all();
 }
 
-ModelRegistry::DeviceBytes ModelRegistry::usage_locked() const {
+std::shared_ptr<ServedModel> ModelRegistry::timed_load(const ModelEntry& entry, double* seconds,
+                                                       std::string* error) {
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<ServedModel> model;
+  try {
+    model = load_served_model(entry, config_, metrics_);
+  } catch (const std::exception& e) {
+    *error = e.what();
+  }
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  metrics_.model_load(entry.name, error->empty(), *seconds);
+  return model;
+}
+
+void ModelRegistry::publish_locked(ModelRecord& record, std::shared_ptr<ServedModel> model, double seconds,
+                                   const char* event) {
+  model->is_default = record.name == default_name_;
+  record.measured = memory_of(*model);
+  retire_locked(record, "replaced by a new version");  // a reload's previous version
+  record.current = std::move(model);
+  record.state = ModelState::kLoaded;
+  record.reason.clear();
+  const ServedModel& current = *record.current;
+  int loops = 0;
+  for (const auto& r : current.replicas) loops += int(r->loops.size());
+  for (const auto& r : current.replicas) metrics_.model_loaded(record.name, r->device, true, loops);
+  count_loaded_locked();
+  log_event(spdlog::level::info, event,
+            {{"model", record.name}, {"device", current.device}, {"replicas", current.replicas.size()},
+             {"precision", current.precision}, {"memory_mib", double(current.memory_bytes()) / (1 << 20)},
+             {"seconds", seconds}});
+}
+
+void ModelRegistry::count_loaded_locked() {
+  size_t loaded = 0;
+  for (const auto& [n, r] : records_) loaded += r->state == ModelState::kLoaded;
+  metrics_.models_loaded(double(loaded));
+}
+
+DeviceBytes ModelRegistry::usage_locked() const {
   DeviceBytes used;
   auto add = [&used](const ServedModel& m) {
-    for (const auto& r : m.replicas) used[r->device] += r->memory_bytes;
+    for (const auto& [device, bytes] : memory_of(m)) used[device] += bytes;
   };
-  for (const auto& [name, slot] : slots_) {
-    if (slot->from_repository && slot->current) add(*slot->current);
+  for (const auto& [name, record] : records_) {
+    if (record->from_repository && record->current) add(*record->current);
   }
   for (const auto& m : retired_) add(*m);  // freed once unheld: still there until then
   return used;
 }
 
-void ModelRegistry::make_room_locked(const Slot& slot, const DeviceBytes& need,
+void ModelRegistry::make_room_locked(const ModelRecord& record, const DeviceBytes& need,
                                      std::unique_lock<std::mutex>& lock) {
   const std::string budget = "model_repository.memory_budget_mb (" + mib(budget_bytes_) + ")";
   for (const auto& [device, bytes] : need) {
     if (bytes > budget_bytes_) {
       throw Error(ErrorCode::kResourceExhausted,
-                  "model '" + slot.name + "' needs " + mib(bytes) + " on " + device + ", more than " +
+                  "model '" + record.name + "' needs " + mib(bytes) + " on " + device + ", more than " +
                       budget + " allows: it cannot be loaded");
     }
   }
   const auto deadline = std::chrono::steady_clock::now() + kBudgetWait;
   while (true) {
     reap_locked();
-    const DeviceBytes used = usage_locked();
-    std::vector<std::string> over;
-    for (const auto& [device, bytes] : need) {
-      auto u = used.find(device);
-      if ((u == used.end() ? 0 : u->second) + bytes > budget_bytes_) over.push_back(device);
+    std::vector<EvictionCandidate> loaded;
+    for (const auto& [name, other] : records_) {
+      if (!other->from_repository || other->state != ModelState::kLoaded) continue;
+      loaded.push_back({name, memory_of(*other->current), other->last_used, other.get() == &record,
+                        !other->current->idle()});
     }
-    if (over.empty()) return;
-    // The least recently used idle repository model on a device that is over.
-    Slot* victim = nullptr;
-    std::string busy;
-    for (const auto& [name, other] : slots_) {
-      if (other.get() == &slot || !other->from_repository || other->state != ModelState::kLoaded) continue;
-      bool relevant = false;
-      for (const auto& r : other->current->replicas) {
-        relevant |= std::find(over.begin(), over.end(), r->device) != over.end();
+    const EvictionPlan plan = plan_eviction(need, usage_locked(), budget_bytes_, loaded);
+    if (plan.evict.empty() && plan.over.empty()) return;
+    if (!plan.evict.empty()) {
+      for (const std::string& name : plan.evict) {
+        retire_locked(*records_.at(name), "evicted");
+        metrics_.model_evicted(name);
       }
-      if (!relevant) continue;
-      if (!other->current->idle()) {
-        busy += (busy.empty() ? "" : ", ") + name;
-        continue;
-      }
-      if (!victim || other->last_used < victim->last_used) victim = other.get();
-    }
-    if (victim) {
-      retire_locked(*victim, "evicted");
-      metrics_.model_evicted(victim->name);
-      continue;
+      continue;  // a version a request still holds is freed later: look again
     }
     if (std::chrono::steady_clock::now() >= deadline) {
+      std::string busy;
+      for (const std::string& name : plan.busy) busy += (busy.empty() ? "" : ", ") + name;
       throw Error(ErrorCode::kResourceExhausted,
-                  "cannot load model '" + slot.name + "': " + budget + " on " + over.front() +
+                  "cannot load model '" + record.name + "': " + budget + " on " + plan.over.front() +
                       " is held by models in use (" + (busy.empty() ? "being unloaded" : busy) +
                       "); retry later");
     }
@@ -402,22 +397,20 @@ void ModelRegistry::make_room_locked(const Slot& slot, const DeviceBytes& need,
   }
 }
 
-void ModelRegistry::retire_locked(Slot& slot, const char* why) {
-  if (!slot.current) return;
-  for (const auto& r : slot.current->replicas) metrics_.model_loaded(slot.name, r->device, false);
-  log_event(spdlog::level::info, "model unloaded", {{"model", slot.name}, {"why", why}});
-  retired_.push_back(std::move(slot.current));
-  slot.current.reset();
-  if (slot.state == ModelState::kLoaded) slot.state = ModelState::kUnloaded;
-  size_t loaded = 0;
-  for (const auto& [n, s] : slots_) loaded += s->state == ModelState::kLoaded;
-  metrics_.models_loaded(double(loaded));
+void ModelRegistry::retire_locked(ModelRecord& record, const char* why) {
+  if (!record.current) return;
+  for (const auto& r : record.current->replicas) metrics_.model_loaded(record.name, r->device, false);
+  log_event(spdlog::level::info, "model unloaded", {{"model", record.name}, {"why", why}});
+  retired_.push_back(std::move(record.current));
+  record.current.reset();
+  if (record.state == ModelState::kLoaded) record.state = ModelState::kUnloaded;
+  count_loaded_locked();
   reap_locked();
 }
 
 void ModelRegistry::reap_locked() {
   // use_count() == 1: no request holds it, and none can take it any more (it left the
-  // slots), so it is idle and its destruction (scheduler stop, joins) is quick.
+  // records), so it is idle and its destruction (scheduler stop, joins) is quick.
   for (auto it = retired_.begin(); it != retired_.end();) {
     if (it->use_count() == 1 && (*it)->idle()) {
       it = retired_.erase(it);
@@ -437,12 +430,12 @@ void ModelRegistry::janitor() {
 
 void ModelRegistry::unload(const std::string& name) {
   std::unique_lock<std::mutex> lock(mutex_);
-  std::shared_ptr<Slot> slot = find_locked(name);
-  while (slot->state == ModelState::kLoading && !stopping_) changed_.wait(lock);
-  retire_locked(*slot, "unload requested");
-  if (slot->state == ModelState::kFailed) {  // may be fixed: the next request tries again
-    slot->state = ModelState::kUnloaded;
-    slot->reason.clear();
+  std::shared_ptr<ModelRecord> record = find_locked(name);
+  while (record->state == ModelState::kLoading && !stopping_) changed_.wait(lock);
+  retire_locked(*record, "unload requested");
+  if (record->state == ModelState::kFailed) {  // may be fixed: the next request tries again
+    record->state = ModelState::kUnloaded;
+    record->reason.clear();
   }
 }
 
@@ -459,44 +452,44 @@ RescanReport ModelRegistry::rescan() {
       return report;
     }
   }
-  std::vector<std::shared_ptr<Slot>> reload;
+  std::vector<std::shared_ptr<ModelRecord>> reload;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    for (auto it = slots_.begin(); it != slots_.end();) {
-      Slot& slot = *it->second;
-      if (!slot.from_repository || folders.count(slot.name)) {
+    for (auto it = records_.begin(); it != records_.end();) {
+      ModelRecord& record = *it->second;
+      if (!record.from_repository || folders.count(record.name)) {
         ++it;
         continue;
       }
-      slot.removed = true;  // a load under way discards its result
-      retire_locked(slot, "removed from the repository");
-      report.removed.push_back(slot.name);
-      it = slots_.erase(it);
+      record.removed = true;  // a load under way discards its result
+      retire_locked(record, "removed from the repository");
+      report.removed.push_back(record.name);
+      it = records_.erase(it);
     }
-    for (const auto& [name, slot] : slots_) {
+    for (const auto& [name, record] : records_) {
       std::string missing;
       const std::string fingerprint =
-          slot->from_repository ? folders.at(name).fingerprint : model_fingerprint(slot->entry.path, &missing);
-      if (slot->from_repository) missing = folders.at(name).missing;
-      if (fingerprint == slot->fingerprint) continue;
-      slot->fingerprint = fingerprint;
+          record->from_repository ? folders.at(name).fingerprint : model_fingerprint(record->entry.path, &missing);
+      if (record->from_repository) missing = folders.at(name).missing;
+      if (fingerprint == record->fingerprint) continue;
+      record->fingerprint = fingerprint;
       // A configured model is always loaded: its version's tokenizer lists its languages.
-      if (slot->from_repository) slot->languages = folders.at(name).languages;
+      if (record->from_repository) record->languages = folders.at(name).languages;
       report.changed.push_back(name);
       if (!missing.empty()) {  // keeps serving what it has; a new load would fail
-        slot->reason = "missing model files: " + missing;
-        if (slot->state != ModelState::kLoaded) slot->state = ModelState::kFailed;
+        record->reason = "missing model files: " + missing;
+        if (record->state != ModelState::kLoaded) record->state = ModelState::kFailed;
         report.failed.push_back(name);
-      } else if (slot->state == ModelState::kLoaded) {
-        reload.push_back(slot);
-      } else if (slot->state == ModelState::kFailed) {
-        slot->state = ModelState::kUnloaded;  // loads on its next request
-        slot->reason.clear();
+      } else if (record->state == ModelState::kLoaded) {
+        reload.push_back(record);
+      } else if (record->state == ModelState::kFailed) {
+        record->state = ModelState::kUnloaded;  // loads on its next request
+        record->reason.clear();
       }
     }
     for (const auto& [name, folder] : folders) {
-      if (slots_.count(name)) continue;
-      add_repository_slot_locked(name, folder);
+      if (records_.count(name)) continue;
+      add_repository_record_locked(name, folder);
       report.added.push_back(name);
     }
   }
@@ -504,55 +497,35 @@ RescanReport ModelRegistry::rescan() {
   // a budget both versions must fit for that moment (the old one's measure estimates the
   // new one): idle models are evicted for it, and when that is not enough the old version
   // keeps serving and the reload is reported failed.
-  for (const auto& slot : reload) {
-    if (slot->from_repository && budget_bytes_ > 0) {
+  for (const auto& record : reload) {
+    if (record->from_repository && budget_bytes_ > 0) {
       std::unique_lock<std::mutex> lock(mutex_);
       try {
-        make_room_locked(*slot, slot->measured, lock);
+        make_room_locked(*record, record->measured, lock);
       } catch (const Error& e) {
-        slot->reason = std::string("reload postponed, the previous version still serves: ") +
+        record->reason = std::string("reload postponed, the previous version still serves: ") +
                        e.what() + " (the new version loads beside it)";
-        report.failed.push_back(slot->name);
-        log_event(spdlog::level::warn, "model reload postponed", {{"model", slot->name}, {"error", e.what()}});
+        report.failed.push_back(record->name);
+        log_event(spdlog::level::warn, "model reload postponed", {{"model", record->name}, {"error", e.what()}});
         continue;
       }
     }
-    const auto start = std::chrono::steady_clock::now();
-    std::shared_ptr<ServedModel> fresh;
+    double seconds = 0;
     std::string error;
-    try {
-      fresh = load_served_model(slot->entry, config_, metrics_);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    metrics_.model_load(slot->name, error.empty(),
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::shared_ptr<ServedModel> fresh = timed_load(record->entry, &seconds, &error);
     std::unique_lock<std::mutex> lock(mutex_);
     if (!error.empty()) {
-      slot->reason = "reload failed, the previous version still serves: " + error;
-      report.failed.push_back(slot->name);
-      log_event(spdlog::level::err, "model reload failed", {{"model", slot->name}, {"error", error}});
+      record->reason = "reload failed, the previous version still serves: " + error;
+      report.failed.push_back(record->name);
+      log_event(spdlog::level::err, "model reload failed", {{"model", record->name}, {"error", error}});
       continue;
     }
-    if (slot->removed || slot->state != ModelState::kLoaded || stopping_) {
+    if (record->removed || record->state != ModelState::kLoaded || stopping_) {
       lock.unlock();
       fresh.reset();
       continue;
     }
-    fresh->is_default = slot->name == default_name_;
-    slot->measured.clear();
-    for (const auto& r : fresh->replicas) slot->measured[r->device] += r->memory_bytes;
-    retire_locked(*slot, "replaced by a new version");
-    slot->current = std::move(fresh);
-    slot->state = ModelState::kLoaded;
-    slot->reason.clear();
-    int loops = 0;
-    for (const auto& r : slot->current->replicas) loops += int(r->loops.size());
-    for (const auto& r : slot->current->replicas) metrics_.model_loaded(slot->name, r->device, true, loops);
-    size_t loaded = 0;
-    for (const auto& [n, s] : slots_) loaded += s->state == ModelState::kLoaded;
-    metrics_.models_loaded(double(loaded));
-    log_event(spdlog::level::info, "model reloaded", {{"model", slot->name}});
+    publish_locked(*record, std::move(fresh), seconds, "model reloaded");
   }
   log_event(spdlog::level::info, "model repository rescanned",
             {{"added", report.added}, {"removed", report.removed},
@@ -560,25 +533,25 @@ RescanReport ModelRegistry::rescan() {
   return report;
 }
 
-ModelStatus ModelRegistry::status_locked(const Slot& slot) const {
+ModelStatus ModelRegistry::status_locked(const ModelRecord& record) const {
   ModelStatus s;
-  s.name = slot.name;
-  s.state = slot.state;
-  s.reason = slot.reason;
-  s.precision = slot.entry.precision;
+  s.name = record.name;
+  s.state = record.state;
+  s.reason = record.reason;
+  s.precision = record.entry.precision;
   // A loaded version's languages are its tokenizer's; the folder's until it loads.
-  const ModelLanguages& languages = slot.current ? slot.current->languages : slot.languages;
+  const ModelLanguages& languages = record.current ? record.current->languages : record.languages;
   s.source_language = languages.source;
   s.target_language = languages.target;
   s.languages = languages.codes;
-  s.is_default = slot.name == default_name_;
-  s.from_repository = slot.from_repository;
-  if (slot.current) {
-    s.device = slot.current->device;
-    s.devices = slot.current->devices();
-    s.precision = slot.current->precision;
-    s.memory_bytes = slot.current->memory_bytes();
-    s.vocab_size = slot.current->vocab_size();
+  s.is_default = record.name == default_name_;
+  s.from_repository = record.from_repository;
+  if (record.current) {
+    s.device = record.current->device;
+    s.devices = record.current->devices();
+    s.precision = record.current->precision;
+    s.memory_bytes = record.current->memory_bytes();
+    s.vocab_size = record.current->vocab_size();
   }
   return s;
 }
@@ -587,9 +560,9 @@ std::vector<ModelStatus> ModelRegistry::list() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<ModelStatus> out;
   // The default model first, then by name.
-  for (const auto& [name, slot] : slots_) {
-    if (name == default_name_) out.insert(out.begin(), status_locked(*slot));
-    else out.push_back(status_locked(*slot));
+  for (const auto& [name, record] : records_) {
+    if (name == default_name_) out.insert(out.begin(), status_locked(*record));
+    else out.push_back(status_locked(*record));
   }
   return out;
 }
@@ -607,8 +580,8 @@ void ModelRegistry::stop() {
     changed_.notify_all();
     // A load under way ends (its waiters answered) before the models are stopped.
     changed_.wait(lock, [this] { return loader_threads_ == 0; });
-    for (auto& [name, slot] : slots_) {
-      if (slot->current) models.push_back(slot->current);
+    for (auto& [name, record] : records_) {
+      if (record->current) models.push_back(record->current);
     }
     for (auto& m : retired_) models.push_back(m);
   }

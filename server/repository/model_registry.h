@@ -18,7 +18,9 @@
 
 #include "server/config/config.h"
 #include "server/observability/metrics.h"
+#include "server/repository/eviction_policy.h"
 #include "server/repository/model_folder.h"
+#include "server/repository/model_languages.h"
 #include "server/repository/served_model.h"
 
 namespace nmt::server {
@@ -84,26 +86,46 @@ class ModelRegistry {
   void stop();
 
  private:
-  struct Slot;
-  using DeviceBytes = std::map<std::string, size_t>;  // "cpu" | "cuda:N" -> bytes
+  // One model by name (an entry of records_): its settings, state and served version.
+  struct ModelRecord {
+    std::string name;
+    ModelEntry entry;  // path and settings
+    bool from_repository = false;
+    bool removed = false;  // its folder went away: dropped from records_
+    ModelState state = ModelState::kUnloaded;
+    std::string reason;
+    std::string fingerprint;  // of the files as last listed
+    std::shared_ptr<ServedModel> current;
+    uint64_t last_used = 0;
+    DeviceBytes measured;  // per device, from its last load: the next load's estimate
+    ModelLanguages languages;  // from the folder (its tokenizer files or name), as last listed
+    std::vector<Acquired> waiters;  // acquire_async calls waiting for the load under way
+  };
 
-  std::shared_ptr<Slot> find_locked(const std::string& name) const;  // throws kNotFound
-  void load_locked(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
-  // load_locked, then the slot's acquire_async waiters get its outcome (outside the lock);
+  std::shared_ptr<ModelRecord> find_locked(const std::string& name) const;  // throws kNotFound
+  void load_locked(const std::shared_ptr<ModelRecord>& record, std::unique_lock<std::mutex>& lock);
+  // The one load path (first load and reload), called without the lock: loads the entry's
+  // model, timing it and counting the outcome (metrics); *error says why it failed.
+  std::shared_ptr<ServedModel> timed_load(const ModelEntry& entry, double* seconds, std::string* error);
+  // Makes `model` the record's served version (a previous one retired): its measured memory,
+  // state, metrics and the `event` log line.
+  void publish_locked(ModelRecord& record, std::shared_ptr<ServedModel> model, double seconds, const char* event);
+  void count_loaded_locked();  // the models_loaded gauge
+  // load_locked, then the record's acquire_async waiters get its outcome (outside the lock);
   // rethrows a failure.
-  void load_and_answer_locked(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
-  std::exception_ptr refusal_locked(const Slot& slot) const;  // failed: why, as an error
-  // Hands the slot's acquire_async waiters the load's outcome, outside the lock.
-  void answer_waiters_locked(Slot& slot, const std::shared_ptr<ServedModel>& model,
+  void load_and_answer_locked(const std::shared_ptr<ModelRecord>& record, std::unique_lock<std::mutex>& lock);
+  std::exception_ptr refusal_locked(const ModelRecord& record) const;  // failed: why, as an error
+  // Hands the record's acquire_async waiters the load's outcome, outside the lock.
+  void answer_waiters_locked(ModelRecord& record, const std::shared_ptr<ServedModel>& model,
                              const std::exception_ptr& error, std::unique_lock<std::mutex>& lock);
   // Evicts idle models until `need` fits the budget on each of its devices, waiting a while
   // for busy or retiring ones; throws kResourceExhausted.
-  void make_room_locked(const Slot& slot, const DeviceBytes& need, std::unique_lock<std::mutex>& lock);
+  void make_room_locked(const ModelRecord& record, const DeviceBytes& need, std::unique_lock<std::mutex>& lock);
   DeviceBytes usage_locked() const;
-  void retire_locked(Slot& slot, const char* why);
+  void retire_locked(ModelRecord& record, const char* why);
   void reap_locked();
-  ModelStatus status_locked(const Slot& slot) const;
-  std::shared_ptr<Slot> add_repository_slot_locked(const std::string& name, const ModelFolder& folder);
+  ModelStatus status_locked(const ModelRecord& record) const;
+  std::shared_ptr<ModelRecord> add_repository_record_locked(const std::string& name, const ModelFolder& folder);
   void janitor();
 
   const ServerConfig config_;
@@ -113,7 +135,7 @@ class ModelRegistry {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;  // a load finished, or stopping
-  std::map<std::string, std::shared_ptr<Slot>> slots_;
+  std::map<std::string, std::shared_ptr<ModelRecord>> records_;
   std::string default_name_;
   uint64_t tick_ = 0;  // LRU clock
   // Replaced, evicted or removed versions still held by a request: freed once unheld.

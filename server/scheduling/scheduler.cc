@@ -141,7 +141,9 @@ Scheduler::Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, 
                      DetokenizeFn detokenize)
     : loops_(std::move(loops)), options_(options), hooks_(std::move(hooks)), detokenize_(std::move(detokenize)) {
   if (loops_.empty()) throw Error(ErrorCode::kInternal, "a scheduler needs a decode loop");
-  loads_.resize(loops_.size());
+  for (DecodeLoop* loop : loops_) {
+    admission_.loops.push_back({0, 0, loop->capacity().sentences, loop->capacity().rows});
+  }
   // Each request is answered on its own: a cache growth the engine cannot afford fails the
   // sentences that needed it, not every sentence of the loop.
   for (DecodeLoop* loop : loops_) loop->shed_on_out_of_memory(true);
@@ -189,11 +191,13 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
     queued_ = queue_.size();
     // A lone sentence is the polling loop's (warm, and no wake-up); a larger request spreads
     // over every idle loop.
-    if (!within_fill()) spill_.notify_all();
+    const bool within = within_fill(size_t(active_.load()), queue_.size(), options_);
+    if (!within) spill_.notify_all();
     if (n == 1 && spinning_ > 0) return job;
     // A decoding loop with room takes them at its next step: an idle loop woken for them
-    // would only leave them to it (at 64 clients, thousands of wake-ups a second).
-    if (leaves_to_a_fuller_loop(-1)) return job;
+    // would only leave them to it (at 64 clients, thousands of wake-ups a second). (Only
+    // within the fill: beyond it no loop leaves them, and the snapshot copies the queue.)
+    if (within && loops_.size() > 1 && leaves_to_a_fuller_loop(snapshot_locked(), -1, options_)) return job;
   }
   wake_.notify_all();
   return job;
@@ -243,77 +247,30 @@ void Scheduler::erase_from_queue(const std::function<bool(const Waiting&)>& drop
   queued_ = queue_.size();
 }
 
-// Whether loop `index` (-1: one to be woken) should leave the queue to a fuller loop that is
-// decoding: the model's sentences fit in loop_fill_sentences and a running loop that holds
-// more sentences than this one has room for all that wait.
-bool Scheduler::leaves_to_a_fuller_loop(int index) const {
-  if (loops_.size() < 2 || !within_fill()) return false;
-  const int fill = options_.loop_fill_sentences;
-  const int own = index < 0 ? 0 : loads_[size_t(index)].sentences;
-  int rows = 0;
-  for (const Waiting& w : queue_) rows += w.job->options.beam_size;
-  for (size_t j = 0; j < loops_.size(); ++j) {
-    const LoopLoad& load = loads_[j];
-    if (int(j) == index || load.sentences <= own) continue;
-    const EngineCapacity cap = loops_[j]->capacity();
-    if (std::min(fill, cap.sentences) - load.sentences >= int(queue_.size()) && cap.rows - load.rows >= rows)
-      return true;
+const AdmissionSnapshot& Scheduler::snapshot_locked() {
+  admission_.active_sentences = active_.load();
+  admission_.queue.clear();  // keeps its capacity: no allocation once the queue has been this long
+  for (const Waiting& w : queue_) {
+    admission_.queue.push_back({w.job->options.beam_size, int64_t(w.job->source_ids[w.index].size())});
   }
-  return false;
+  return admission_;
 }
 
-// The model's sentences (active and queued) number at most loop_fill_sentences (> 0): one
-// loop takes them all.
-bool Scheduler::within_fill() const {
-  const int fill = options_.loop_fill_sentences;
-  return fill > 0 && size_t(active_.load()) + queue_.size() <= size_t(fill);
-}
-
-// The oldest waiting sentences that fit the loop now, in arrival order, within the encoder
-// token budget (at least one), when an admission is due (see max_admit_delay_steps).
-// Strictly first come, first served: a sentence that does not fit yet (a large beam) is not
-// overtaken.
 // *deferred: none, because this idle loop leaves them to a decoding one (loop_fill_sentences).
 std::vector<Scheduler::Waiting> Scheduler::take_admissible(int index, int steps_since_admit,
                                                            Clock::time_point now, bool* deferred) {
   const DecodeLoop& loop = *loops_[size_t(index)];
   purge_queue(now);
-  loads_[size_t(index)] = {loop.active_sentences(), loop.active_rows()};
+  LoopLoad& own = admission_.loops[size_t(index)];
+  own.sentences = loop.active_sentences();
+  own.rows = loop.active_rows();
+  const AdmissionDecision decision = decide_admission(snapshot_locked(), index, steps_since_admit, options_);
+  *deferred = decision.defer;
   std::vector<Waiting> taken;
-  *deferred = loop.idle() && !queue_.empty() && leaves_to_a_fuller_loop(index);
-  if (*deferred) return taken;
-  // A decoding loop leaves newcomers to a fuller one too: two loops that came to split the
-  // model's sentences (an idle loop woken in a race with the running loop's finishes) both
-  // kept admitting, and every round cost two GPU steps; now the emptier one drains.
-  if (!queue_.empty() && leaves_to_a_fuller_loop(index)) return taken;
-  // A quarter: measured on H100 at 64 and 256 clients against an eighth, a sixteenth and
-  // every step (the last the slowest: 7.9k against 8.7k sentences/s with 64 clients).
-  const bool due = loop.idle() || queue_.size() * 4 >= size_t(loop.active_sentences()) ||
-                   steps_since_admit >= options_.max_admit_delay_steps;
-  if (!due) return taken;
-  int slots = loop.capacity().sentences - loop.active_sentences();
-  int rows = loop.capacity().rows - loop.active_rows();
-  if (loops_.size() > 1 && !within_fill()) {
-    // Several loops share one queue: a loop takes no more than its even share of all the
-    // sentences in the model's loops and queue, so that the loops' steps stay alike in size.
-    // Without it the loop whose admission fell due first took up to its whole capacity, and
-    // the sentences in the fuller loop waited on slower steps (the tail at 256 clients).
-    const size_t total = size_t(active_.load()) + queue_.size();
-    const int share = int((total + loops_.size() - 1) / loops_.size()) - loop.active_sentences();
-    slots = std::min(slots, std::max(share, 0));  // an idle loop's share is >= 1
-  }
-  int64_t tokens = 0;
-  while (!queue_.empty()) {
-    const Waiting& w = queue_.front();
-    const int beam = w.job->options.beam_size;
-    const int64_t length = int64_t(w.job->source_ids[w.index].size());
-    if (slots < 1 || rows < beam) break;
-    if (!taken.empty() && tokens + length > options_.max_admit_tokens) break;
-    slots -= 1;
-    rows -= beam;
-    tokens += length;
-    loads_[size_t(index)].sentences += 1;
-    loads_[size_t(index)].rows += beam;
+  taken.reserve(decision.admit);
+  for (size_t i = 0; i < decision.admit; ++i) {
+    own.sentences += 1;
+    own.rows += queue_.front().job->options.beam_size;
     taken.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -465,7 +422,8 @@ void Scheduler::run(int index) {
         running.erase(it);
         --active_;
       }
-      loads_[size_t(index)] = {loop.active_sentences(), loop.active_rows()};
+      admission_.loops[size_t(index)].sentences = loop.active_sentences();
+      admission_.loops[size_t(index)].rows = loop.active_rows();
       // Nothing else to do here: spare a lone request the hand-over. This loop polls the
       // queue again once the answer is out, so it counts as polling already: a lone request
       // that arrives meanwhile (the client's next one) waits for it rather than waking a

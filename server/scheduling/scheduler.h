@@ -26,6 +26,7 @@
 #include "model/decode_options.h"
 #include "model/error.h"
 #include "model/translator.h"
+#include "server/scheduling/admission_policy.h"
 #include "server/scheduling/scheduling_options.h"
 
 namespace nmt::server {
@@ -101,10 +102,10 @@ class Scheduler {
 
   void run(int index);
   void respond();
+  // The sentences admission_policy.h admits into loop `index` now, off the queue.
   std::vector<Waiting> take_admissible(int index, int steps_since_admit, Clock::time_point now,
                                        bool* deferred);
-  bool within_fill() const;  // under mutex_
-  bool leaves_to_a_fuller_loop(int index) const;  // under mutex_
+  const AdmissionSnapshot& snapshot_locked();  // the queue and loads as the policy sees them
   bool wait_for_work(std::unique_lock<std::mutex>& lock, int index);
   void answer(std::vector<Done>& finished);
   void purge_queue(Clock::time_point now);
@@ -120,11 +121,9 @@ class Scheduler {
   // Idle loops that leave the queue to a running loop (loop_fill_sentences) wait here: woken
   // when the model's sentences pass the fill, not by every request.
   std::condition_variable spill_;
-  // Each loop's sentences and rows as of its last admission (read by the other loops).
-  struct LoopLoad {
-    int sentences = 0, rows = 0;
-  };
-  std::vector<LoopLoad> loads_;
+  // The policy's view, refreshed by snapshot_locked(); its loops hold each loop's capacity
+  // and its sentences and rows as of its last admission (read by the other loops).
+  AdmissionSnapshot admission_;
   std::deque<Waiting> queue_;  // arrival order
   std::atomic<size_t> queued_{0};  // queue_.size(), read without the lock by idle loops
   bool stopping_ = false;

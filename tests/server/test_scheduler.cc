@@ -1,113 +1,14 @@
-// The step-level scheduler over decode loops with a scripted engine (no model): every
-// sentence answered in request order with the result it gets alone, short requests never
-// wait for long ones, admission within slots, rows and the encoder token budget, the
-// bounded queue, cancellation and deadlines at the next step, engine failures, shutdown; some
-// also on engines that step as a device's does (two steps in flight, each following the one
-// before).
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <future>
+// The step-level scheduler over one decode loop (and two, for mixed requests) with a scripted
+// engine: every sentence answered in request order with the result it gets alone, short
+// requests never wait for long ones, admission within slots, rows and the encoder token
+// budget, the bounded queue, cancellation and deadlines at the next step, engine failures,
+// shutdown, the admission delay; some also on engines that step as a device's does (two steps
+// in flight, each following the one before). How: scheduler_fixture.h.
 #include <random>
-#include <map>
 
-#include "server/scheduling/scheduler.h"
-#include "tests/support/scripted_engine.h"
+#include "tests/server/scheduler_fixture.h"
 
-using namespace nmt;
-using namespace nmt::server;
-using nmt::test::ScriptedEngine;
-using std::chrono::microseconds;
-using std::chrono::milliseconds;
-
-namespace {
-
-constexpr int kEos = ScriptedEngine::kEos;
-const ModelConfig kConfig = ScriptedEngine::config();
-
-DecodeOptions beam(int k, int max_length = 255) {
-  DecodeOptions o;
-  o.beam_size = k;
-  o.max_decoding_length = max_length;
-  return o;
-}
-
-std::vector<int> sentence(int eos_step) { return {eos_step, 1, 2, kEos}; }
-
-// How the fixture's engines step: at once, or as a device's engine does (steps in flight
-// across the loop's calls, two from 4 rows on, each following the one before: DecodeLoop).
-enum class Stepping { kAtOnce, kOverlapped };
-
-// A loop over its own scripted engine, and the scheduler over `loops` of them.
-struct Fixture {
-  explicit Fixture(SchedulingOptions o = {}, int loops = 1, milliseconds delay = milliseconds(0),
-                   Stepping stepping = Stepping::kAtOnce) {
-    for (int i = 0; i < loops; ++i) {
-      engines.push_back(std::make_unique<ScriptedEngine>());
-      engines.back()->step_delay = delay;
-      engines.back()->overlapping = stepping != Stepping::kAtOnce;
-      this->loops.push_back(std::make_unique<DecodeLoop>(
-          *engines.back(), kConfig, EngineCapacity{o.max_active_sentences, o.max_active_rows, 8}));
-      this->loops.back()->set_follow_rows(4);  // the fixture's loops hold few rows
-      raw.push_back(this->loops.back().get());
-    }
-    SchedulerHooks hooks;
-    hooks.on_step = [this](int, int rows, int sentences, int admitted, double, double) {
-      std::lock_guard<std::mutex> lock(mutex);
-      max_rows = std::max(max_rows, rows);
-      max_sentences = std::max(max_sentences, sentences);
-      max_admitted = std::max(max_admitted, admitted);
-    };
-    scheduler = std::make_unique<Scheduler>(raw, o, hooks);
-  }
-  std::future<JobResult> submit(std::vector<std::vector<int>> ids, const DecodeOptions& o,
-                                Clock::time_point deadline = Clock::time_point::max(),
-                                std::shared_ptr<Job>* job = nullptr) {
-    auto promise = std::make_shared<std::promise<JobResult>>();
-    auto j = scheduler->submit(std::move(ids), o, deadline,
-                               [promise](JobResult r) { promise->set_value(std::move(r)); });
-    if (job) *job = j;
-    return promise->get_future();
-  }
-  std::vector<std::unique_ptr<ScriptedEngine>> engines;
-  std::vector<std::unique_ptr<DecodeLoop>> loops;
-  std::vector<DecodeLoop*> raw;
-  std::unique_ptr<Scheduler> scheduler;
-  // The largest rows, sentences and admission the loops reported, once they have stopped
-  // (a loop reports going idle after its last answer).
-  struct Maxima {
-    int rows, sentences, admitted;
-  };
-  Maxima stop_and_read() {
-    scheduler->stop();
-    std::lock_guard<std::mutex> lock(mutex);
-    return {max_rows, max_sentences, max_admitted};
-  }
-  std::mutex mutex;
-  int max_rows = 0, max_sentences = 0, max_admitted = 0;
-};
-
-// The sentence's translation alone in a loop of its own.
-Translation alone(const std::vector<int>& ids, const DecodeOptions& o) {
-  ScriptedEngine e;
-  DecodeLoop loop(e, kConfig, {1, 16, 8});
-  loop.admit({{0, ids, o}});
-  while (true) {
-    auto done = loop.step().finished;
-    if (!done.empty()) return done[0].translation;
-  }
-}
-
-SchedulingOptions options(int sentences, int rows, int admit_tokens = 2048, int queue = 4096) {
-  SchedulingOptions o;
-  o.max_active_sentences = sentences;
-  o.max_active_rows = rows;
-  o.max_admit_tokens = admit_tokens;
-  o.max_queue_sentences = queue;
-  return o;
-}
-
-}  // namespace
+using namespace scheduler_test;
 
 namespace {
 
@@ -127,6 +28,7 @@ void expect_mixed_requests_as_alone(Fixture& f) {
     requests.push_back(ids);
     opts.push_back(o);
     futures.push_back(f.submit(ids, o));
+    // Pauses vary the arrivals (no result depends on them).
     if (rng() % 3 == 0) std::this_thread::sleep_for(milliseconds(rng() % 5));
   }
   for (size_t r = 0; r < futures.size(); ++r) {
@@ -170,19 +72,19 @@ TEST(Scheduler, ConcurrentMixedRequestsGetTheirAloneResultsInOrder) {
 }
 
 TEST(Scheduler, AShortRequestDoesNotWaitForLongOnes) {
-  Fixture f(options(8, 32), 1, milliseconds(2));
-  auto long1 = f.submit({sentence(200)}, beam(4));
-  auto long2 = f.submit({sentence(200)}, beam(4));
-  std::this_thread::sleep_for(milliseconds(20));
-  const auto start = Clock::now();
-  const JobResult s = f.submit({sentence(2)}, beam(4)).get();
-  const double short_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  ASSERT_TRUE(s.ok);
-  // The long ones need ~200 steps of 2 ms; the short one a few steps.
-  EXPECT_EQ(long1.wait_for(milliseconds(0)), std::future_status::timeout);
-  EXPECT_LT(short_ms, 100.0);
-  EXPECT_TRUE(long1.get().ok);
-  EXPECT_TRUE(long2.get().ok);
+  // Two long sentences (~200 steps) decode; a short one arrives while the loop is held and
+  // is let through 12 steps: it is answered within them, the long ones still decoding.
+  Fixture f(options(8, 32), 1);
+  f.hold();
+  auto long_ones = f.submit({sentence(200), sentence(200)}, beam(4));
+  ASSERT_TRUE(f.held(0));
+  auto short_one = f.submit({sentence(2)}, beam(4));
+  f.engines[0]->allow(12);
+  ASSERT_EQ(short_one.wait_for(kPatience), std::future_status::ready) << "not answered within 12 steps";
+  EXPECT_TRUE(short_one.get().ok);
+  EXPECT_EQ(long_ones.wait_for(milliseconds(0)), std::future_status::timeout);
+  f.release();
+  EXPECT_TRUE(long_ones.get().ok);
 }
 
 // A result's decode_steps: the most decoder steps one of its sentences took, each as many
@@ -200,9 +102,14 @@ TEST(Scheduler, AResultCountsItsLongestSentencesSteps) {
 }
 
 TEST(Scheduler, AdmissionIsBoundedBySlotsRowsAndTokenBudget) {
-  Fixture f(options(4, 10, /*admit_tokens=*/8), 1, milliseconds(1));
+  // All 12 wait while the loop is held in its first step (the rule's cases:
+  // test_admission_policy.cc; here the loop keeps to what it decides).
+  Fixture f(options(4, 10, /*admit_tokens=*/8), 1);
+  f.hold();
   std::vector<std::future<JobResult>> futures;
   for (int i = 0; i < 12; ++i) futures.push_back(f.submit({sentence(5 + i)}, beam(3)));
+  ASSERT_TRUE(f.held(0));
+  f.release();
   for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
   const Fixture::Maxima m = f.stop_and_read();
   EXPECT_LE(m.rows, 9);  // three sentences of beam 3 fit in 10 rows, a fourth does not
@@ -211,7 +118,7 @@ TEST(Scheduler, AdmissionIsBoundedBySlotsRowsAndTokenBudget) {
 }
 
 TEST(Scheduler, RefusesAtOnceWhatCanNeverFitOrOverflowsTheQueue) {
-  Fixture f(options(2, 4, 2048, /*queue=*/3), 1, milliseconds(5));
+  Fixture f(options(2, 4, 2048, /*queue=*/3), 1);
   try {
     f.submit({sentence(3)}, beam(5));
     FAIL() << "beam 5 over 4 rows was accepted";
@@ -220,8 +127,9 @@ TEST(Scheduler, RefusesAtOnceWhatCanNeverFitOrOverflowsTheQueue) {
     EXPECT_NE(std::string(e.what()).find("beam 5"), std::string::npos) << e.what();
   }
   EXPECT_THROW(f.submit({std::vector<int>(9, 3)}, beam(1)), Error);  // over the 8-token slots
-  auto busy = f.submit({sentence(100)}, beam(4));                    // takes every row
-  std::this_thread::sleep_for(milliseconds(30));
+  f.hold();
+  auto busy = f.submit({sentence(20)}, beam(4));                     // takes every row
+  ASSERT_TRUE(f.held(0));                                            // and decodes (held)
   auto queued = f.submit({sentence(2), sentence(2), sentence(2)}, beam(1));
   EXPECT_EQ(f.scheduler->queued_sentences(), 3u);
   try {
@@ -230,16 +138,18 @@ TEST(Scheduler, RefusesAtOnceWhatCanNeverFitOrOverflowsTheQueue) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
   }
+  f.release();
   EXPECT_TRUE(queued.get().ok);
   EXPECT_TRUE(busy.get().ok);
 }
 
 TEST(Scheduler, CancelledSentencesHoldNoPlaceInTheQueue) {
-  // The loop is inside a long step (no purge between steps for a while) when the queue's
-  // requests are cancelled; new work takes their places at once instead of being refused.
-  Fixture f(options(2, 8, 2048, /*queue=*/4), 1, milliseconds(300));
+  // The loop is inside a step (held: no purge between steps) when the queue's requests are
+  // cancelled; new work takes their places at once instead of being refused.
+  Fixture f(options(2, 8, 2048, /*queue=*/4), 1);
+  f.hold();
   auto busy = f.submit({sentence(3), sentence(3)}, beam(4));  // takes every slot
-  while (f.engines[0]->encoded.load() < 2) std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_TRUE(f.held(0));
   std::shared_ptr<Job> cancelled_job;
   auto cancelled = f.submit({sentence(2), sentence(2), sentence(2), sentence(2)}, beam(1),
                             Clock::time_point::max(), &cancelled_job);
@@ -248,6 +158,7 @@ TEST(Scheduler, CancelledSentencesHoldNoPlaceInTheQueue) {
   std::future<JobResult> next;
   ASSERT_NO_THROW(next = f.submit({sentence(2), sentence(2), sentence(2)}, beam(1)));
   EXPECT_EQ(f.scheduler->queued_sentences(), 3u);
+  f.release();
   EXPECT_TRUE(next.get().ok);
   EXPECT_TRUE(busy.get().ok);
 }
@@ -255,24 +166,31 @@ TEST(Scheduler, CancelledSentencesHoldNoPlaceInTheQueue) {
 namespace {
 
 // A cancelled and an expiring sentence leave their loop mid-decode; the kept one finishes.
+// The cancel comes while the loop is held inside a step; the expiring one's deadline (60 ms)
+// passes within 30 of the engine's 2 ms steps, and the kept one ends near its step 30.
 void expect_cancelled_and_expired_leave(Fixture& f) {
   std::shared_ptr<Job> cancelled_job;
   auto cancelled = f.submit({sentence(500)}, beam(4), Clock::time_point::max(), &cancelled_job);
   auto expiring = f.submit({sentence(500)}, beam(4), Clock::now() + milliseconds(60));
   auto kept = f.submit({sentence(30)}, beam(4));
-  std::this_thread::sleep_for(milliseconds(30));
-  const auto cancel_at = Clock::now();
+  ASSERT_TRUE(eventually([&] { return f.scheduler->active_sentences() == 3; }));
+  f.hold();
+  ASSERT_TRUE(f.held(0));
+  const size_t held_at = f.engines[0]->steps().size();  // the held step is the next
   f.scheduler->cancel(cancelled_job);
-  const JobResult c = cancelled.get();
-  EXPECT_EQ(c.code, ErrorCode::kCancelled);
-  EXPECT_LT(Clock::now() - cancel_at, milliseconds(50));
+  ASSERT_EQ(cancelled.wait_for(milliseconds(0)), std::future_status::ready) << "answered by cancel() itself";
+  EXPECT_EQ(cancelled.get().code, ErrorCode::kCancelled);
+  f.release();
   const JobResult e = expiring.get();
   EXPECT_EQ(e.code, ErrorCode::kDeadlineExceeded);
   EXPECT_TRUE(kept.get().ok);
-  // The loop went on with the kept sentence alone: its rows only.
-  for (int i = 0; i < 100 && f.scheduler->active_sentences() > 0; ++i) std::this_thread::sleep_for(milliseconds(5));
-  EXPECT_EQ(f.scheduler->active_sentences(), 0);
-  EXPECT_LT(f.engines[0]->steps().size(), 200u);  // nobody decoded to 500
+  ASSERT_TRUE(eventually([&] { return f.scheduler->active_sentences() == 0; }));
+  const std::vector<size_t> rows = f.engines[0]->steps();
+  // From the step after the held one (and the one in flight beside it) on: the cancelled
+  // sentence's rows are gone (the other two hold at most 8).
+  for (size_t i = held_at + 2; i < rows.size(); ++i) EXPECT_LE(rows[i], 8u) << "step " << i;
+  // Nobody decoded on to its length limit (255): the expiring one left at its deadline.
+  EXPECT_LT(rows.size(), std::max<size_t>(held_at, 40) + 10);
 }
 
 }  // namespace
@@ -285,22 +203,28 @@ TEST(Scheduler, CancelledAndExpiredSentencesLeaveAtTheNextStep) {
 }
 
 TEST(Scheduler, ExpiredWorkNeverEntersALoop) {
-  Fixture f(options(1, 4), 1, milliseconds(2));
-  auto busy = f.submit({sentence(40)}, beam(4));
-  std::this_thread::sleep_for(milliseconds(10));
-  const int encoded = f.engines[0]->encoded;
-  const JobResult r = f.submit({sentence(3)}, beam(1), Clock::now() + milliseconds(20)).get();
-  EXPECT_EQ(r.code, ErrorCode::kDeadlineExceeded);
+  // The only slot is busy (held inside a step) until the newcomer's deadline has passed.
+  Fixture f(options(1, 4), 1);
+  f.hold();
+  auto busy = f.submit({sentence(5)}, beam(4));
+  ASSERT_TRUE(f.held(0));
+  const Clock::time_point deadline = Clock::now() + milliseconds(20);
+  auto expiring = f.submit({sentence(3)}, beam(1), deadline);
+  std::this_thread::sleep_until(deadline);  // the deadline is what is tested
+  f.release();
+  EXPECT_EQ(expiring.get().code, ErrorCode::kDeadlineExceeded);
   EXPECT_TRUE(busy.get().ok);
-  EXPECT_EQ(f.engines[0]->encoded, encoded);
+  EXPECT_EQ(f.engines[0]->encoded, 1) << "the expired sentence was encoded";
 }
 
 TEST(Scheduler, EngineFailureFailsTheActiveSentencesAndServingGoesOn) {
   for (const Stepping stepping : {Stepping::kAtOnce, Stepping::kOverlapped}) {
-    Fixture f(options(8, 32), 1, milliseconds(2), stepping);
+    Fixture f(options(8, 32), 1, milliseconds(0), stepping);
+    f.hold();
     auto a = f.submit({sentence(50), sentence(50)}, beam(4));
-    std::this_thread::sleep_for(milliseconds(20));
+    ASSERT_TRUE(f.held(0));  // they decode, 50 steps from their end
     f.engines[0]->fail_next_step = true;
+    f.release();
     const JobResult r = a.get();
     EXPECT_FALSE(r.ok);
     EXPECT_EQ(r.code, ErrorCode::kResourceExhausted);
@@ -310,17 +234,21 @@ TEST(Scheduler, EngineFailureFailsTheActiveSentencesAndServingGoesOn) {
 }
 
 TEST(Scheduler, OutOfMemoryFailsOnlyTheSentencesThatNeededTheGrowth) {
-  Fixture f(options(8, 32), 1, milliseconds(2));
+  Fixture f(options(8, 32), 1);
   ScriptedEngine& engine = *f.engines[0];
+  f.hold();
   auto long_one = f.submit({sentence(200)}, beam(2));
-  while (engine.steps().size() < 20) std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_TRUE(f.held(0));
+  engine.allow(20);
+  ASSERT_TRUE(f.held(0));  // the long one is 20 steps in, held in the next
+  ASSERT_EQ(engine.steps().size(), 20u);
   auto short_a = f.submit({sentence(12)}, beam(1));
   auto short_b = f.submit({sentence(12)}, beam(1));
-  // Once both short ones decode beside it (2 + 1 + 1 rows), the long one (at about the step
+  // Both short ones join at the next step (2 + 1 + 1 rows); the long one (at about the step
   // count's position, 20 steps ahead of them) runs out of memory a few steps on; the short
   // ones end before they reach that position.
-  while (engine.steps().empty() || engine.steps().back() != 4) std::this_thread::sleep_for(milliseconds(1));
-  engine.out_of_memory_at_position = int(engine.steps().size()) + 3;
+  engine.out_of_memory_at_position = int(engine.steps().size()) + 4;
+  f.release();
   const JobResult failed = long_one.get();
   EXPECT_EQ(failed.code, ErrorCode::kResourceExhausted);
   EXPECT_NE(failed.message.find("out of memory growing the caches"), std::string::npos) << failed.message;
@@ -348,150 +276,25 @@ TEST(Scheduler, StopFinishesQueuedAndActiveWorkThenRefuses) {
   }
 }
 
-TEST(Scheduler, SeveralLoopsShareTheQueue) {
-  Fixture f(options(2, 8), 2, milliseconds(2));
-  std::vector<std::future<JobResult>> futures;
-  for (int i = 0; i < 8; ++i) futures.push_back(f.submit({sentence(20)}, beam(4)));
-  for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
-  EXPECT_GT(f.engines[0]->encoded, 0);
-  EXPECT_GT(f.engines[1]->encoded, 0);
-}
-
-TEST(Scheduler, LoneRequestsQueuedWhileALoopPollsReachTheOtherLoop) {
-  // Lone requests submitted while a loop polls wake nobody: they are the poller's. Here they
-  // arrive from the answer's callback, while the loop that answered counts as polling; it
-  // takes its two slots' worth, and the six it cannot take must wake the sleeping loop, not
-  // wait for the busy one's steps.
-  Fixture f(options(2, 8), 2, milliseconds(2));
-  std::vector<std::future<JobResult>> burst;
-  std::promise<void> submitted;
-  f.scheduler->submit({sentence(3)}, beam(1), Clock::time_point::max(), [&](JobResult r) {
-    EXPECT_TRUE(r.ok) << r.message;
-    for (int i = 0; i < 8; ++i) burst.push_back(f.submit({sentence(20)}, beam(4)));
-    submitted.set_value();
-  });
-  submitted.get_future().wait();
-  for (auto& fu : burst) EXPECT_TRUE(fu.get().ok);
-  f.scheduler->stop();
-  EXPECT_GT(std::min(f.engines[0]->encoded.load(), f.engines[1]->encoded.load()), 1)
-      << "encodes: " << f.engines[0]->encoded << " and " << f.engines[1]->encoded;
-}
-
-TEST(Scheduler, SeveralLoopsTakeEvenSharesOfARequestBeyondTheFill) {
-  // Each loop could hold all 16 sentences; past loop_fill_sentences (8, and 0 = always) the
-  // even share keeps the loops' steps alike.
-  for (int fill : {0, 8}) {
-    SchedulingOptions o = options(16, 64);
-    o.loop_fill_sentences = fill;
-    Fixture f(o, 2, milliseconds(2));
-    std::vector<std::vector<int>> ids(16, sentence(20));
-    EXPECT_TRUE(f.submit(ids, beam(2)).get().ok);
-    EXPECT_EQ(f.stop_and_read().sentences, 8) << "fill " << fill;
-    EXPECT_GT(f.engines[0]->encoded, 0) << "fill " << fill;
-    EXPECT_GT(f.engines[1]->encoded, 0) << "fill " << fill;
-  }
-}
-
-TEST(Scheduler, UpToTheFillOneLoopDecodesEverySentence) {
-  // 16 sentences of a model with loop_fill_sentences 16: one loop takes the first request,
-  // and the requests that come while it decodes join it (the idle loop leaves them to it),
-  // because on a GPU two half-full loops cost two steps where one full loop costs one.
-  SchedulingOptions o = options(16, 64);
-  o.loop_fill_sentences = 16;
-  Fixture f(o, 2, milliseconds(1));
-  std::vector<std::future<JobResult>> futures;
-  futures.push_back(f.submit(std::vector<std::vector<int>>(4, sentence(60)), beam(2)));
-  for (int i = 0; i < 12; ++i) {
-    std::this_thread::sleep_for(milliseconds(2));
-    futures.push_back(f.submit({sentence(20 + i)}, beam(2)));
-  }
-  for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
-  const auto maxima = f.stop_and_read();
-  EXPECT_EQ(std::min(f.engines[0]->encoded.load(), f.engines[1]->encoded.load()), 0)
-      << "encodes: " << f.engines[0]->encoded << " and " << f.engines[1]->encoded;
-  EXPECT_GT(maxima.sentences, 4);
-}
-
-TEST(Scheduler, AnEmptierDecodingLoopLeavesNewcomersToAFullerOne) {
-  // Two loops of 8 slots below a fill of 16: a request of 12 sentences splits 8 and 4. Once
-  // the short ones have left, one loop decodes 6 sentences and the other 2: newcomers that the
-  // fuller loop has room for go to it (the emptier one drains), so that the model's sentences
-  // come back to one loop's steps rather than staying split over two.
-  SchedulingOptions o = options(8, 64);
-  o.loop_fill_sentences = 16;
-  Fixture f(o, 2, milliseconds(1));
-  std::vector<std::vector<int>> first;
-  for (int i = 0; i < 12; ++i) first.push_back(sentence(i % 8 < 2 ? 3 : 200));  // 2 short of each loop's
-  std::vector<std::future<JobResult>> futures;
-  futures.push_back(f.submit(first, beam(1)));
-  std::this_thread::sleep_for(milliseconds(30));
-  const int encoded[2] = {f.engines[0]->encoded.load(), f.engines[1]->encoded.load()};
-  ASSERT_EQ(encoded[0] + encoded[1], 12);
-  ASSERT_EQ(std::min(encoded[0], encoded[1]), 4) << "the first request did not split 8 and 4";
-  const int emptier = encoded[0] < encoded[1] ? 0 : 1;
-  for (int i = 0; i < 2; ++i) {
-    std::this_thread::sleep_for(milliseconds(2));
-    futures.push_back(f.submit({sentence(10)}, beam(1)));
-  }
-  for (auto& fu : futures) EXPECT_TRUE(fu.get().ok);
-  f.scheduler->stop();
-  EXPECT_EQ(f.engines[size_t(emptier)]->encoded.load(), encoded[emptier]) << "the emptier loop took newcomers";
-  EXPECT_EQ(f.engines[size_t(1 - emptier)]->encoded.load(), encoded[1 - emptier] + 2);
-}
-
-TEST(Scheduler, OneClientsLoneRequestsStayOnOneLoop) {
-  // A closed loop of one client: each request is sent as soon as the previous one is
-  // answered, while the loop that answered is still in the answer's callback (held here for
-  // 3 ms, as a slow response path would). That loop takes the next request when it is done;
-  // waking the other loop for it would move the client to a cold engine every time.
-  Fixture f(options(4, 16), 2, milliseconds(1));
-  // The policy is the running scheduler's: a loop thread that starts only after the client's
-  // first answer (seen on a loaded 2-core machine, ~2% of runs) takes whatever is queued at
-  // its first look, as at any server's start. Both loops are up and idle after this.
-  std::this_thread::sleep_for(milliseconds(50));
-  for (int i = 0; i < 20; ++i) {
-    auto answered = std::make_shared<std::promise<JobResult>>();
-    f.scheduler->submit({sentence(3)}, beam(1), Clock::time_point::max(), [answered](JobResult r) {
-      answered->set_value(std::move(r));
-      std::this_thread::sleep_for(milliseconds(3));
-    });
-    const JobResult r = answered->get_future().get();
-    ASSERT_TRUE(r.ok) << r.message;
-  }
-  f.scheduler->stop();
-  EXPECT_EQ(std::min(f.engines[0]->encoded.load(), f.engines[1]->encoded.load()), 0)
-      << "encodes: " << f.engines[0]->encoded << " and " << f.engines[1]->encoded;
-  EXPECT_EQ(f.engines[0]->encoded.load() + f.engines[1]->encoded.load(), 20);
-}
-
-TEST(Scheduler, LoneRequestsAfterAnyPauseAreAllServed) {
-  // Lone sentences arrive while the last loop polls, just after it gave up polling, and
-  // long after: the wake-up is skipped only while a loop polls, so none may wait forever.
-  Fixture f(options(4, 16), 2);
-  std::mt19937 random(7);
-  for (int i = 0; i < 150; ++i) {
-    const JobResult r = f.submit({sentence(2)}, beam(1)).get();
-    ASSERT_TRUE(r.ok) << r.message;
-    std::this_thread::sleep_for(microseconds(random() % 4000));
-  }
-}
-
 TEST(Scheduler, ABusyLoopAdmitsOnceNewcomersAreWorthAnEncode) {
-  // 8 sentences decode; a lone newcomer (under a quarter of them) waits for
-  // max_admit_delay_steps steps, two more newcomers make it worth an encode at once.
+  // 8 sentences decode; a lone newcomer (under a quarter of them) waits until
+  // max_admit_delay_steps steps have passed since their admission, a pair (a quarter) is
+  // admitted at the next step. The steps are counted, and the loop is held inside a step
+  // while the newcomers arrive (the rule itself: test_admission_policy.cc).
   SchedulingOptions o = options(16, 64);
   o.max_admit_delay_steps = 30;
   auto engine = std::make_unique<ScriptedEngine>();
-  engine->step_delay = milliseconds(1);
   DecodeLoop loop(*engine, kConfig, {o.max_active_sentences, o.max_active_rows, 8});
   std::mutex mutex;
   std::vector<int> encoded_at;  // step numbers of the steps that encoded newcomers
-  std::atomic<int> steps{0};
+  int steps = 0, encoded = 0;
   SchedulerHooks hooks;
-  hooks.on_step = [&](int, int, int, int encoded, double, double) {
-    const int n = ++steps;
+  hooks.on_step = [&](int, int, int sentences, int admitted, double, double) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (encoded > 0) encoded_at.push_back(n);
+    if (sentences == 0) return;  // the loop went idle
+    ++steps;
+    encoded += admitted;
+    if (admitted > 0) encoded_at.push_back(steps);
   };
   Scheduler scheduler({&loop}, o, hooks);
   auto submit = [&](int eos_step) {
@@ -500,32 +303,44 @@ TEST(Scheduler, ABusyLoopAdmitsOnceNewcomersAreWorthAnEncode) {
                      [p](JobResult r) { p->set_value(std::move(r)); });
     return p->get_future();
   };
+  auto read = [&](auto what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return what();
+  };
+  // The first encode step after step `after`.
+  auto encode_after = [&](int after) {
+    return read([&] {
+      for (int s : encoded_at) {
+        if (s > after) return s;
+      }
+      return -1;
+    });
+  };
+  // The 8 arrive while the loop is held in its first step: admitted in at most two rounds,
+  // encoded by step 2.
+  engine->hold();
   std::vector<std::future<JobResult>> busy;
   for (int i = 0; i < 8; ++i) busy.push_back(submit(150));
-  // All 8 admitted and their encodes behind: a thread descheduled between its submits (a
-  // busy CI machine) had the loop step on without the last few, which were then encoded
-  // after lone_at and counted as the lone newcomer's encode.
-  while (scheduler.active_sentences() < 8) std::this_thread::sleep_for(milliseconds(1));
-  const int all_admitted_at = steps;
-  while (steps < std::max(5, all_admitted_at + 3)) std::this_thread::sleep_for(milliseconds(1));
-  const int lone_at = steps;
+  ASSERT_TRUE(engine->wait_held_step(kPatience));
+  engine->allow(3);
+  ASSERT_TRUE(engine->wait_held_step(kPatience));
+  ASSERT_EQ(read([&] { return encoded; }), 8);
+  const int admitted_at = read([&] { return encoded_at.back(); });  // the 8's last admission
+  const int lone_at = read([&] { return steps; });
   auto lone = submit(3);
+  engine->allow(40);  // the delay (30) and the lone one's few steps
+  ASSERT_TRUE(engine->wait_held_step(kPatience));
+  ASSERT_EQ(lone.wait_for(kPatience), std::future_status::ready) << "not answered within the steps";
   EXPECT_TRUE(lone.get().ok);
-  int lone_encoded = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    for (int s : encoded_at) if (s > lone_at) { lone_encoded = s; break; }
-  }
-  EXPECT_GE(lone_encoded - lone_at, 25) << "a lone newcomer was admitted before the delay";
-  const int pair_at = steps;
+  const int lone_encoded = encode_after(lone_at);
+  EXPECT_GE(lone_encoded - admitted_at, 30) << "a lone newcomer was admitted before the delay";
+  EXPECT_LE(lone_encoded, admitted_at + 30) << "it waited past the delay";
+
+  const int pair_at = read([&] { return steps; });
   auto a = submit(3), b = submit(3);
+  engine->release();
   EXPECT_TRUE(a.get().ok);
   EXPECT_TRUE(b.get().ok);
-  int pair_encoded = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    for (int s : encoded_at) if (s > pair_at) { pair_encoded = s; break; }
-  }
-  EXPECT_LE(pair_encoded - pair_at, 5) << "two newcomers (a quarter of 8) waited";
+  EXPECT_LE(encode_after(pair_at) - pair_at, 2) << "two newcomers (a quarter of 8) waited";
   for (auto& f : busy) EXPECT_TRUE(f.get().ok);
 }

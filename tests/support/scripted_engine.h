@@ -5,12 +5,14 @@
 // step eos_step = source[0] on; before that token 1 + ((step + token) % 4) is likeliest.
 // It records the rows of every step, can sleep per step (an engine's time) and fail on
 // request, or run out of memory past a position; with `overlapping` it defers each step to
-// collect(), as a device's engine does.
+// collect(), as a device's engine does. Its gate holds steps for as long as a test needs a
+// loop stopped inside a step, whatever the machine's speed.
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <limits>
 #include <mutex>
 #include <numeric>
@@ -72,8 +74,31 @@ class ScriptedEngine : public Engine {
     if (in.encode) encode(*in.encode);
   }
 
+  // The gate: after hold() steps wait at it (the loop stays inside that step while the
+  // scheduler's other threads go on), allow(n) lets n more pass before it holds again, and
+  // release() opens it.
+  void hold() { set_permits(0); }
+  void allow(int steps) { set_permits(steps); }
+  void release() { set_permits(-1); }
+  // Whether, within `timeout` (0: now), the steps allowed have passed and the next waits at
+  // the gate.
+  bool wait_held_step(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(gate_mutex_);
+    return gate_.wait_for(lock, timeout, [&] { return waiting_ > 0 && permits_ == 0; });
+  }
+
   // The step's candidates (an engine's time: step_delay).
   void compute(const StepInput& in, StepOutput* out) {
+    {
+      std::unique_lock<std::mutex> lock(gate_mutex_);
+      if (permits_ == 0) {
+        ++waiting_;
+        gate_.notify_all();
+        gate_.wait(lock, [&] { return permits_ != 0; });
+        --waiting_;
+      }
+      if (permits_ > 0) --permits_;
+    }
     if (step_delay.count() > 0) std::this_thread::sleep_for(step_delay);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -231,6 +256,17 @@ class ScriptedEngine : public Engine {
   mutable std::mutex mutex_;
   std::vector<int> lanes_submitted_;  // under mutex_: loops may still step while a test reads it
   std::vector<size_t> rows_per_step;
+  void set_permits(int n) {
+    {
+      std::lock_guard<std::mutex> lock(gate_mutex_);
+      permits_ = n;
+    }
+    gate_.notify_all();
+  }
+  std::mutex gate_mutex_;
+  std::condition_variable gate_;
+  int permits_ = -1;  // steps the gate lets pass (-1: all), under gate_mutex_
+  int waiting_ = 0;   // steps waiting at the gate, under gate_mutex_
 };
 
 }  // namespace nmt::test
