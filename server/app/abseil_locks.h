@@ -11,7 +11,7 @@ namespace nmt::server {
 // costs ~20x what it does otherwise (97 ns against 5 ns, two threads, the development
 // machine), and every lock of every thread takes that one spinlock. gRPC 1.51 locks
 // absl mutexes many times a call; nmt-server under 256 clients spent ~17% of its CPU in
-// Abseil's locks and that spinlock (bench/RESULTS.md, server run 39). Our own code locks
+// Abseil's locks and that spinlock (bench/history/server.md, server run 39). Our own code locks
 // std::mutex, which this does not touch.
 void skip_abseil_deadlock_detection();
 

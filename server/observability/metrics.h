@@ -1,5 +1,5 @@
 #pragma once
-// The Prometheus metrics of DESIGN.md §6 in one prometheus-cpp registry; scrape() renders
+// The Prometheus metrics of docs/server.md ("Observability") in one prometheus-cpp registry; scrape() renders
 // the page that MetricsEndpoint serves on server.metrics_host:metrics_port/metrics.
 #include <prometheus/counter.h>
 #include <prometheus/family.h>

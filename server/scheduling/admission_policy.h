@@ -1,5 +1,5 @@
 #pragma once
-// Which waiting sentences a decode loop admits between two of its steps (DESIGN.md §2), as a
+// Which waiting sentences a decode loop admits between two of its steps (docs/data-flow.md), as a
 // pure function of a plain snapshot: the model's queue, every loop's load and capacity, and
 // the `batching:` options. The Scheduler takes the snapshot under its lock, asks, and does
 // what the answer says; the rules live here alone, so that they are tested as tables

@@ -1,5 +1,5 @@
 #pragma once
-// Step-level batching across concurrent requests (DESIGN.md §2, §6): one bounded queue per
+// Step-level batching across concurrent requests (docs/data-flow.md, docs/server.md): one bounded queue per
 // model and one decode loop per replica (engine copy), each on its own thread. Between two
 // decoder steps a loop admits waiting sentences, oldest first, while it has free sentence
 // slots and cache rows, within an encoder token budget per admission; finished sentences

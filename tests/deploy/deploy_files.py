@@ -7,7 +7,7 @@ import shlex
 
 import yaml
 
-# The metric families nmt-server exports (DESIGN.md §6); histograms add _bucket/_sum/_count.
+# The metric families nmt-server exports (docs/server.md, "Observability"); histograms add _bucket/_sum/_count.
 METRIC_FAMILIES = {
     "nmt_requests_total": "counter",
     "nmt_request_duration_seconds": "histogram",

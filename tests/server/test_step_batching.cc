@@ -1,4 +1,4 @@
-// Step-level batching seen from a client (DESIGN.md §2): the real nmt-server on the CPU (or the GPU),
+// Step-level batching seen from a client (docs/data-flow.md): the real nmt-server on the CPU (or the GPU),
 // requests arriving at random times from a random number of concurrent clients (1-64) with
 // mixed decoding options; every output must equal the sentence translated alone offline:
 // the same tokens and text, and the same score up to float rounding (a BLAS GEMM's result
