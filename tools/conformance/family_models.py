@@ -4,8 +4,9 @@ import math
 import os
 
 from .family_tokenizers import set_source_language
-from .family_variants import (CALIBRATION_RECORDS, END_TARGET, EOS_BOOSTS, INIT_CANDIDATES,
-                              MAX_LENGTH, POSITION_STD, family_generate_kwargs)
+from .family_variants import (CALIBRATION_RECORDS, END_TARGET, EOS_BOOSTS, FAMILIES,
+                              INIT_CANDIDATES, MAX_LENGTH, POSITION_STD, VARIANTS,
+                              family_generate_kwargs)
 from .marian_variants import ATTENTION_GAIN, EMBEDDING_STD, FFN_GAIN, OUTPUT_GAIN
 from .search import _strip
 
