@@ -9,8 +9,10 @@
 #   serve:  bench/e2e/serve_bench.sh with each build's server (2 decode loops), offline figures
 #           from each build's own engine.
 # usage: bench/e2e/families_run.sh BEFORE_LABEL AFTER_LABEL [PARTS]   (PARTS: engine nllb serve)
-#   .devbundle-base/bundle.tar.xz and .devbundle-new/bundle.tar.xz hold each build's
-#   nmt-bench-e2e (+ nmt-server, nmt-loadgen), made by ../shared/tools/device-bundle.sh;
+#   .devbundle-base/bundle*.tar.xz and .devbundle-new/bundle*.tar.xz hold each build's
+#   bin/nmt-bench-e2e (engine, nllb) or bin/nmt-server (serve), stripped; the new one's also
+#   lib/ (the libraries the GPU machine lacks, by ../shared/tools/device-bundle.sh) and
+#   bin/nmt-loadgen;
 #   .devbundle-new/shared/data/multi30k holds test2016's source; .peers/ CTranslate2's
 #   GPU tarball (../shared/peers/README.md).
 # Writes $OUT/results.jsonl (RESULT objects with device, commit and date) and the logs.
@@ -23,8 +25,8 @@ out=${OUT:-/tmp/out}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 mkdir -p "$out" /tmp/base /tmp/new
-tar xJf "$repo/.devbundle-base/bundle.tar.xz" -C /tmp/base
-tar xJf "$repo/.devbundle-new/bundle.tar.xz" -C /tmp/new
+for f in "$repo"/.devbundle-base/bundle*.tar.xz; do tar xJf "$f" -C /tmp/base; done
+for f in "$repo"/.devbundle-new/bundle*.tar.xz; do tar xJf "$f" -C /tmp/new; done
 export LD_LIBRARY_PATH=/tmp/new/lib:${LD_LIBRARY_PATH:-}
 export NMT_SHARED=$repo/.devbundle-new/shared
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
