@@ -6,8 +6,8 @@
 #   nllb:   the NLLB-200-distilled-600M shape (random weights, bench/e2e/nllb_shape.py):
 #           CTranslate2 4.8.1 float16 and the new build's engine, beam 4, the target language
 #           token then exactly 32 tokens (the same decoder steps in both);
-#   serve:  bench/e2e/serve_bench.sh with each build's server (2 decode loops), offline figures
-#           from each build's own engine.
+#   serve:  bench/e2e/serve_bench.sh with each build's server (2 decode loops; OFFLINE=0: the
+#           offline figures from the engine part), ROUNDS interleaved passes.
 # usage: bench/e2e/families_run.sh BEFORE_LABEL AFTER_LABEL [PARTS]   (PARTS: engine nllb serve)
 #   .devbundle-base/bundle*.tar.xz and .devbundle-new/bundle*.tar.xz hold each build's
 #   bin/nmt-bench-e2e (engine, nllb) or bin/nmt-server (serve), stripped; the new one's also
@@ -59,13 +59,16 @@ for part in $parts; do
       PYTHONPATH=/tmp/ct2/site:${PYTHONPATH:-} python3 "$here/nllb_shape.py" ct2 --model /tmp/nllb \
         --batches 1,16,64,256 2>&1 | tee -a "$out/nllb.log" | tag ctranslate2-4.8.1 ;;
     serve)
-      for spec in "$before=/tmp/base" "$after=/tmp/new"; do
-        label=${spec%%=*} dir=${spec#*=}
-        PATH=$dir/bin:$PATH LD_LIBRARY_PATH=$dir/lib:$LD_LIBRARY_PATH NMT_COMMIT=$label \
-          SECONDS_PER_PASS=${SECONDS_PER_PASS:-3} CLIENT_THREADS=4 \
-          bash "$here/serve_bench.sh" "$out/serve-$label" 2 > "$out/serve-$label.txt" 2>&1
-        python3 "$here/serve_summary.py" "$out/serve-$label/results.jsonl" >> "$out/serve-$label.txt" 2>&1
-        cat "$out/serve-$label/results.jsonl" >> "$out/results.jsonl"
+      # ROUNDS (default 1) interleaved passes: before, after, before, after, ...
+      for round in $(seq "${ROUNDS:-1}"); do
+        for spec in "$before=/tmp/base" "$after=/tmp/new"; do
+          label=${spec%%=*} dir=${spec#*=} o=$out/serve-${spec%%=*}-$round
+          PATH=$dir/bin:/tmp/new/bin:$PATH LD_LIBRARY_PATH=$dir/lib:$LD_LIBRARY_PATH NMT_COMMIT=$label \
+            SECONDS_PER_PASS=${SECONDS_PER_PASS:-3} CLIENT_THREADS=4 \
+            bash "$here/serve_bench.sh" "$o" 2 > "$o.txt" 2>&1
+          python3 "$here/serve_summary.py" "$o/results.jsonl" >> "$o.txt" 2>&1
+          cat "$o/results.jsonl" >> "$out/results.jsonl"
+        done
       done ;;
   esac
 done
