@@ -6,7 +6,7 @@
 
 #include "kernels/softmax.h"
 #include "model/cpu/gemm.h"
-#include "model/cpu/vector_math.h"
+#include "kernels/cpu/vector_math.h"
 #include "model/error.h"
 
 namespace nmt::cpu {

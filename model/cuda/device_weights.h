@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "model/cuda/device_memory.h"
-#include "model/model_config.h"
-#include "model/weights.h"
+#include "model/config/model_config.h"
+#include "model/config/weights.h"
 
 namespace nmt::cuda {
 

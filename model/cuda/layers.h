@@ -10,7 +10,7 @@
 #include "kernels/small_gemm.h"
 #include "model/cuda/device_weights.h"
 #include "model/cuda/graph_cache.h"
-#include "model/model_config.h"
+#include "model/config/model_config.h"
 
 namespace nmt::cuda {
 

@@ -17,9 +17,9 @@
 #include <memory>
 
 #include "model/cuda_engine.h"
-#include "model/model_config.h"
+#include "model/config/model_config.h"
 #include "model/translator.h"
-#include "model/weights.h"
+#include "model/config/weights.h"
 #include "tests/support/conformance.h"
 #include "tests/support/conformance_cases.h"
 

@@ -14,12 +14,12 @@
 #include <tuple>
 #include <utility>
 
-#include "model/beam_search.h"
+#include "model/decoding/beam_search.h"
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
-#include "model/decode_loop.h"
+#include "model/decoding/decode_loop.h"
 #include "model/error.h"
-#include "model/weights.h"
+#include "model/config/weights.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;

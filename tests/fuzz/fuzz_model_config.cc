@@ -4,7 +4,7 @@
 #include <string>
 
 #include "model/error.h"
-#include "model/model_config.h"
+#include "model/config/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

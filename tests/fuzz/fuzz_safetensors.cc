@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "model/error.h"
-#include "model/safetensors.h"
+#include "model/config/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -15,7 +15,7 @@
 #include "model/cpu_engine.h"
 #include "model/error.h"
 #include "model/translator.h"
-#include "model/weights.h"
+#include "model/config/weights.h"
 #include "tests/support/conformance.h"
 #include "tests/support/conformance_cases.h"
 

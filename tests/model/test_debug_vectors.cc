@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/cpu_engine.h"
-#include "model/weights.h"
+#include "model/config/weights.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;
