@@ -1,6 +1,7 @@
 #pragma once
-// The CPU engine's LayerNorms, y = LN(x + y) * gamma + beta per row (residual) or LN(x), vectorized: the
-// statistics in double in two passes (sum, then squared deviations) where the reference
+// The CPU engine's fast path for LayerNorm, beside its reference (kernels/cpu/layer_norm.cc):
+// y = LN(x + y) * gamma + beta per row (residual) or LN(x), vectorized: the statistics in
+// double in two passes (sum, then squared deviations) where the reference
 // kernels::layer_norm_cpu runs Welford's recurrence, which no compiler vectorizes. Both are
 // exact to far below float rounding; the output is formed as the reference forms it.
 #include <cstdint>
