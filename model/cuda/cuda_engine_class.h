@@ -43,9 +43,9 @@
 
 #include "kernels/topk.h"
 #include "model/cuda/decode_state.h"
-#include "model/cuda/device_memory.h"
+#include "model/cuda/device/device_memory.h"
 #include "model/cuda/device_weights.h"
-#include "model/cuda/graph_cache.h"
+#include "model/cuda/device/graph_cache.h"
 #include "model/cuda/layers.h"
 #include "model/cuda/step_layout.h"
 #include "model/decoding/engine.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/cuda/device_memory.h"
+#include "model/cuda/device/device_memory.h"
 #include "model/config/model_config.h"
 #include "model/config/weights.h"
 

@@ -1,6 +1,6 @@
-#include "model/cuda/graph_cache.h"
+#include "model/cuda/device/graph_cache.h"
 
-#include "model/cuda/device_memory.h"
+#include "model/cuda/device/device_memory.h"
 
 namespace nmt::cuda {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/cuda/device_memory.h"
+#include "model/cuda/device/device_memory.h"
 
 #include <cublas_api.h>
 

@@ -1,9 +1,9 @@
-#include "model/cuda/device_stream.h"
+#include "model/cuda/device/device_stream.h"
 
 #include <mutex>
 #include <vector>
 
-#include "model/cuda/device_memory.h"
+#include "model/cuda/device/device_memory.h"
 #include "model/error.h"
 
 namespace nmt::cuda {
