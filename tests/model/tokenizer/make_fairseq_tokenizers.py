@@ -21,7 +21,7 @@ import sys
 
 import sentencepiece as spm
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 NLLB_CODES = ["eng_Latn", "deu_Latn", "fra_Latn", "zho_Hans", "zho_Hant", "arb_Arab", "arz_Arab"]
 M2M_CODES = ["en", "de", "fr", "zh", "no"]
 MBART_CODES = ["en_XX", "de_DE", "fr_XX", "zh_CN"]
