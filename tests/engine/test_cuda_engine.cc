@@ -20,41 +20,15 @@
 #include "model/decoding/decode_loop.h"
 #include "model/error.h"
 #include "model/config/weights.h"
-#include "tests/engine/skip_without_gpu.h"
+#include "tests/engine/demo_engine.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;
+using nmt::test::cuda_engine;
+using nmt::test::kSources;
+using nmt::test::models;
 
 namespace {
-
-// Source ids of test2016 sentences 0-3 (from the golden file), each ending in </s>.
-const std::vector<std::vector<int>> kSources = {
-    {5, 17, 4, 24, 168, 89, 6348, 39, 263, 2, 0},
-    {5, 5942, 6184, 16, 174, 14, 6321, 114, 214, 4, 86, 19, 3, 45, 583, 2, 0},
-    {5, 17, 2, 0},
-    {26, 60, 10, 3, 112, 35, 91, 19, 3, 219, 8, 3, 1118, 2, 0},
-};
-
-struct Models {
-  ModelConfig config;
-  Weights weights;
-};
-const Models& models() {
-  static const Models m = [] {
-    Models r{ModelConfig::load(test::demo_model_dir()), {}};
-    r.weights = Weights::load(test::demo_model_dir(), r.config);
-    return r;
-  }();
-  return m;
-}
-
-std::unique_ptr<Engine> cuda_engine(Precision p, size_t limit = 0) {
-  TranslatorOptions o;
-  o.device = Device::kCuda;
-  o.precision = p;
-  o.device_memory_limit = limit;
-  return make_cuda_engine(models().config, models().weights, o);
-}
 
 struct Diff {
   double max_score = 0;
@@ -552,60 +526,4 @@ TEST(CudaEngine, MemoryLimitGivesResourceExhausted) {
   const Diff d = drive(*ref, *gpu, join_and_leave(1), 4, 5e-2);
   EXPECT_EQ(d.same_ids, d.ranks);
   EXPECT_LE(gpu->memory_used(), limit);
-}
-
-// Bad requests are kInvalidArgument, inputs the decode loop never gives kInternal; the engine
-// goes on afterwards.
-TEST(CudaEngine, RejectsBadInputs) {
-  SKIP_WITHOUT_GPU();
-  auto gpu = cuda_engine(Precision::kFloat16);
-  gpu->reserve({2, 2, 16});
-  auto code = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.code();
-    }
-    ADD_FAILURE() << "no nmt::Error thrown";
-    return ErrorCode::kUnavailable;
-  };
-  const std::vector<int> too_long(17, 5), empty, bad_id{models().config.vocab_size, 0};
-  EXPECT_EQ(code([&] { gpu->encode({{&too_long, 0}}); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code([&] { gpu->encode({{&empty, 0}}); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code([&] { gpu->encode({{&bad_id, 0}}); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code([&] { gpu->encode({{&kSources[2], 2}}); }), ErrorCode::kInternal);
-  EXPECT_EQ(code([&] { gpu->encode({{&kSources[2], 1}, {&kSources[0], 1}}); }),
-            ErrorCode::kInternal);
-
-  gpu->encode({{&kSources[2], 1}});
-  auto one_row = [&](int position, int cache_row) {
-    StepInput in;
-    StepGroup g;
-    g.slot = 1;
-    g.position = position;
-    in.groups.push_back(g);
-    in.tokens = {models().config.decoder_start_id};
-    in.cache_rows = {cache_row};
-    in.parent_rows = {cache_row};
-    in.running_scores = {0.f};
-    return in;
-  };
-  StepOutput out;
-  EXPECT_EQ(code([&] { gpu->step(one_row(models().config.max_positions, 0), &out); }),
-            ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code([&] { gpu->step(one_row(0, 2), &out); }), ErrorCode::kInternal);
-  StepInput two = one_row(0, 0);
-  two.cache_rows.push_back(1);
-  EXPECT_EQ(code([&] { gpu->step(two, &out); }), ErrorCode::kInternal);  // 2 rows, beam 1
-  gpu->step(one_row(0, 1), &out);
-  ASSERT_EQ(out.scores.size(), 1u);
-  EXPECT_TRUE(std::isfinite(out.scores[0]));
-}
-
-TEST(CudaEngine, DeviceCountAndBadIndex) {
-  SKIP_WITHOUT_GPU();
-  TranslatorOptions o;
-  o.device = Device::kCuda;
-  o.device_index = cuda_device_count();
-  EXPECT_THROW(make_cuda_engine(models().config, models().weights, o), Error);
 }

@@ -16,7 +16,7 @@
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
 #include "model/error.h"
-#include "tests/engine/skip_without_gpu.h"
+#include "tests/engine/demo_engine.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;
