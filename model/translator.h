@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "model/decoding/decode_options.h"
 #include "model/config/model_config.h"
+#include "model/decoding/decode_options.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace nmt {

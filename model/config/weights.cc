@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/error.h"
 #include "model/config/safetensors.h"
+#include "model/error.h"
 
 namespace nmt {
 namespace {

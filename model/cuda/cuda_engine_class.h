@@ -42,16 +42,16 @@
 #include <vector>
 
 #include "kernels/topk.h"
+#include "model/config/model_config.h"
+#include "model/config/weights.h"
 #include "model/cuda/decode_state.h"
 #include "model/cuda/device/device_memory.h"
-#include "model/cuda/device_weights.h"
 #include "model/cuda/device/graph_cache.h"
+#include "model/cuda/device_weights.h"
 #include "model/cuda/layers.h"
 #include "model/cuda/step_layout.h"
 #include "model/decoding/engine.h"
-#include "model/config/model_config.h"
 #include "model/translator.h"
-#include "model/config/weights.h"
 
 namespace nmt::cuda {
 

@@ -5,8 +5,8 @@
 // the sentence's hypotheses, so that each sentence of a decode loop advances on its own.
 #include <vector>
 
-#include "model/decoding/decode_options.h"
 #include "model/config/model_config.h"
+#include "model/decoding/decode_options.h"
 
 namespace nmt {
 

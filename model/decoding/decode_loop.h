@@ -30,11 +30,11 @@
 #include <string>
 #include <vector>
 
+#include "model/config/model_config.h"
 #include "model/decoding/beam_search.h"
 #include "model/decoding/decode_options.h"
 #include "model/decoding/engine.h"
 #include "model/error.h"
-#include "model/config/model_config.h"
 #include "model/translator.h"
 
 namespace nmt {

@@ -14,12 +14,12 @@
 #include <tuple>
 #include <utility>
 
-#include "model/decoding/beam_search.h"
+#include "model/config/weights.h"
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
+#include "model/decoding/beam_search.h"
 #include "model/decoding/decode_loop.h"
 #include "model/error.h"
-#include "model/config/weights.h"
 #include "tests/engine/demo_engine.h"
 #include "tests/support/golden.h"
 

@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "model/error.h"
 #include "model/config/model_config.h"
+#include "model/error.h"
 #include "model/tokenizer/tokenizer.h"
 #include "nmt/v1/translation.pb.h"
 #include "server/pipeline/request_validator.h"

@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "model/error.h"
 #include "model/config/model_config.h"
+#include "model/error.h"
 #include "model/text_worker.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/support/golden.h"

@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include "model/config/model_config.h"
 #include "model/decoding/beam_search.h"
 #include "model/decoding/engine.h"
 #include "model/error.h"
-#include "model/config/model_config.h"
 
 namespace nmt::test {
 

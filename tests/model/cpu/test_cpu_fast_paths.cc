@@ -11,13 +11,13 @@
 
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/layer_norm_fast.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/layer_norm.h"
 #include "kernels/softmax.h"
 #include "kernels/topk.h"
 #include "model/cpu/candidates.h"
 #include "model/cpu/dense.h"
-#include "kernels/cpu/layer_norm_fast.h"
-#include "kernels/cpu/vector_math.h"
 
 using namespace nmt;
 

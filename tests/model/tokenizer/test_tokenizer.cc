@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/error.h"
 #include "model/config/model_config.h"
+#include "model/error.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/support/golden.h"
 
