@@ -68,7 +68,7 @@ struct StepUploadCopy {
 };
 // With `follow` (rows set), row r with rows[r] >= 0 continues the beam that the step before
 // chose for it on the device (kernels::NextRows, entry rows[r]: StepGroup::follows in
-// model/engine.h): its token and parent come from there instead of e.ids[r] and parent[r]. Every
+// model/decoding/engine.h): its token and parent come from there instead of e.ids[r] and parent[r]. Every
 // row's running score, from there or from running_in[r], goes to running_out[r] for the
 // step's top-k. rows and running_in may point into the pinned upload.
 struct StepFollow {

@@ -41,8 +41,8 @@ struct TopkMasks {
 constexpr int kMaxBeamTopk = 32;  // largest k beam_topk supports
 
 // The beams each sentence goes on with after the step, for the next step to read on the device
-// before the host has seen this one's candidates (StepGroup::follows in model/engine.h). It is
-// the host search's choice, continuing_beams() in model/beam_search.cc, and must stay so to the
+// before the host has seen this one's candidates (StepGroup::follows in model/decoding/engine.h). It is
+// the host search's choice, continuing_beams() in model/decoding/beam_search.cc, and must stay so to the
 // bit: each of the sentence's k best gets running = score + (-1e9 if it ends a hypothesis: EOS,
 // or any token under force EOS); the beam best of those (ties to the better-ranked candidate)
 // continue, best first, beam b of sentence s as row s * beam + b: its token, the cache row of

@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <memory>
 
-#include "model/engine.h"
-#include "model/model_config.h"
-#include "model/weights.h"
+#include "model/config/model_config.h"
+#include "model/config/weights.h"
+#include "model/decoding/engine.h"
 
 namespace nmt {
 

@@ -3,10 +3,10 @@
 // The engine uploads what it needs: `weights` may be freed once the factory returns.
 #include <memory>
 
-#include "model/engine.h"
-#include "model/model_config.h"
+#include "model/config/model_config.h"
+#include "model/config/weights.h"
+#include "model/decoding/engine.h"
 #include "model/translator.h"
-#include "model/weights.h"
 
 namespace nmt {
 

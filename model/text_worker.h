@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "model/translator.h"
 
 namespace nmt {

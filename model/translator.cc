@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <chrono>
 
-#include "model/decode_loop.h"
+#include "model/config/weights.h"
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
+#include "model/decoding/decode_loop.h"
 #include "model/error.h"
-#include "model/languages.h"
 #include "model/text_worker.h"
-#include "model/weights.h"
+#include "model/tokenizer/languages.h"
 
 namespace nmt {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "model/decode_options.h"
-#include "model/model_config.h"
-#include "model/tokenizer.h"
+#include "model/config/model_config.h"
+#include "model/decoding/decode_options.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace nmt {
 
@@ -46,7 +46,7 @@ struct Translation {
 };
 
 // The languages a request asks for, as the caller names them (a model code such as deu_Latn,
-// a FLORES-200 code, an ISO 639-1 alias such as "de": model/languages.h resolves them); ""
+// a FLORES-200 code, an ISO 639-1 alias such as "de": model/tokenizer/languages.h resolves them); ""
 // = the model's default (a multilingual model's src_lang; for the target, the model's
 // forced_bos_token_id).
 struct LanguagePair {

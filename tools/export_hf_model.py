@@ -60,7 +60,7 @@ CONFIG_INT_FIELDS = (
 CONFIG_ID_FIELDS = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
 # Per model_type: the architectures it may name, and fairseq-era fields (of the Bart-era
 # configs) whose other values describe another architecture than the family's: the server
-# refuses them, as model/model_config.cc does. Marian: post-norm, sinusoidal positions, no
+# refuses them, as model/config/model_config.cc does. Marian: post-norm, sinusoidal positions, no
 # embedding norm; M2M-100 / NLLB: pre-norm with final norms, sinusoidal positions; mBART:
 # pre-norm with final norms, learned positions, layernorm_embedding.
 FAMILIES = {
@@ -259,7 +259,7 @@ def _check_vocab(name, vocab, size, size_field, specials, cfg, problems):
 
 def separate_vocabs(path):
     """tokenizer_config.json's separate_vocabs when it says, else whether target_vocab.json exists
-    (as model/tokenizer.cc decides)."""
+    (as model/tokenizer/tokenizer.cc decides)."""
     try:
         with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
             tok = json.load(f)

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/decode_loop.h"
+#include "model/decoding/decode_loop.h"
 
 using namespace nmt;
 

@@ -36,12 +36,12 @@
 #if NMT_WITH_CUDA
 #include "kernels/trace.h"
 #endif
-#include "model/decode_loop.h"
+#include "model/config/weights.h"
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
+#include "model/decoding/decode_loop.h"
 #include "model/error.h"
 #include "model/translator.h"
-#include "model/weights.h"
 
 using namespace nmt;
 using Clock = std::chrono::steady_clock;

@@ -37,6 +37,8 @@ if want tests; then
 step tests
 (nmt-test-kernels-cpu --gtest_brief=1; nmt-test-kernels-cuda --gtest_brief=1) 2>&1 | tail -40 >> "$log"
 timeout 240 test_cuda_engine 2>&1 | grep -v "^\[ *\(RUN\|OK\) " | tail -30 >> "$log"
+timeout 240 test_cuda_engine_families 2>&1 | grep -v "^\[ *\(RUN\|OK\) " | tail -30 >> "$log"
+timeout 240 test_cuda_engine_errors 2>&1 | grep -v "^\[ *\(RUN\|OK\) " | tail -30 >> "$log"
 timeout 240 test_golden_cuda 2>&1 | grep -v "^\[ *\(RUN\|OK\) " | tail -30 >> "$log"
 fi
 

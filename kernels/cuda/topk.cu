@@ -507,7 +507,7 @@ __device__ __forceinline__ float final_score(int t, float v, float lse, float ru
 }
 
 // NextRows of one sentence (rows first_row, ...) from its k best (v, i: shared memory, best
-// first), by the 32 lanes of one warp: continuing_beams() of model/beam_search.cc to the bit
+// first), by the 32 lanes of one warp: continuing_beams() of model/decoding/beam_search.cc to the bit
 // (the same float adds; a candidate's rank counts the better ones and the equal ones ranked
 // before it, as its stable ranking does). Lane b < beam brings the cache row of the sentence's
 // row b (row_cache_row, read at the kernel's start, off the step's critical path). A

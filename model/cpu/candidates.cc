@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "model/cpu/vector_math.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace nmt::cpu {
 namespace {

@@ -14,7 +14,7 @@
 namespace nmt::cpu {
 
 // max(x) + log(sum exp(x - max)): the max and the differences in float, exp and the sum in
-// double (kernels::softmax_cpu's log-sum-exp), through cpu/vector_math.h.
+// double (kernels::softmax_cpu's log-sum-exp), through kernels/cpu/vector_math.h.
 float log_sum_exp(const float* x, int64_t n);
 
 struct RowMasks {

@@ -9,12 +9,12 @@
 #include <limits>
 
 #include "kernels/activation.h"
+#include "kernels/cpu/layer_norm_fast.h"
+#include "kernels/cpu/vector_math.h"
 #include "model/cpu/buffer.h"
 #include "model/cpu/candidates.h"
 #include "model/cpu/dense.h"
 #include "model/cpu/gemm.h"
-#include "model/cpu/layer_norm.h"
-#include "model/cpu/vector_math.h"
 #include "model/cpu_engine.h"
 #include "model/error.h"
 

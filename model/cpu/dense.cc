@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/vector_math.h"
 #include "kernels/softmax.h"
 #include "model/cpu/gemm.h"
-#include "model/cpu/vector_math.h"
 #include "model/error.h"
 
 namespace nmt::cpu {

@@ -7,7 +7,7 @@
 #include "model/cpu/gemm.h"
 #include "model/cpu/packed_matrix.h"
 
-#include "model/weights.h"
+#include "model/config/weights.h"
 
 namespace nmt::cpu {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "model/cuda/cuda_engine_class.h"
-#include "model/cuda/device_stream.h"
+#include "model/cuda/device/device_stream.h"
 #include "model/cuda_engine.h"
 #include "model/error.h"
 

@@ -8,7 +8,7 @@
 // work is enqueued, once per captured graph: a Marian step runs the same launches as before
 // the families.
 //
-// Persistent decode state (reserve(), model/engine.h): sentence slots holding the
+// Persistent decode state (reserve(), model/decoding/engine.h): sentence slots holding the
 // cross-attention K/V of every decoder layer and the source length, KV-cache rows, and the
 // step buffers (decode_state.h). Sentences join and leave at any step: every row of a step
 // carries its own position, cache row, parent cache row and slot.
@@ -42,16 +42,16 @@
 #include <vector>
 
 #include "kernels/topk.h"
+#include "model/config/model_config.h"
+#include "model/config/weights.h"
 #include "model/cuda/decode_state.h"
-#include "model/cuda/device_memory.h"
+#include "model/cuda/device/device_memory.h"
+#include "model/cuda/device/graph_cache.h"
 #include "model/cuda/device_weights.h"
-#include "model/cuda/graph_cache.h"
 #include "model/cuda/layers.h"
 #include "model/cuda/step_layout.h"
-#include "model/engine.h"
-#include "model/model_config.h"
+#include "model/decoding/engine.h"
 #include "model/translator.h"
-#include "model/weights.h"
 
 namespace nmt::cuda {
 

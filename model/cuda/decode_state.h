@@ -4,7 +4,7 @@
 // The captured graphs point into them: they change only where the engine drops its graphs.
 #include <cuda_runtime.h>
 
-#include "model/cuda/device_memory.h"
+#include "model/cuda/device/device_memory.h"
 #include "model/cuda/step_layout.h"
 
 namespace nmt::cuda {

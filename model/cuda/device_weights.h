@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "model/cuda/device_memory.h"
-#include "model/model_config.h"
-#include "model/weights.h"
+#include "model/config/model_config.h"
+#include "model/config/weights.h"
+#include "model/cuda/device/device_memory.h"
 
 namespace nmt::cuda {
 

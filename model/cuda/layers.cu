@@ -4,7 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/layer_norm.h"
-#include "model/cuda/device_memory.h"
+#include "model/cuda/device/device_memory.h"
 #include "model/error.h"
 
 namespace nmt::cuda {

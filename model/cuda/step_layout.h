@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/engine.h"
+#include "model/decoding/engine.h"
 
 namespace nmt::cuda {
 

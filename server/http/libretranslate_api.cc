@@ -8,7 +8,7 @@
 #include <set>
 
 #include "model/error.h"
-#include "model/languages.h"
+#include "model/tokenizer/languages.h"
 
 namespace nmt::server {
 namespace {

@@ -1,6 +1,6 @@
 #include "server/pipeline/request_languages.h"
 
-#include "model/languages.h"
+#include "model/tokenizer/languages.h"
 
 namespace nmt::server {
 

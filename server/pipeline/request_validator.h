@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/decode_options.h"
+#include "model/decoding/decode_options.h"
 #include "nmt/v1/translation.pb.h"
 #include "server/pipeline/limits.h"
 #include "server/pipeline/sentence_splitter.h"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "model/model_config.h"
-#include "model/tokenizer.h"
+#include "model/config/model_config.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace nmt::server {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/decode_loop.h"
+#include "model/decoding/decode_loop.h"
 #include "model/translator.h"
 #include "server/config/config.h"
 #include "server/observability/metrics.h"

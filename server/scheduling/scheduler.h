@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "model/decode_loop.h"
-#include "model/decode_options.h"
+#include "model/decoding/decode_loop.h"
+#include "model/decoding/decode_options.h"
 #include "model/error.h"
 #include "model/translator.h"
 #include "server/scheduling/admission_policy.h"

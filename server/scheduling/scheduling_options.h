@@ -1,7 +1,7 @@
 #pragma once
 // The `batching:` section of the config: the capacity of each decode loop and the queue in
 // front of them (server/scheduling/scheduler.h).
-#include "model/decode_loop.h"
+#include "model/decoding/decode_loop.h"
 
 namespace nmt::server {
 

@@ -16,10 +16,10 @@
 #include <map>
 #include <memory>
 
+#include "model/config/model_config.h"
+#include "model/config/weights.h"
 #include "model/cuda_engine.h"
-#include "model/model_config.h"
 #include "model/translator.h"
-#include "model/weights.h"
 #include "tests/support/conformance.h"
 #include "tests/support/conformance_cases.h"
 

@@ -14,51 +14,21 @@
 #include <tuple>
 #include <utility>
 
-#include "model/beam_search.h"
+#include "model/config/weights.h"
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
-#include "model/decode_loop.h"
+#include "model/decoding/beam_search.h"
+#include "model/decoding/decode_loop.h"
 #include "model/error.h"
-#include "model/weights.h"
+#include "tests/engine/demo_engine.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;
+using nmt::test::cuda_engine;
+using nmt::test::kSources;
+using nmt::test::models;
 
 namespace {
-
-// Source ids of test2016 sentences 0-3 (from the golden file), each ending in </s>.
-const std::vector<std::vector<int>> kSources = {
-    {5, 17, 4, 24, 168, 89, 6348, 39, 263, 2, 0},
-    {5, 5942, 6184, 16, 174, 14, 6321, 114, 214, 4, 86, 19, 3, 45, 583, 2, 0},
-    {5, 17, 2, 0},
-    {26, 60, 10, 3, 112, 35, 91, 19, 3, 219, 8, 3, 1118, 2, 0},
-};
-
-struct Models {
-  ModelConfig config;
-  Weights weights;
-};
-const Models& models() {
-  static const Models m = [] {
-    Models r{ModelConfig::load(test::demo_model_dir()), {}};
-    r.weights = Weights::load(test::demo_model_dir(), r.config);
-    return r;
-  }();
-  return m;
-}
-
-std::unique_ptr<Engine> cuda_engine(Precision p, size_t limit = 0) {
-  TranslatorOptions o;
-  o.device = Device::kCuda;
-  o.precision = p;
-  o.device_memory_limit = limit;
-  return make_cuda_engine(models().config, models().weights, o);
-}
-
-#define SKIP_WITHOUT_GPU()                                                                   \
-  if (cuda_device_count() == 0)                                                              \
-  GTEST_SKIP() << "no CUDA device visible (CPU-only build or no GPU): the CUDA engine is not " \
-                  "tested here"
 
 struct Diff {
   double max_score = 0;
@@ -556,172 +526,4 @@ TEST(CudaEngine, MemoryLimitGivesResourceExhausted) {
   const Diff d = drive(*ref, *gpu, join_and_leave(1), 4, 5e-2);
   EXPECT_EQ(d.same_ids, d.ranks);
   EXPECT_LE(gpu->memory_used(), limit);
-}
-
-// Bad requests are kInvalidArgument, inputs the decode loop never gives kInternal; the engine
-// goes on afterwards.
-TEST(CudaEngine, RejectsBadInputs) {
-  SKIP_WITHOUT_GPU();
-  auto gpu = cuda_engine(Precision::kFloat16);
-  gpu->reserve({2, 2, 16});
-  auto code = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.code();
-    }
-    ADD_FAILURE() << "no nmt::Error thrown";
-    return ErrorCode::kUnavailable;
-  };
-  const std::vector<int> too_long(17, 5), empty, bad_id{models().config.vocab_size, 0};
-  EXPECT_EQ(code([&] { gpu->encode({{&too_long, 0}}); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code([&] { gpu->encode({{&empty, 0}}); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code([&] { gpu->encode({{&bad_id, 0}}); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code([&] { gpu->encode({{&kSources[2], 2}}); }), ErrorCode::kInternal);
-  EXPECT_EQ(code([&] { gpu->encode({{&kSources[2], 1}, {&kSources[0], 1}}); }),
-            ErrorCode::kInternal);
-
-  gpu->encode({{&kSources[2], 1}});
-  auto one_row = [&](int position, int cache_row) {
-    StepInput in;
-    StepGroup g;
-    g.slot = 1;
-    g.position = position;
-    in.groups.push_back(g);
-    in.tokens = {models().config.decoder_start_id};
-    in.cache_rows = {cache_row};
-    in.parent_rows = {cache_row};
-    in.running_scores = {0.f};
-    return in;
-  };
-  StepOutput out;
-  EXPECT_EQ(code([&] { gpu->step(one_row(models().config.max_positions, 0), &out); }),
-            ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code([&] { gpu->step(one_row(0, 2), &out); }), ErrorCode::kInternal);
-  StepInput two = one_row(0, 0);
-  two.cache_rows.push_back(1);
-  EXPECT_EQ(code([&] { gpu->step(two, &out); }), ErrorCode::kInternal);  // 2 rows, beam 1
-  gpu->step(one_row(0, 1), &out);
-  ASSERT_EQ(out.scores.size(), 1u);
-  EXPECT_TRUE(std::isfinite(out.scores[0]));
-}
-
-namespace {
-
-// Both engines' step outputs: the largest score difference and the candidates that differ
-// (among those the search could take: -inf candidates of a forced token's step are no choice).
-std::pair<double, int> step_diff(const StepOutput& a, const StepOutput& b) {
-  EXPECT_EQ(a.scores.size(), b.scores.size());
-  double worst = 0;
-  int differ = 0;
-  for (size_t i = 0; i < std::min(a.scores.size(), b.scores.size()); ++i) {
-    if (std::isinf(a.scores[i]) && a.scores[i] == b.scores[i]) continue;
-    worst = std::max(worst, std::fabs(double(a.scores[i]) - b.scores[i]));
-    differ += a.candidates[i] != b.candidates[i];
-  }
-  return {worst, differ};
-}
-
-}  // namespace
-
-// Every family of tests/conformance/families (pre-norm layers, final and embedding LayerNorms,
-// M2M-100's <pad> positions, no output bias) on the float32 CUDA engine against the CPU
-// engine: the encoder's outputs (a source with a <pad> inside too), then two decode steps of
-// beam 4 where the first forces a target-language token on two of the three sentences and
-// the second feeds a <pad> (a zero position for M2M-100) beside ordinary tokens.
-TEST(CudaEngine, FamiliesMatchCpuEngine) {
-  SKIP_WITHOUT_GPU();
-  const std::vector<std::string> families = test::conformance_families();
-  if (families.empty()) GTEST_SKIP() << "tests/conformance/families holds no variants";
-  for (const std::string& variant : families) {
-    SCOPED_TRACE(variant);
-    const std::string dir = test::conformance_dir() + "/families/" + variant;
-    const ModelConfig config = ModelConfig::load(dir);
-    const Weights weights = Weights::load(dir, config);
-    const std::vector<test::GoldenSentence> refs = test::load_references(dir + "/references.jsonl");
-    ASSERT_GE(refs.size(), 2u);
-    auto ref = make_cpu_engine(config, weights);
-    TranslatorOptions o;
-    o.device = Device::kCuda;
-    o.precision = Precision::kFloat32;
-    auto gpu = make_cuda_engine(config, weights, o);
-    std::vector<std::vector<int>> sources = {refs[0].source_ids, refs[1].source_ids, refs[0].source_ids};
-    sources[2].insert(sources[2].begin() + 1, config.pad_id);  // M2M-100: no position of its own
-    std::vector<EncodeItem> items;
-    int longest = 0;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      items.push_back({&sources[i], int(sources.size() - 1 - i)});
-      longest = std::max(longest, int(sources[i].size()));
-    }
-    const int beam = 4, n = int(sources.size());
-    const EngineCapacity cap{n, n * beam, longest};
-    ref->reserve(cap);
-    gpu->reserve(cap);
-    ref->encode(items);
-    gpu->encode(items);
-    double enc = 0;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      const auto a = ref->encoder_output(i), b = gpu->encoder_output(i);
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t j = 0; j < a.size(); ++j) enc = std::max(enc, std::fabs(double(a[j]) - b[j]));
-    }
-    std::cout << variant << " fp32 encoder output max |diff|: " << enc << "\n";
-    EXPECT_LE(enc, 1e-4);
-
-    const int vocab = ref->vocab_size();
-    StepInput in;
-    for (int i = 0; i < n; ++i) {
-      StepGroup g;
-      g.slot = items[size_t(i)].slot;
-      g.beam = beam;
-      g.k = topk_for_beam(beam);
-      g.forced_token = i == 1 ? -1 : (7 * i + 5) % vocab;
-      in.groups.push_back(g);
-      for (int b = 0; b < beam; ++b) {
-        in.tokens.push_back(config.decoder_start_id);
-        in.cache_rows.push_back(i * beam + b);
-        in.parent_rows.push_back(i * beam + b);
-        in.running_scores.push_back(b == 0 ? 0.f : -1e9f);
-      }
-    }
-    StepOutput a, b;
-    ref->step(in, &a);
-    gpu->step(in, &b);
-    auto [worst, differ] = step_diff(a, b);
-    std::cout << variant << " fp32 forced step: max |score diff| " << worst << ", " << differ
-              << " candidates differ\n";
-    EXPECT_LE(worst, 1e-4);
-    EXPECT_EQ(differ, 0);
-    const int k = topk_for_beam(beam);
-    for (int i : {0, 2}) {
-      EXPECT_EQ(b.candidates[size_t(i * k)] % vocab, in.groups[size_t(i)].forced_token) << "sentence " << i;
-      EXPECT_EQ(b.scores[size_t(i * k)], 0.f) << "sentence " << i;
-    }
-    // Position 1: a <pad>, the forced token, and two ordinary tokens in each sentence's beam.
-    for (StepGroup& g : in.groups) {
-      g.position = 1;
-      g.forced_token = -1;
-    }
-    for (int r = 0; r < n * beam; ++r) {
-      const int choice = r % beam;
-      in.tokens[size_t(r)] = choice == 0 ? config.pad_id : choice == 1 ? (7 * (r / beam) + 5) % vocab
-                                                                       : (31 * r + 11) % vocab;
-      in.running_scores[size_t(r)] = -0.5f * float(choice);
-    }
-    ref->step(in, &a);
-    gpu->step(in, &b);
-    std::tie(worst, differ) = step_diff(a, b);
-    std::cout << variant << " fp32 step with <pad>: max |score diff| " << worst << ", " << differ
-              << " candidates differ\n";
-    EXPECT_LE(worst, 1e-4);
-    EXPECT_EQ(differ, 0);
-  }
-}
-
-TEST(CudaEngine, DeviceCountAndBadIndex) {
-  SKIP_WITHOUT_GPU();
-  TranslatorOptions o;
-  o.device = Device::kCuda;
-  o.device_index = cuda_device_count();
-  EXPECT_THROW(make_cuda_engine(models().config, models().weights, o), Error);
 }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/cuda_engine.h"
-#include "model/decode_options.h"
+#include "model/decoding/decode_options.h"
 #include "model/translator.h"
 #include "tests/support/golden.h"
 

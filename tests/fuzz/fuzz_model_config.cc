@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/config/model_config.h"
 #include "model/error.h"
-#include "model/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -12,9 +12,9 @@
 #include <memory>
 #include <string>
 
+#include "model/config/model_config.h"
 #include "model/error.h"
-#include "model/model_config.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "nmt/v1/translation.pb.h"
 #include "server/pipeline/request_validator.h"
 #include "server/pipeline/sentence_splitter.h"

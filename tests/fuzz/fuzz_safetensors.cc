@@ -3,8 +3,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "model/config/safetensors.h"
 #include "model/error.h"
-#include "model/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "model/model_config.h"
-#include "model/tokenizer.h"
+#include "model/config/model_config.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace {
 const std::vector<std::unique_ptr<nmt::Tokenizer>>& tokenizers() {

@@ -9,7 +9,7 @@
 
 #if NMT_WITH_CUDA
 #include "kernels/topk.h"
-#include "model/beam_search.h"
+#include "model/decoding/beam_search.h"
 
 namespace nmt::kernels::test {
 namespace {

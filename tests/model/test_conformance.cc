@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/config/weights.h"
 #include "model/cpu_engine.h"
 #include "model/error.h"
 #include "model/translator.h"
-#include "model/weights.h"
 #include "tests/support/conformance.h"
 #include "tests/support/conformance_cases.h"
 

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/config/weights.h"
 #include "model/cpu_engine.h"
-#include "model/weights.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;

@@ -6,12 +6,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "model/decode_options.h"
+#include "model/config/model_config.h"
+#include "model/config/safetensors.h"
+#include "model/config/weights.h"
+#include "model/decoding/decode_options.h"
 #include "model/error.h"
-#include "model/model_config.h"
-#include "model/safetensors.h"
 #include "model/translator.h"
-#include "model/weights.h"
 #include "tests/support/golden.h"
 
 namespace fs = std::filesystem;

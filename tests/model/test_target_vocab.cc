@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/safetensors.h"
-#include "model/weights.h"
+#include "model/config/safetensors.h"
+#include "model/config/weights.h"
 #include "model/translator.h"
 #include "tests/support/conformance.h"
 #include "tests/support/golden.h"

@@ -2,10 +2,10 @@
 
 #include <vector>
 
+#include "model/config/model_config.h"
 #include "model/error.h"
-#include "model/model_config.h"
 #include "model/text_worker.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/error.h"
-#include "model/languages.h"
+#include "model/tokenizer/languages.h"
 #include "model/translator.h"
 #include "tests/support/conformance.h"
 #include "tests/support/golden.h"

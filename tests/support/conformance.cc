@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/decode_loop.h"
+#include "model/decoding/decode_loop.h"
 
 namespace nmt::test {
 namespace {

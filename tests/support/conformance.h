@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "model/engine.h"
-#include "model/model_config.h"
+#include "model/config/model_config.h"
+#include "model/decoding/engine.h"
 #include "model/translator.h"
 #include "tests/support/golden.h"
 

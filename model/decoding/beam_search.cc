@@ -1,0 +1,198 @@
+#include "model/decoding/beam_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "model/decoding/engine.h"
+
+namespace nmt {
+namespace {
+
+// transformers marks impossible scores with -1e9 rather than -inf; the same constant keeps
+// the comparisons (and so the chosen hypotheses) identical.
+constexpr float kNeg = -1.0e9f;
+
+// The indices of the n best of scores[0, size) into order[0, n): descending, the lower
+// index first on ties, as torch.topk (and a stable sort). An insertion into a prefix of at
+// most n: a step ranks 3 x beam values, and a sort's buffers cost more than the ranking.
+void top_n(const float* scores, int size, int n, int* order) {
+  int filled = 0;
+  for (int i = 0; i < size; ++i) {
+    int at = filled;
+    while (at > 0 && scores[order[at - 1]] < scores[i]) --at;
+    if (at >= n) continue;
+    for (int m = std::min(filled, n - 1); m > at; --m) order[m] = order[m - 1];
+    order[at] = i;
+    filled = std::min(filled + 1, n);
+  }
+}
+
+// transformers divides by generated ** length_penalty in Python floats: with the default
+// penalty 1 that is the length itself, without a powf per sentence and step.
+float length_norm(int generated, float penalty) {
+  return penalty == 1.f ? float(generated) : std::pow(float(generated), penalty);
+}
+
+}  // namespace
+
+void continuing_beams(const float* scores, const char* hits, int k, int beam, float* running, int* keep) {
+  for (int j = 0; j < k; ++j) running[j] = scores[j] + (hits[j] ? kNeg : 0.f);
+  top_n(running, k, beam, keep);
+}
+
+SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& config)
+    : options_(options),
+      eos_id_(config.eos_id),
+      forced_eos_(config.forced_eos),
+      forced_bos_(options.forced_bos_id >= 0 ? options.forced_bos_id : config.forced_bos_id) {
+  const size_t beam = size_t(options.beam_size);
+  running_.assign(beam, Beam{});
+  for (size_t b = 1; b < beam; ++b) running_[b].score = kNeg;  // one live beam at first
+  finished_.assign(beam, Finished{-1, kNeg, false});
+  next_running_.assign(beam, Beam{});
+  next_finished_.assign(beam, Finished{-1, kNeg, false});
+  const size_t k = size_t(this->k());
+  hits_.assign(k, 0);
+  cand_beam_.assign(k, 0);
+  cand_token_.assign(k, 0);
+  running_view_.assign(k, 0.f);
+  merged_.assign(beam + k, 0.f);
+  keep_.assign(beam, 0);
+  order_.assign(beam, 0);
+  next_parents_.assign(beam, 0);
+  tokens_tree_.reserve(2 * beam * 32);  // a step adds at most 2 x beam nodes
+  tokens_.assign(beam, config.decoder_start_id);
+  parents_.resize(beam);
+  std::iota(parents_.begin(), parents_.end(), 0);
+  for (const Beam& b : running_) running_scores_.push_back(b.score);
+}
+
+int SentenceSearch::k() const { return topk_for_beam(options_.beam_size); }
+
+bool SentenceSearch::advance(const float* scores, const int* candidates, int vocab) {
+  const bool done = options_.beam_size == 1 ? advance_greedy(scores, candidates, vocab)
+                                            : advance_beam(scores, candidates, vocab);
+  ++step_;
+  return done;
+}
+
+int SentenceSearch::extend(int node, int token) {
+  tokens_tree_.push_back({token, node});
+  return int(tokens_tree_.size()) - 1;
+}
+
+std::vector<int> SentenceSearch::path(int node) const {
+  std::vector<int> ids;
+  for (; node >= 0; node = tokens_tree_[size_t(node)].parent) ids.push_back(tokens_tree_[size_t(node)].token);
+  std::reverse(ids.begin(), ids.end());
+  return ids;
+}
+
+bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, int vocab) {
+  Beam& b = running_[0];
+  const int token = candidates[0] % vocab;
+  b.node = extend(b.node, token);
+  b.score = scores[0];
+  const bool done = token == eos_id_ || last_step();
+  if (done) {
+    finished_[0] = {b.node, b.score / length_norm(step_ + 1, options_.length_penalty), true};
+    return true;
+  }
+  const int parent = 0;
+  set_next_rows(&parent);
+  return false;
+}
+
+// Allocates nothing but the new tokens' nodes (amortized) and copies no history: the decode
+// loop advances every active sentence between two GPU steps, on the step's critical path.
+bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int vocab) {
+  const int beam = options_.beam_size, k = this->k();
+  const bool at_max = last_step();
+  // Each candidate's beam and token: the quotient through a reciprocal, corrected to the
+  // exact one (it is off by at most 1), where an integer division per candidate costs tens
+  // of cycles on the step's critical path.
+  const double inverse = 1.0 / vocab;
+  for (int j = 0; j < k; ++j) {
+    int b = int(double(cand[j]) * inverse);
+    int token = cand[j] - b * vocab;
+    if (token < 0) {
+      --b;
+      token += vocab;
+    } else if (token >= vocab) {
+      ++b;
+      token -= vocab;
+    }
+    cand_beam_[size_t(j)] = b;
+    cand_token_[size_t(j)] = token;
+    hits_[size_t(j)] = token == eos_id_ || at_max;
+  }
+  // Candidate j's tokens: its beam's and its own.
+  auto history = [&](int j) { return extend(running_[size_t(cand_beam_[size_t(j)])].node, cand_token_[size_t(j)]); };
+  const float norm = length_norm(step_ + 1, options_.length_penalty);
+
+  // Running beams: the best `beam` candidates that did not just stop.
+  continuing_beams(cand_score, hits_.data(), k, beam, running_view_.data(), keep_.data());
+  // Finished hypotheses: only the top `beam` candidates may enter, length-normalized, and
+  // only while the heuristic says an improvement is still possible.
+  for (int b = 0; b < beam; ++b) merged_[size_t(b)] = finished_[size_t(b)].score;
+  for (int j = 0; j < k; ++j) {
+    float v = cand_score[j] / norm;
+    if (!improvable_) v += kNeg;
+    if (!(hits_[size_t(j)] && j < beam)) v += kNeg;
+    merged_[size_t(beam + j)] = v;
+  }
+  top_n(merged_.data(), beam + k, beam, order_.data());
+  for (int i = 0; i < beam; ++i) {
+    const int m = order_[size_t(i)];
+    Finished& f = next_finished_[size_t(i)];
+    if (m < beam) {
+      f = finished_[size_t(m)];
+    } else {
+      const int j = m - beam;
+      f.node = history(j);
+      f.score = merged_[size_t(m)];
+      f.done = hits_[size_t(j)] && j < beam;
+    }
+  }
+  for (int b = 0; b < beam; ++b) {
+    const int j = keep_[size_t(b)];
+    Beam& r = next_running_[size_t(b)];
+    r.node = history(j);
+    r.score = running_view_[size_t(j)];
+    next_parents_[size_t(b)] = cand_beam_[size_t(j)];
+  }
+  finished_.swap(next_finished_);
+  running_.swap(next_running_);
+  // Early-stop heuristic (early_stopping=False): can the best running beam, normalized by
+  // the current length, still beat a finished slot?
+  const float best_possible = running_[0].score / norm;
+  float worst = finished_[0].score;
+  for (const Finished& f : finished_) worst = std::min(worst, f.score);
+  bool improvement = false;
+  for (const Finished& f : finished_) improvement = improvement || best_possible > (f.done ? worst : kNeg);
+  improvable_ = improvable_ && improvement;
+  if (!improvable_ || at_max) return true;
+  set_next_rows(next_parents_.data());
+  return false;
+}
+
+void SentenceSearch::set_next_rows(const int* parents) {
+  for (size_t b = 0; b < running_.size(); ++b) {
+    tokens_[b] = tokens_tree_[size_t(running_[b].node)].token;
+    parents_[b] = parents[b];
+    running_scores_[b] = running_[b].score;
+  }
+}
+
+DecodeResult SentenceSearch::result() const {
+  DecodeResult r;
+  const int n = options_.beam_size == 1 ? 1 : options_.num_hypotheses;
+  for (int h = 0; h < n; ++h) {
+    r.ids.push_back(path(finished_[size_t(h)].node));
+    r.scores.push_back(finished_[size_t(h)].score);
+  }
+  return r;
+}
+
+}  // namespace nmt

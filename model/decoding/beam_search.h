@@ -1,0 +1,98 @@
+#pragma once
+// Host-side search of one sentence that reproduces transformers' generate(): greedy search
+// for beam 1 and the vectorized beam search (with its early-stop heuristic,
+// early_stopping=False) otherwise. The engine does the per-step math; this class only keeps
+// the sentence's hypotheses, so that each sentence of a decode loop advances on its own.
+#include <vector>
+
+#include "model/config/model_config.h"
+#include "model/decoding/decode_options.h"
+
+namespace nmt {
+
+// The beams a sentence goes on with after a step of beam search (transformers' running beams):
+// the `beam` best of its k candidates once those that end a hypothesis (hits[j]: EOS, or any
+// candidate at the maximum length) are pushed below every other by -1e9. Writes each
+// candidate's running score to running[0, k) and the candidate of beam b to keep[b], best
+// first, ties to the lower candidate. The CUDA engine's top-k makes the same choice on the
+// device (kernels::NextRows), so that a step can follow the one before it without waiting for
+// the host: the two must agree to the bit.
+void continuing_beams(const float* scores, const char* hits, int k, int beam, float* running, int* keep);
+
+struct DecodeResult {
+  std::vector<std::vector<int>> ids;  // best first, num_hypotheses of them; EOS included
+  std::vector<float> scores;
+};
+
+class SentenceSearch {
+ public:
+  SentenceSearch(const DecodeOptions& options, const ModelConfig& config);
+
+  int beam() const { return options_.beam_size; }
+  int k() const;         // candidates asked of the engine per step
+  int position() const { return step_; }  // decoder position of the next step's tokens
+  // The top-k's EOS masks of the step `ahead` steps after the next one (a step submitted
+  // before the host has taken the ones in flight).
+  bool mask_eos(int ahead = 0) const { return step_ + ahead < options_.min_decoding_length; }
+  // The step at the maximum length: every candidate ends a hypothesis (the sentence's last).
+  bool last_step(int ahead = 0) const { return step_ + ahead + 1 >= options_.max_decoding_length; }
+  // ... where EOS is also forced (models with forced_eos_token_id).
+  bool force_eos(int ahead = 0) const { return forced_eos_ && last_step(ahead); }
+  // The token forced at that step (the first generated one), or -1.
+  int forced_token(int ahead = 0) const { return step_ + ahead == 0 ? forced_bos_ : -1; }
+
+  // The next step's rows, beam of them: token fed, the beam (row in the sentence) whose
+  // history it continues, and the running score.
+  const std::vector<int>& tokens() const { return tokens_; }
+  const std::vector<int>& parents() const { return parents_; }
+  const std::vector<float>& running_scores() const { return running_scores_; }
+
+  // Takes the step's k candidates (best first; candidate = beam_row * vocab + token) and
+  // returns true when the sentence is finished.
+  bool advance(const float* scores, const int* candidates, int vocab);
+
+  DecodeResult result() const;  // once finished
+
+ private:
+  // A hypothesis's tokens are a path in tokens_tree_: its last token's node, whose parents
+  // lead back to its first (-1: no token yet). A step adds nodes and copies no history.
+  struct Node {
+    int token;
+    int parent;
+  };
+  struct Beam {
+    int node = -1;
+    float score = 0.f;
+  };
+  struct Finished {
+    int node;
+    float score;
+    bool done;  // transformers' is_sent_finished for this slot
+  };
+  int extend(int node, int token);  // a new node: `node`'s path and `token`
+  std::vector<int> path(int node) const;
+  bool advance_greedy(const float* scores, const int* candidates, int vocab);
+  bool advance_beam(const float* scores, const int* candidates, int vocab);
+  void set_next_rows(const int* parents);  // one per running beam
+
+  const DecodeOptions options_;
+  const int eos_id_;
+  const bool forced_eos_;  // ModelConfig::forced_eos
+  const int forced_bos_;   // the first generated token, or -1 (DecodeOptions, else the model's)
+  int step_ = 0;
+  std::vector<Beam> running_;       // beam_size beams, best first
+  std::vector<Finished> finished_;  // beam_size slots, best first
+  bool improvable_ = true;          // transformers' is_early_stop_heuristic_unsatisfied
+  std::vector<int> tokens_, parents_;
+  std::vector<float> running_scores_;
+  std::vector<Node> tokens_tree_;
+  // advance_beam's scratch, sized once: the next beams and slots, the candidates' beams,
+  // tokens, EOS hits and scores, and the rankings.
+  std::vector<Beam> next_running_;
+  std::vector<Finished> next_finished_;
+  std::vector<char> hits_;
+  std::vector<float> running_view_, merged_;
+  std::vector<int> cand_beam_, cand_token_, keep_, order_, next_parents_;
+};
+
+}  // namespace nmt

@@ -1,0 +1,345 @@
+#include "model/decoding/decode_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "model/error.h"
+
+namespace nmt {
+
+struct DecodeLoop::Active {
+  Active(uint64_t id, const DecodeOptions& options, const ModelConfig& config)
+      : id(id), search(options, config) {}
+  uint64_t id;
+  SentenceSearch search;
+  int slot = -1;          // -1: released
+  std::vector<int> rows;  // cache row of each beam
+  bool gone = false;      // finished, removed or failed: stepped no more, its results dropped
+  int in_flight = 0;      // flights that hold it
+  uint64_t newest = 0;    // the last flight it was submitted in, its group there, and whether
+  int group = -1;         // that step is at the maximum length (its last: never followed)
+  bool last = false;
+};
+
+DecodeLoop::DecodeLoop(Engine& engine, const ModelConfig& config, const EngineCapacity& capacity)
+    : engine_(engine), config_(config), capacity_(capacity) {
+  if (capacity.sentences < 1 || capacity.rows < 1 || capacity.source_tokens < 1)
+    throw Error(ErrorCode::kInvalidArgument, "a decode loop needs at least one slot, row and token");
+  engine_.reserve(capacity);
+  // Stacks popped from the back: slots and rows are handed out lowest first.
+  free_slots_.resize(size_t(capacity.sentences));
+  std::iota(free_slots_.rbegin(), free_slots_.rend(), 0);
+  free_rows_.resize(size_t(capacity.rows));
+  std::iota(free_rows_.rbegin(), free_rows_.rend(), 0);
+}
+
+// Steps still in flight are collected, their results dropped: the engine's lanes are then
+// free for the next loop over it.
+DecodeLoop::~DecodeLoop() {
+  for (const Flight& f : flights_) {
+    try {
+      engine_.collect(f.lane, &out_);
+    } catch (...) {  // a device error: the engine's next call reports it
+    }
+  }
+}
+
+bool DecodeLoop::fits(size_t source_tokens, const DecodeOptions& options, std::string* why) const {
+  std::string reason;
+  if (source_tokens > size_t(capacity_.source_tokens))
+    reason = "a sentence of " + std::to_string(source_tokens) + " tokens exceeds the " +
+             std::to_string(capacity_.source_tokens) + " tokens a decode slot holds";
+  else if (options.beam_size > capacity_.rows)
+    reason = "beam " + std::to_string(options.beam_size) + " exceeds the " +
+             std::to_string(capacity_.rows) + " cache rows of a decode loop";
+  if (why) *why = reason;
+  return reason.empty();
+}
+
+bool DecodeLoop::can_admit(const DecodeOptions& options) const {
+  return !free_slots_.empty() && int(free_rows_.size()) >= options.beam_size;
+}
+
+void DecodeLoop::admit(std::vector<LoopSentence> sentences) {
+  ActiveList admitted;
+  for (LoopSentence& s : sentences) {
+    std::string why;
+    if (!fits(s.source_ids.size(), s.options, &why) || !can_admit(s.options)) {
+      for (auto& a : admitted) release(*a);
+      throw Error(ErrorCode::kInternal, "decode loop: admitted a sentence that does not fit: " +
+                                            (why.empty() ? "no free slot or rows" : why));
+    }
+    auto a = std::make_unique<Active>(s.id, s.options, config_);
+    a->slot = free_slots_.back();
+    free_slots_.pop_back();
+    for (int b = 0; b < s.options.beam_size; ++b) {
+      a->rows.push_back(free_rows_.back());
+      free_rows_.pop_back();
+    }
+    ++sentences_;
+    admitted.push_back(std::move(a));
+  }
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    joining_.push_back(std::move(admitted[i]));
+    joining_sources_.push_back(std::move(sentences[i]));
+  }
+}
+
+StepReport DecodeLoop::step() {
+  StepReport report;
+  if (!engine_.overlaps_steps()) {  // submit() computed the step: collect it at once
+    if (submit(&report)) collect(&report);
+    return report;
+  }
+  if (active_.empty() && encoding_.empty()) {  // only finished sentences in flight
+    while (!flights_.empty()) collect(&report);
+  }
+  // Two steps in flight while following pays, else one (the host's rows for each step).
+  const bool follow = follow_rows_ > 0 && active_rows() >= follow_rows_;
+  while (flights_.size() >= (follow ? size_t(Engine::kStepLanes) : 1u)) collect(&report);
+  const bool submitted = submit(&report);
+  if (follow && submitted && flights_.size() == 1) {
+    submit(&report);  // nothing else was in flight: the next step follows this one at once
+  } else if (!submitted && !flights_.empty()) {
+    collect(&report);  // nothing can step before a flight's results are in
+  }
+  return report;
+}
+
+// Nothing steps: encode every newcomer first and step them at once.
+void DecodeLoop::encode_idle(StepReport* report) {
+  encode_items_.clear();
+  for (size_t i = 0; i < joining_.size(); ++i) encode_items_.push_back({&joining_sources_[i].source_ids, joining_[i]->slot});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    engine_.encode(encode_items_);
+  } catch (...) {
+    drop_all();
+    throw;
+  }
+  report->encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report->encoded += int(joining_.size());
+  join(joining_, active_);
+  joining_sources_.clear();
+}
+
+bool DecodeLoop::submit(StepReport* report) {
+  if (active_.empty() && encoding_.empty() && !joining_.empty()) encode_idle(report);
+  join(encoding_, active_);  // their encode is ahead of this step on the device
+  // Every newcomer's encode rides on this step; they step from the next one.
+  ActiveList taken = std::move(joining_);
+  std::vector<LoopSentence> sources = std::move(joining_sources_);
+  joining_.clear();
+  joining_sources_.clear();
+  encode_items_.clear();
+  for (size_t i = 0; i < taken.size(); ++i) encode_items_.push_back({&sources[i].source_ids, taken[i]->slot});
+  auto give_back = [&] {  // the newcomers wait in front of the queue again
+    joining_.insert(joining_.begin(), std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
+    joining_sources_.insert(joining_sources_.begin(), std::make_move_iterator(sources.begin()),
+                            std::make_move_iterator(sources.end()));
+    taken.clear();
+  };
+  // A sentence of the newest flight follows it there (a step ahead of its host state); one
+  // that a flight holds otherwise has its last step in flight.
+  const Flight* newest = flights_.empty() ? nullptr : &flights_.back();
+  const int lane = newest ? (newest->lane + 1) % Engine::kStepLanes : 0;
+  std::vector<Active*> members;
+  std::vector<int> positions;
+  bool deferred_encode = false, stepped = false;
+  while (true) {
+    try {
+      in_.groups.clear();
+      in_.tokens.clear();
+      in_.cache_rows.clear();
+      in_.parent_rows.clear();
+      in_.running_scores.clear();
+      members.clear();
+      positions.clear();
+      for (const auto& a : active_) {
+        const bool follows = newest && a->newest == newest->number;
+        if (a->in_flight > 0 && (!follows || a->last)) continue;
+        const int ahead = follows ? 1 : 0;
+        const SentenceSearch& s = a->search;
+        in_.groups.push_back({a->slot, s.position() + ahead, s.beam(), s.k(), s.mask_eos(ahead),
+                              s.force_eos(ahead), follows ? a->group : -1, s.forced_token(ahead)});
+        for (int b = 0; b < s.beam(); ++b) {
+          // a following row's token, parent and running score are the device's: these stand in
+          in_.tokens.push_back(s.tokens()[size_t(b)]);
+          in_.cache_rows.push_back(a->rows[size_t(b)]);
+          in_.parent_rows.push_back(a->rows[size_t(follows ? b : s.parents()[size_t(b)])]);
+          in_.running_scores.push_back(follows ? 0.f : s.running_scores()[size_t(b)]);
+        }
+        members.push_back(a.get());
+        positions.push_back(s.position() + ahead);
+      }
+      // A step that grows the caches takes no encode along (the newcomers wait one step):
+      // if the growth runs out of memory, nothing has run and the step can be repeated.
+      const int furthest = positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
+      const int cached = engine_.cache_positions();
+      deferred_encode = cached > 0 && furthest >= cached && !encode_items_.empty();
+      in_.encode = encode_items_.empty() || deferred_encode ? nullptr : &encode_items_;
+      if (in_.groups.empty() && !in_.encode) break;  // nothing to step or encode
+      engine_.submit(in_, lane);
+      stepped = !in_.groups.empty();
+      break;
+    } catch (const Error& e) {
+      // A step without an encode runs out of memory only where the engines grow their
+      // caches, before they change any state: it can be taken again without the sentences
+      // that needed the growth. With an encode riding on it the engine may have failed
+      // after the step itself ran (the CUDA engine allocates the encoder's buffers then),
+      // so that step cannot be repeated; growth steps carry no encode (above) when the
+      // engine says where its caches end.
+      if (shed_on_out_of_memory_ && e.code() == ErrorCode::kResourceExhausted &&
+          (encode_items_.empty() || deferred_encode) && shed_furthest(members, positions, e, report)) {
+        continue;
+      }
+      give_back();
+      drop_all();
+      throw;
+    } catch (...) {
+      give_back();
+      drop_all();
+      throw;
+    }
+  }
+  if (stepped) {
+    Flight f{++submitted_, lane, members};
+    for (size_t g = 0; g < members.size(); ++g) {
+      Active& a = *members[g];
+      ++a.in_flight;
+      a.newest = f.number;
+      a.group = int(g);
+      a.last = a.search.last_step(positions[g] - a.search.position());
+      if (positions[g] == 0) report->first_step.push_back(a.id);
+    }
+    flights_.push_back(std::move(f));
+  }
+  if (!in_.encode) {
+    give_back();  // the next step encodes them
+  } else {
+    report->encoded += int(taken.size());
+    join(taken, encoding_);
+  }
+  return stepped;
+}
+
+void DecodeLoop::collect(StepReport* report) {
+  Flight f = std::move(flights_.front());
+  flights_.erase(flights_.begin());
+  for (Active* a : f.members) --a->in_flight;
+  try {
+    engine_.collect(f.lane, &out_);
+  } catch (...) {
+    drop_all();
+    throw;
+  }
+  size_t wanted = 0;
+  for (const Active* a : f.members) wanted += size_t(a->search.k());
+  if (out_.scores.size() != wanted || out_.candidates.size() != wanted) {
+    drop_all();
+    throw Error(ErrorCode::kInternal, "decode loop: the engine returned " + std::to_string(out_.scores.size()) +
+                                          " candidates for a step that asked " + std::to_string(wanted));
+  }
+  const int vocab = engine_.vocab_size();
+  size_t offset = 0;
+  for (Active* a : f.members) {
+    const int k = a->search.k();
+    if (!a->gone && a->search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab)) {
+      FinishedSentence done;
+      done.id = a->id;
+      done.steps = a->search.position();
+      const DecodeResult r = a->search.result();
+      for (size_t h = 0; h < r.ids.size(); ++h) done.translation.hypotheses.push_back({r.ids[h], "", r.scores[h]});
+      report->finished.push_back(std::move(done));
+      leave(*a);
+    }
+    offset += size_t(k);
+  }
+  // the gone ones no flight holds any more
+  leaving_.erase(std::remove_if(leaving_.begin(), leaving_.end(), [](const auto& a) { return a->in_flight == 0; }),
+                 leaving_.end());
+}
+
+void DecodeLoop::join(ActiveList& from, ActiveList& into) {
+  for (auto& a : from) {
+    if (a->gone) continue;
+    // Keep sentences ordered by beam: the engine runs one top-k per run of equal beams.
+    const int beam = a->search.beam();
+    auto at = std::upper_bound(into.begin(), into.end(), beam,
+                               [](int b, const std::unique_ptr<Active>& x) { return b < x->search.beam(); });
+    into.insert(at, std::move(a));
+  }
+  from.clear();
+}
+
+// Gone from the active list: its slot and rows are free at once (a newcomer's use of them is
+// enqueued behind the steps in flight), the object stays while a flight points to it.
+void DecodeLoop::leave(Active& a) {
+  a.gone = true;
+  release(a);
+  for (ActiveList* list : {&active_, &encoding_}) {
+    auto it = std::find_if(list->begin(), list->end(), [&](const auto& x) { return x.get() == &a; });
+    if (it == list->end()) continue;
+    if (a.in_flight > 0) leaving_.push_back(std::move(*it));
+    list->erase(it);
+    return;
+  }
+}
+
+void DecodeLoop::drop_all() {
+  for (const Flight& f : flights_) {
+    try {
+      engine_.collect(f.lane, &out_);  // frees the engine's lane; the results are dropped
+    } catch (...) {  // the failure being reported already
+    }
+  }
+  flights_.clear();
+  for (ActiveList* list : {&active_, &encoding_, &joining_, &leaving_}) {
+    for (auto& a : *list) release(*a);
+    list->clear();
+  }
+  joining_sources_.clear();
+}
+
+bool DecodeLoop::shed_furthest(const std::vector<Active*>& members, const std::vector<int>& positions,
+                               const Error& e, StepReport* report) {
+  if (members.empty()) return false;
+  const int furthest = *std::max_element(positions.begin(), positions.end());
+  for (size_t g = 0; g < members.size(); ++g) {
+    if (positions[g] != furthest) continue;
+    report->failed.push_back({members[g]->id, e.code(), e.what()});
+    leave(*members[g]);
+  }
+  return true;
+}
+
+// A sentence in a step in flight stays, marked, until that step is collected; its slot and
+// rows are free at once (a newcomer's use of them is enqueued behind that step).
+void DecodeLoop::remove(uint64_t id) {
+  for (ActiveList* list : {&active_, &encoding_}) {
+    for (const auto& a : *list) {
+      if (a->id != id) continue;
+      leave(*a);
+      return;
+    }
+  }
+  for (size_t i = 0; i < joining_.size(); ++i) {
+    if (joining_[i]->id != id) continue;
+    release(*joining_[i]);
+    joining_.erase(joining_.begin() + long(i));
+    joining_sources_.erase(joining_sources_.begin() + long(i));
+    return;
+  }
+}
+
+void DecodeLoop::release(Active& a) {
+  if (a.slot < 0) return;
+  free_slots_.push_back(a.slot);
+  free_rows_.insert(free_rows_.end(), a.rows.begin(), a.rows.end());
+  a.slot = -1;
+  a.rows.clear();
+  --sentences_;
+}
+
+}  // namespace nmt

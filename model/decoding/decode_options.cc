@@ -1,0 +1,32 @@
+#include "model/decoding/decode_options.h"
+
+#include <cmath>
+
+#include "model/error.h"
+
+namespace nmt {
+namespace {
+[[noreturn]] void invalid(const std::string& msg) { throw Error(ErrorCode::kInvalidArgument, msg); }
+}  // namespace
+
+void DecodeOptions::validate(int max_beam, int max_length) const {
+  if (beam_size < 1 || beam_size > max_beam) {
+    invalid("beam_size must be between 1 and " + std::to_string(max_beam) + ", got " + std::to_string(beam_size));
+  }
+  if (num_hypotheses < 1 || num_hypotheses > beam_size) {
+    invalid("num_hypotheses must be between 1 and beam_size (" + std::to_string(beam_size) + "), got " +
+            std::to_string(num_hypotheses));
+  }
+  if (forced_bos_id < -1) invalid("forced_bos_id must be a token id or -1, got " + std::to_string(forced_bos_id));
+  if (!std::isfinite(length_penalty)) invalid("length_penalty must be a finite number");
+  if (max_decoding_length < 1 || max_decoding_length > max_length) {
+    invalid("max_decoding_length must be between 1 and " + std::to_string(max_length) + ", got " +
+            std::to_string(max_decoding_length));
+  }
+  if (min_decoding_length < 0 || min_decoding_length >= max_decoding_length) {
+    invalid("min_decoding_length must be between 0 and max_decoding_length - 1 (" +
+            std::to_string(max_decoding_length - 1) + "), got " + std::to_string(min_decoding_length));
+  }
+}
+
+}  // namespace nmt
