@@ -2,7 +2,7 @@
 // Makes the texts of finished translations on a thread of its own, so that the thread driving
 // a decode loop goes back to the device at once. Detokenizing a step's finished sentences
 // (SentencePiece, ~10 us a sentence on the GPU machines' hosts) took longer than a demo-model
-// step on an H100 at 512 sentences, and the device waited for it (bench/RESULTS.md, end-to-end
+// step on an H100 at 512 sentences, and the device waited for it (bench/history/engine-cuda.md, end-to-end
 // run 33). The server's scheduler does the same on its responder thread.
 #include <condition_variable>
 #include <deque>

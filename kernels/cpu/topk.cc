@@ -94,7 +94,7 @@ BeamTopkPath beam_topk_path(int64_t rows, int vocab, int k) {
       beam_topk_padded_k(k) <= kBeamTopkRowMaxK)
     return BeamTopkPath::kRow;
   // One read of the logits instead of two pays where the logits are large. Run 8 of
-  // bench/RESULTS.md (H100, Transformer-base: vocabulary 58101, beam 4, k 8; ms per decode
+  // bench/history/engine-cuda.md run 8 (H100, Transformer-base: vocabulary 58101, beam 4, k 8; ms per decode
   // step, two-pass (two runs) -> one-pass): 4 rows 0.359 / 0.374 -> 0.380 (slower: the one
   // block per sentence merge, 32 us there, costs more than the extra launch), 256 rows 0.590 /
   // 0.623 -> 0.589 (even), 512 rows 0.826 / 0.811 -> 0.752, 1024 rows 1.322 / 1.320 -> 1.146,

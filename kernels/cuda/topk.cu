@@ -23,7 +23,7 @@
 //     with the tie rule; the merge detects when a dropped token could be involved and then
 //     rescans the sentence's rows on the final scores (rare with kC > k: see unsafe_chunk).
 //     It pays where the logits are large (H100, Transformer-base, 512..4096 rows: 7-17%
-//     shorter decode steps, run 8 of bench/RESULTS.md); at few rows its merge (one block per
+//     shorter decode steps, run 8 of bench/history/engine-cuda.md); at few rows its merge (one block per
 //     sentence) is slower than the two-pass path's launches, so small steps keep that.
 // kp = k rounded up to a power of two.
 #include <algorithm>
@@ -781,7 +781,7 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
 // rows of at most kBeamTopkRowTokens tokens): the row's log-sum-exp from the registers, in one
 // launch. Several (kTwoPass, chunks of at most kTwoPassHeldTokens): from topk_lse_kernel's
 // partials, in place of topk_score_kernel, whose per-token list insertion took 10 us at the
-// demo model's batch 1 (4 rows x 7 chunks, ncu, bench/RESULTS.md end-to-end run 15).
+// demo model's batch 1 (4 rows x 7 chunks, ncu, bench/history/engine-cuda.md end-to-end run 15).
 static_assert(kBeamTopkRowTokens <= 64 * kChunkThreads, "kPer is at most 64");
 static_assert(kBeamTopkChunkTokens % (4 * kChunkThreads) == 0, "whole loads a thread");
 constexpr int kTwoPassHeldTokens = kBeamTopkHeldChunkTokens;

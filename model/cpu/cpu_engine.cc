@@ -1,4 +1,4 @@
-// Float32 CPU engine: the reference implementation of DESIGN.md §3 that the CUDA engine and
+// Float32 CPU engine: the reference implementation of docs/models.md that the CUDA engine and
 // the golden tests are checked against. One layer routine per stack for every family: where
 // the norms sit and which extra norms there are come from the model's Architecture.
 #include <omp.h>

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA engine: DESIGN.md §3 on the GPU in float16 or float32 (T), cuBLAS for the dense
+// The CUDA engine: docs/models.md on the GPU in float16 or float32 (T), cuBLAS for the dense
 // projections of more than kernels::small_gemm_max_rows<T>() rows and kernels::small_gemm_cuda
 // for fewer (float32 accumulation either way), the kernels of kernels/ for everything else
 // (embedding, attention, LayerNorm with the residual and bias fused, bias + activation, beam

@@ -1,5 +1,5 @@
 #pragma once
-// The decode loop of one engine (DESIGN.md §2): sentences join at any decoder step and
+// The decode loop of one engine (docs/data-flow.md): sentences join at any decoder step and
 // leave as soon as they finish. It owns the host side of the persistent decode state: which
 // sentence slot and which cache rows each active sentence holds, and each sentence's beam
 // search (beam_search.h). admit() gives new sentences free slots and rows; the next step()

@@ -1,7 +1,7 @@
 #pragma once
 // The device side of translation: the Transformer forward passes plus the per-step
 // log-softmax and top-k over beam x vocab, over a persistent decode state that sentences
-// join and leave at any step (DESIGN.md §2). The beam search bookkeeping stays on the host
+// join and leave at any step (docs/data-flow.md). The beam search bookkeeping stays on the host
 // (beam_search.cc, decode_loop.cc) and drives an Engine through this interface, so the CPU
 // and CUDA engines share one decoding algorithm.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Text <-> token ids, one implementation per vocabulary scheme (DESIGN.md §3): Marian's
+// Text <-> token ids, one implementation per vocabulary scheme (docs/models.md): Marian's
 // (model/tokenizer/tokenizer_marian.cc) and the fairseq dictionary of NLLB-200, M2M-100 and mBART-50
 // (model/tokenizer/tokenizer_fairseq.cc). sentencepiece_processor.h stays inside those .cc files: its
 // absl::string_view clashes with gRPC's Abseil.

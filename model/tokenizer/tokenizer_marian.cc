@@ -1,4 +1,4 @@
-// MarianTokenizer (DESIGN.md §3): SentencePiece pieces mapped through vocab.json.
+// MarianTokenizer (docs/models.md): SentencePiece pieces mapped through vocab.json.
 #include <sentencepiece_processor.h>
 
 #include <unordered_map>

@@ -4,7 +4,7 @@
 // Why one, not one per engine: once a second stream on the device has run a cuBLAS GEMM of the
 // encoder's fc2 shape, the first engine's graph-replayed decoder steps take ~7% more GPU time
 // for good (122 -> 131 us per step on H100, in the gaps between the graph's kernels;
-// bench/RESULTS.md server runs 11d-11g and 12). A server's decode loops (one engine each) take
+// bench/history/server.md runs 11d-11g and 12). A server's decode loops (one engine each) take
 // turns on one stream: a loop's host bookkeeping still overlaps the other loop's GPU step, but
 // two loops' steps no longer overlap on the GPU, which is why the scheduler fills one loop
 // first (SchedulingOptions::loop_fill_sentences).
