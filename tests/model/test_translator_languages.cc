@@ -5,7 +5,6 @@
 // target_language.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -18,20 +17,8 @@
 #include "tests/support/golden.h"
 
 using namespace nmt;
-namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<std::string> family_variants() {
-  std::vector<std::string> out;
-  const fs::path root = fs::path(test::conformance_dir()) / "families";
-  if (!fs::is_directory(root)) return out;
-  for (const auto& e : fs::directory_iterator(root)) {
-    if (fs::exists(e.path() / "references.jsonl")) out.push_back(e.path().filename().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // Another name a client could use for `code`: its ISO 639-1 alias, else its FLORES-200
 // code, where the model resolves it back to `code`; else the code.
@@ -113,6 +100,6 @@ TEST_P(TranslatorLanguages, TargetLanguageRequiredWithoutADefault) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TranslatorLanguages, ::testing::ValuesIn(family_variants()),
+INSTANTIATE_TEST_SUITE_P(Families, TranslatorLanguages, ::testing::ValuesIn(test::conformance_families()),
                          [](const auto& info) { return info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TranslatorLanguages);

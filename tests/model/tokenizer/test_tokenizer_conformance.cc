@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -18,20 +17,8 @@
 #include "tests/support/golden.h"
 
 using namespace nmt;
-namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<std::string> family_variants() {
-  std::vector<std::string> out;
-  const fs::path root = fs::path(test::conformance_dir()) / "families";
-  if (!fs::is_directory(root)) return out;
-  for (const auto& e : fs::directory_iterator(root)) {
-    if (fs::exists(e.path() / "tokenizer.jsonl")) out.push_back(e.path().filename().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 std::string show(const std::vector<int>& ids) {
   std::string s = "[";
@@ -111,7 +98,7 @@ TEST_P(TokenizerConformance, ReferenceSourcesAndHypothesisTexts) {
   EXPECT_EQ(wrong, 0) << "of " << sources << " sources and " << texts << " hypothesis texts";
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TokenizerConformance, ::testing::ValuesIn(family_variants()),
+INSTANTIATE_TEST_SUITE_P(Families, TokenizerConformance, ::testing::ValuesIn(test::conformance_families()),
                          [](const auto& info) { return info.param; });
 // Until the generated families are committed the suite has no instances.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TokenizerConformance);
