@@ -31,7 +31,7 @@ case "$mode" in
     # storms, SIGTERM under load, the memory cap, the 1000 concurrent streams, /metrics under
     # hostile connections, and the connection limits (a frozen client's stream cancelled by
     # the keepalive).
-    select=(-R '^server\.(Scheduler|RequestPipeline|integration|lifecycle|call_limits|QueueThreadsTest|http_api|model_repository|languages|MetricsEndpoint)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams|metrics_endpoint|connection_limits)|^TextWorkerTest\.')
+    select=(-R '^server\.(scheduling\.Scheduler|pipeline\.(RequestPipeline|languages)|grpc\.(integration|call_limits|QueueThreadsTest)|app\.lifecycle|http\.(http_api|MetricsEndpoint)|repository\.model_repository)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams|metrics_endpoint|connection_limits)|^TextWorkerTest\.')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/reliability/tsan.supp"
     ;;
   *) echo "unknown mode $mode (asan|tsan)" >&2; exit 2 ;;

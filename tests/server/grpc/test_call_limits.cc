@@ -18,7 +18,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nmt/v1/translation.grpc.pb.h"
-#include "server_process.h"
+#include "tests/server/support/server_process.h"
 
 namespace fs = std::filesystem;
 using nmt::test::metric_value;

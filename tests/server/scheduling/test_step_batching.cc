@@ -20,8 +20,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "model/translator.h"
 #include "nmt/v1/translation.grpc.pb.h"
-#include "server_process.h"
-#include "test_sentences.h"
+#include "tests/server/support/server_process.h"
+#include "tests/server/support/test_sentences.h"
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;

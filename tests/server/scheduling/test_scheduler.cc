@@ -6,7 +6,7 @@
 // in flight, each following the one before). How: scheduler_fixture.h.
 #include <random>
 
-#include "tests/server/scheduler_fixture.h"
+#include "tests/server/scheduling/scheduler_fixture.h"
 
 using namespace scheduler_test;
 

@@ -24,7 +24,8 @@ import urllib.request
 
 import grpc
 
-import harness
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import harness  # noqa: E402
 
 check = harness.Checks()
 NLLB_CODES = ["eng_Latn", "deu_Latn", "fra_Latn", "spa_Latn", "ita_Latn", "por_Latn", "rus_Cyrl", "ell_Grek",

@@ -18,7 +18,8 @@ import urllib.request
 
 import grpc
 
-import harness
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import harness  # noqa: E402
 
 check = harness.Checks()
 P99 = "histogram_quantile(0.99, sum by (le) (rate(nmt_request_duration_seconds_bucket[1m])))"

@@ -4,7 +4,7 @@
 // requests staying on one loop. How: scheduler_fixture.h.
 #include <random>
 
-#include "tests/server/scheduler_fixture.h"
+#include "tests/server/scheduling/scheduler_fixture.h"
 
 using namespace scheduler_test;
 

@@ -16,7 +16,8 @@ import time
 
 import grpc
 
-import harness
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import harness  # noqa: E402
 
 check = harness.Checks()
 
