@@ -20,7 +20,8 @@ import threading
 import time
 import urllib.request
 
-import rel
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import rel  # noqa: E402
 
 check = rel.Checks()
 

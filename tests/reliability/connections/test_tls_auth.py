@@ -15,7 +15,8 @@ import signal
 import subprocess
 import sys
 
-import rel
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import rel  # noqa: E402
 
 check = rel.Checks()
 

@@ -12,7 +12,8 @@ import resource
 import sys
 import time
 
-import rel
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import rel  # noqa: E402
 
 check = rel.Checks()
 
