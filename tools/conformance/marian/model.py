@@ -2,7 +2,7 @@
 import math
 import os
 
-from .marian_variants import ATTENTION_GAIN, BASE, EMBEDDING_STD, FFN_GAIN, OUTPUT_GAIN
+from .variants import ATTENTION_GAIN, BASE, EMBEDDING_STD, FFN_GAIN, OUTPUT_GAIN
 
 
 def init_weights(model, cfg, seed, final_logits_bias_std, eos_boost):

@@ -5,9 +5,9 @@ import os
 import random
 import re
 
-from .family_variants import BOS, EOS, FAMILIES, MASK, PAD, UNK, VARIANTS
-from .records import write_json
-from .sentencepiece_models import spm_pieces
+from .variants import BOS, EOS, FAMILIES, MASK, PAD, UNK, VARIANTS
+from ..records import write_json
+from ..sentencepiece_models import spm_pieces
 
 
 # Texts of tokenizer.jsonl: (case, text). The families' SentencePiece model saw no Cyrillic,

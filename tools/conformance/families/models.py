@@ -3,12 +3,12 @@ that chooses the init and the </s> boost, save_pretrained and the reload checks.
 import math
 import os
 
-from .family_tokenizers import set_source_language
-from .family_variants import (CALIBRATION_RECORDS, END_TARGET, EOS_BOOSTS, FAMILIES,
+from .tokenizers import set_source_language
+from .variants import (CALIBRATION_RECORDS, END_TARGET, EOS_BOOSTS, FAMILIES,
                               INIT_CANDIDATES, MAX_LENGTH, POSITION_STD, VARIANTS,
                               family_generate_kwargs)
-from .marian_variants import ATTENTION_GAIN, EMBEDDING_STD, FFN_GAIN, OUTPUT_GAIN
-from .search import _strip
+from ..marian.variants import ATTENTION_GAIN, EMBEDDING_STD, FFN_GAIN, OUTPUT_GAIN
+from ..search import _strip
 
 
 def model_classes(variant):

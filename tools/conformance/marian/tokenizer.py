@@ -2,8 +2,8 @@
 agrees with the layout the README documents."""
 import os
 
-from .marian_variants import EOS, PAD, UNK
-from .records import write_json
+from .variants import EOS, PAD, UNK
+from ..records import write_json
 
 
 def marian_vocab(piece_lists, rng, extra_tokens=()):

@@ -22,19 +22,19 @@ import os
 import random
 import traceback
 
-from .family_models import (build_family_model, calibrate, check_family_reload,
+from .models import (build_family_model, calibrate, check_family_reload,
                             load_family_model, output_gain, save_family_model)
-from .family_references import distinct_summary, reference_items, translate_family_chunk
-from .family_tokenizers import (load_tokenizer, tokenizer_kwargs, tokenizer_records,
+from .references import distinct_summary, reference_items, translate_family_chunk
+from .tokenizers import (load_tokenizer, tokenizer_kwargs, tokenizer_records,
                                 tokenizer_with_fallback, vocab_size_of)
-from .family_variants import (COMMON, FAMILIES, INIT_CANDIDATES, MASK, MAX_LENGTH, PERTURBATION,
+from .variants import (COMMON, FAMILIES, INIT_CANDIDATES, MASK, MAX_LENGTH, PERTURBATION,
                               POSITION_STD, REFUSED, SEED, SPM_SIZE, TINY, TINY_SPM_SIZE,
                               VARIANTS, family_generate_kwargs)
-from .marian_variants import ATTENTION_GAIN, FFN_GAIN
-from .records import versions, write_json, write_jsonl
-from .search import MIN_MARGIN, PERTURBATION_SEEDS, _worker_init, chunks, keep_decidable
-from .sentencepiece_models import family_spms
-from .text import english_corpus, non_latin, to_target
+from ..marian.variants import ATTENTION_GAIN, FFN_GAIN
+from ..records import versions, write_json, write_jsonl
+from ..search import MIN_MARGIN, PERTURBATION_SEEDS, _worker_init, chunks, keep_decidable
+from ..sentencepiece_models import family_spms
+from ..text import english_corpus, non_latin, to_target
 
 
 def family_corpus():

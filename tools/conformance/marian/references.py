@@ -2,10 +2,10 @@
 every Marian folder shares, and demo/."""
 import os
 
-from .marian_model import load_model
-from .marian_variants import MAX_LENGTH_DEMO, generate_kwargs
-from .records import versions, write_json, write_jsonl
-from .search import (MIN_MARGIN, PERTURBATION, PERTURBATION_SEEDS, keep_decidable,
+from .model import load_model
+from .variants import MAX_LENGTH_DEMO, generate_kwargs
+from ..records import versions, write_json, write_jsonl
+from ..search import (MIN_MARGIN, PERTURBATION, PERTURBATION_SEEDS, keep_decidable,
                      search_modes)
 
 

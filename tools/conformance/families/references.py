@@ -1,10 +1,10 @@
 """The families' references: which (sentence, source language, target language) items a variant
 has, one chunk of them in a worker process, and how varied the hypotheses are."""
-from .family_models import load_family_model
-from .family_tokenizers import language_ids, load_tokenizer, set_source_language
-from .family_variants import MAX_LENGTH, VARIANTS, family_generate_kwargs
-from .search import search_modes
-from .text import to_target
+from .models import load_family_model
+from .tokenizers import language_ids, load_tokenizer, set_source_language
+from .variants import MAX_LENGTH, VARIANTS, family_generate_kwargs
+from ..search import search_modes
+from ..text import to_target
 
 
 def translate_family_chunk(task):
