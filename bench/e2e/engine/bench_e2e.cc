@@ -17,7 +17,7 @@
 //   Both: --follow-rows N sets the decode loops' follow_rows (two steps in flight, each following
 //   the one before, from N cache rows on; 0: never), so one binary measures both ways in the
 //   same run. --trace FILE writes the kernels' launch timeline (builds configured with
-//   -DNMT_CUDA_TRACE=ON; bench/e2e/trace_summary.py reads it).
+//   -DNMT_CUDA_TRACE=ON; bench/e2e/engine/trace_summary.py reads it).
 //
 // Every measurement is also printed as one JSON line starting with "RESULT ".
 #include <algorithm>

@@ -15,7 +15,7 @@
 #      ceiling of the 256-client figure where it is lower than the engine's (server run 21).
 # Every figure is a RESULT line (JSON, with device, commit and date) appended to
 # OUT_DIR/results.jsonl; a summary with the served/offline ratios goes to stdout.
-# usage: bench/e2e/serve_bench.sh OUT_DIR [WORKERS...]   (default workers: 1 2)
+# usage: bench/e2e/server/serve_bench.sh OUT_DIR [WORKERS...]   (default workers: 1 2)
 #   SERVER_ARGS="--max-admit-delay-steps 4" adds flags to nmt-server (recorded in the results);
 #   OFFLINE=0 skips the offline figures (a second configuration in the same run);
 #   SERVER_CPUS=0-7 CLIENT_CPUS=8-15 pin the server and the load generator to disjoint cores
@@ -31,7 +31,7 @@
 #   instead of TCP on the loopback (recorded in the results).
 # Each server's log (a line per request, with its decoder steps) is OUT_DIR/server-W.log, and
 # the lines of each measured load (its warm-up left out) OUT_DIR/server-W-LOAD.log:
-# bench/e2e/tail_by_steps.py reads a load's latency tail against each request's own steps
+# bench/e2e/server/tail_by_steps.py reads a load's latency tail against each request's own steps
 # (printed for the 64- and 256-client loads).
 set -uo pipefail
 out=${1:?usage: serve_bench.sh OUT_DIR [WORKERS...]}
@@ -41,7 +41,7 @@ transport=${TRANSPORT:-tcp}
 precision=${PRECISION:-float16}
 seconds=${SECONDS_PER_PASS:-10}
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 shared=${NMT_SHARED:-$repo/../shared}
 model=$repo/models/m30k-en-de-small
 mkdir -p "$out"

@@ -1,12 +1,12 @@
 """CTranslate2 on the GPU, measured the way nmt-bench-e2e measures the CUDA engine, for a
 same-run comparison (float16, beam 4, RESULT lines in nmt-bench-e2e's format).
 
-  python3 bench/e2e/ct2_gpu_bench.py demo --model DIR --source FILE --batches 1,64,128
+  python3 bench/e2e/engine/ct2_gpu_bench.py demo --model DIR --source FILE --batches 1,64,128
       Sentences of FILE as SentencePiece pieces + "</s>" (tokenized outside the timing),
       sorted by length (longest first); batch 1 reports p50/p90 per sentence over the first
       --latency-sentences, larger batches target tokens/s (best of --repeat passes after one
       warm-up pass).
-  python3 bench/e2e/ct2_gpu_bench.py random --model DIR --batches 1,64 [--sentences 256]
+  python3 bench/e2e/engine/ct2_gpu_bench.py random --model DIR --batches 1,64 [--sentences 256]
       The random-weight Marian model of hf_baseline.py write-random (no tokenizer: its ids
       become tokens "t<id>"): --src-len random source ids (the last one EOS) and exactly
       --tgt-len decode steps per sentence, as nmt-bench-e2e --ids-model.

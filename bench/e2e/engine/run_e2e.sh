@@ -6,14 +6,14 @@
 #   2. random-weight Transformer-base (d 512, 6+6 layers, 8 heads, ffn 2048, vocab 58101) and
 #      Transformer-big (opus-mt-tc-big's shape: d 1024, 16 heads, ffn 4096, same layers and
 #      vocab), 27 source tokens, exactly 32 target tokens, beam 4, float16: batch 64 and 1.
-# usage: bench/e2e/run_e2e.sh [OUT_DIR]
+# usage: bench/e2e/engine/run_e2e.sh [OUT_DIR]
 #   needs nmt-bench-e2e on PATH, python3 with torch + transformers, and the Multi30k data in
 #   ../shared/data (or NMT_SHARED=DIR). Prints RESULT lines (JSON) and writes OUT_DIR/results.jsonl.
 set -uo pipefail
 out=${1:-${OUT:-/tmp/e2e}}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 shared=${NMT_SHARED:-$repo/../shared}
 model=$repo/models/m30k-en-de-small
 work=$(mktemp -d)

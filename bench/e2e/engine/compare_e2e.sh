@@ -5,7 +5,7 @@
 #     p50 over 300 sentences;
 #   Transformer-base shape (random weights, hf_baseline.py write-random): 27 -> 32 tokens,
 #     1024 sentences at batch 64..1024, batch 1 over 20 sentences (ms per decode step).
-# usage: bench/e2e/compare_e2e.sh OUT_DIR LABEL=BIN_DIR [LABEL=BIN_DIR ...]
+# usage: bench/e2e/engine/compare_e2e.sh OUT_DIR LABEL=BIN_DIR [LABEL=BIN_DIR ...]
 #   BIN_DIR holds that build's nmt-bench-e2e; LABEL (its commit) goes into each RESULT line
 #   as "commit". CTranslate2 is measured when python3 can import ctranslate2 (see
 #   ../shared/peers/README.md); the Multi30k data comes from NMT_SHARED (default ../shared).
@@ -24,7 +24,7 @@ batches=${NMT_E2E_BATCHES:-1,64,128,256,512,1024}
 base_sentences=${NMT_E2E_BASE_SENTENCES:-1024}
 demo_copies=${NMT_E2E_DEMO_COPIES:-4}
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 shared=${NMT_SHARED:-$repo/../shared}
 model=$repo/models/m30k-en-de-small
 work=$(mktemp -d)

@@ -37,7 +37,7 @@ import statistics
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SPM = os.path.join(REPO, "tests", "conformance", "families", "nllb", "sentencepiece.bpe.model")
 VOCAB_SIZE = 256206  # facebook/nllb-200-distilled-600M's config.json
 SHAPES = {  # layers (encoder = decoder), ffn dim; d_model 1024 and 16 heads for both

@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "engine"))  # hf_baseline
 import hf_baseline  # noqa: E402
 
 VOCAB = 58101

@@ -10,13 +10,13 @@
 #      sentences, 64 target tokens each (the demo's outputs are far shorter).
 # Input: synthetic English sentences (no data set needed). The server logs at warn (a line
 # per request at info costs host time that the GPUs then wait for). Prints RESULT lines
-# (JSON) and a summary with the throughput ratios. usage: bench/e2e/repository_bench.sh OUT_DIR
+# (JSON) and a summary with the throughput ratios. usage: bench/e2e/server/repository_bench.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: repository_bench.sh OUT_DIR}
 seconds=${SECONDS_PER_PASS:-10}
 clients=${CLIENTS:-256}
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 mkdir -p "$out"
 work=$(mktemp -d)
 gpus=$(nvidia-smi -L | wc -l)
