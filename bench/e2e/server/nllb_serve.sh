@@ -3,7 +3,7 @@
 # engine's offline throughput at the same batch, in one device run (issue 52's served bar).
 # On the GPU machine, with nmt-bench-e2e, nmt-server and nmt-loadgen on PATH and torch +
 # transformers in python3:
-#   1. the model: nllb_shape.py write (skipped when MODEL_DIR already holds one);
+#   1. the model: ../engine/nllb_shape.py write (skipped when MODEL_DIR already holds one);
 #   2. sources: SRC_LEN ids each ([eng_Latn] pieces </s>) as text, from random pieces of the
 #      model's tokenizer (re-tokenized by the server: their lengths are in its log);
 #   3. offline: nmt-bench-e2e --ids-model at batch CLIENTS, TGT_LEN decoder steps a sentence;
@@ -12,12 +12,12 @@
 #      so that both sides run the same decoder steps; a warm-up pass, then SECONDS_PER_PASS.
 # Every figure is a RESULT line appended to OUT_DIR/results.jsonl (with device, commit,
 # date); the served/offline ratio goes to stdout.
-# usage: bench/e2e/nllb_serve.sh OUT_DIR   (env: SHAPE=600m|1.3b MODEL_DIR CLIENTS=64
+# usage: bench/e2e/server/nllb_serve.sh OUT_DIR   (env: SHAPE=600m|1.3b MODEL_DIR CLIENTS=64
 #   SRC_LEN=27 TGT_LEN=33 LANGUAGES=fra_Latn,deu_Latn,spa_Latn,zho_Hans SECONDS_PER_PASS=10)
 set -euo pipefail
 out=${1:?usage: nllb_serve.sh OUT_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 shape=${SHAPE:-600m}
 clients=${CLIENTS:-64}
 src_len=${SRC_LEN:-27}
@@ -27,7 +27,7 @@ seconds=${SECONDS_PER_PASS:-10}
 mkdir -p "$out"
 work=$(mktemp -d)
 model=${MODEL_DIR:-$work/nllb-$shape}
-[ -f "$model/config.json" ] || python3 "$here/nllb_shape.py" write --out "$model" --shape "$shape"
+[ -f "$model/config.json" ] || python3 "$here/../engine/nllb_shape.py" write --out "$model" --shape "$shape"
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 commit=${NMT_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 results=$out/results.jsonl
