@@ -11,6 +11,8 @@
 // SmallGemmNorm the block first normalizes the rows into shared memory (a warp per row, its
 // gamma and beta read before the wait too) and multiplies from there.
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -83,17 +85,19 @@ __device__ __forceinline__ void load_sum(const SmallGemmArgs<T>& a, int m, int c
 // before pdl_prologue(): they do not depend on the previous kernel, and read after the row's
 // statistics they were a second memory round trip on the kernel's chain (end-to-end run 37 on
 // an H200: Transformer-base batch 1 6% shorter a step, batch 2 +5-6%).
+// They stay in T until used (to_float is exact): in float32 a K-1024 row's 4 packs of each took
+// 64 registers, which kept the 16-warp tensor-core kernel with its LayerNorm at one block an SM.
 template <typename T, int kVec, int kPacks>
 struct NormParams {
-  float g[kPacks][kVec], b[kPacks][kVec];
+  Pack<T, kVec> g[kPacks], b[kPacks];
   __device__ void load(const SmallGemmArgs<T>& a) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int c = (p * 32 + lane) * kVec;
       if (c < a.k) {
-        load_pack<T, kVec>(a.norm.gamma + c, g[p]);
-        load_pack<T, kVec>(a.norm.beta + c, b[p]);
+        g[p] = *reinterpret_cast<const Pack<T, kVec>*>(a.norm.gamma + c);
+        b[p] = *reinterpret_cast<const Pack<T, kVec>*>(a.norm.beta + c);
       }
     }
   }
@@ -149,7 +153,7 @@ __device__ void normalize_rows(const SmallGemmArgs<T>& a, const NormParams<T, kV
     for (int p = 0; p < kPacks; ++p) {
       if (!valid(p)) continue;
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) z[p][i] = z[p][i] * inv * params.g[p][i] + params.b[p][i];
+      for (int i = 0; i < kVec; ++i) z[p][i] = z[p][i] * inv * to_float(params.g[p].v[i]) + to_float(params.b[p].v[i]);
       store_pack<T, kVec>(rows_out + m * a.k + col(p), z[p]);
       if (write_norm) store_pack<T, kVec>(a.norm.out + m * a.ldx + col(p), z[p]);
     }
@@ -245,19 +249,24 @@ __global__ void __launch_bounds__(kBlockColumns<kRows> * kSplit * 32) small_gemm
 
 // ---- 16-bit types: the projection on tensor cores ----
 
-// One block owns kMmaCols output columns; its warps split K into chunks of 32, warp w taking
-// chunks w, w + warps, ..., each chunk two m16n8k16 MMAs with float32 accumulators: A = the
-// input rows (M: 16 rows an MMA, kRowGroups groups of 8 rows in all), B = the block's columns
-// of W (N = 8). Lane (g, t) = (lane / 4, lane % 4) loads one 16-byte pack of column g's weight
-// row and one of row g's input at k = chunk * 32 + t * 8, and the two MMAs take its halves as
-// the k pairs the fragment layout gives the lane: the order of k within a chunk is permuted,
-// the same way for A and B, so the sum is the same dot product. Against the warp-a-column
-// kernel (float32 FMAs, used for float) a warp's chain after the wait is a few dozen
-// instructions instead of hundreds: end-to-end run 44.
+// One block owns kColTiles x kMmaCols output columns; its warps split K into chunks of 32, warp
+// w taking chunks w, w + warps, ..., each chunk two m16n8k16 MMAs a tile of 8 columns with
+// float32 accumulators: A = the input rows (M: 16 rows an MMA, kRowGroups groups of 8 rows in
+// all), B = a tile's columns of W (N = 8). Lane (g, t) = (lane / 4, lane % 4) loads one 16-byte
+// pack of column g's weight row (of each tile) and one of row g's input at k = chunk * 32 + t * 8,
+// and the two MMAs take its halves as the k pairs the fragment layout gives the lane: the order
+// of k within a chunk is permuted, the same way for A and B, so the sum is the same dot product.
+// Against the warp-a-column kernel (float32 FMAs, used for float) a warp's chain after the wait
+// is a few dozen instructions instead of hundreds: end-to-end run 44. More tiles a block (the
+// same sums for each column, in the same order) when a block of 8 columns would not fit the
+// grid in one wave (launch_mma): NLLB's K-1024 projections with their LayerNorm run one 16-warp
+// block an SM, and fc1's 512 blocks of 8 columns took four waves of one round trip each.
 constexpr int kMmaCols = 8;
-// Chunks a warp loads before pdl_prologue() (16 bytes each a lane): all of them for the
-// projections of Transformer-base and the demo model at the warp counts of by_mma_warps.
-constexpr int kMmaEarly = 4;
+// Chunks a warp loads before pdl_prologue() (16 bytes each a lane and tile): all of them for the
+// projections of Transformer-base and the demo model at the warp counts of by_mma_warps; two
+// with more tiles (NLLB's K 1024 in 16 warps: all of them too).
+template <int kColTiles>
+constexpr int kMmaEarly = kColTiles == 1 ? 4 : 2;
 
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -282,25 +291,30 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const uint4& lo, const 
   mma_16816<T>(c, lo.z, hi.z, lo.w, hi.w, w.z, w.w);
 }
 
-template <typename T, int kNormPacks, int kWarps, int kRowGroups>
+template <typename T, int kNormPacks, int kWarps, int kRowGroups, int kColTiles>
 __global__ void __launch_bounds__(kWarps * 32) small_gemm_mma_kernel(SmallGemmArgs<T> a) {
   constexpr int kVec = 8;
   constexpr int kRowsMax = 8 * kRowGroups, kTiles = (kRowGroups + 1) / 2;  // MMAs of 16 rows
-  static_assert(kRowsMax * kMmaCols <= kWarps * 32, "the epilogue's threads");
+  constexpr int kCols = kMmaCols * kColTiles, kEarly = kMmaEarly<kColTiles>;
+  static_assert(kRowsMax * kCols <= kWarps * 32, "the epilogue's threads");
   const int lane = threadIdx.x % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
-  const int col0 = int(blockIdx.x) * kMmaCols;
-  const T* w = a.w + int64_t(min(col0 + g, a.n - 1)) * a.k;  // past n: read, not stored
+  const int col0 = int(blockIdx.x) * kCols;
+  const T* w[kColTiles];
+#pragma unroll
+  for (int c = 0; c < kColTiles; ++c)  // past n: read, not stored
+    w[c] = a.w + int64_t(min(col0 + c * kMmaCols + g, a.n - 1)) * a.k;
   const int chunks = (a.k + 31) / 32;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const auto k_of = [&](int chunk) { return chunk * 32 + t * 8; };
-  uint4 early[kMmaEarly];
+  const auto load_w = [&](int k, uint4 (&wv)[kColTiles]) {
 #pragma unroll
-  for (int i = 0; i < kMmaEarly; ++i) {
-    const int k = k_of(warp + kWarps * i);
-    early[i] = k < a.k ? *reinterpret_cast<const uint4*>(w + k) : zero;
-  }
-  // The epilogue: thread i writes row i / kMmaCols, column col0 + i % kMmaCols.
-  const int out_row = int(threadIdx.x) / kMmaCols, out_col = col0 + int(threadIdx.x) % kMmaCols;
+    for (int c = 0; c < kColTiles; ++c) wv[c] = k < a.k ? *reinterpret_cast<const uint4*>(w[c] + k) : zero;
+  };
+  uint4 early[kEarly][kColTiles];
+#pragma unroll
+  for (int i = 0; i < kEarly; ++i) load_w(k_of(warp + kWarps * i), early[i]);
+  // The epilogue: thread i writes row i / kCols, column col0 + i % kCols.
+  const int out_row = int(threadIdx.x) / kCols, out_col = col0 + int(threadIdx.x) % kCols;
   const bool writes = out_row < a.rows && out_col < a.n;
   const float bias = writes && a.bias ? to_float(a.bias[out_col]) : 0.f;
   int64_t ldx;
@@ -308,40 +322,46 @@ __global__ void __launch_bounds__(kWarps * 32) small_gemm_mma_kernel(SmallGemmAr
   const auto x_pack = [&](int row, int k) {
     return row < a.rows && k < a.k ? *reinterpret_cast<const uint4*>(x + row * ldx + k) : zero;
   };
-  float c[kTiles][4] = {};
-  const auto multiply = [&](int chunk, const uint4& wv) {
+  float c[kTiles][kColTiles][4] = {};
+  const auto multiply = [&](int chunk, const uint4 (&wv)[kColTiles]) {
     const int k = k_of(chunk);
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const int row = 16 * j + g;
-      mma_chunk<T>(c[j], x_pack(row, k), row + 8 < kRowsMax ? x_pack(row + 8, k) : zero, wv);
+      const uint4 lo = x_pack(row, k), hi = row + 8 < kRowsMax ? x_pack(row + 8, k) : zero;
+#pragma unroll
+      for (int n = 0; n < kColTiles; ++n) mma_chunk<T>(c[j][n], lo, hi, wv[n]);
     }
   };
 #pragma unroll
-  for (int i = 0; i < kMmaEarly; ++i) {
+  for (int i = 0; i < kEarly; ++i) {
     const int chunk = warp + kWarps * i;
     if (chunk < chunks) multiply(chunk, early[i]);  // the same for the warp's lanes
   }
-  for (int chunk = warp + kWarps * kMmaEarly; chunk < chunks; chunk += kWarps) {
-    const int k = k_of(chunk);
-    multiply(chunk, k < a.k ? *reinterpret_cast<const uint4*>(w + k) : zero);
+  for (int chunk = warp + kWarps * kEarly; chunk < chunks; chunk += kWarps) {
+    uint4 wv[kColTiles];
+    load_w(k_of(chunk), wv);
+    multiply(chunk, wv);
   }
   // The warps' sums, added in warp order.
-  __shared__ float parts[kWarps][kRowsMax][kMmaCols];
+  __shared__ float parts[kWarps][kRowsMax][kCols];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int row = 16 * j + g;
-    parts[warp][row][2 * t] = c[j][0];
-    parts[warp][row][2 * t + 1] = c[j][1];
-    if (row + 8 < kRowsMax) {
-      parts[warp][row + 8][2 * t] = c[j][2];
-      parts[warp][row + 8][2 * t + 1] = c[j][3];
+#pragma unroll
+    for (int n = 0; n < kColTiles; ++n) {
+      parts[warp][row][n * kMmaCols + 2 * t] = c[j][n][0];
+      parts[warp][row][n * kMmaCols + 2 * t + 1] = c[j][n][1];
+      if (row + 8 < kRowsMax) {
+        parts[warp][row + 8][n * kMmaCols + 2 * t] = c[j][n][2];
+        parts[warp][row + 8][n * kMmaCols + 2 * t + 1] = c[j][n][3];
+      }
     }
   }
   __syncthreads();
   if (!writes) return;
   float v = bias;
-  const int cc = int(threadIdx.x) % kMmaCols;
+  const int cc = int(threadIdx.x) % kCols;
 #pragma unroll
   for (int p = 0; p < kWarps; ++p) v += parts[p][out_row][cc];
   if (a.has_act) v = activate(v, a.act);
@@ -458,6 +478,69 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1) small_gemm_wide_kernel(Sma
   }
 }
 
+// 16-bit types: the output projection on tensor cores. Persistent as the FMA kernel above; a
+// warp owns groups of kMmaCols columns gridDim.x * kLogitsWarps apart, each over all of K, one
+// m16n8k16 pair a chunk of 32 k (mma_chunk: lane (g, t) holds column g's weight pack and row g's
+// input pack at k = chunk * 32 + t * 8; rows 8-15 are zero). Its weight packs stream through a
+// ring of kLogitsRing registers a lane: each chunk's pack is replaced by the load kLogitsRing
+// chunks ahead (the next group's first chunks at a group's end), so a warp keeps kLogitsRing x
+// 512 bytes in flight without the FMA kernel's registers for a group's products (which left
+// NLLB's K-1024 groups no room to prefetch: 168 us for its 525 MB, 3.2 TB/s, ncu in
+// bench/history/engine-cuda.md).
+constexpr int kLogitsWarps = 16, kLogitsRing = 8;
+
+template <typename T, int kNormPacks>
+__global__ void __launch_bounds__(kLogitsWarps * 32) small_gemm_logits_mma_kernel(SmallGemmArgs<T> a, float* y) {
+  constexpr int kVec = 8;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int groups = (a.n + kMmaCols - 1) / kMmaCols, stride = int(gridDim.x) * kLogitsWarps;
+  const int chunks = (a.k + 31) / 32;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  // The load stream: the group and chunk of the next load.
+  int load_group = int(blockIdx.x) * kLogitsWarps + int(threadIdx.x) / 32, load_chunk = 0;
+  const auto next_load = [&](uint4& dst) {
+    const int k = load_chunk * 32 + t * 8;
+    if (load_group < groups && k < a.k)  // past n: read, not stored
+      dst = *reinterpret_cast<const uint4*>(a.w + int64_t(min(load_group * kMmaCols + g, a.n - 1)) * a.k + k);
+    if (++load_chunk == chunks) {
+      load_chunk = 0;
+      load_group += stride;
+    }
+  };
+  uint4 ring[kLogitsRing];
+#pragma unroll
+  for (int i = 0; i < kLogitsRing; ++i) {
+    ring[i] = zero;
+    next_load(ring[i]);
+  }
+  int64_t ldx;
+  const T* x = input_rows<T, kVec, kNormPacks, kLogitsWarps>(a, ldx);
+  int group = int(blockIdx.x) * kLogitsWarps + int(threadIdx.x) / 32, chunk = 0;
+  float c[4] = {};
+  while (group < groups) {
+#pragma unroll
+    for (int i = 0; i < kLogitsRing; ++i) {
+      if (group >= groups) break;  // the same for the warp's lanes
+      const uint4 wv = ring[i];
+      ring[i] = zero;
+      next_load(ring[i]);
+      const int k = chunk * 32 + t * 8;
+      const uint4 lo = g < a.rows && k < a.k ? *reinterpret_cast<const uint4*>(x + g * ldx + k) : zero;
+      mma_chunk<T>(c, lo, zero, wv);
+      if (++chunk == chunks) {
+        const int col = group * kMmaCols + 2 * t;
+        if (g < a.rows) {
+          if (col < a.n) y[g * a.ldy + col] = c[0];
+          if (col + 1 < a.n) y[g * a.ldy + col + 1] = c[1];
+        }
+        c[0] = c[1] = c[2] = c[3] = 0.f;
+        chunk = 0;
+        group += stride;
+      }
+    }
+  }
+}
+
 // 16-byte packs a lane when the 32 lanes of a warp stride along K.
 template <typename T>
 int lane_packs(int k) {
@@ -531,16 +614,49 @@ void by_mma_warps(int k, int rows, F f) {
   f(std::integral_constant<int, 8>());
 }
 
+// Blocks of `kernel` resident on one SM with `threads` and `smem` (cached by kernel and smem:
+// the launches of a step ask it at every capture, and without graphs at every step).
+int resident_blocks(const void* kernel, int threads, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, size_t>, int> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(kernel, smem);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int blocks = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return cache[key] = std::max(blocks, 1);
+}
+
+// The fewest column tiles a block (1, 2 or 4 of kMmaCols) whose grid is one wave, or the most
+// the epilogue's threads allow (kRowsMax x columns within 256) when none is.
+template <typename T, int kNormPacks, int kWarps, int kGroups>
+void launch_mma_tiles(const SmallGemmArgs<T>& a, size_t smem, cudaStream_t stream) {
+  constexpr int kMostTiles = std::min(4, 256 / (8 * kMmaCols * kGroups));
+  const int threads = kWarps * 32;
+  const auto blocks = [&](int tiles) { return unsigned((a.n + kMmaCols * tiles - 1) / (kMmaCols * tiles)); };
+  const auto one_wave = [&](const void* kernel, int tiles) {
+    return int64_t(blocks(tiles)) <= int64_t(resident_blocks(kernel, threads, smem)) * num_sms();
+  };
+  const auto k1 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 1>;
+  if (kMostTiles == 1 || one_wave(reinterpret_cast<const void*>(k1), 1))
+    return launch(k1, blocks(1), threads, smem, stream, a);
+  if constexpr (kMostTiles >= 2) {
+    const auto k2 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 2>;
+    if (kMostTiles == 2 || one_wave(reinterpret_cast<const void*>(k2), 2))
+      return launch(k2, blocks(2), threads, smem, stream, a);
+  }
+  if constexpr (kMostTiles >= 4) launch(&small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 4>, blocks(4), threads, smem, stream, a);
+}
+
 template <typename T>
 void launch_mma(const SmallGemmArgs<T>& a, bool with_norm, cudaStream_t stream) {
-  const unsigned grid = unsigned((a.n + kMmaCols - 1) / kMmaCols);
   const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;  // kSmallGemmNormBytes at most
   const auto go = [&](auto warps, auto groups) {
     constexpr int kWarps = decltype(warps)::value, kGroups = decltype(groups)::value;
-    if (!with_norm) return launch(&small_gemm_mma_kernel<T, 0, kWarps, kGroups>, grid, kWarps * 32, 0, stream, a);
-    by_k_packs<T>(a.k, [&](auto packs) {
-      launch(&small_gemm_mma_kernel<T, decltype(packs)::value, kWarps, kGroups>, grid, kWarps * 32, smem, stream, a);
-    });
+    if (!with_norm) return launch_mma_tiles<T, 0, kWarps, kGroups>(a, 0, stream);
+    by_k_packs<T>(a.k, [&](auto packs) { launch_mma_tiles<T, decltype(packs)::value, kWarps, kGroups>(a, smem, stream); });
   };
   by_mma_warps(a.k, a.rows, [&](auto warps) {
     if (a.rows > 16) return go(warps, std::integral_constant<int, 4>());
@@ -560,6 +676,20 @@ void launch_wide(const SmallGemmArgs<T>& a, float* y, bool with_norm, cudaStream
     const auto kernel = with_norm ? &small_gemm_wide_kernel<T, true, kKPacks> : &small_gemm_wide_kernel<T, false, kKPacks>;
     launch(kernel, grid, kWideWarps * 32, smem, stream, a, y);
   });
+}
+
+// As many blocks as are resident at once (fewer where the column groups run out).
+template <typename T>
+void launch_logits_mma(const SmallGemmArgs<T>& a, float* y, bool with_norm, cudaStream_t stream) {
+  const int groups = (a.n + kMmaCols - 1) / kMmaCols, threads = kLogitsWarps * 32;
+  const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;
+  const auto go = [&](auto kernel) {
+    const int resident = resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem) * num_sms();
+    const unsigned grid = unsigned(std::min((groups + kLogitsWarps - 1) / kLogitsWarps, resident));
+    launch(kernel, grid, threads, smem, stream, a, y);
+  };
+  if (!with_norm) return go(&small_gemm_logits_mma_kernel<T, 0>);
+  by_k_packs<T>(a.k, [&](auto packs) { go(&small_gemm_logits_mma_kernel<T, decltype(packs)::value>); });
 }
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -635,7 +765,11 @@ void small_gemm_logits_cuda(const T* x, int64_t ldx, const T* w, float* y, int64
   const SmallGemmArgs<T> a{x, w, nullptr, nullptr, ldx, ldy, rows, n, k, false, Activation::kRelu,
                            norm ? *norm : SmallGemmNorm<T>{}};
   const bool with_norm = norm != nullptr;
-  launch_wide<T>(a, y, with_norm, stream);
+  if constexpr (std::is_same_v<T, float>) {
+    launch_wide<T>(a, y, with_norm, stream);
+  } else {
+    launch_logits_mma<T>(a, y, with_norm, stream);
+  }
 }
 
 #define NMT_SMALL_GEMM(T)                                                                      \

@@ -39,7 +39,10 @@ struct Shape {
 TYPED_TEST(SmallGemmCuda, MatchesReference) {
   using T = TypeParam;
   constexpr int kVec = 16 / int(sizeof(T));
-  const Shape shapes[] = {{1, kVec, 0, 0}, {37, 64, kVec, 3}, {256, 256, 0, 0}, {301, 1032, 2 * kVec, 1}, {64, 2048, 0, 0}};
+  // 3100 x 1024 (NLLB's shapes): more blocks of 8 columns than one wave, so 16-bit types take
+  // blocks of more column tiles, the last one cut short.
+  const Shape shapes[] = {{1, kVec, 0, 0},          {37, 64, kVec, 3}, {256, 256, 0, 0},
+                          {301, 1032, 2 * kVec, 1}, {64, 2048, 0, 0},  {3100, 1024, 0, 1}};
   const Activation swish = Activation::kSwish, gelu = Activation::kGelu, relu = Activation::kRelu;
   const Activation* acts[] = {nullptr, &swish, &gelu, &relu};
   uint32_t seed = 11;
@@ -93,8 +96,11 @@ TYPED_TEST(SmallGemmCuda, MatchesReference) {
 TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
   using T = TypeParam;
   constexpr int kVec = 16 / int(sizeof(T));
-  const Shape shapes[] = {{37, 32 * kVec, 0, 0}, {512, 512, kVec, 0},    {1536, 256, 0, 2},
-                          {64, 24 * kVec, 0, 0}, {300, 96 * kVec, 0, 0}, {40, kSmallGemmNormPacks * 32 * kVec, 0, 0}};
+  // 4100 columns of the longest K: NLLB's fc1 (4096 x 1024 in 16-bit types), over one wave of
+  // blocks of 8 columns.
+  const Shape shapes[] = {{37, 32 * kVec, 0, 0},  {512, 512, kVec, 0},    {1536, 256, 0, 2},
+                          {64, 24 * kVec, 0, 0},  {300, 96 * kVec, 0, 0}, {40, kSmallGemmNormPacks * 32 * kVec, 0, 0},
+                          {4100, kSmallGemmNormPacks * 32 * kVec, 0, 3}};
   const Activation relu = Activation::kRelu;
   uint32_t seed = 101;
   int variant = 0;
@@ -229,7 +235,9 @@ TYPED_TEST(SmallGemmCuda, LogitsMatchReference) {
   constexpr int kVec = 16 / int(sizeof(T));
   // K: 512 (Transformer-base), one pack a lane, three of kSmallGemmLogitsPacks, a part of one.
   // Column counts: more groups than warps of a full GPU (each warp loops, prefetching), fewer.
-  const Shape shapes[] = {{40001, 512, 0, 5}, {64, 32 * kVec, kVec, 0}, {1000, 96 * kVec, 0, 8}, {100, 3 * kVec, 0, 0}};
+  // 60001 x 1024: NLLB's K, each warp's ring of weight loads running past its last group.
+  const Shape shapes[] = {{40001, 512, 0, 5},  {64, 32 * kVec, kVec, 0}, {1000, 96 * kVec, 0, 8},
+                          {100, 3 * kVec, 0, 0}, {60001, 128 * kVec, 0, 2}};
   uint32_t seed = 301;
   int variant = 0;
   for (const Shape& s : shapes) {
