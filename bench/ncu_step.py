@@ -21,18 +21,21 @@ import sys
 
 
 def short(name):
-    """A kernel's name without its template arguments and parameter list."""
-    out, depth = [], 0
-    for ch in name:
-        if ch in "<(":
+    """A kernel's name with its template arguments, without namespaces and parameters (ncu
+    writes an anonymous namespace as 'unnamed>::')."""
+    for anonymous in ("(anonymous namespace)::", "<unnamed>::", "unnamed>::"):
+        name = name.replace(anonymous, "")
+    name = re.sub(r"\b[A-Za-z_]\w*::", "", re.sub(r"^void\s+", "", name))
+    depth = 0
+    for i, ch in enumerate(name):  # the parameter list: the first '(' outside template arguments
+        if ch == "<":
             depth += 1
-        elif ch in ">)":
+        elif ch == ">":
             depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    s = "".join(out).strip()
-    s = re.sub(r"^void\s+", "", s)
-    return s.split("::")[-1] or name[:60]
+        elif ch == "(" and depth == 0:
+            name = name[:i]
+            break
+    return name
 
 
 def launches(path):
