@@ -478,69 +478,6 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1) small_gemm_wide_kernel(Sma
   }
 }
 
-// 16-bit types: the output projection on tensor cores. Persistent as the FMA kernel above; a
-// warp owns groups of kMmaCols columns gridDim.x * kLogitsWarps apart, each over all of K, one
-// m16n8k16 pair a chunk of 32 k (mma_chunk: lane (g, t) holds column g's weight pack and row g's
-// input pack at k = chunk * 32 + t * 8; rows 8-15 are zero). Its weight packs stream through a
-// ring of kLogitsRing registers a lane: each chunk's pack is replaced by the load kLogitsRing
-// chunks ahead (the next group's first chunks at a group's end), so a warp keeps kLogitsRing x
-// 512 bytes in flight without the FMA kernel's registers for a group's products (which left
-// NLLB's K-1024 groups no room to prefetch: 168 us for its 525 MB, 3.2 TB/s, ncu in
-// bench/history/engine-cuda.md).
-constexpr int kLogitsWarps = 16, kLogitsRing = 8;
-
-template <typename T, int kNormPacks>
-__global__ void __launch_bounds__(kLogitsWarps * 32) small_gemm_logits_mma_kernel(SmallGemmArgs<T> a, float* y) {
-  constexpr int kVec = 8;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int groups = (a.n + kMmaCols - 1) / kMmaCols, stride = int(gridDim.x) * kLogitsWarps;
-  const int chunks = (a.k + 31) / 32;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  // The load stream: the group and chunk of the next load.
-  int load_group = int(blockIdx.x) * kLogitsWarps + int(threadIdx.x) / 32, load_chunk = 0;
-  const auto next_load = [&](uint4& dst) {
-    const int k = load_chunk * 32 + t * 8;
-    if (load_group < groups && k < a.k)  // past n: read, not stored
-      dst = *reinterpret_cast<const uint4*>(a.w + int64_t(min(load_group * kMmaCols + g, a.n - 1)) * a.k + k);
-    if (++load_chunk == chunks) {
-      load_chunk = 0;
-      load_group += stride;
-    }
-  };
-  uint4 ring[kLogitsRing];
-#pragma unroll
-  for (int i = 0; i < kLogitsRing; ++i) {
-    ring[i] = zero;
-    next_load(ring[i]);
-  }
-  int64_t ldx;
-  const T* x = input_rows<T, kVec, kNormPacks, kLogitsWarps>(a, ldx);
-  int group = int(blockIdx.x) * kLogitsWarps + int(threadIdx.x) / 32, chunk = 0;
-  float c[4] = {};
-  while (group < groups) {
-#pragma unroll
-    for (int i = 0; i < kLogitsRing; ++i) {
-      if (group >= groups) break;  // the same for the warp's lanes
-      const uint4 wv = ring[i];
-      ring[i] = zero;
-      next_load(ring[i]);
-      const int k = chunk * 32 + t * 8;
-      const uint4 lo = g < a.rows && k < a.k ? *reinterpret_cast<const uint4*>(x + g * ldx + k) : zero;
-      mma_chunk<T>(c, lo, zero, wv);
-      if (++chunk == chunks) {
-        const int col = group * kMmaCols + 2 * t;
-        if (g < a.rows) {
-          if (col < a.n) y[g * a.ldy + col] = c[0];
-          if (col + 1 < a.n) y[g * a.ldy + col + 1] = c[1];
-        }
-        c[0] = c[1] = c[2] = c[3] = 0.f;
-        chunk = 0;
-        group += stride;
-      }
-    }
-  }
-}
-
 // 16-byte packs a lane when the 32 lanes of a warp stride along K.
 template <typename T>
 int lane_packs(int k) {
@@ -678,20 +615,6 @@ void launch_wide(const SmallGemmArgs<T>& a, float* y, bool with_norm, cudaStream
   });
 }
 
-// As many blocks as are resident at once (fewer where the column groups run out).
-template <typename T>
-void launch_logits_mma(const SmallGemmArgs<T>& a, float* y, bool with_norm, cudaStream_t stream) {
-  const int groups = (a.n + kMmaCols - 1) / kMmaCols, threads = kLogitsWarps * 32;
-  const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;
-  const auto go = [&](auto kernel) {
-    const int resident = resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem) * num_sms();
-    const unsigned grid = unsigned(std::min((groups + kLogitsWarps - 1) / kLogitsWarps, resident));
-    launch(kernel, grid, threads, smem, stream, a, y);
-  };
-  if (!with_norm) return go(&small_gemm_logits_mma_kernel<T, 0>);
-  by_k_packs<T>(a.k, [&](auto packs) { go(&small_gemm_logits_mma_kernel<T, decltype(packs)::value>); });
-}
-
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // f(kRows) with rows rounded up to the kernels' row counts: 1, 2, 4 or 8.
@@ -765,11 +688,7 @@ void small_gemm_logits_cuda(const T* x, int64_t ldx, const T* w, float* y, int64
   const SmallGemmArgs<T> a{x, w, nullptr, nullptr, ldx, ldy, rows, n, k, false, Activation::kRelu,
                            norm ? *norm : SmallGemmNorm<T>{}};
   const bool with_norm = norm != nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    launch_wide<T>(a, y, with_norm, stream);
-  } else {
-    launch_logits_mma<T>(a, y, with_norm, stream);
-  }
+  launch_wide<T>(a, y, with_norm, stream);
 }
 
 #define NMT_SMALL_GEMM(T)                                                                      \

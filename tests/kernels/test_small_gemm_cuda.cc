@@ -235,7 +235,7 @@ TYPED_TEST(SmallGemmCuda, LogitsMatchReference) {
   constexpr int kVec = 16 / int(sizeof(T));
   // K: 512 (Transformer-base), one pack a lane, three of kSmallGemmLogitsPacks, a part of one.
   // Column counts: more groups than warps of a full GPU (each warp loops, prefetching), fewer.
-  // 60001 x 1024: NLLB's K, each warp's ring of weight loads running past its last group.
+  // 60001 x 1024: NLLB's K (four packs a lane, no prefetch of the next group).
   const Shape shapes[] = {{40001, 512, 0, 5},  {64, 32 * kVec, kVec, 0}, {1000, 96 * kVec, 0, 8},
                           {100, 3 * kVec, 0, 0}, {60001, 128 * kVec, 0, 2}};
   uint32_t seed = 301;
