@@ -4,7 +4,7 @@
   ncu --csv --print-units base --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       --launch-skip S --launch-count C --log-file F.csv nmt-bench-e2e ...
-  bench/ncu_step.py F.csv [--marker reorder_embed_kernel] [--top 25]
+  bench/e2e/engine/ncu_step.py F.csv [--marker reorder_embed_kernel] [--top 25]
 
 The window is cut to whole steps: from the first launch of the marker kernel (the step's first
 launch, the beam reorder + embedding) to the last one's, exclusive. Per kernel (its name
