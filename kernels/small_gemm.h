@@ -5,7 +5,8 @@
 // optional. The weights stream through once per call for all the rows, and the bias +
 // activation epilogue replaces a separate bias_activation launch: float32 with one warp per
 // output column (a few splitting K when K is long), 16-bit types on tensor cores with a block
-// per 8 columns (its warps splitting K). For more rows cuBLAS's tiled kernels win: callers
+// per 8 columns (its warps splitting K; 16 or 32 where blocks of 8 would take more than one
+// wave). For more rows cuBLAS's tiled kernels win: callers
 // switch.
 #include <cstddef>
 #include <cstdint>
