@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kBlockColumns<kRows> * kSplit * 32) small_gemm
 // Against the warp-a-column kernel (float32 FMAs, used for float) a warp's chain after the wait
 // is a few dozen instructions instead of hundreds: end-to-end run 44. More tiles a block (the
 // same sums for each column, in the same order) when a block of 8 columns would not fit the
-// grid in one wave (launch_mma): NLLB's K-1024 projections with their LayerNorm run one 16-warp
+// grid in one wave (launch_mma_tiles): NLLB's K-1024 projections with their LayerNorm run one 16-warp
 // block an SM, and fc1's 512 blocks of 8 columns took four waves of one round trip each.
 constexpr int kMmaCols = 8;
 // Chunks a warp loads before pdl_prologue() (16 bytes each a lane and tile): all of them for the
