@@ -72,6 +72,14 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.connections.keepalive_timeout_seconds, d.keepalive_timeout_seconds);
   EXPECT_EQ(c.connections.min_client_ping_interval_seconds, d.min_client_ping_interval_seconds);
   EXPECT_EQ(c.connections.max_ping_strikes, d.max_ping_strikes);
+  // And the HTTP API's.
+  const HttpLimits h;
+  EXPECT_EQ(c.http_limits.max_connections, h.max_connections);
+  EXPECT_EQ(c.http_limits.max_connections_per_address, h.max_connections_per_address);
+  EXPECT_EQ(c.http_limits.header_timeout_seconds, h.header_timeout_seconds);
+  EXPECT_EQ(c.http_limits.body_timeout_seconds, h.body_timeout_seconds);
+  EXPECT_EQ(c.http_limits.idle_timeout_seconds, h.idle_timeout_seconds);
+  EXPECT_EQ(c.http_limits.threads, h.threads);
 }
 
 TEST(Config, DefaultsWhenSectionsAreAbsent) {
