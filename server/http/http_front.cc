@@ -31,8 +31,6 @@ constexpr size_t kPostBufferBytes = 16384;  // libmicrohttpd's form parser's win
 // How often the watchdog looks for connections past their deadline: the deadlines hold to
 // within this.
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
-// stop(): how long answers still being computed may take before every connection is closed.
-constexpr auto kStopDrain = std::chrono::seconds(10);
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -219,7 +217,11 @@ class HttpFront::Impl {
     const MHD_socket listening = MHD_quiesce_daemon(daemon_);
     {
       std::unique_lock<std::mutex> lock(gate_->mutex);
-      gate_->changed.wait_for(lock, kStopDrain, [&] { return gate_->answering == 0; });
+      // Every request handed to the handler gets its answer (a translation always completes:
+      // the decode loops stop after this) and then ends: sent, or its connection closed by
+      // the idle limit when its client does not read. The handler's completions may use
+      // the HttpApi, so none may come after this returns.
+      gate_->changed.wait(lock, [&] { return gate_->answering == 0; });
       gate_->open = false;  // an answer from now on is dropped: its connection is closing
     }
     MHD_stop_daemon(daemon_);

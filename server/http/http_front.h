@@ -60,8 +60,8 @@ class HttpFront {
   HttpFront(const HttpFront&) = delete;
   HttpFront& operator=(const HttpFront&) = delete;
 
-  // Stops accepting connections, lets the requests handed to the handler be answered (up
-  // to a bound), then closes every connection. Idempotent.
+  // Stops accepting connections, lets every request handed to the handler be answered and
+  // end (sent, or closed by the idle limit), then closes every connection. Idempotent.
   void stop();
 
  private:
