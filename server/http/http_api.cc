@@ -120,7 +120,8 @@ void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
   }
   if (req.method == "POST" && req.path == "/v1/translate") return v1_translate(req, traceparent, answer);
   if (req.method == "POST" && req.path == "/translate") return libre_translate(req, traceparent, answer);
-  if (req.method == "GET" && req.path == "/languages") {
+  // HEAD: the same answer, whose body libmicrohttpd leaves out.
+  if ((req.method == "GET" || req.method == "HEAD") && req.path == "/languages") {
     return answer(json_answer(200, libretranslate_.languages_json()));
   }
   // Browsers' preflight before a cross-origin POST /translate.
