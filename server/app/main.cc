@@ -133,7 +133,7 @@ int serve(const ServerConfig& config) {
   std::unique_ptr<HttpApi> http;
   if (config.http_port != 0) {
     try {
-      http = std::make_unique<HttpApi>(config.http_host, config.http_port,
+      http = std::make_unique<HttpApi>(config.http_host, config.http_port, config.http_limits,
                                        static_cast<size_t>(config.max_message_bytes), pipeline,
                                        *models, auth, metrics);
     } catch (const std::exception& e) {

@@ -166,6 +166,30 @@ const std::vector<Setting>& settings() {
       {"http.port", "http-port",
        "HTTP/JSON API port (POST /v1/translate, LibreTranslate's /translate); 0 = off",
        [](ServerConfig& c, N n, K k) { c.http_port = to_int(n, k, 0, 65535); }},
+      // What the HTTP API's clients may hold (http_limits.h).
+      {"http.max_connections", "http-max-connections",
+       "HTTP connections open at once; one more is closed",
+       [](ServerConfig& c, N n, K k) { c.http_limits.max_connections = to_int(n, k, 1, 1 << 20); }},
+      {"http.max_connections_per_address", "http-max-connections-per-address",
+       "HTTP connections open at once from one peer address; one more is closed",
+       [](ServerConfig& c, N n, K k) {
+         c.http_limits.max_connections_per_address = to_int(n, k, 1, 1 << 20);
+       }},
+      {"http.header_timeout_seconds", "http-header-timeout-seconds",
+       "a request's line and headers must arrive within this, else 408",
+       [](ServerConfig& c, N n, K k) {
+         c.http_limits.header_timeout_seconds = to_positive_seconds(n, k);
+       }},
+      {"http.body_timeout_seconds", "http-body-timeout-seconds",
+       "a request's body must arrive within this of its headers, else 408",
+       [](ServerConfig& c, N n, K k) {
+         c.http_limits.body_timeout_seconds = to_positive_seconds(n, k);
+       }},
+      {"http.idle_timeout_seconds", "http-idle-timeout-seconds",
+       "an HTTP connection silent this long (kept alive or not) is closed; whole seconds",
+       [](ServerConfig& c, N n, K k) { c.http_limits.idle_timeout_seconds = to_int(n, k, 1, 86400); }},
+      {"http.threads", "http-threads", "threads serving HTTP connections (none waits on one)",
+       [](ServerConfig& c, N n, K k) { c.http_limits.threads = to_int(n, k, 1, 64); }},
       {"limits.max_sentences_per_request", "max-sentences-per-request", "sentences per request",
        [](ServerConfig& c, N n, K k) {
          c.limits.max_sentences_per_request = to_int(n, k, 1, kMaxInt);
@@ -338,6 +362,15 @@ void check_consistency(const ServerConfig& c) {
   }
   if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
     fail("server.tls_client_ca_file needs server.tls_cert_file and tls_key_file (mutual TLS is TLS)");
+  }
+  // The HTTP API's connection bounds (http_limits.h).
+  if (c.http_limits.max_connections_per_address > c.http_limits.max_connections) {
+    fail("http.max_connections_per_address (" + std::to_string(c.http_limits.max_connections_per_address) +
+         ") must be <= http.max_connections (" + std::to_string(c.http_limits.max_connections) + ")");
+  }
+  if (c.http_limits.threads > c.http_limits.max_connections) {
+    fail("http.threads (" + std::to_string(c.http_limits.threads) +
+         ") must be <= http.max_connections (each thread serves a share of them)");
   }
 }
 

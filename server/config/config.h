@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "server/config/connection_limits.h"
+#include "server/config/http_limits.h"
 #include "server/pipeline/limits.h"
 #include "server/scheduling/scheduling_options.h"
 
@@ -90,6 +91,7 @@ struct ServerConfig {
   // The HTTP/JSON API (server/http/http_api.h): off while http_port is 0.
   std::string http_host = "0.0.0.0";
   int http_port = 0;
+  HttpLimits http_limits;  // http.max_connections ... http.threads
   ConnectionLimits connections;  // server.max_streams_per_connection ... max_ping_strikes
   Limits limits;
   SchedulingOptions batching;  // the `batching:` section: decode loop and queue capacity

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "server/grpc/queue_event.h"
+#include "server/observability/trace_context.h"
 
 namespace nmt::server {
 namespace {
@@ -17,6 +18,14 @@ Clock::time_point steady_deadline(const grpc::ServerContextBase& context) {
   const auto remaining = deadline - std::chrono::system_clock::now();
   if (remaining > std::chrono::hours(24 * 365)) return Clock::time_point::max();
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(remaining);
+}
+
+// The call's W3C traceparent: the client's (metadata `traceparent`) when valid, else a
+// fresh one (observability/trace_context.h).
+std::string call_traceparent(const grpc::ServerContextBase& context) {
+  const auto found = context.client_metadata().find("traceparent");
+  if (found == context.client_metadata().end()) return accept_traceparent({});
+  return accept_traceparent(std::string(found->second.data(), found->second.size()));
 }
 
 }  // namespace
@@ -60,7 +69,9 @@ class TranslationService::UnaryCall final {
     request(service_);
     service_.call_started();
     deadline_ = steady_deadline(context_);
-    if (grpc::Status denied = service_.authenticate(context_, "Translate"); !denied.ok()) {
+    traceparent_ = call_traceparent(context_);
+    if (grpc::Status denied = service_.authenticate(context_, "Translate", traceparent_);
+        !denied.ok()) {
       finish_unrecorded(denied);
       return;
     }
@@ -71,7 +82,8 @@ class TranslationService::UnaryCall final {
     const bool parsed =
         grpc::SerializationTraits<v1::TranslateRequest>::Deserialize(&request_bytes_, &request_).ok();
     // Nothing of a request that does not parse is trusted (its id included).
-    record_ = service_.pipeline_.begin("Translate", parsed ? request_ : v1::TranslateRequest());
+    record_ = service_.pipeline_.begin("Translate", parsed ? request_ : v1::TranslateRequest(),
+                                       traceparent_);
     if (!parsed) {
       finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "the request does not parse as an nmt.v1.TranslateRequest (a malformed "
@@ -160,6 +172,7 @@ class TranslationService::UnaryCall final {
     finish_unrecorded(status);
   }
   void finish_unrecorded(const grpc::Status& status) {
+    context_.AddTrailingMetadata("traceparent", traceparent_);
     handoff(&finished_event_);
     if (status.ok()) {
       responder_.Finish(response_bytes_, status, &finished_event_);
@@ -182,6 +195,7 @@ class TranslationService::UnaryCall final {
   CallPermit permit_;
   RequestRecord record_;
   Clock::time_point deadline_;
+  std::string traceparent_;  // echoed in the trailing metadata
   v1::TranslateRequest request_;
   AdmittedRequest admitted_;
   v1::TranslateResponse response_;
@@ -235,10 +249,14 @@ class TranslationService::StreamCall final {
     request(service_);
     service_.call_started();
     deadline_ = steady_deadline(context_);
-    grpc::Status refused = service_.authenticate(context_, "TranslateStream");
+    // One traceparent for the stream and each of its messages, echoed in the initial
+    // metadata (sent with the first answer, or the finish).
+    traceparent_ = call_traceparent(context_);
+    context_.AddInitialMetadata("traceparent", traceparent_);
+    grpc::Status refused = service_.authenticate(context_, "TranslateStream", traceparent_);
     if (refused.ok() && !permit_.acquire()) {
       refused = permit_.busy();
-      service_.pipeline_.record_refused("TranslateStream", refused);
+      service_.pipeline_.record_refused("TranslateStream", refused, traceparent_);
     }
     if (!refused.ok()) {
       end_stream(refused);  // acting_ stays set: nothing acts on a stream that never read
@@ -289,7 +307,7 @@ class TranslationService::StreamCall final {
       return;
     }
     auto entry = std::make_shared<Entry>();
-    entry->record = service_.pipeline_.begin("TranslateStream", request_);
+    entry->record = service_.pipeline_.begin("TranslateStream", request_, traceparent_);
     entry->response.set_request_id(entry->record.request_id);
     bool cancelled;
     {
@@ -470,6 +488,7 @@ class TranslationService::StreamCall final {
   std::atomic<int> events_left_{2};
   CallPermit permit_;
   Clock::time_point deadline_;
+  std::string traceparent_;  // the stream's, for each of its messages
   v1::TranslateRequest request_;  // the read in flight
 
   std::mutex mutex_;
@@ -506,11 +525,12 @@ void TranslationService::wait_for_calls() {
 }
 
 grpc::Status TranslationService::authenticate(const grpc::ServerContextBase& context,
-                                              const char* method) {
+                                              const char* method,
+                                              const std::string& traceparent) {
   if (auth_.allows(context.client_metadata())) return grpc::Status::OK;
   const grpc::Status status(grpc::StatusCode::UNAUTHENTICATED,
                             "missing or wrong bearer token (metadata 'authorization: Bearer TOKEN')");
-  pipeline_.record_refused(method, status);
+  pipeline_.record_refused(method, status, traceparent);
   return status;
 }
 
@@ -526,7 +546,7 @@ void TranslationService::start(grpc::ServerCompletionQueue& queue, int threads) 
 
 grpc::Status TranslationService::ListModels(grpc::ServerContext* context, const v1::ListModelsRequest*,
                                             v1::ListModelsResponse* response) {
-  if (grpc::Status denied = authenticate(*context, "ListModels"); !denied.ok()) return denied;
+  if (grpc::Status denied = authenticate(*context, "ListModels", call_traceparent(*context)); !denied.ok()) return denied;
   for (const ModelStatus& m : models_.list()) fill_model_info(m, response->add_models());
   return grpc::Status::OK;
 }

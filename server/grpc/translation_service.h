@@ -67,9 +67,10 @@ class TranslationService final : public TranslationServiceBase {
 
   void call_started() { live_.fetch_add(1, std::memory_order_relaxed); }
   void call_done();
-  // OK, or UNAUTHENTICATED (recorded as one request of `method`) when the call lacks an
-  // accepted bearer token.
-  grpc::Status authenticate(const grpc::ServerContextBase& context, const char* method);
+  // OK, or UNAUTHENTICATED (recorded as one request of `method` under `traceparent`) when
+  // the call lacks an accepted bearer token.
+  grpc::Status authenticate(const grpc::ServerContextBase& context, const char* method,
+                            const std::string& traceparent);
 
   RequestPipeline& pipeline_;
   const ModelRegistry& models_;  // ListModels

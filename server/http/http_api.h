@@ -1,5 +1,6 @@
 #pragma once
-// The HTTP/JSON face of the server (config http.port; off by default), on cpp-httplib:
+// The HTTP/JSON face of the server (config http.port; off by default), on HttpFront
+// (http_front.h: libmicrohttpd, no thread held by a slow client or a request in flight):
 //   POST /v1/translate  a JSON nmt.v1.TranslateRequest (proto3 JSON mapping), answered with
 //                       the JSON TranslateResponse, or {"error", "code"} with the HTTP
 //                       status of the gRPC code (400, 401, 404, 429, 503, 504, 500)
@@ -8,51 +9,51 @@
 // Requests go through the RequestPipeline the gRPC calls use (server/pipeline/): the same
 // validation, limits (server.max_concurrent_calls, the queue), bearer tokens, metrics and
 // log lines as gRPC.
-// Every answer is also counted in nmt_http_requests_total{endpoint, status}.
+// Every answer is also counted in nmt_http_requests_total{endpoint, status}, and carries the
+// request's W3C traceparent (header `traceparent`: the client's when valid, else a fresh
+// one; logged with the request id).
 #include <memory>
 #include <string>
-#include <thread>
 
+#include "server/config/http_limits.h"
+#include "server/http/http_front.h"
 #include "server/http/libretranslate_api.h"
 #include "server/observability/metrics.h"
 #include "server/pipeline/auth.h"
 #include "server/pipeline/request_pipeline.h"
 #include "server/repository/model_registry.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace nmt::server {
 
 class HttpApi {
  public:
   // Binds host:port (throws std::runtime_error naming the address when it cannot) and serves
-  // on its own threads. Bodies over max_body_bytes are refused with 413.
-  HttpApi(const std::string& host, int port, size_t max_body_bytes, RequestPipeline& pipeline,
-          const ModelRegistry& models, const BearerAuth& auth, Metrics& metrics);
+  // on its own threads within `limits`. Bodies over max_body_bytes are refused with 413.
+  HttpApi(const std::string& host, int port, const HttpLimits& limits, size_t max_body_bytes,
+          RequestPipeline& pipeline, const ModelRegistry& models, const BearerAuth& auth,
+          Metrics& metrics);
   ~HttpApi();  // stop()
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;
 
-  // Stops accepting connections, lets the requests being served finish, joins the threads.
+  // Stops accepting connections, lets the requests being served finish (HttpFront::stop).
   // Idempotent.
   void stop();
 
  private:
-  void routes();
-  // The pipeline's answer to `request`, waited for on the connection's thread (an httplib
-  // handler answers before it returns).
-  grpc::Status translate(const char* method, v1::TranslateRequest request,
-                         v1::TranslateResponse* response);
+  // Routes one request; `respond` gets its answer, at once or from the pipeline's completion.
+  void handle(const HttpRequest& request, HttpFront::Respond respond);
+  void v1_translate(const HttpRequest& request, const std::string& traceparent,
+                    HttpFront::Respond respond);
+  void libre_translate(const HttpRequest& request, const std::string& traceparent,
+                       HttpFront::Respond respond);
 
   RequestPipeline& pipeline_;
   const BearerAuth& auth_;  // main's: SIGHUP reloads its tokens
   const LibreTranslateApi libretranslate_;
   const size_t max_body_bytes_;
   prometheus::Family<prometheus::Counter>& requests_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<HttpFront> front_;  // last: stopped first
 };
 
 }  // namespace nmt::server

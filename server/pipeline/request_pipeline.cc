@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "server/observability/logging.h"
+#include "server/observability/trace_context.h"
 #include "server/pipeline/request_languages.h"
 #include "server/pipeline/status.h"
 
@@ -66,9 +67,11 @@ RequestPipeline::RequestPipeline(ModelRegistry& models, const Limits& limits, Me
       id_prefix_(random_prefix()),
       max_calls_(max_concurrent_calls) {}
 
-RequestRecord RequestPipeline::begin(const char* method, const v1::TranslateRequest& request) {
+RequestRecord RequestPipeline::begin(const char* method, const v1::TranslateRequest& request,
+                                     const std::string& traceparent) {
   RequestRecord record;
   record.method = method;
+  record.traceparent = accept_traceparent(traceparent);
   record.start = Clock::now();
   record.sentences = size_t(request.texts_size());
   // An id that cannot be echoed is replaced here and refused by the validator.
@@ -191,6 +194,7 @@ void RequestPipeline::record(const RequestRecord& record, const grpc::Status& st
   const char* code = status_code_name(status.error_code());
   metrics_.request_done(record.model, code, ms / 1e3);
   nlohmann::ordered_json fields = {{"request_id", record.request_id},
+                                   {"traceparent", record.traceparent},
                                    {"method", record.method},
                                    {"model", record.model},
                                    {"sentences", record.sentences},
@@ -215,8 +219,9 @@ void RequestPipeline::record(const RequestRecord& record, const grpc::Status& st
   log_event(server_fault ? spdlog::level::err : spdlog::level::warn, "request failed", fields);
 }
 
-void RequestPipeline::record_refused(const char* method, const grpc::Status& status) {
-  RequestRecord refused = begin(method, v1::TranslateRequest());
+void RequestPipeline::record_refused(const char* method, const grpc::Status& status,
+                                     const std::string& traceparent) {
+  RequestRecord refused = begin(method, v1::TranslateRequest(), traceparent);
   record(refused, status);
 }
 
@@ -237,9 +242,10 @@ struct PipelineRequest {
 }  // namespace
 
 void RequestPipeline::translate(const char* method, v1::TranslateRequest request,
-                                Clock::time_point deadline, Completion done) {
+                                Clock::time_point deadline, Completion done,
+                                const std::string& traceparent) {
   auto state = std::make_shared<PipelineRequest>(*this);
-  state->record = begin(method, request);
+  state->record = begin(method, request, traceparent);
   state->request = std::move(request);
   state->done = std::move(done);
   auto complete = [this](PipelineRequest& s, const grpc::Status& status) {

@@ -36,6 +36,9 @@ namespace nmt::server {
 struct RequestRecord {
   const char* method = "";  // "Translate", "HTTP /v1/translate", ...: the log's `method`
   std::string request_id;
+  // The request's W3C traceparent (observability/trace_context.h): the one it brought when
+  // valid, else a fresh one; logged with request_id and echoed by the frontend.
+  std::string traceparent;
   std::string model = "unknown";  // metric label; a known model's name once resolved
   Clock::time_point start;
   size_t sentences = 0;
@@ -95,14 +98,17 @@ class RequestPipeline {
   // registry's loading thread. The request's permit is released before `done` runs.
   using Completion =
       std::function<void(const grpc::Status& status, v1::TranslateResponse response)>;
+  // `traceparent`: the one the request brought ("" = none).
   void translate(const char* method, v1::TranslateRequest request, Clock::time_point deadline,
-                 Completion done);
+                 Completion done, const std::string& traceparent = {});
 
   // The steps, for a frontend that runs them itself.
   //
   // The record of a request received now; its request_id is the request's own, or one made
-  // here when it cannot be echoed (the validator then refuses the request).
-  RequestRecord begin(const char* method, const v1::TranslateRequest& request);
+  // here when it cannot be echoed (the validator then refuses the request); its traceparent
+  // is `traceparent` when valid, else a fresh one.
+  RequestRecord begin(const char* method, const v1::TranslateRequest& request,
+                      const std::string& traceparent = {});
   // Resolves the request's model without waiting for a load, then validates, tokenizes and
   // submits it: `then` gets the job, or the status that refuses the request (and `done`
   // never runs). `done` may run before `then`. `then` runs on this thread when the model is
@@ -119,8 +125,9 @@ class RequestPipeline {
   // The request's one metrics update and log line.
   void record(const RequestRecord& record, const grpc::Status& status);
   // Records a request refused before the pipeline saw it (authentication, a body that does
-  // not parse) as one request of `method`.
-  void record_refused(const char* method, const grpc::Status& status);
+  // not parse) as one request of `method`, under `traceparent` as begin() takes it.
+  void record_refused(const char* method, const grpc::Status& status,
+                      const std::string& traceparent = {});
 
  private:
   friend class CallPermit;

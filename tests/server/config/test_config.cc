@@ -72,6 +72,14 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.connections.keepalive_timeout_seconds, d.keepalive_timeout_seconds);
   EXPECT_EQ(c.connections.min_client_ping_interval_seconds, d.min_client_ping_interval_seconds);
   EXPECT_EQ(c.connections.max_ping_strikes, d.max_ping_strikes);
+  // And the HTTP API's.
+  const HttpLimits h;
+  EXPECT_EQ(c.http_limits.max_connections, h.max_connections);
+  EXPECT_EQ(c.http_limits.max_connections_per_address, h.max_connections_per_address);
+  EXPECT_EQ(c.http_limits.header_timeout_seconds, h.header_timeout_seconds);
+  EXPECT_EQ(c.http_limits.body_timeout_seconds, h.body_timeout_seconds);
+  EXPECT_EQ(c.http_limits.idle_timeout_seconds, h.idle_timeout_seconds);
+  EXPECT_EQ(c.http_limits.threads, h.threads);
 }
 
 TEST(Config, DefaultsWhenSectionsAreAbsent) {
@@ -274,6 +282,43 @@ TEST(Config, TranslateThreads) {
             "server.translate_threads: must be between 1 and 64, got 0");
   EXPECT_EQ(error_of(kMinimal, {{"translate-threads", "65"}}),
             "server.translate_threads: must be between 1 and 64, got 65");
+}
+
+// The HTTP API's connection bounds and deadlines (server/config/http_limits.h).
+TEST(Config, HttpLimits) {
+  const HttpLimits d = parse_config(kMinimal, "/etc/nmt").http_limits;
+  EXPECT_EQ(d.max_connections, 1024);
+  EXPECT_EQ(d.max_connections_per_address, 64);
+  EXPECT_EQ(d.header_timeout_seconds, 10);
+  EXPECT_EQ(d.body_timeout_seconds, 30);
+  EXPECT_EQ(d.idle_timeout_seconds, 5);
+  EXPECT_EQ(d.threads, 2);
+  const HttpLimits c = parse_config(std::string(kMinimal) + R"(
+http:
+  max_connections: 500
+  max_connections_per_address: 20
+  header_timeout_seconds: 2.5
+  body_timeout_seconds: 7
+  idle_timeout_seconds: 3
+  threads: 4
+)", "/etc/nmt", {{"http-idle-timeout-seconds", "9"}}).http_limits;
+  EXPECT_EQ(c.max_connections, 500);
+  EXPECT_EQ(c.max_connections_per_address, 20);
+  EXPECT_EQ(c.header_timeout_seconds, 2.5);
+  EXPECT_EQ(c.body_timeout_seconds, 7);
+  EXPECT_EQ(c.idle_timeout_seconds, 9);  // the flag over the YAML
+  EXPECT_EQ(c.threads, 4);
+  EXPECT_EQ(error_of(kMinimal, {{"http-header-timeout-seconds", "0"}}),
+            "http.header_timeout_seconds: must be > 0, got 0");
+  EXPECT_EQ(error_of(kMinimal, {{"http-body-timeout-seconds", "soon"}}),
+            "http.body_timeout_seconds: expected a number of seconds, got 'soon'");
+  EXPECT_EQ(error_of(kMinimal, {{"http-idle-timeout-seconds", "0"}}),
+            "http.idle_timeout_seconds: must be between 1 and 86400, got 0");
+  EXPECT_EQ(error_of(kMinimal, {{"http-max-connections", "10"}}),
+            "http.max_connections_per_address (64) must be <= http.max_connections (10)");
+  EXPECT_EQ(error_of(kMinimal, {{"http-max-connections", "100"}, {"http-max-connections-per-address", "0"}}),
+            "http.max_connections_per_address: must be between 1 and 1048576, got 0");
+  EXPECT_EQ(error_of(kMinimal, {{"http-threads", "65"}}), "http.threads: must be between 1 and 64, got 65");
 }
 
 TEST(Config, MissingFileIsAnError) {

@@ -368,7 +368,9 @@ TEST(CallbackService, ClientCancellationMidDecodeReachesTheServer) {
   EXPECT_EQ(server.wait_metric(cancelled_series, [](double v) { return v >= 2; }), 2) << server.tail();
   EXPECT_EQ(server.wait_metric(kInflight, [](double v) { return v == 0; }), 0);
   const std::string log = server.log();
-  EXPECT_NE(log.find(R"("request_id":"cancelled-in-stream","method":"TranslateStream")"), std::string::npos)
+  EXPECT_NE(log.find(R"("request_id":"cancelled-in-stream","traceparent":"00-)"), std::string::npos)
+      << server.tail();
+  EXPECT_NE(log.find(R"(,"method":"TranslateStream","model":"m30k","sentences":16)"), std::string::npos)
       << server.tail();
 
   // Still serving both kinds of call.

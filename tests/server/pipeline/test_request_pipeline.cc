@@ -16,6 +16,7 @@
 #include "server/config/config.h"
 #include "server/observability/logging.h"
 #include "server/observability/metrics.h"
+#include "server/observability/trace_context.h"
 #include "server/pipeline/request_pipeline.h"
 #include "server/repository/model_registry.h"
 
@@ -114,10 +115,12 @@ v1::TranslateRequest request_of(std::vector<std::string> texts) {
 }
 
 // A record as submit() leaves it for the demo model.
+constexpr const char* kTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 RequestRecord admitted_record(RequestPipeline& pipeline, int64_t input_tokens) {
   v1::TranslateRequest request;
   request.set_request_id("r-1");
-  RequestRecord record = pipeline.begin("Translate", request);
+  RequestRecord record = pipeline.begin("Translate", request, kTraceparent);
   record.model = "demo";
   record.input_tokens = input_tokens;
   return record;
@@ -269,7 +272,8 @@ TEST(RequestPipelineRecord, TranslatedRequestCountsAndLogsItsScheduling) {
   CapturedLog log;
   demo.pipeline.record(record, grpc::Status::OK);
   const std::string line = log.text();
-  EXPECT_EQ(line.rfind("info request request_id=r-1 method=Translate model=demo sentences=2 "
+  EXPECT_EQ(line.rfind("info request request_id=r-1 traceparent=" + std::string(kTraceparent) +
+                           " method=Translate model=demo sentences=2 "
                        "input_tokens=7 output_tokens=5 ms=",
                        0),
             0u)
@@ -299,9 +303,11 @@ TEST(RequestPipelineRecord, FailuresLogTheirErrorAtTheirLevel) {
   RequestRecord failed = admitted_record(demo.pipeline, 0);
   demo.pipeline.record(failed, grpc::Status(grpc::StatusCode::INTERNAL, "engine broke"));
   demo.pipeline.record_refused("HTTP /translate",
-                               grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no API key"));
+                               grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no API key"),
+                               "00-zz");
   const std::string text = log.text();
-  EXPECT_NE(text.find("warning request failed request_id=r-1 method=Translate model=demo"),
+  EXPECT_NE(text.find("warning request failed request_id=r-1 traceparent=" + std::string(kTraceparent) +
+                      " method=Translate model=demo"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find(" code=RESOURCE_EXHAUSTED error=\"queue full\"\n"), std::string::npos)
@@ -313,6 +319,8 @@ TEST(RequestPipelineRecord, FailuresLogTheirErrorAtTheirLevel) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find(" code=UNAUTHENTICATED error=\"no API key\"\n"), std::string::npos) << text;
+  // Its traceparent was not valid: the line carries a fresh one.
+  EXPECT_EQ(text.find("00-zz"), std::string::npos) << text;
   const std::string metrics = demo.metrics.scrape();
   EXPECT_TRUE(has(metrics, R"(nmt_requests_total{code="RESOURCE_EXHAUSTED",model="demo"} 1)"))
       << metrics;
@@ -325,8 +333,10 @@ TEST(RequestPipelineBegin, KeepsAnEchoableIdAndReplacesOthers) {
   DemoPipeline demo;
   v1::TranslateRequest request = request_of({"a", "b", "c"});
   request.set_request_id("client-7");
-  RequestRecord kept = demo.pipeline.begin("Translate", request);
+  RequestRecord kept = demo.pipeline.begin("Translate", request, kTraceparent);
   EXPECT_EQ(kept.request_id, "client-7");
+  EXPECT_EQ(kept.traceparent, kTraceparent);
+  EXPECT_TRUE(valid_traceparent(demo.pipeline.begin("Translate", request).traceparent));
   EXPECT_EQ(kept.sentences, 3u);
   EXPECT_EQ(kept.model, "unknown");
   request.set_request_id("bad\nid");
@@ -367,9 +377,9 @@ TEST(RequestPipelineTranslate, TranslatesSplitSentencesEndToEnd) {
   EXPECT_GT(response.output_tokens(), 0);
   // Recorded once, with the scheduling of a translated request.
   const std::string text = log.text();
-  EXPECT_NE(text.find("request request_id=e2e method=Test model=demo sentences=3 "),
-            std::string::npos)
-      << text;
+  // A request that brought no traceparent is logged under a fresh one.
+  EXPECT_NE(text.find("request request_id=e2e traceparent=00-"), std::string::npos) << text;
+  EXPECT_NE(text.find(" method=Test model=demo sentences=3 "), std::string::npos) << text;
   EXPECT_NE(text.find(" code=OK queue_ms="), std::string::npos) << text;
   EXPECT_TRUE(has(demo.metrics.scrape(), R"(nmt_requests_total{code="OK",model="demo"} 1)"));
   EXPECT_TRUE(has(demo.metrics.scrape(), "nmt_inflight_requests 0")) << "the permit is released";
