@@ -17,7 +17,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "nmt/v1/translation.pb.h"
 #include "server/pipeline/request_validator.h"
-#include "server/pipeline/sentence_splitter.h"
+#include "model/text/sentence_splitter.h"
 
 namespace {
 

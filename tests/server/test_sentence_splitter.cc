@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "server/pipeline/sentence_splitter.h"
+#include "model/text/sentence_splitter.h"
 #include "server/repository/model_languages.h"
 
 using namespace nmt::server;
