@@ -23,6 +23,7 @@ constexpr time_t kReadWriteSeconds = 30;
 constexpr const char* kJson = "application/json";
 constexpr const char* kV1 = "HTTP /v1/translate";
 constexpr const char* kLibre = "HTTP /translate";
+constexpr const char* kDetect = "HTTP /detect";
 
 // google.rpc's mapping of status codes to HTTP (as gRPC-gateway and Cloud APIs use it).
 int http_status(grpc::StatusCode code) {
@@ -194,6 +195,7 @@ void HttpApi::routes() {
         throw LibreTranslateError{403, "Invalid API key"};
       }
       libretranslate_.check(request);
+      libretranslate_.detect_source(request);
       v1::TranslateResponse response;
       const grpc::Status status =
           translate(kLibre, libretranslate_.to_request(request), &response);
@@ -204,15 +206,38 @@ void HttpApi::routes() {
     }
   });
 
+  // LibreTranslate's language detection (CLD2): no model, no place among the calls; the API
+  // key is checked as /translate's.
+  server_->Post("/detect", [this](const httplib::Request& req, httplib::Response& res) {
+    allow_cross_origin(res);
+    try {
+      const LibreTranslateRequest request =
+          libretranslate_.parse(is_json(req), req.body, form_fields(req));
+      std::string credential = req.get_header_value("Authorization");
+      if (!request.api_key.empty()) credential = "Bearer " + request.api_key;
+      if (!auth_.allows_header(credential)) {
+        pipeline_.record_refused(kDetect, grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid API key"));
+        throw LibreTranslateError{credential.empty() ? 400 : 403, credential.empty()
+                                      ? "Please contact the server operator to get an API key (api_key)"
+                                      : "Invalid API key"};
+      }
+      reply(res, 200, libretranslate_.detect_json(request));
+    } catch (const LibreTranslateError& e) {
+      reply(res, e.status, LibreTranslateApi::error_json(e.message));
+    }
+  });
+
   server_->Get("/languages", [this](const httplib::Request&, httplib::Response& res) {
     allow_cross_origin(res);
     reply(res, 200, libretranslate_.languages_json());
   });
   // Browsers' preflight before a cross-origin POST /translate.
-  server_->Options("/translate", [](const httplib::Request&, httplib::Response& res) {
-    allow_cross_origin(res);
-    res.status = 204;
-  });
+  for (const char* path : {"/translate", "/detect"}) {
+    server_->Options(path, [](const httplib::Request&, httplib::Response& res) {
+      allow_cross_origin(res);
+      res.status = 204;
+    });
+  }
 
   // Errors httplib answers itself (unknown path, a body over the limit, a bad request
   // line) get a JSON body too; a handler's own error body is kept.
@@ -225,14 +250,15 @@ void HttpApi::routes() {
                     " bytes (server.max_message_bytes)";
         } else if (res.status == 404) {
           message = "no such endpoint: " + req.method + " " + req.path +
-                    " (POST /v1/translate, POST /translate, GET /languages)";
+                    " (POST /v1/translate, POST /translate, POST /detect, GET /languages)";
         }
         res.set_content(LibreTranslateApi::error_json(message), kJson);
         return httplib::Server::HandlerResponse::Handled;
       }));
   server_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const bool known =
-        req.path == "/v1/translate" || req.path == "/translate" || req.path == "/languages";
+        req.path == "/v1/translate" || req.path == "/translate" || req.path == "/detect" ||
+        req.path == "/languages";
     requests_
         .Add({{"endpoint", known ? req.path : "other"}, {"status", std::to_string(res.status)}})
         .Increment();

@@ -9,6 +9,7 @@
 #include "model/text/sentence_splitter.h"
 #include "server/repository/model_languages.h"
 
+using namespace nmt;
 using namespace nmt::server;
 namespace fs = std::filesystem;
 

@@ -11,13 +11,14 @@
 
 using namespace nmt::server;
 using nmt::Error;
+using nmt::SentenceSplitter;
 using nmt::ErrorCode;
 
 namespace {
 
 Limits limits() {
   Limits l;
-  l.max_characters_per_request = 20;
+  l.max_characters_per_request = 100;
   l.split_sentences = false;  // the tests below set it where they split
   l.max_input_tokens = 10;
   l.max_beam_size = 8;
@@ -54,9 +55,10 @@ TEST(Validation, TextErrors) {
   RequestValidator v(limits());
   EXPECT_EQ(refusal([&] { v.check_texts({}); }), "texts is empty: send at least one sentence");
   // Characters of all the texts together, as code points (LibreTranslate's char_limit).
-  EXPECT_EQ(refusal([&] { v.check_texts({"0123456789", "012345678\xc3\xbf"}); }), "(accepted)");
-  EXPECT_EQ(refusal([&] { v.check_texts({"0123456789", "0123456789a"}); }),
-            "the texts have 21 characters, more than limits.max_characters_per_request (20); "
+  const std::string fifty(50, 'a');
+  EXPECT_EQ(refusal([&] { v.check_texts({fifty, std::string(49, 'b') + "\xc3\xbf"}); }), "(accepted)");
+  EXPECT_EQ(refusal([&] { v.check_texts({fifty, fifty + "c"}); }),
+            "the texts have 101 characters, more than limits.max_characters_per_request (100); "
             "send the text in several requests");
   EXPECT_EQ(refusal([&] { v.check_texts({"a", ""}); }), "texts[1] is empty (or only whitespace)");
   EXPECT_EQ(refusal([&] { v.check_texts({" \t\n"}); }), "texts[0] is empty (or only whitespace)");
