@@ -182,7 +182,7 @@ void LibreTranslateApi::detect_source(LibreTranslateRequest& r) const {
   }
   std::string all;  // one request, one source language: q's texts read together
   for (const std::string& text : r.q) all += text + "\n";
-  const Detection detection = detect_language(all);
+  const Detection detection = detect_language(all, sources);
   if (!detection.reliable) undetectable(r.q.front());
   r.source = r.detected_language = detection.candidates.front().code;
   r.detected_confidence = detection.candidates.front().confidence;
@@ -190,9 +190,11 @@ void LibreTranslateApi::detect_source(LibreTranslateRequest& r) const {
 
 std::string LibreTranslateApi::detect_json(const LibreTranslateRequest& r) const {
   if (r.q.empty()) bad_request(missing("q"));
+  std::vector<std::string> served;  // LibreTranslate detects among its languages (/languages)
+  for (const auto& [code, to] : listing()) served.push_back(code);
   json out = json::array();
   for (const std::string& text : r.q) {
-    const Detection detection = detect_language(text);
+    const Detection detection = detect_language(text, served);
     if (!detection.reliable) undetectable(text);
     out.push_back(detection_json(detection));
   }

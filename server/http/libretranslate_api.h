@@ -55,8 +55,9 @@ class LibreTranslateApi {
   // request's source, unless only one source language reaches its target (then that one).
   // Throws LibreTranslateError (400) naming the text when its language cannot be told.
   void detect_source(LibreTranslateRequest& request) const;
-  // POST /detect: [{"confidence": 90.0, "language": "en"}, ...], CLD2's candidates best first
-  // (a list of such lists for a list q). 400 naming the text when none can be told.
+  // POST /detect: [{"confidence": 90.0, "language": "en"}, ...], CLD2's candidates among the
+  // languages /languages lists, best first (a list of such lists for a list q). 400 naming
+  // the text when none can be told.
   std::string detect_json(const LibreTranslateRequest& request) const;
   // The TranslateRequest for the model of the request's language pair (sentences split: the
   // texts are paragraphs): a bilingual model of that pair, else the first multilingual model

@@ -2,6 +2,8 @@
 
 #include <cld2/public/compact_lang_det.h>
 
+#include <algorithm>
+
 #include "model/error.h"
 #include "server/pipeline/request_validator.h"
 
@@ -27,7 +29,7 @@ std::string excerpt(const std::string& text) {
 
 }  // namespace
 
-Detection detect_language(const std::string& text) {
+Detection detect_language(const std::string& text, const std::vector<std::string>& among) {
   // CLD2's fast entry point reads only valid UTF-8; anything else tells no language.
   if (find_invalid_utf8(text) != std::string::npos) return {};
   CLD2::Language languages[3];
@@ -39,16 +41,19 @@ Detection detect_language(const std::string& text) {
   Detection out;
   for (int i = 0; i < 3; ++i) {
     if (languages[i] == CLD2::UNKNOWN_LANGUAGE || percents[i] <= 0) continue;
-    out.candidates.push_back({iso_code(languages[i]), static_cast<double>(percents[i])});
+    const std::string code = iso_code(languages[i]);
+    if (!among.empty() && std::find(among.begin(), among.end(), code) == among.end()) continue;
+    out.candidates.push_back({code, static_cast<double>(percents[i])});
   }
   out.reliable = reliable && !out.candidates.empty();
   return out;
 }
 
-std::string detect_source_language(const std::vector<std::string>& texts, const std::string& field) {
+std::string detect_source_language(const std::vector<std::string>& texts, const std::string& field,
+                                   const std::vector<std::string>& among) {
   std::string all;
   for (const std::string& text : texts) all += text + "\n";
-  const Detection detection = detect_language(all);
+  const Detection detection = detect_language(all, among);
   if (!detection.reliable) {
     throw Error(ErrorCode::kInvalidArgument,
                 field + " auto: cannot tell the language of \"" + excerpt(texts.empty() ? "" : texts[0]) +

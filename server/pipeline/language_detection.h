@@ -21,12 +21,17 @@ struct Detection {
   bool reliable = false;
 };
 
+// `among`: the codes the answer may give (the served languages' ISO 639-1 codes), every
+// language when empty. Close languages share much of CLD2's evidence (Spanish and Galician,
+// Dutch and Afrikaans), so a text the models can take is read as the served one among CLD2's
+// three candidates, as LibreTranslate detects among its installed languages.
 // Thread-safe; a text that is not valid UTF-8 tells no language.
-Detection detect_language(const std::string& text);
+Detection detect_language(const std::string& text, const std::vector<std::string>& among = {});
 
 // The detected source language for `texts` together (one request has one source language):
-// the best candidate's code. Throws nmt::Error(kInvalidArgument) naming `field` and the start
-// of the text when CLD2 cannot tell reliably, asking for the language by name.
-std::string detect_source_language(const std::vector<std::string>& texts, const std::string& field);
+// the best candidate's code among `among`. Throws nmt::Error(kInvalidArgument) naming `field`
+// and the start of the text when CLD2 cannot tell reliably, asking for the language by name.
+std::string detect_source_language(const std::vector<std::string>& texts, const std::string& field,
+                                   const std::vector<std::string>& among = {});
 
 }  // namespace nmt::server

@@ -15,7 +15,12 @@ std::string requested_source(const v1::TranslateRequest& request, const ServedMo
   if (source != kAutoLanguage) return source;
   if (!model.languages.multilingual()) return "";
   const std::vector<std::string> texts(request.texts().begin(), request.texts().end());
-  return detect_source_language(texts, "options.source_language");
+  std::vector<std::string> among;  // the model's languages as CLD2 names them
+  for (const std::string& code : model.languages.codes) {
+    const std::string iso = describe_language(code).iso639_1;
+    if (!iso.empty()) among.push_back(iso);
+  }
+  return detect_source_language(texts, "options.source_language", among);
 }
 
 }  // namespace
