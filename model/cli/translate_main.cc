@@ -1,5 +1,8 @@
-// nmt-translate: sentences from stdin (or --input FILE), one translation per line on stdout,
-// in input order. Progress and timing go to stderr; errors exit non-zero with one line.
+// nmt-translate: texts from stdin (or --input FILE), one a line, one translation per line on
+// stdout, in input order. Each line is split into sentences (model/text/, as the server's
+// split_sentences) and its translations joined with the line's own whitespace, since the
+// models stop at the end of a sentence; --no-split-sentences translates each line whole.
+// Progress and timing go to stderr; errors exit non-zero with one line.
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -8,6 +11,8 @@
 #include <vector>
 
 #include "model/error.h"
+#include "model/text/sentence_splitter.h"
+#include "model/tokenizer/languages.h"
 #include "model/translator.h"
 
 namespace {
@@ -19,9 +24,11 @@ constexpr const char* kUsage =
     "                     [--threads N]   (CPU: cores per decode step, default all)\n"
     "                     [--source-language L] [--target-language L]\n"
     "                     (multilingual models: deu_Latn, de, de_DE, ...; default: the model's)\n"
-    "Reads one sentence per line; prints one translation per line in input order.\n"
+    "                     [--no-split-sentences]\n"
+    "Reads one text per line, splits it into sentences (ICU) and prints one translation per\n"
+    "line in input order; --no-split-sentences translates each line as one sentence.\n"
     "With --num-hypotheses > 1 each input gives N lines 'INDEX ||| TEXT ||| SCORE';\n"
-    "with --scores a single-best line is 'SCORE ||| TEXT'.\n";
+    "with --scores a single-best line is 'SCORE ||| TEXT' (both: one sentence a line).\n";
 
 struct Args {
   std::string model = NMT_DEFAULT_MODEL_DIR;
@@ -31,6 +38,7 @@ struct Args {
   nmt::LanguagePair languages;
   int batch_size = 32;
   bool quiet = false;
+  bool split_sentences = true;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -59,6 +67,7 @@ Args parse(int argc, char** argv) {
     }
     if (f == "--scores") { a.decode.return_scores = true; continue; }
     if (f == "--quiet") { a.quiet = true; continue; }
+    if (f == "--no-split-sentences") { a.split_sentences = false; continue; }
     if (i + 1 >= argc) usage_error("missing value for " + f);
     const std::string v = argv[++i];
     if (f == "--model") a.model = v;
@@ -97,6 +106,41 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
+// The sentences of each line (one per line without splitting), in order, and how to put a
+// line back together.
+struct Sentences {
+  std::vector<std::string> all;
+  std::vector<nmt::SplitText> lines;  // with splitting: each line's sentences and whitespace
+};
+
+Sentences split_lines(const std::vector<std::string>& lines, const Args& args,
+                      const nmt::Translator& translator) {
+  Sentences out;
+  if (!args.split_sentences) {
+    out.all = lines;
+    return out;
+  }
+  // The source language's sentence rules (its abbreviations): the requested one, else the
+  // model's own (ICU's root rules when neither is known).
+  const std::string source = translator.resolve_source(args.languages.source);
+  const nmt::LanguageInfo info = nmt::describe_language(source);
+  const nmt::SentenceSplitter& splitter =
+      nmt::SentenceSplitter::for_language(!info.iso639_1.empty() ? info.iso639_1 : info.iso639_3);
+  const bool one_each = args.decode.num_hypotheses > 1 || args.decode.return_scores;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    out.lines.push_back(splitter.split(lines[i]));
+    const auto& sentences = out.lines.back().sentences;
+    if (one_each && sentences.size() != 1) {
+      throw nmt::Error(nmt::ErrorCode::kInvalidArgument,
+                       "input line " + std::to_string(i + 1) + " has " + std::to_string(sentences.size()) +
+                           " sentences: --num-hypotheses and --scores give one sentence's list; put "
+                           "one sentence a line or pass --no-split-sentences");
+    }
+    out.all.insert(out.all.end(), sentences.begin(), sentences.end());
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,33 +155,45 @@ int main(int argc, char** argv) {
         throw nmt::Error(nmt::ErrorCode::kInvalidArgument, "input line " + std::to_string(i + 1) + " is empty");
       }
     }
+    const Sentences sentences = split_lines(lines, args, *translator);
     const auto start = std::chrono::steady_clock::now();
     nmt::BatchStats stats;
-    const bool progress = !args.quiet && lines.size() >= size_t(args.batch_size) * 4;
-    for (size_t b = 0; b < lines.size(); b += size_t(args.batch_size)) {
-      const size_t end = std::min(lines.size(), b + size_t(args.batch_size));
-      const std::vector<std::string> batch(lines.begin() + long(b), lines.begin() + long(end));
-      const auto results = translator->translate(batch, args.decode, &stats, args.languages);
-      for (size_t i = 0; i < results.size(); ++i) {
-        for (const auto& h : results[i].hypotheses) {
-          if (args.decode.num_hypotheses > 1) {
-            std::cout << (b + i) << " ||| " << h.text << " ||| " << h.score << "\n";
-          } else if (scores_flag) {
-            std::cout << h.score << " ||| " << h.text << "\n";
-          } else {
-            std::cout << h.text << "\n";
-          }
+    const std::vector<std::string>& todo = sentences.all;
+    const bool progress = !args.quiet && todo.size() >= size_t(args.batch_size) * 4;
+    std::vector<nmt::Translation> results;
+    results.reserve(todo.size());
+    for (size_t b = 0; b < todo.size(); b += size_t(args.batch_size)) {
+      const size_t end = std::min(todo.size(), b + size_t(args.batch_size));
+      const std::vector<std::string> batch(todo.begin() + long(b), todo.begin() + long(end));
+      for (auto& t : translator->translate(batch, args.decode, &stats, args.languages)) results.push_back(std::move(t));
+      if (progress) std::cerr << "\rtranslated " << end << "/" << todo.size() << std::flush;
+    }
+    size_t next = 0;  // into results, a line's sentences after the line before's
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (!sentences.lines.empty() && args.decode.num_hypotheses == 1 && !scores_flag) {
+        std::vector<std::string> best;
+        for (size_t k = 0; k < sentences.lines[i].sentences.size(); ++k) best.push_back(results[next++].hypotheses.at(0).text);
+        std::cout << sentences.lines[i].join(best) << "\n";
+        continue;
+      }
+      for (const auto& h : results[next++].hypotheses) {
+        if (args.decode.num_hypotheses > 1) {
+          std::cout << i << " ||| " << h.text << " ||| " << h.score << "\n";
+        } else if (scores_flag) {
+          std::cout << h.score << " ||| " << h.text << "\n";
+        } else {
+          std::cout << h.text << "\n";
         }
       }
-      if (progress) std::cerr << "\rtranslated " << end << "/" << lines.size() << std::flush;
     }
     std::cout.flush();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!args.quiet) {
-      std::cerr << (progress ? "\n" : "") << "nmt-translate: " << lines.size() << " sentences, "
+      std::cerr << (progress ? "\n" : "") << "nmt-translate: " << lines.size() << " lines, "
+                << todo.size() << " sentences, "
                 << stats.output_tokens << " target tokens in " << secs << " s on "
                 << nmt::device_name(translator->device()) << " ("
-                << (secs > 0 ? lines.size() / secs : 0) << " sentences/s, "
+                << (secs > 0 ? todo.size() / secs : 0) << " sentences/s, "
                 << (secs > 0 ? stats.output_tokens / secs : 0) << " target tokens/s)\n";
     }
   } catch (const std::exception& e) {

@@ -190,9 +190,10 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) { c.http_limits.idle_timeout_seconds = to_int(n, k, 1, 86400); }},
       {"http.threads", "http-threads", "threads serving HTTP connections (none waits on one)",
        [](ServerConfig& c, N n, K k) { c.http_limits.threads = to_int(n, k, 1, 64); }},
-      {"limits.max_sentences_per_request", "max-sentences-per-request", "sentences per request",
+      {"limits.max_characters_per_request", "max-characters-per-request",
+       "characters of a request's texts together (LibreTranslate's char_limit)",
        [](ServerConfig& c, N n, K k) {
-         c.limits.max_sentences_per_request = to_int(n, k, 1, kMaxInt);
+         c.limits.max_characters_per_request = to_int(n, k, 1, kMaxInt);
        }},
       {"limits.max_input_tokens", "max-input-tokens", "tokens per sentence, </s> included",
        [](ServerConfig& c, N n, K k) { c.limits.max_input_tokens = to_int(n, k, 1, kMaxInt); }},
@@ -203,7 +204,7 @@ const std::vector<Setting>& settings() {
          c.limits.max_decoding_length = to_int(n, k, 1, kMaxInt);
        }},
       {"limits.split_sentences", "split-sentences",
-       "default of options.split_sentences: translate each text sentence by sentence",
+       "default of options.split_sentences: translate each text sentence by sentence (false: each text as one sentence)",
        [](ServerConfig& c, N n, K k) { c.limits.split_sentences = to_bool(n, k); }},
       {"batching.max_active_sentences", "max-active-sentences",
        "sentences one decode loop decodes at once (its sentence slots)",
@@ -351,11 +352,6 @@ void check_consistency(const ServerConfig& c) {
     if (m.path.empty() && !repository) {
       fail("models: '" + m.name + "' has no path (only a model_repository model may omit it)");
     }
-  }
-  if (c.batching.max_queue_sentences < c.limits.max_sentences_per_request) {
-    fail("batching.max_queue_sentences (" + std::to_string(c.batching.max_queue_sentences) +
-         ") must be >= limits.max_sentences_per_request (" +
-         std::to_string(c.limits.max_sentences_per_request) + ")");
   }
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     fail("server.tls_cert_file and server.tls_key_file go together: give both or neither");

@@ -14,6 +14,7 @@ namespace {
 constexpr const char* kJson = "application/json";
 constexpr const char* kV1 = "HTTP /v1/translate";
 constexpr const char* kLibre = "HTTP /translate";
+constexpr const char* kDetect = "HTTP /detect";
 
 // google.rpc's mapping of status codes to HTTP (as gRPC-gateway and Cloud APIs use it).
 int http_status(grpc::StatusCode code) {
@@ -101,7 +102,7 @@ HttpApi::~HttpApi() { stop(); }
 void HttpApi::stop() { front_->stop(); }
 
 void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
-  const bool libre = req.path == "/translate" || req.path == "/languages";
+  const bool libre = req.path == "/translate" || req.path == "/detect" || req.path == "/languages";
   const bool known = libre || req.path == "/v1/translate";
   // Every answer is counted, and carries the request's traceparent (and LibreTranslate's
   // CORS headers on its routes).
@@ -120,15 +121,18 @@ void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
   }
   if (req.method == "POST" && req.path == "/v1/translate") return v1_translate(req, traceparent, answer);
   if (req.method == "POST" && req.path == "/translate") return libre_translate(req, traceparent, answer);
+  if (req.method == "POST" && req.path == "/detect") return libre_detect(req, traceparent, answer);
   // HEAD: the same answer, whose body libmicrohttpd leaves out.
   if ((req.method == "GET" || req.method == "HEAD") && req.path == "/languages") {
     return answer(json_answer(200, libretranslate_.languages_json()));
   }
-  // Browsers' preflight before a cross-origin POST /translate.
-  if (req.method == "OPTIONS" && req.path == "/translate") return answer(json_answer(204, ""));
+  // Browsers' preflight before a cross-origin POST /translate or /detect.
+  if (req.method == "OPTIONS" && (req.path == "/translate" || req.path == "/detect")) {
+    return answer(json_answer(204, ""));
+  }
   answer(json_answer(404, LibreTranslateApi::error_json(
                               "no such endpoint: " + req.method + " " + req.path +
-                              " (POST /v1/translate, POST /translate, GET /languages)")));
+                              " (POST /v1/translate, POST /translate, POST /detect, GET /languages)")));
 }
 
 void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparent,
@@ -160,26 +164,41 @@ void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparen
       traceparent);
 }
 
+// LibreTranslate's API keys are this server's bearer tokens (the api_key field, or an
+// Authorization header): 400 without one, 403 with a wrong one, as LibreTranslate.
+LibreTranslateRequest HttpApi::libre_request(const HttpRequest& req, const char* method,
+                                             const std::string& traceparent) const {
+  LibreTranslateRequest request = libretranslate_.parse(is_json(req), req.body, req.form);
+  std::string credential = req.header("authorization");
+  if (!request.api_key.empty()) credential = "Bearer " + request.api_key;
+  if (!auth_.allows_header(credential)) {
+    const bool none = credential.empty();
+    pipeline_.record_refused(method,
+                             grpc::Status(grpc::StatusCode::UNAUTHENTICATED, none ? "no API key" : "invalid API key"),
+                             traceparent);
+    if (none) throw LibreTranslateError{400, "Please contact the server operator to get an API key (api_key)"};
+    throw LibreTranslateError{403, "Invalid API key"};
+  }
+  return request;
+}
+
+// LibreTranslate's language detection (CLD2): no model, nothing queued.
+void HttpApi::libre_detect(const HttpRequest& req, const std::string& traceparent,
+                           HttpFront::Respond respond) {
+  try {
+    const LibreTranslateRequest request = libre_request(req, kDetect, traceparent);
+    respond(json_answer(200, libretranslate_.detect_json(request)));
+  } catch (const LibreTranslateError& e) {
+    respond(json_answer(e.status, LibreTranslateApi::error_json(e.message)));
+  }
+}
+
 void HttpApi::libre_translate(const HttpRequest& req, const std::string& traceparent,
                               HttpFront::Respond respond) {
   try {
-    LibreTranslateRequest request = libretranslate_.parse(is_json(req), req.body, req.form);
-    // LibreTranslate's API keys are this server's bearer tokens (the api_key field, or an
-    // Authorization header): 400 without one, 403 with a wrong one, as LibreTranslate.
-    std::string credential = req.header("authorization");
-    if (!request.api_key.empty()) credential = "Bearer " + request.api_key;
-    if (!auth_.allows_header(credential)) {
-      const bool none = credential.empty();
-      pipeline_.record_refused(kLibre,
-                               grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                            none ? "no API key" : "invalid API key"),
-                               traceparent);
-      if (none) {
-        throw LibreTranslateError{400, "Please contact the server operator to get an API key (api_key)"};
-      }
-      throw LibreTranslateError{403, "Invalid API key"};
-    }
+    LibreTranslateRequest request = libre_request(req, kLibre, traceparent);
     libretranslate_.check(request);
+    libretranslate_.detect_source(request);
     v1::TranslateRequest translation = libretranslate_.to_request(request);
     pipeline_.translate(
         kLibre, std::move(translation), Clock::time_point::max(),

@@ -47,6 +47,11 @@ class HttpApi {
                     HttpFront::Respond respond);
   void libre_translate(const HttpRequest& request, const std::string& traceparent,
                        HttpFront::Respond respond);
+  void libre_detect(const HttpRequest& request, const std::string& traceparent,
+                    HttpFront::Respond respond);
+  // The parsed LibreTranslate request once its API key passes (else LibreTranslateError).
+  LibreTranslateRequest libre_request(const HttpRequest& request, const char* method,
+                                      const std::string& traceparent) const;
 
   RequestPipeline& pipeline_;
   const BearerAuth& auth_;  // main's: SIGHUP reloads its tokens

@@ -9,6 +9,7 @@
 
 #include "model/error.h"
 #include "model/tokenizer/languages.h"
+#include "server/pipeline/language_detection.h"
 
 namespace nmt::server {
 namespace {
@@ -63,6 +64,28 @@ std::string model_code(const std::string& requested, const std::vector<std::stri
     if (why->empty()) *why = e.what();
     return "";
   }
+}
+
+// The start of a text to name it in a message: up to 40 bytes, cut between UTF-8 characters.
+std::string excerpt(const std::string& text) {
+  constexpr size_t kMax = 40;
+  if (text.size() <= kMax) return text;
+  size_t end = kMax;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "...";
+}
+
+[[noreturn]] void undetectable(const std::string& text) {
+  bad_request("Cannot detect the language of \"" + excerpt(text) +
+              "\" (too short, or mixed): name the source language");
+}
+
+json detection_json(const Detection& detection) {
+  json out = json::array();
+  for (const DetectedLanguage& d : detection.candidates) {
+    out.push_back({{"confidence", d.confidence}, {"language", d.code}});
+  }
+  return out;
 }
 
 }  // namespace
@@ -146,17 +169,39 @@ void LibreTranslateApi::check(LibreTranslateRequest& r) const {
   if (r.format != "text") bad_request(r.format + " format is not supported");
 }
 
-v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& r) const {
-  if (r.source == "auto") {
-    std::string list;
-    for (const auto& [code, to] : listing()) {
-      if (!to.empty()) list += (list.empty() ? "" : ", ") + code;  // the source languages
-    }
-    bad_request(
-        "source auto is not supported: this server does not detect languages; name the "
-        "source language (one of: " +
-        list + ")");
+void LibreTranslateApi::detect_source(LibreTranslateRequest& r) const {
+  if (r.source != "auto") return;
+  std::vector<std::string> sources;  // the languages that reach the target
+  for (const auto& [code, to] : listing()) {
+    if (to.count(r.target)) sources.push_back(code);
   }
+  if (sources.size() == 1) {
+    r.source = r.detected_language = sources.front();
+    r.detected_confidence = 100;
+    return;
+  }
+  std::string all;  // one request, one source language: q's texts read together
+  for (const std::string& text : r.q) all += text + "\n";
+  const Detection detection = detect_language(all, sources);
+  if (!detection.reliable) undetectable(r.q.front());
+  r.source = r.detected_language = detection.candidates.front().code;
+  r.detected_confidence = detection.candidates.front().confidence;
+}
+
+std::string LibreTranslateApi::detect_json(const LibreTranslateRequest& r) const {
+  if (r.q.empty()) bad_request(missing("q"));
+  std::vector<std::string> served;  // LibreTranslate detects among its languages (/languages)
+  for (const auto& [code, to] : listing()) served.push_back(code);
+  json out = json::array();
+  for (const std::string& text : r.q) {
+    const Detection detection = detect_language(text, served);
+    if (!detection.reliable) undetectable(text);
+    out.push_back(detection_json(detection));
+  }
+  return (r.batch ? out : out.at(0)).dump();
+}
+
+v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& r) const {
   // Which models know each language; a multilingual model's refusal explains an unknown one
   // (an ambiguous alias, say).
   bool source_known = false, target_known = false;
@@ -179,6 +224,10 @@ v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& 
   auto unsupported = [](const std::string& code, const std::string& why) {
     bad_request(code + " is not supported" + (why.empty() ? "" : " (" + why + ")"));
   };
+  if (!source_known && !r.detected_language.empty()) {
+    bad_request("source auto: q reads as " + language_name(r.source) + " (" + r.source +
+                "), which no model here translates from");
+  }
   if (!source_known) unsupported(r.source, source_why);
   if (!target_known) unsupported(r.target, target_why);
   if (!model) {
@@ -221,6 +270,10 @@ std::string LibreTranslateApi::response_json(const LibreTranslateRequest& r,
   }
   json out = {{"translatedText", r.batch ? texts : texts.at(0)}};
   if (r.alternatives > 0) out["alternatives"] = r.batch ? alternatives : alternatives.at(0);
+  if (!r.detected_language.empty()) {
+    const json detected = {{"confidence", r.detected_confidence}, {"language", r.detected_language}};
+    out["detectedLanguage"] = r.batch ? json(std::vector<json>(texts.size(), detected)) : detected;
+  }
   return out.dump();
 }
 

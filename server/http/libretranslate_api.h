@@ -1,5 +1,5 @@
 #pragma once
-// LibreTranslate's API (POST /translate, GET /languages) over nmt-serve's models, as the
+// LibreTranslate's API (POST /translate, POST /detect, GET /languages) over nmt-serve's models, as the
 // tools that speak it expect: the same field names, response shapes, error bodies
 // {"error": "..."} and status codes (400 bad request, 403 wrong API key, 429 busy, 500).
 // This file holds the mapping only (no HTTP server): server/http/http_api.cc serves it.
@@ -33,6 +33,10 @@ struct LibreTranslateRequest {
   std::string source, target, format = "text", api_key;
   std::string alternatives_text;  // as sent
   int alternatives = 0;           // once checked
+  // source "auto": what detect_source() read (LibreTranslate's detectedLanguage), or the one
+  // source language the target can be reached from (confidence 100, no detection).
+  std::string detected_language;
+  double detected_confidence = 0;
 };
 
 class LibreTranslateApi {
@@ -47,13 +51,22 @@ class LibreTranslateApi {
   // What LibreTranslate refuses (400): a missing q, source or target, a format other than
   // text, a non-number alternatives. Fills `alternatives`.
   void check(LibreTranslateRequest& request) const;
+  // source "auto": the language of q (server/pipeline/language_detection.h) becomes the
+  // request's source, unless only one source language reaches its target (then that one).
+  // Throws LibreTranslateError (400) naming the text when its language cannot be told.
+  void detect_source(LibreTranslateRequest& request) const;
+  // POST /detect: [{"confidence": 90.0, "language": "en"}, ...], CLD2's candidates among the
+  // languages /languages lists, best first (a list of such lists for a list q). 400 naming
+  // the text when none can be told.
+  std::string detect_json(const LibreTranslateRequest& request) const;
   // The TranslateRequest for the model of the request's language pair (sentences split: the
   // texts are paragraphs): a bilingual model of that pair, else the first multilingual model
   // that has both languages (their names resolved as TranslateOptions' are, which the
   // request then carries). Throws LibreTranslateError (400) for an unsupported language or
-  // pair, and for source "auto" (no language detection here).
+  // pair (source "auto" must have gone through detect_source()).
   v1::TranslateRequest to_request(const LibreTranslateRequest& request) const;
-  // {"translatedText": ...} (a string, or a list for a list q), with "alternatives" when asked.
+  // {"translatedText": ...} (a string, or a list for a list q), with "alternatives" when asked
+  // and "detectedLanguage" for source "auto".
   std::string response_json(const LibreTranslateRequest& request,
                             const v1::TranslateResponse& response) const;
   // GET /languages: [{"code", "name" (English), "targets"}], sorted by code. A multilingual

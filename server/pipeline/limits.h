@@ -4,12 +4,18 @@
 namespace nmt::server {
 
 struct Limits {
-  int max_sentences_per_request = 64;
+  // Characters (Unicode code points, as LibreTranslate's char_limit counts them) of all a
+  // request's texts together: the bound of one request's work. 50,000 is some twenty pages of
+  // prose, a few hundred sentences; LibreTranslate's own default is unlimited, which lets
+  // one request fill the queue for everyone (README, limits).
+  int max_characters_per_request = 50000;
   int max_input_tokens = 256;  // per sentence, after tokenization, </s> included
   int max_beam_size = 16;
   int max_decoding_length = 256;
-  // Default of TranslateOptions.split_sentences (a request's own setting wins).
-  bool split_sentences = false;
+  // Default of TranslateOptions.split_sentences (a request's own setting wins): on, since the
+  // models translate one sentence at a time and stop at its end (a paragraph sent whole
+  // would come back as its first sentence).
+  bool split_sentences = true;
 };
 
 }  // namespace nmt::server

@@ -23,10 +23,14 @@ struct RequestLanguages {
   std::string split_locale;
 };
 
+// source_language "auto": the language of the request's texts (language_detection.h), then
+// resolved as a named one; a bilingual model's own source without detection.
+inline constexpr const char* kAutoLanguage = "auto";
+
 // Throws nmt::Error(kInvalidArgument) naming the option (source_language / target_language)
 // and listing the model's languages: an unknown or ambiguous language, one the model lacks,
 // a bilingual model asked for another pair, no target for a multilingual model without a
-// default.
-RequestLanguages resolve_request_languages(const v1::TranslateOptions& options, const ServedModel& model);
+// default, "auto" on texts whose language cannot be told (or one the model lacks).
+RequestLanguages resolve_request_languages(const v1::TranslateRequest& request, const ServedModel& model);
 
 }  // namespace nmt::server

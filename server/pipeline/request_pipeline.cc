@@ -113,7 +113,7 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request
   // model's before anything is tokenized; its texts are tokenized in its source language and
   // split by that language's rules, and its options become the DecodeOptions the model
   // decodes with, forcing its target language's token.
-  const RequestLanguages languages = resolve_request_languages(request.options(), *admitted.model);
+  const RequestLanguages languages = resolve_request_languages(request, *admitted.model);
   const Tokenizer& tokenizer = admitted.model->tokenizer();
   const SentenceSplitter* splitter = nullptr;  // looked up when a request splits
   ValidRequest valid = validator_.validate(
@@ -171,7 +171,18 @@ grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const Job
         fill(t, sentence->mutable_hypotheses());
         best.push_back(t.hypotheses.empty() ? std::string() : t.hypotheses[0].text);
       }
-      out->add_hypotheses()->set_text(text.join(best));
+      if (text.sentences.size() == 1) {
+        // A text of one sentence answers as it would unsplit: its n-best, scores and ids
+        // (its whitespace kept around each), so that splitting by default changes nothing
+        // for a client that sends sentences.
+        for (const v1::Hypothesis& h : out->sentences(0).hypotheses()) {
+          v1::Hypothesis* joined = out->add_hypotheses();
+          *joined = h;
+          joined->set_text(text.join({h.text()}));
+        }
+      } else {
+        out->add_hypotheses()->set_text(text.join(best));
+      }
     }
   }
   response->set_input_tokens(record.input_tokens);

@@ -27,7 +27,7 @@
 #include "server/observability/metrics.h"
 #include "server/pipeline/limits.h"
 #include "server/pipeline/request_validator.h"
-#include "server/pipeline/sentence_splitter.h"
+#include "model/text/sentence_splitter.h"
 #include "server/repository/model_registry.h"
 
 namespace nmt::server {

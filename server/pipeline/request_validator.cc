@@ -74,6 +74,13 @@ size_t find_invalid_utf8(const std::string& text) {
   return std::string::npos;
 }
 
+size_t count_characters(const std::string& text) {
+  // Every byte but UTF-8's continuation bytes (10xxxxxx) starts a code point.
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
 bool valid_request_id(const std::string& id) {
   if (id.empty() || id.size() > kMaxRequestIdBytes) return false;
   return std::all_of(id.begin(), id.end(), [](unsigned char c) { return c >= 0x20 && c <= 0x7e; });
@@ -110,11 +117,6 @@ void RequestValidator::split_texts(const std::vector<std::string>& texts, const 
     valid.split.push_back(split(text));
     sentences += valid.split.back().sentences.size();
   }
-  if (sentences > static_cast<size_t>(limits_.max_sentences_per_request)) {
-    invalid("too many sentences: the texts split into " + std::to_string(sentences) +
-            " > limits.max_sentences_per_request (" +
-            std::to_string(limits_.max_sentences_per_request) + ")");
-  }
   valid.source_ids.reserve(sentences);
   for (size_t i = 0; i < texts.size(); ++i) {
     const std::vector<std::string>& parts = valid.split[i].sentences;
@@ -135,11 +137,6 @@ void RequestValidator::split_texts(const std::vector<std::string>& texts, const 
 
 void RequestValidator::check_texts(const std::vector<std::string>& texts) const {
   if (texts.empty()) invalid("texts is empty: send at least one sentence");
-  if (texts.size() > static_cast<size_t>(limits_.max_sentences_per_request)) {
-    invalid("too many sentences: " + std::to_string(texts.size()) +
-            " > limits.max_sentences_per_request (" +
-            std::to_string(limits_.max_sentences_per_request) + ")");
-  }
   for (size_t i = 0; i < texts.size(); ++i) {
     const std::string where = "texts[" + std::to_string(i) + "]";
     if (only_whitespace(texts[i])) invalid(where + " is empty (or only whitespace)");
@@ -148,6 +145,16 @@ void RequestValidator::check_texts(const std::vector<std::string>& texts) const 
       invalid(where + " is not valid UTF-8 (invalid byte sequence at offset " +
               std::to_string(bad) + ")");
     }
+  }
+  // Characters, not sentences, bound a request: a long text is translated whole, its
+  // sentences spread over the decode loops like any others.
+  size_t characters = 0;
+  for (const std::string& text : texts) characters += count_characters(text);
+  if (characters > static_cast<size_t>(limits_.max_characters_per_request)) {
+    invalid("the texts have " + std::to_string(characters) +
+            " characters, more than limits.max_characters_per_request (" +
+            std::to_string(limits_.max_characters_per_request) +
+            "); send the text in several requests");
   }
 }
 

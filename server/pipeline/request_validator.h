@@ -11,7 +11,7 @@
 #include "model/decoding/decode_options.h"
 #include "nmt/v1/translation.pb.h"
 #include "server/pipeline/limits.h"
-#include "server/pipeline/sentence_splitter.h"
+#include "model/text/sentence_splitter.h"
 
 namespace nmt::server {
 
@@ -34,8 +34,8 @@ class RequestValidator {
 
   // The whole admission check of one request, in the order the server applies it:
   // request_id, texts, options, then each text's token length (tokenized with `tokenize`);
-  // with split_sentences, each text is cut with `split` and each sentence is checked (the
-  // sentence count, each sentence's length) instead.
+  // with split_sentences, each text is cut with `split` and each sentence's length is
+  // checked instead.
   ValidRequest validate(const v1::TranslateRequest& request, const TokenizeFn& tokenize,
                         const SplitFn& split = {}) const;
   // Whether the request's texts are split into sentences (its option, else the default).
@@ -43,8 +43,9 @@ class RequestValidator {
     return requested.has_split_sentences() ? requested.split_sentences() : limits_.split_sentences;
   }
 
-  // Count, emptiness and UTF-8 of the texts (a gRPC parse already refuses invalid UTF-8 in
-  // these proto strings; the HTTP API builds requests from bodies it decoded itself).
+  // Emptiness and UTF-8 of the texts (a gRPC parse already refuses invalid UTF-8 in these
+  // proto strings; the HTTP API builds requests from bodies it decoded itself), and their
+  // characters together against limits.max_characters_per_request.
   void check_texts(const std::vector<std::string>& texts) const;
   // Tokenized length of texts[index] (</s> included) against limits.max_input_tokens.
   void check_length(size_t index, size_t tokens) const;
@@ -54,8 +55,8 @@ class RequestValidator {
   const Limits& limits() const { return limits_; }
 
  private:
-  // Cuts every text into sentences (into valid.split), then checks their count and each
-  // sentence's length, filling valid.source_ids and input_tokens.
+  // Cuts every text into sentences (into valid.split), then checks each sentence's length,
+  // filling valid.source_ids and input_tokens.
   void split_texts(const std::vector<std::string>& texts, const TokenizeFn& tokenize,
                    const SplitFn& split, ValidRequest& valid) const;
 
@@ -71,5 +72,7 @@ constexpr size_t kMaxRequestIdBytes = 128;
 // Byte offset of the first invalid UTF-8 sequence, or npos when `text` is valid UTF-8
 // (overlong forms, surrogates and code points above U+10FFFF are invalid).
 size_t find_invalid_utf8(const std::string& text);
+// Unicode code points of valid UTF-8 `text`: what limits.max_characters_per_request counts.
+size_t count_characters(const std::string& text);
 
 }  // namespace nmt::server

@@ -173,6 +173,13 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
   check_fits(source_ids, options);
   auto job = std::make_shared<Job>(std::move(source_ids), options, deadline, std::move(done));
   const size_t n = job->source_ids.size();
+  // A request the queue could never hold is refused as such, not as a retryable overload.
+  if (n > static_cast<size_t>(options_.max_queue_sentences)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "the request has " + std::to_string(n) +
+                    " sentences, more than the queue holds (batching.max_queue_sentences = " +
+                    std::to_string(options_.max_queue_sentences) + "); send the text in parts");
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw Error(ErrorCode::kUnavailable, "the server is shutting down");

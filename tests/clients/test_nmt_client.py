@@ -88,6 +88,10 @@ def sync_checks(nmt_client, pb, server):
         joined = client.translate(paragraph, split_sentences=True)
         check(joined == " ".join(each),
               f"split_sentences: the paragraph equals its sentences one by one, joined ({joined!r})")
+        # Whole texts by default (issue 55): the two sentences come back, the second not lost.
+        two = client.translate(["Two dogs play in the snow.", "A man is riding a bike."], split_sentences=False)
+        whole = client.translate("Two dogs play in the snow. A man is riding a bike.")
+        check(whole == " ".join(two), f"a two-sentence text comes back whole by default ({whole!r}, {two!r})")
         try:
             client.translate(paragraph, split_sentences=False)
             check(False, "the same paragraph unsplit is refused (over max_input_tokens)")

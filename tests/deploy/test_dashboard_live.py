@@ -142,7 +142,7 @@ class Load(threading.Thread):
             n = 1 + i % 4
             self.send([SENTENCES[(i + k) % len(SENTENCES)] for k in range(n)], beam=1 + i % 2)
             if i % 10 == 0:
-                self.send(["x"] * 65, beam=1)  # > limits.max_sentences_per_request: INVALID_ARGUMENT
+                self.send(["x" * 50001], beam=1)  # > limits.max_characters_per_request: INVALID_ARGUMENT
             i += 1
             time.sleep(0.05)
 

@@ -17,7 +17,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "nmt/v1/translation.pb.h"
 #include "server/pipeline/request_validator.h"
-#include "server/pipeline/sentence_splitter.h"
+#include "model/text/sentence_splitter.h"
 
 namespace {
 
@@ -31,11 +31,11 @@ const nmt::Tokenizer& tokenizer() {
   return *tok;
 }
 
-// The serving defaults, with a smaller sentence cap so that large requests are reached.
+// The serving defaults, with a smaller characters cap so that large requests are reached.
 const nmt::server::RequestValidator& validator() {
   static const nmt::server::RequestValidator v([] {
     nmt::server::Limits limits;
-    limits.max_sentences_per_request = 16;
+    limits.max_characters_per_request = 2000;
     return limits;
   }());
   return v;
@@ -57,15 +57,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     valid = validator().validate(
         request, [](const std::string& text) { return tokenizer().encode(text); },
-        [](const std::string& text) { return nmt::server::SentenceSplitter::for_language("en").split(text); });
+        [](const std::string& text) { return nmt::SentenceSplitter::for_language("en").split(text); });
   } catch (const nmt::Error& e) {
     if (e.code() != nmt::ErrorCode::kInvalidArgument) __builtin_trap();
     return 0;
   }
   // Accepted: within every limit, and acceptable to the engine's own option check.
   if (!id.empty() && !nmt::server::valid_request_id(id)) __builtin_trap();
-  if (valid.source_ids.empty() ||
-      valid.source_ids.size() > static_cast<size_t>(limits.max_sentences_per_request)) {
+  size_t characters = 0;
+  for (const std::string& text : request.texts()) characters += nmt::server::count_characters(text);
+  if (valid.source_ids.empty() || characters > static_cast<size_t>(limits.max_characters_per_request)) {
     __builtin_trap();
   }
   // Split texts: each rebuilds from its sentences and gaps, and every sentence is scheduled.

@@ -79,6 +79,31 @@ TEST(TranslateCli, QuickstartSentenceGivesGermanLine) {
   EXPECT_NE(r.out.find("Mann"), std::string::npos) << r.out;  // "man" in German
 }
 
+// A line is a text: split into sentences by default (the model stops at a sentence's end), each
+// translated, joined with the line's own whitespace; --no-split-sentences sends it whole.
+TEST(TranslateCli, TranslatesEachLineWholeSentenceBySentence) {
+  const Result each = sh("printf 'Two dogs play in the snow.\\nA man is riding a bike.\\n' | " + kBin +
+                         " --no-split-sentences 2>/dev/null");
+  ASSERT_EQ(each.status, 0);
+  const size_t cut = each.out.find('\n');
+  ASSERT_NE(cut, std::string::npos);
+  const std::string first = each.out.substr(0, cut), second = each.out.substr(cut + 1, each.out.size() - cut - 2);
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(second.empty());
+  const Result whole = sh("printf 'Two dogs play in the snow. A man is riding a bike.\\n "
+                          " Two dogs play in the snow.  A man is riding a bike.\\n' | " + kBin + " 2>/dev/null");
+  ASSERT_EQ(whole.status, 0);
+  EXPECT_EQ(whole.out, first + " " + second + "\n  " + first + "  " + second + "\n");
+  const Result unsplit = sh("echo 'Two dogs play in the snow. A man is riding a bike.' | " + kBin +
+                            " --no-split-sentences 2>/dev/null");
+  ASSERT_EQ(unsplit.status, 0);
+  EXPECT_NE(unsplit.out, first + " " + second + "\n") << "the demo model stops at the first full stop";
+  // n-best and scores are one sentence's lists: a line of two is refused, named.
+  const Result nbest = sh("echo 'Two dogs play. A man runs.' | " + kBin + " --num-hypotheses 2 2>&1 >/dev/null");
+  EXPECT_NE(nbest.status, 0);
+  EXPECT_EQ(nbest.out.rfind("nmt-translate: error: input line 1 has 2 sentences", 0), 0u) << nbest.out;
+}
+
 // A bilingual model's own pair, named as a FLORES-200 code or an ISO 639-1 alias, changes nothing.
 TEST(TranslateCli, BilingualModelTakesItsOwnLanguages) {
   const Result plain = sh("echo 'A man is riding a bike.' | " + kBin + " 2>/dev/null");

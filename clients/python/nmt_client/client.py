@@ -37,7 +37,9 @@ class Client:
                   source_language: Optional[str] = None, target_language: Optional[str] = None,
                   timeout: Optional[float] = None):
         """The best translation of each text (a list), or of the one text given as a str (a
-        str). split_sentences: translate each text sentence by sentence (paragraphs).
+        str). Each text is translated sentence by sentence and joined with its own whitespace
+        (the server's default, limits.split_sentences); split_sentences=False sends each text
+        as one sentence.
         source_language / target_language: a multilingual model's languages (deu_Latn, or an
         alias such as "de"); None takes the model's default."""
         request, single = _common.request(
@@ -56,8 +58,9 @@ class Client:
                         source_language: Optional[str] = None, target_language: Optional[str] = None,
                         timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         """num_hypotheses hypotheses per text, best first, with scores and token ids (beam_size
-        defaults to max(4, num_hypotheses)). With split_sentences each text has one joined
-        hypothesis: use translate_response() for the per-sentence n-best."""
+        defaults to max(4, num_hypotheses)). A text of several sentences (split, the server's
+        default) has one joined hypothesis: use translate_response() for the per-sentence
+        n-best, or split_sentences=False."""
         request, _ = _common.request(
             texts, model, beam_size=beam_size or max(4, num_hypotheses), num_hypotheses=num_hypotheses,
             return_scores=True, return_token_ids=True, split_sentences=split_sentences,

@@ -122,7 +122,6 @@ def main():
     tmp, pb, pb_grpc, health_pb2, health_pb2_grpc = rel.setup(repo, "nmt-overload-")
     config = os.path.join(tmp, "config.yaml")
     rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"),
-                     limits={"max_sentences_per_request": 16},
                      batching={"max_queue_sentences": 64, "max_active_sentences": 64})
     server = rel.json_server(binary, config)
     try:

@@ -86,8 +86,7 @@ def main():
                       "metrics port in use", 1, "cannot serve /metrics")
 
     # --- overload and drain ---
-    server = harness.Server(binary, config, ["--max-queue-sentences", "16",
-                                             "--max-sentences-per-request", "16"])
+    server = harness.Server(binary, config, ["--max-queue-sentences", "16"])
     try:
         server.wait_serving(health_pb2, health_pb2_grpc)
         with grpc.insecure_channel(server.target) as channel:

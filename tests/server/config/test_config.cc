@@ -47,7 +47,8 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.port, 50051);
   EXPECT_EQ(c.metrics_host, "127.0.0.1");
   EXPECT_EQ(c.metrics_port, 9464);
-  EXPECT_EQ(c.limits.max_sentences_per_request, 64);
+  EXPECT_EQ(c.limits.max_characters_per_request, 50000);
+  EXPECT_TRUE(c.limits.split_sentences);
   EXPECT_EQ(c.limits.max_input_tokens, 256);
   EXPECT_EQ(c.max_concurrent_calls, 4096);
   EXPECT_EQ(c.batching.max_active_sentences, 512);
@@ -202,7 +203,7 @@ TEST(Config, HelpListsEveryFlag) {
                            "--max-admit-tokens", "--max-admit-delay-steps",
                            "--max-queue-sentences",
                            "--max-concurrent-calls", "--workers", "--threads",
-                           "--max-sentences-per-request", "--max-input-tokens",
+                           "--max-characters-per-request", "--split-sentences", "--max-input-tokens",
                            "--max-beam-size", "--max-decoding-length",
                            "--shutdown-grace-seconds", "--max-message-bytes",
                            "--translate-threads"}) {
@@ -244,8 +245,8 @@ TEST(Config, YamlErrorsNameTheKey) {
   EXPECT_EQ(error_of("models: []\n"), "models: at least one model is required (or a model_repository)");
   EXPECT_EQ(error_of("models:\n  - {name: a, path: p}\n  - {name: a, path: q}\n"),
             "models: the name 'a' appears twice");
-  EXPECT_EQ(error_of(m + "batching:\n  max_queue_sentences: 10\n"),
-            "batching.max_queue_sentences (10) must be >= limits.max_sentences_per_request (64)");
+  EXPECT_EQ(error_of(m + "limits:\n  max_characters_per_request: 0\n"),
+            "limits.max_characters_per_request: must be between 1 and 1073741824, got 0");
   EXPECT_EQ(error_of("server: [1, 2\n").rfind("invalid YAML", 0), 0u);
 }
 

@@ -25,7 +25,7 @@ using std::chrono::milliseconds;
 namespace {
 
 const std::string kModelDir = std::string(NMT_REPO_ROOT) + "/models/m30k-en-de-small";
-constexpr int kMaxSentences = 48, kMaxInputTokens = 48, kMaxBeam = 8, kMaxLength = 128;
+constexpr int kMaxCharacters = 4000, kMaxInputTokens = 48, kMaxBeam = 8, kMaxLength = 128;
 
 using nmt::test::sentences;
 
@@ -46,7 +46,7 @@ class ServerTest : public ::testing::Test {
     fs::create_directories(*dir_);
     const fs::path config = *dir_ / "config.yaml";
     std::ofstream(config) << "server:\n  log_format: json\n  shutdown_grace_seconds: 10\n"
-                          << "limits:\n  max_sentences_per_request: " << kMaxSentences
+                          << "limits:\n  max_characters_per_request: " << kMaxCharacters
                           << "\n  max_input_tokens: " << kMaxInputTokens
                           << "\n  max_beam_size: " << kMaxBeam
                           << "\n  max_decoding_length: " << kMaxLength << "\n"
@@ -223,7 +223,9 @@ TEST_F(ServerTest, SplitSentencesEqualsTheSentencesTranslatedOneByOne) {
       << "the paragraph must pass max_input_tokens for the test to mean anything";
 
   nmt::v1::TranslateResponse whole;
-  expect_refused(call(request({paragraph}, 4), &whole), grpc::StatusCode::INVALID_ARGUMENT,
+  nmt::v1::TranslateRequest unsplit = request({paragraph}, 4);
+  unsplit.mutable_options()->set_split_sentences(false);
+  expect_refused(call(unsplit, &whole), grpc::StatusCode::INVALID_ARGUMENT,
                  "texts[0] has " + std::to_string(engine_->tokenizer().encode(paragraph).size()) +
                      " tokens, more than limits.max_input_tokens (48); split it into shorter "
                      "sentences (input is never truncated)");
@@ -267,14 +269,12 @@ TEST_F(ServerTest, SplitSentencesEqualsTheSentencesTranslatedOneByOne) {
                      std::to_string(engine_->tokenizer().encode(longer).size()) +
                      " tokens, more than limits.max_input_tokens (48); split it into shorter "
                      "sentences (input is never truncated)");
-  // Sentences count against max_sentences_per_request.
-  std::string many;
-  for (int i = 0; i < kMaxSentences + 1; ++i) many += "A dog runs. ";
-  nmt::v1::TranslateRequest too_many = request({many}, 1);
-  too_many.mutable_options()->set_split_sentences(true);
+  // Characters, not sentences, bound a request: all the texts together.
+  nmt::v1::TranslateRequest too_many = request({std::string(kMaxCharacters / 2, 'a'), std::string(kMaxCharacters / 2 + 1, 'b')}, 1);
   expect_refused(call(too_many, &response), grpc::StatusCode::INVALID_ARGUMENT,
-                 "too many sentences: the texts split into " + std::to_string(kMaxSentences + 1) +
-                     " > limits.max_sentences_per_request (" + std::to_string(kMaxSentences) + ")");
+                 "the texts have " + std::to_string(kMaxCharacters + 1) +
+                     " characters, more than limits.max_characters_per_request (" + std::to_string(kMaxCharacters) +
+                     "); send the text in several requests");
 }
 
 TEST_F(ServerTest, BadInputsAreRefusedWithTheirStatusAndMessage) {
@@ -288,10 +288,6 @@ TEST_F(ServerTest, BadInputsAreRefusedWithTheirStatusAndMessage) {
   expect_refused(call(empty, &response), StatusCode::INVALID_ARGUMENT,
                  "texts is empty: send at least one sentence");
 
-  expect_refused(call(request(std::vector<std::string>(kMaxSentences + 1, ok), 4), &response),
-                 StatusCode::INVALID_ARGUMENT,
-                 "too many sentences: " + std::to_string(kMaxSentences + 1) +
-                     " > limits.max_sentences_per_request (" + std::to_string(kMaxSentences) + ")");
   expect_refused(call(request({ok, ""}, 4), &response), StatusCode::INVALID_ARGUMENT,
                  "texts[1] is empty (or only whitespace)");
   // The C++ stub sends a string that is not UTF-8 (logging an error): the server's parse
@@ -303,7 +299,9 @@ TEST_F(ServerTest, BadInputsAreRefusedWithTheirStatusAndMessage) {
   std::string longer;
   for (int i = 0; i < 60; ++i) longer += "dog ";
   const size_t tokens = engine_->tokenizer().encode(longer).size();
-  expect_refused(call(request({ok, longer}, 4), &response), StatusCode::INVALID_ARGUMENT,
+  nmt::v1::TranslateRequest unsplit = request({ok, longer}, 4);
+  unsplit.mutable_options()->set_split_sentences(false);
+  expect_refused(call(unsplit, &response), StatusCode::INVALID_ARGUMENT,
                  "texts[1] has " + std::to_string(tokens) +
                      " tokens, more than limits.max_input_tokens (48); split it into shorter "
                      "sentences (input is never truncated)");
@@ -346,7 +344,7 @@ TEST_F(ServerTest, DeadlineExceeded) {
 TEST_F(ServerTest, ClientCancellation) {
   // 48 sentences at beam 8: ~0.6 s on two cores with the vectorized CPU engine (16 took
   // ~0.2 s, too close to a light request's time on busy cores for the bound below).
-  const auto heavy = request(sentences(kMaxSentences), 8);
+  const auto heavy = request(sentences(48), 8);
   nmt::v1::TranslateResponse response;
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(call(heavy, &response).ok());

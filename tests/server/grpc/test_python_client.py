@@ -33,7 +33,7 @@ def main():
 
     config = os.path.join(tmp, "config.yaml")
     harness.write_config(config, os.path.join(repo, "models/m30k-en-de-small"),
-                         limits={"max_sentences_per_request": 16, "max_input_tokens": 48,
+                         limits={"max_characters_per_request": 2000, "max_input_tokens": 48,
                                  "max_beam_size": 8})
     server = harness.Server(binary, config)
     try:
@@ -124,8 +124,9 @@ def run_checks(server, channel, pb, pb_grpc, repo):
     # Bad inputs: status code and message each; the server keeps serving.
     I, N = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND
     refused(stub, pb.TranslateRequest(), I, "texts is empty: send at least one sentence", "no texts")
-    refused(stub, request(pb, ["x"] * 17), I,
-            "too many sentences: 17 > limits.max_sentences_per_request (16)", "17 sentences")
+    refused(stub, request(pb, ["x" * 1000, "y" * 1001]), I,
+            "the texts have 2001 characters, more than limits.max_characters_per_request (2000); "
+            "send the text in several requests", "2001 characters")
     refused(stub, request(pb, ["ok", "  "]), I, "texts[1] is empty (or only whitespace)", "blank text")
     # texts are proto strings: python3-grpcio refuses to build one that is not UTF-8, so a
     # raw client's message is written by hand (field 2, length 3, "ab\xff").

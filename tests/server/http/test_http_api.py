@@ -158,9 +158,9 @@ def libretranslate_checks(port, a, b):
     expect(http(port, "POST", "/translate", {"q": "<p>Hi</p>", **base, "format": "html"}), 400,
            {"error": "html format is not supported by this server: it translates plain text (send format=text)"},
            "format html")
-    expect(http(port, "POST", "/translate", {"q": A, **base, "source": "auto"}), 400,
-           {"error": "source auto is not supported: this server does not detect languages; name the source "
-                     "language (one of: en)"}, "source auto")
+    expect(http(port, "POST", "/translate", {"q": A, **base, "source": "auto"}), 200,
+           {"translatedText": a, "detectedLanguage": {"confidence": 100.0, "language": "en"}},
+           "source auto: the one source language that reaches de, without detection")
     expect(http(port, "POST", "/translate", {"q": A, **base, "target": "fr"}), 400,
            {"error": "fr is not supported"}, "an unknown language")
     expect(http(port, "POST", "/translate", {"q": A, **base, "source": "de", "target": "en"}), 400,
@@ -183,7 +183,7 @@ def libretranslate_checks(port, a, b):
     expect(http(port, "POST", "/translate", {"target": "de"}), 400,
            {"error": "Please contact the server operator to get an API key (api_key)"},
            "no API key and no q: the key is checked first, as LibreTranslate does")
-    return 7  # successful translations above (alternatives and the paragraph included)
+    return 8  # successful translations above (alternatives, the paragraph and auto included)
 
 
 def v1_checks(port, a):
@@ -224,7 +224,7 @@ def limit_checks(server, port):
     expect(http(port, "POST", "/translate", big), 413,
            {"error": "the request body is over 8192 bytes (server.max_message_bytes)"}, "a body over the limit")
     expect(http(port, "GET", "/nothing"), 404,
-           {"error": "no such endpoint: GET /nothing (POST /v1/translate, POST /translate, GET /languages)"},
+           {"error": "no such endpoint: GET /nothing (POST /v1/translate, POST /translate, POST /detect, GET /languages)"},
            "an unknown path")
     channel = grpc.insecure_channel(server.target)
     pending = queue.Queue()

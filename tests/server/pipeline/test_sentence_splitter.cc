@@ -6,9 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "server/pipeline/sentence_splitter.h"
+#include "model/text/sentence_splitter.h"
 #include "server/repository/model_languages.h"
 
+using namespace nmt;
 using namespace nmt::server;
 namespace fs = std::filesystem;
 

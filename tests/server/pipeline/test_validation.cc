@@ -11,13 +11,15 @@
 
 using namespace nmt::server;
 using nmt::Error;
+using nmt::SentenceSplitter;
 using nmt::ErrorCode;
 
 namespace {
 
 Limits limits() {
   Limits l;
-  l.max_sentences_per_request = 3;
+  l.max_characters_per_request = 100;
+  l.split_sentences = false;  // the tests below set it where they split
   l.max_input_tokens = 10;
   l.max_beam_size = 8;
   l.max_decoding_length = 100;
@@ -52,8 +54,12 @@ TEST(Validation, GoodTextsPass) {
 TEST(Validation, TextErrors) {
   RequestValidator v(limits());
   EXPECT_EQ(refusal([&] { v.check_texts({}); }), "texts is empty: send at least one sentence");
-  EXPECT_EQ(refusal([&] { v.check_texts({"a", "b", "c", "d"}); }),
-            "too many sentences: 4 > limits.max_sentences_per_request (3)");
+  // Characters of all the texts together, as code points (LibreTranslate's char_limit).
+  const std::string fifty(50, 'a');
+  EXPECT_EQ(refusal([&] { v.check_texts({fifty, std::string(49, 'b') + "\xc3\xbf"}); }), "(accepted)");
+  EXPECT_EQ(refusal([&] { v.check_texts({fifty, fifty + "c"}); }),
+            "the texts have 101 characters, more than limits.max_characters_per_request (100); "
+            "send the text in several requests");
   EXPECT_EQ(refusal([&] { v.check_texts({"a", ""}); }), "texts[1] is empty (or only whitespace)");
   EXPECT_EQ(refusal([&] { v.check_texts({" \t\n"}); }), "texts[0] is empty (or only whitespace)");
   EXPECT_EQ(refusal([&] { v.check_texts({"ok", "ab\xff"}); }),
@@ -188,7 +194,20 @@ TEST(Validation, SplitSentencesChecksEachSentence) {
             "texts[0] sentence 1 (\"A b c d e f g h i j k l m n o p q r s t ...\") has 30 tokens, "
             "more than limits.max_input_tokens (10); split it into shorter sentences (input is "
             "never truncated)");
-  request.set_texts(0, "A. B. C. D.");
-  EXPECT_EQ(refusal([&] { v.validate(request, tokenize, split); }),
-            "too many sentences: the texts split into 4 > limits.max_sentences_per_request (3)");
+  // Sentences are not counted: a text within the characters limit is served whole.
+  request.set_texts(0, "A. B. C. D. E. F.");
+  EXPECT_EQ(v.validate(request, tokenize, split).source_ids.size(), 6u);
+}
+
+TEST(Validation, CountsCharacters) {
+  EXPECT_EQ(count_characters(""), 0u);
+  EXPECT_EQ(count_characters("Stra\xc3\x9f" "e \xe2\x82\xac \xf0\x9f\x98\x80"), 10u);
+}
+
+TEST(Validation, SplitsByDefault) {
+  EXPECT_TRUE(Limits().split_sentences);
+  EXPECT_TRUE(RequestValidator(Limits()).splits(nmt::v1::TranslateOptions()));
+  nmt::v1::TranslateOptions off;
+  off.set_split_sentences(false);
+  EXPECT_FALSE(RequestValidator(Limits()).splits(off));
 }

@@ -118,6 +118,8 @@ nmt::v1::TranslateRequest request(const std::vector<std::string>& texts, const n
   opt->set_min_decoding_length(o.min_decoding_length);
   opt->set_return_scores(true);
   opt->set_return_token_ids(true);
+  // Each text as one item, as the offline reference translates it (some hold two sentences).
+  opt->set_split_sentences(false);
   return r;
 }
 

@@ -1,4 +1,4 @@
-#include "server/pipeline/sentence_splitter.h"
+#include "model/text/sentence_splitter.h"
 
 #include <unicode/brkiter.h>
 #include <unicode/locid.h>
@@ -8,7 +8,7 @@
 #include <mutex>
 #include <stdexcept>
 
-namespace nmt::server {
+namespace nmt {
 namespace {
 
 bool is_space(char c) {
@@ -82,4 +82,4 @@ SplitText SentenceSplitter::split(const std::string& text) const {
   return out;
 }
 
-}  // namespace nmt::server
+}  // namespace nmt

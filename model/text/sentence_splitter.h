@@ -14,7 +14,7 @@ U_NAMESPACE_BEGIN
 class BreakIterator;
 U_NAMESPACE_END
 
-namespace nmt::server {
+namespace nmt {
 
 // A text cut into sentences, and the whitespace around them.
 struct SplitText {
@@ -48,4 +48,4 @@ class SentenceSplitter {
   std::unique_ptr<icu::BreakIterator> prototype_;  // cloned per call: iterators hold state
 };
 
-}  // namespace nmt::server
+}  // namespace nmt
