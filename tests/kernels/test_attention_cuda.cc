@@ -240,10 +240,14 @@ void check_decoder_self_attention(const CacheShape& s, uint32_t seed, bool settl
       for (int64_t c = 0; c < d; ++c)
         kc[size_t((r * s.capacity + j) * d + c)] = vc[size_t((r * s.capacity + j) * d + c)] =
             std::nanf("");
+  // the dense cache's tokens (c * capacity + j): position j of a random cache row, and the
+  // row's own at the step
   std::vector<int> key_rows(size_t(s.rows * s.capacity), -1);
   std::mt19937 gen(seed);
-  for (int64_t r = 0; r < s.rows; ++r)
-    for (int j = 0; j < s.step; ++j) key_rows[size_t(r * s.capacity + j)] = int(gen() % s.rows);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int j = 0; j < s.step; ++j) key_rows[size_t(r * s.capacity + j)] = int(gen() % s.rows) * s.capacity + j;
+    key_rows[size_t(r * s.capacity + s.step)] = int(r * s.capacity + s.step);
+  }
   std::vector<float> ref(size_t(s.rows * d)), ref_k = kc, ref_v = vc;
   DecoderSelfAttentionArgs<float> c;
   c.qkv = qkv.data(); c.bias = bias.data(); c.k_cache = ref_k.data(); c.v_cache = ref_v.data();
@@ -311,11 +315,13 @@ void check_decoder_self_attention_per_row(const CacheShape& s, uint32_t seed, bo
   }
   std::vector<int> key_rows(size_t(cache_rows_n * s.capacity), -1);
   for (int64_t r = 0; r < s.rows; ++r) {
-    for (int j = 0; j < positions[size_t(r)]; ++j) {
+    const int64_t own = cache_rows[size_t(r)], t = positions[size_t(r)];
+    for (int j = 0; j < t; ++j) {
       int from;
       do from = int(gen() % cache_rows_n); while (written[size_t(from)] <= j);
-      key_rows[size_t(cache_rows[size_t(r)] * s.capacity + j)] = from;
+      key_rows[size_t(own * s.capacity + j)] = from * s.capacity + j;  // the dense cache's token
     }
+    key_rows[size_t(own * s.capacity + t)] = int(own * s.capacity + t);
   }
   std::vector<float> ref(size_t(s.rows * d)), ref_k = kc, ref_v = vc;
   DecoderSelfAttentionArgs<float> c;
