@@ -11,7 +11,9 @@
 //   O  (b, i, h, d)  at out[b * out_batch_stride + i * out_row_stride + h * head_dim + d]
 // where kv = kv_index[b] when kv_index is set (a device table: the beam search's rows move
 // between sentences as sentences finish), else b / queries_per_kv (beams of one sentence
-// share its cross-attention K/V).
+// share its cross-attention K/V). With kv_starts set, kv's rows start at row kv_starts[kv]
+// instead (kv_starts[kv] * kv_row_stride in place of kv * kv_batch_stride): the decode
+// state's pool, where each sentence's K/V take the tokens it was given.
 // Key j is visible to query i iff j < key_lengths[kv] (when key_lengths is set) and, when
 // causal, j <= i + causal_offset. A query that sees no key gets a zero output row.
 // Optional biases fused into the loads: q_bias is added to Q before the scale, v_bias to the
@@ -31,7 +33,7 @@ namespace nmt::kernels {
 // query and head) for M = 1, the shape-specialized tiled kernels when K/V of one head fit in
 // shared memory, else cuBLAS. The others force one path (tests, benchmarks); a forced path
 // that cannot handle the shape falls back to kCublas. Arguments with q_bias, v_bias or
-// kv_index always take the decoder-step kernel (any M; the only one that fuses them).
+// kv_index or kv_starts always take the decoder-step kernel (any M; the only one that fuses them).
 enum class AttentionPath { kAuto, kDecoderStep, kTiled, kCublas };
 
 template <typename T>
@@ -52,6 +54,7 @@ struct AttentionArgs {
   float scale = 1.0f;
   const int* key_lengths = nullptr;  // device, one per kv batch; null = all N keys valid
   const int* kv_index = nullptr;     // device, one per query batch; null = b / queries_per_kv
+  const int* kv_starts = nullptr;    // device, one per kv batch: its first row (see above)
   const T* q_bias = nullptr;         // [heads * head_dim]
   const T* v_bias = nullptr;         // [heads * head_dim]
   bool causal = false;
@@ -87,13 +90,17 @@ void attention_scores_cpu(const AttentionArgs<float>& a, float* scores);
 // fused, one warp per (row, head). Row r is at position t = positions[r] (rows of sentences at
 // different lengths), or t = *step for every row when positions is null; both are read from
 // memory, so one captured CUDA graph serves every step. Row r owns cache row
-// c = cache_rows[r] (c = r when null):
+// c = cache_rows[r] (c = r when null), whose key-row table key_rows[c * capacity + j] names
+// the cache token holding its position j (see beam_reorder_key_rows in elementwise.h, which
+// also gives position t its token, where this step writes):
 //   q = (qkv[r, 0:d] + bias[0:d]) * scale
-//   k_cache/v_cache at (cache row c, position t) = qkv[r, d:2d] / qkv[r, 2d:3d] + bias
-//   out[r] = softmax_j(q . K_j) V_j over j = 0..t, where position j of row r lives in cache row
-//   key_rows[c * capacity + j] (see beam_reorder_key_rows in elementwise.h; position t is c's
-//   own, just written).
-// Caches are [cache rows][capacity][d] with d = heads * head_dim; head_dim 4, 8, 16, 32, 64 or 128.
+//   k_cache/v_cache at token key_rows[c * capacity + t] = qkv[r, d:2d] / qkv[r, 2d:3d] + bias
+//   out[r] = softmax_j(q . K_j) V_j over j = 0..t, K_j and V_j at token key_rows[c * capacity + j].
+// Token i's key (value) is at k_cache (v_cache) + i * token_stride, d = heads * head_dim
+// elements; the decode state keeps every layer's K and V of a token together (token_stride
+// 2 * layers * d), in blocks of positions handed to cache rows as they reach them (the
+// tables of a dense [cache rows][capacity] cache: c * capacity + j, token_stride d).
+// head_dim 4, 8, 16, 32, 64 or 128.
 // Index arrays are device pointers for CUDA, host pointers for the CPU twin.
 template <typename T>
 struct DecoderSelfAttentionArgs {
@@ -101,7 +108,7 @@ struct DecoderSelfAttentionArgs {
   const T* bias = nullptr;  // [3d]
   T* k_cache = nullptr;
   T* v_cache = nullptr;
-  const int* key_rows = nullptr;    // [cache rows, capacity]
+  const int* key_rows = nullptr;    // [cache rows, capacity]: the token of each position
   const int* step = nullptr;        // t of every row (unused when positions is set)
   const int* positions = nullptr;   // [rows]: t of each row; t < capacity
   const int* cache_rows = nullptr;  // [rows]: each row's cache row (null: r); rows that share
@@ -109,6 +116,7 @@ struct DecoderSelfAttentionArgs {
   T* out = nullptr;                 // [rows, d]
   int64_t rows = 0;
   int capacity = 0, heads = 0, head_dim = 0;
+  int64_t token_stride = 0;  // elements from a token's key (value) to the next's; 0: d
   float scale = 1.0f;
   // key_rows, positions / step, cache_rows and the caches' past positions were written two or
   // more launches before this one, with a kernel of ours between (the decode step: by its first

@@ -19,17 +19,19 @@ void embed_positions_cpu(const int* ids, const float* embeddings, const float* p
 // x[r, c] += bias[c]
 void add_bias_cpu(float* x, const float* bias, int64_t rows, int64_t cols);
 
-// Beam reorder without moving the KV caches. key_rows[c * capacity + j] names the cache row
-// that holds cache row c's key/value at position j (decoder_self_attention writes position j
-// of cache row c once, at its sentence's step j, so later reorders never overwrite what other
-// rows still read). Row r owns cache row c = cache_rows[r] (c = r when cache_rows is null) and
-// is at position t = positions[r] (t = *step for every row when positions is null; step may
-// then be null). After the beam search picked the cache row parent[r] that row r continues:
-//   new_rows[c][j] = old_rows[parent[r]][j] for j < t,  new_rows[c][t] = c.
+// Beam reorder without moving the KV caches. key_rows[c * capacity + j] names the cache token
+// that holds cache row c's key/value at position j (decoder_self_attention writes it once, at
+// the sentence's step j, so later reorders never overwrite what other rows still read). Row r
+// owns cache row c = cache_rows[r] (c = r when cache_rows is null), is at position
+// t = positions[r] (t = *step for every row when positions is null; step may then be null)
+// and writes token tokens[r] there (c * capacity + t when tokens is null: a dense cache).
+// After the beam search picked the cache row parent[r] that row r continues:
+//   new_rows[c][j] = old_rows[parent[r]][j] for j < t,  new_rows[c][t] = tokens[r].
 // Only this int table moves (rows x (t + 1) ints), never the caches.
 void beam_reorder_key_rows_cpu(const int* old_rows, int* new_rows, const int* parent,
                                int64_t rows, int capacity, const int* step,
-                               const int* positions = nullptr, const int* cache_rows = nullptr);
+                               const int* positions = nullptr, const int* cache_rows = nullptr,
+                               const int* tokens = nullptr);
 
 #if NMT_WITH_CUDA
 // T = float, __half or __nv_bfloat16 for all of these; ids/positions/step/parent/key-row
@@ -83,7 +85,8 @@ template <typename T>
 void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* parent,
                                  int64_t rows, int capacity, const int* positions,
                                  const int* cache_rows, const RowEmbedding<T>& e,
-                                 cudaStream_t stream, StepUploadCopy upload = {}, StepFollow follow = {});
+                                 cudaStream_t stream, StepUploadCopy upload = {}, StepFollow follow = {},
+                                 const int* tokens = nullptr);
 // dst[i] = To(src[i]) for n elements; From/To among float, __half, __nv_bfloat16.
 template <typename From, typename To>
 void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream);

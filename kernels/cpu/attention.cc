@@ -17,6 +17,11 @@ int64_t kv_batch(const AttentionArgs<float>& a, int64_t b) {
   return a.kv_index ? a.kv_index[b] : b / a.queries_per_kv;
 }
 
+// Where kv batch kv's rows start (elements).
+int64_t kv_start(const AttentionArgs<float>& a, int64_t kv) {
+  return a.kv_starts ? int64_t(a.kv_starts[kv]) * a.kv_row_stride : kv * a.kv_batch_stride;
+}
+
 // Number of keys query i of batch b sees.
 int64_t visible_keys(const AttentionArgs<float>& a, int64_t b, int64_t i) {
   int64_t n = a.kv_len;
@@ -49,8 +54,8 @@ void attend(const float* q, int64_t n, int head_dim, KeyFn key, ValueFn value,
 }  // namespace
 
 void attention_scores_cpu(const AttentionArgs<float>& a, float* scores) {
-  if (a.q_bias || a.v_bias || a.kv_index)
-    throw std::invalid_argument("attention scores take no biases and no kv_index");
+  if (a.q_bias || a.v_bias || a.kv_index || a.kv_starts)
+    throw std::invalid_argument("attention scores take no biases, no kv_index and no kv_starts");
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t b = 0; b < a.batch; ++b) {
     const int64_t kv = b / a.queries_per_kv;
@@ -80,8 +85,8 @@ void attention_cpu(const AttentionArgs<float>& a) {
     const int64_t kv = kv_batch(a, b);
     for (int h = 0; h < a.heads; ++h) {
       const int64_t hd = int64_t(h) * a.head_dim;
-      const float* kh = a.k + kv * a.kv_batch_stride + hd;
-      const float* vh = a.v + kv * a.kv_batch_stride + hd;
+      const float* kh = a.k + kv_start(a, kv) + hd;
+      const float* vh = a.v + kv_start(a, kv) + hd;
       for (int64_t i = 0; i < a.q_len; ++i) {
         const float* qi = a.q + b * a.q_batch_stride + i * a.q_row_stride + hd;
         for (int d = 0; d < a.head_dim; ++d)
@@ -98,12 +103,12 @@ void attention_cpu(const AttentionArgs<float>& a) {
 
 void decoder_self_attention_cpu(const DecoderSelfAttentionArgs<float>& a) {
   const int64_t d = int64_t(a.heads) * a.head_dim;
-  const int64_t row_stride = int64_t(a.capacity) * d;
+  const int64_t token_stride = a.token_stride ? a.token_stride : d;
   auto position = [&](int64_t r) -> int64_t { return a.positions ? a.positions[r] : *a.step; };
   auto cache_row = [&](int64_t r) -> int64_t { return a.cache_rows ? a.cache_rows[r] : r; };
   for (int64_t r = 0; r < a.rows; ++r) {  // appends first: rows read others' earlier positions
     const float* src = a.qkv + r * 3 * d;
-    const int64_t at = cache_row(r) * row_stride + position(r) * d;
+    const int64_t at = int64_t(a.key_rows[cache_row(r) * a.capacity + position(r)]) * token_stride;
     for (int64_t c = 0; c < d; ++c) {
       a.k_cache[at + c] = src[d + c] + a.bias[d + c];
       a.v_cache[at + c] = src[2 * d + c] + a.bias[2 * d + c];
@@ -114,8 +119,7 @@ void decoder_self_attention_cpu(const DecoderSelfAttentionArgs<float>& a) {
     const int64_t t = position(r), own = cache_row(r);
     const int* key_rows = a.key_rows + own * a.capacity;
     auto at = [&](const float* cache, int64_t h, int64_t j) {
-      const int64_t kr = j == t ? own : key_rows[j];
-      return cache + kr * row_stride + j * d + h * a.head_dim;
+      return cache + int64_t(key_rows[j]) * token_stride + h * a.head_dim;
     };
     for (int h = 0; h < a.heads; ++h) {
       const int64_t hd = int64_t(h) * a.head_dim;

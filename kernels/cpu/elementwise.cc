@@ -21,14 +21,14 @@ void add_bias_cpu(float* x, const float* bias, int64_t rows, int64_t cols) {
 
 void beam_reorder_key_rows_cpu(const int* old_rows, int* new_rows, const int* parent,
                                int64_t rows, int capacity, const int* step,
-                               const int* positions, const int* cache_rows) {
+                               const int* positions, const int* cache_rows, const int* tokens) {
   for (int64_t r = 0; r < rows; ++r) {
     const int t = positions ? positions[r] : *step;
     const int c = cache_rows ? cache_rows[r] : int(r);
     const int* src = old_rows + int64_t(parent[r]) * capacity;
     int* dst = new_rows + int64_t(c) * capacity;
     for (int j = 0; j < t; ++j) dst[j] = src[j];
-    dst[t] = c;
+    dst[t] = tokens ? tokens[r] : c * capacity + t;
   }
 }
 

@@ -337,8 +337,10 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
   const int64_t kv = kv_batch<kHeld>(a, b);
   const int64_t n = visible_keys<kHeld>(a, b, i);
   const int d0 = L(lane).d0, hd = h * kD + d0;
-  const T* k_head = a.k + kv * a.kv_batch_stride + hd;
-  const T* v_head = a.v + kv * a.kv_batch_stride + hd;
+  const int64_t kv_start = a.kv_starts ? int64_t(read_index<kHeld>(a.kv_starts + kv)) * a.kv_row_stride
+                                       : kv * a.kv_batch_stride;
+  const T* k_head = a.k + kv_start + hd;
+  const T* v_head = a.v + kv_start + hd;
   auto key = [&](int64_t j) { return k_head + j * a.kv_row_stride; };
   auto value = [&](int64_t j) { return v_head + j * a.kv_row_stride; };
   HeldKeys<T, kD> held;
@@ -357,9 +359,9 @@ __global__ void __launch_bounds__(kStepWarps * 32) attention_step_kernel(Attenti
 }
 
 // decoder_self_attention: the lanes of row_lane 0 of the warp that reads key t append the row's
-// new key/value at position t of its cache row c, then the task attends over positions 0..t
-// through c's key-row table (each position's cache row is kept in shared memory for the value
-// pass, by the warp that reads that key). kHeld: the history is settled, its first positions
+// new key/value at position t's token (c's key-row table names it), then the task attends over
+// positions 0..t through c's key-row table (each position's token is kept in shared memory for
+// the value pass, by the warp that reads that key). kHeld: the history is settled, its first positions
 // held before the wait (see HeldKeys). kSplit warps a task (TaskWarps).
 template <typename T, int kD, bool kHeld, int kSplit>
 __global__ void __launch_bounds__(kStepWarps * 32)
@@ -378,16 +380,17 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   const int64_t r = task / a.heads;
   const int t = read_index<kHeld>(a.positions ? a.positions + r : a.step);
   const int64_t own = a.cache_rows ? read_index<kHeld>(a.cache_rows + r) : r;
-  const int64_t d = int64_t(a.heads) * kD, row_stride = int64_t(a.capacity) * d;
+  const int64_t d = int64_t(a.heads) * kD, token_stride = a.token_stride ? a.token_stride : d;
   const L lanes(lane);
   const int64_t hd = int64_t(h) * kD + lanes.d0;
   const int* key_rows = a.key_rows + own * a.capacity;
+  const int64_t written = read_index<kHeld>(key_rows + t);  // t's token, where this step writes
   HeldKeys<T, kD> held;
   if constexpr (kHeld) {
     // Past positions only: t's own is written below.
     constexpr int kKeys = HeldKeys<T, kD>::template kKeys<kSplit>;
     held.template load<kSplit>(t < kKeys ? t : kKeys, a.k_cache, a.v_cache,
-                               [&](int j) { return int64_t(__ldcg(key_rows + j)) * row_stride + j * d + hd; },
+                               [&](int j) { return int64_t(__ldcg(key_rows + j)) * token_stride + hd; },
                                lanes, tw.part);
     pdl_prologue();
   }
@@ -396,7 +399,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   load_query<T, kVec>(src, a.bias + hd, a.scale, q);
   if (lanes.row_lane == 0 && L::template part_of<kSplit>(t) == tw.part) {
     float kv[kVec], b[kVec];
-    const int64_t at = own * row_stride + int64_t(t) * d + hd;
+    const int64_t at = written * token_stride + hd;
     load_pack<T, kVec>(src + d, kv);
     load_pack<T, kVec>(a.bias + d + hd, b);
 #pragma unroll
@@ -414,11 +417,11 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   warp_attend<T, kD, kHeld, kSplit>(
       q, int64_t(t) + 1,
       [&](int64_t j) {
-        const int64_t kr = j == t ? own : key_rows[j];
+        const int64_t kr = j == t ? written : key_rows[j];
         if (lanes.d0 == 0) cache_row[j] = int(kr);  // published by warp_attend's __syncwarp
-        return a.k_cache + kr * row_stride + j * d + hd;
+        return a.k_cache + kr * token_stride + hd;
       },
-      [&](int64_t j) { return a.v_cache + int64_t(cache_row[j]) * row_stride + j * d + hd; },
+      [&](int64_t j) { return a.v_cache + int64_t(cache_row[j]) * token_stride + hd; },
       p, merge[tw.slot], static_cast<const T*>(nullptr), a.out + r * d + hd, lane, tw, &held);
 }
 
@@ -800,7 +803,7 @@ __global__ void mask_scores_kernel(AttentionArgs<T> a, T* s) {
 template <typename T>
 AttentionPath attention_chosen_path(const AttentionArgs<T>& a) {
   using namespace cuda;
-  if (a.q_bias || a.v_bias || a.kv_index) {  // only the decoder-step kernel fuses these
+  if (a.q_bias || a.v_bias || a.kv_index || a.kv_starts) {  // only the decoder-step kernel fuses these
     if (!step_fits(a))
       throw std::invalid_argument(
           "attention_cuda: q_bias / v_bias / kv_index need head_dim 4, 8, 16, 32, 64 or 128, 16-byte "
@@ -828,8 +831,8 @@ void attention_cuda(const AttentionArgs<T>& a, cudaStream_t stream) {
 template <typename T>
 void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t stream) {
   using namespace cuda;
-  if (a.q_bias || a.v_bias || a.kv_index)
-    throw std::invalid_argument("attention_scores_cuda takes no biases and no kv_index");
+  if (a.q_bias || a.v_bias || a.kv_index || a.kv_starts)
+    throw std::invalid_argument("attention_scores_cuda takes no biases, no kv_index and no kv_starts");
   if (a.batch <= 0 || a.heads <= 0 || a.q_len <= 0 || a.kv_len <= 0) return;
   if (a.path != AttentionPath::kCublas && tiled_fits(a, true)) {
     run_tiled<T, true>(a, scores, stream);
@@ -849,11 +852,12 @@ void decoder_self_attention_cuda(const DecoderSelfAttentionArgs<T>& a, cudaStrea
   const void* ptrs[] = {a.qkv, a.bias, a.k_cache, a.v_cache, a.out};
   bool ok = step_head_dim(a.head_dim);
   for (const void* ptr : ptrs) ok = ok && reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+  ok = ok && a.token_stride % int64_t(16 / sizeof(T)) == 0;
   const size_t smem = size_t(kStepWarps) * 2 * size_t(a.capacity) * sizeof(float);
   if (!ok || a.capacity <= 0 || smem > kMaxSmem)
     throw std::invalid_argument(
-        "decoder_self_attention_cuda: head_dim must be 4, 8, 16, 32, 64 or 128, pointers 16-byte aligned, "
-        "capacity in [1, 6144]");
+        "decoder_self_attention_cuda: head_dim must be 4, 8, 16, 32, 64 or 128, pointers and token_stride 16-byte "
+        "aligned, capacity in [1, 6144]");
   auto go = [&](auto hd) {
     constexpr int kD = decltype(hd)::value;
     launch_step_kernel<T, kD>(

@@ -121,25 +121,26 @@ struct EmbedPositions {
 constexpr int kReorderThreads = 64;  // a row's threads
 
 // Where a row of the step starts: its position, its cache row, the row whose key-row table it
-// takes over, its token.
+// takes over, its token, the cache token its position's key/value go to.
 struct RowStart {
-  int t, c, from, token;
+  int t, c, from, token, write;
 };
 
 // Row r's start, read from the upload (parent, positions, cache_rows, ids may be pinned host
 // memory) and, for a row that follows the step before, from that step's next rows; its
 // running score goes to follow.running_out when `write_running`.
 __device__ __forceinline__ RowStart row_start(int64_t r, const int* parent, const int* positions,
-                                              const int* cache_rows, const int* ids,
-                                              const StepFollow& follow, bool write_running) {
+                                              const int* cache_rows, const int* tokens, const int* ids,
+                                              const StepFollow& follow, bool write_running, int capacity) {
   const int t = positions[r];
   const int c = cache_rows ? cache_rows[r] : int(r);
+  const int write = tokens ? tokens[r] : c * capacity + t;
   // The row's own entries and its follow index are read together, not one after the other:
   // in the pinned upload each read crosses PCIe, so a chain of two would lengthen the step.
   const int f = follow.rows ? follow.rows[r] : -1;
   const int host_parent = parent[r], host_token = ids[r];
   const float host_running = follow.running_out ? follow.running_in[r] : 0.f;
-  asm volatile("" : : "r"(host_parent), "r"(host_token), "f"(host_running));  // loaded here, before f is known
+  asm volatile("" : : "r"(host_parent), "r"(host_token), "f"(host_running), "r"(write));  // loaded here, before f is known
   int from = host_parent, token = host_token;
   float running = host_running;
   if (f >= 0) {
@@ -148,7 +149,7 @@ __device__ __forceinline__ RowStart row_start(int64_t r, const int* parent, cons
     running = follow.running[f];
   }
   if (follow.running_out && write_running) follow.running_out[r] = running;
-  return {t, c, from, token};
+  return {t, c, from, token, write};
 }
 
 // kRows rows a block, kReorderThreads threads each: its share of the step's upload when there
@@ -163,8 +164,8 @@ __device__ __forceinline__ RowStart row_start(int64_t r, const int* parent, cons
 template <typename T, int N, int kRows, bool kPadZero>
 __global__ void __launch_bounds__(kRows * kReorderThreads)
     reorder_embed_kernel(const int* old_rows, int* new_rows, const int* parent, int64_t rows, int capacity,
-                         const int* positions, const int* cache_rows, EmbedPositions<T, N> embed,
-                         StepUploadCopy upload, StepFollow follow, int zero_token) {
+                         const int* positions, const int* cache_rows, const int* tokens,
+                         EmbedPositions<T, N> embed, StepUploadCopy upload, StepFollow follow, int zero_token) {
   pdl_prologue();
   if (upload.bytes > 0) {  // this block's share of the upload, for the later kernels
     const int64_t share = (upload.bytes + gridDim.x - 1) / gridDim.x;
@@ -177,19 +178,19 @@ __global__ void __launch_bounds__(kRows * kReorderThreads)
   const int64_t r = int64_t(blockIdx.x) * kRows + slot;
   RowStart start;
   if constexpr (kRows == 1) {
-    start = row_start(r, parent, positions, cache_rows, embed.ids, follow, lane == 0);
+    start = row_start(r, parent, positions, cache_rows, tokens, embed.ids, follow, lane == 0, capacity);
   } else {
     __shared__ RowStart starts[kRows];
     const int64_t own = int64_t(blockIdx.x) * kRows + threadIdx.x;
     if (threadIdx.x < kRows && own < rows)
-      starts[threadIdx.x] = row_start(own, parent, positions, cache_rows, embed.ids, follow, true);
+      starts[threadIdx.x] = row_start(own, parent, positions, cache_rows, tokens, embed.ids, follow, true, capacity);
     __syncthreads();
     if (r >= rows) return;
     start = starts[slot];
   }
   const int* src = old_rows + int64_t(start.from) * capacity;
   int* dst = new_rows + int64_t(start.c) * capacity;
-  for (int j = lane; j <= start.t; j += kReorderThreads) dst[j] = j < start.t ? src[j] : start.c;
+  for (int j = lane; j <= start.t; j += kReorderThreads) dst[j] = j < start.t ? src[j] : start.write;
   const bool positioned = !kPadZero || start.token != zero_token;
   for (int64_t col = int64_t(lane) * N; col < embed.d_model; col += int64_t(kReorderThreads) * N)
     embed.embed(r, start.token, col, positioned);
@@ -237,7 +238,8 @@ template <typename T>
 void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* parent,
                                  int64_t rows, int capacity, const int* positions,
                                  const int* cache_rows, const RowEmbedding<T>& e,
-                                 cudaStream_t stream, StepUploadCopy upload, StepFollow follow) {
+                                 cudaStream_t stream, StepUploadCopy upload, StepFollow follow,
+                                 const int* tokens) {
   using namespace cuda;
   if (!positions) throw std::invalid_argument("beam_reorder_and_embed_cuda: positions is null");
   if (follow.rows && (!follow.tokens || !follow.parents || !follow.running))
@@ -257,13 +259,13 @@ void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* 
       constexpr bool kPadZero = decltype(pad_zero)::value;
       if (rows <= kFewRows) {
         launch(&reorder_embed_kernel<T, N, 1, kPadZero>, unsigned(rows), kReorderThreads, 0, stream, old_rows,
-               new_rows, parent, rows, capacity, positions, cache_rows, embed, upload, follow,
+               new_rows, parent, rows, capacity, positions, cache_rows, tokens, embed, upload, follow,
                e.zero_position_token);
       } else {
         launch(&reorder_embed_kernel<T, N, kReorderRowsABlock, kPadZero>,
                unsigned((rows + kReorderRowsABlock - 1) / kReorderRowsABlock), kReorderRowsABlock * kReorderThreads,
-               0, stream, old_rows, new_rows, parent, rows, capacity, positions, cache_rows, embed, upload, follow,
-               e.zero_position_token);
+               0, stream, old_rows, new_rows, parent, rows, capacity, positions, cache_rows, tokens, embed, upload,
+               follow, e.zero_position_token);
       }
     };
     if (e.zero_position_token >= 0 && e.positions_table) go(std::true_type());
@@ -292,7 +294,7 @@ void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream) {
                                         int64_t, int, float, cudaStream_t, const int*);     \
   template void beam_reorder_and_embed_cuda<T>(const int*, int*, const int*, int64_t, int,     \
                                                const int*, const int*, const RowEmbedding<T>&, \
-                                               cudaStream_t, StepUploadCopy, StepFollow);
+                                               cudaStream_t, StepUploadCopy, StepFollow, const int*);
 NMT_INSTANTIATE(float)
 NMT_INSTANTIATE(__half)
 NMT_INSTANTIATE(__nv_bfloat16)

@@ -108,6 +108,7 @@ void CudaEngine<T>::warm_up() {
   in.running_scores = {0.f};
   StepOutput out;
   step(in, &out);
+  release(0, {0});
   profile_stats_ = StepProfile();
 }
 
@@ -238,7 +239,9 @@ void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
     throw Error(ErrorCode::kInternal, "CUDA engine step: padded rows exceed the step buffers");
   int last_position = 0;
   for (const StepGroup& g : in.groups) last_position = std::max(last_position, g.position);
+  trim_memory();
   grow_cache(last_position + 1);
+  grow_step_buffers(shape.rows);
   fill_upload(in, shape, lane);  // the lane's previous step has been waited for
 
   join_encode();  // the last encode's sentences may step now

@@ -11,11 +11,16 @@
 // Persistent decode state (reserve(), model/decoding/engine.h): sentence slots holding the
 // cross-attention K/V of every decoder layer and the source length, KV-cache rows, and the
 // step buffers (decode_state.h). Sentences join and leave at any step: every row of a step
-// carries its own position, cache row, parent cache row and slot.
+// carries its own position, cache row, parent cache row and slot. The K/V live in pools that
+// follow use (docs/data-flow.md, "Decode-state memory"): a slot takes a range of source tokens
+// at its encode, a cache row a block of kBlockPositions tokens as its positions reach it, both
+// lowest first, and release() gives them back; the pools and the step buffers keep their
+// addresses as they are backed and given back (DevicePool), so the graphs stay valid.
 //
 // Decode steps (decoder_step.cu): one packed upload in pinned host memory (StepUpload: per
 // row token, cache row, parent cache row, position, slot, the row of the step before it
-// follows or -1, running score; per sentence its forced token and top-k flags) that the
+// follows or -1, the cache token it writes, running score; per sentence its forced token and
+// top-k flags) that the
 // step's first launch reads and copies to device memory, the forward pass, log-softmax +
 // top-k on the device, the candidates written straight into pinned host memory and the rows
 // each sentence goes on with (kernels::NextRows) into device memory, where the next step's
@@ -27,9 +32,10 @@
 // run padded to bucket(sentences) with padding sentences whose rows write a scratch cache row
 // and whose results are dropped; the graph key is the runs' (beam, k, padded sentences), the
 // lane (its pinned buffers) and the parity of the key-row tables and next-row buffers (every
-// step flips it). Buffers the graphs use only change in reserve() and when the caches grow,
-// which drop the graphs. The beam reorder moves only the key-row table
-// (kernels::beam_reorder_and_embed_cuda), never the KV caches.
+// step flips it). Buffers the graphs use only change in reserve() and when the key-row
+// tables grow, which drop the graphs. The beam reorder moves only the key-row table, which
+// names the cache token of each position (kernels::beam_reorder_and_embed_cuda), never the
+// KV caches.
 //
 // Encodes (encoder.cu): one packed upload (ids, positions, lengths, the slots' source lengths
 // and the pointer arrays of the cross K/V GEMM that writes each sentence's K/V into its slot),
@@ -39,6 +45,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <vector>
 
 #include "kernels/topk.h"
@@ -73,12 +80,13 @@ class CudaEngine final : public Engine {
   ~CudaEngine() override;
 
   int vocab_size() const override { return c_.target_vocab_size; }
-  size_t memory_used() const override { return alloc_.held(); }
+  size_t memory_used() const override { return alloc_.held(); }  // pools' backed bytes included
   int cache_positions() const override { return cache_cap_; }
   EngineCapacity capacity() const override { return cap_; }
   std::vector<float> encoder_output(size_t sentence) const override;
 
   void reserve(const EngineCapacity& capacity) override;
+  void release(int slot, const std::vector<int>& rows) override;
   void encode(const std::vector<EncodeItem>& items) override;
   void step(const StepInput& in, StepOutput* out) override;
   void submit(const StepInput& in, int lane) override;
@@ -99,22 +107,33 @@ class CudaEngine final : public Engine {
 
   // ---- persistent state (decode_state.cu)
   // Cache rows hold one beam each; cache row cap_.rows, past the caller's, is the padding
-  // rows' scratch row (they all write and read its position 0 only; their results are
-  // dropped).
+  // rows' scratch row (they all write and read its position 0 only, cache token 0; their
+  // results are dropped). Slot cap_.sentences, past the caller's, is theirs too: no keys.
   int scratch_row() const { return cap_.rows; }
-  int64_t cache_plane() const { return int64_t(cap_.rows + 1) * cache_cap_ * d_; }
-  T* cache(int layer, int kv) const { return state_.cache.get() + (int64_t(layer) * 2 + kv) * cache_plane(); }
+  int empty_slot() const { return cap_.sentences; }
+  // K (kv 0) or V (kv 1) of decoder layer `layer` of cache token 0: a token holds every
+  // layer's, kv_cols() elements, as a source token's cross-attention K/V do.
+  T* cache(int layer, int kv) const {
+    return reinterpret_cast<T*>(state_.cache.get()) + (int64_t(layer) * 2 + kv) * d_;
+  }
   int kv_cols() const { return 2 * c_.decoder_layers * d_; }
+  // Memory past use goes back after this long (DevicePool::trim): batches that follow one
+  // another keep theirs.
+  static constexpr std::chrono::milliseconds kRetain{1000};
   // Row stride of the logits and rows of the output projection: the vocabulary rounded up to
   // 8, so that the GEMM's output dimension and rows are 16-byte aligned (with an odd
   // vocabulary cuBLAS falls back to an unaligned sm75 kernel: on H100 23 us for
   // 256 x 8001 x 256, 243 us for 256 x 58101 x 512). The padding columns are never read.
   int logits_ld() const { return (c_.target_vocab_size + 7) / 8 * 8; }
-  size_t topk_workspace_bound(int rows) const;
   void allocate_state(const EngineCapacity& cap);
   void drop_graphs(GraphCache& cache);
   void drop_graphs();
   void grow_cache(int positions);
+  void grow_step_buffers(int rows);
+  int cache_token(int row, int position);  // takes the row's blocks up to the position
+  T* take_source_tokens(int slot, int tokens);  // the slot's K/V, [tokens][kv_cols()]
+  void free_source_tokens(int slot);
+  void trim_memory();
   void reserve_encode(int n, int rows);
 
   // ---- encode (encoder.cu)
@@ -169,12 +188,12 @@ class CudaEngine final : public Engine {
   cudaEvent_t encoded_ = nullptr;
   bool encode_pending_ = false;  // the shared stream has not yet waited for encoded_
 
-  // persistent decode state (reserve(); only grows)
+  // persistent decode state (reserve(); its tables only grow, its pools follow use)
   EngineCapacity cap_;
-  int cache_cap_ = 0;        // positions per cache row: doubles up to max_positions
-  int padded_rows_cap_ = 0;  // rows of the step buffers
+  int cache_cap_ = 0;        // positions per key-row table row: doubles up to max_positions
+  int padded_rows_cap_ = 0;  // the most rows of a step
   DecodeState<T> state_;
-  std::vector<int> slot_lengths_;  // host mirror of state_.slot_lengths
+  std::vector<int> slot_table_;  // host mirror of state_.slot_table
   StepLane lanes_[kStepLanes];
   // Every step flips the key-row table it reorders from and the next-row buffers it follows
   // (so a sentence's rows must be in every step from its first to its last, as DecodeLoop

@@ -1,35 +1,36 @@
-// The CUDA engine's persistent buffers (decode_state.h): allocated by reserve(), the caches
-// grown by a step past their positions, the encoder's grown by a larger encode; each change
-// drops the graphs that point into them.
+// The CUDA engine's persistent buffers (decode_state.h): allocated by reserve(), the key-row
+// tables grown by a step past their positions, the encoder's grown by a larger encode (each
+// change drops the graphs that point into them); the pools of keys/values and the step
+// buffers backed as sentences are encoded and stepped and given back at release().
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <string>
 
 #include "model/cuda/cuda_engine_class.h"
 #include "model/error.h"
 
 namespace nmt::cuda {
 
-// Top-k scratch for a run of up to `rows` padded rows and any k; the runs of a step share it
-// (they run one after another on the stream).
-template <typename T>
-size_t CudaEngine<T>::topk_workspace_bound(int rows) const {
-  size_t most = 0;
-  for (int r = 1; r <= rows; ++r)
-    most = std::max(most, kernels::beam_topk_workspace_bytes(r, 1, c_.target_vocab_size, kMaxTopk));
-  return most;
-}
-
-// Allocates the state of `cap` (the old one is released) with every slot length 0, so that
-// padding rows reading slot 0 see no keys before anything was encoded.
+// Allocates the state of `cap` (the old one is released): its tables, and the pools of
+// keys/values and step buffers with addresses for all of `cap` and memory for nothing yet
+// but the scratch row's block and a step of a few rows; every slot length 0.
 template <typename T>
 void CudaEngine<T>::allocate_state(const EngineCapacity& cap) {
   const int rows = padded_rows_bound(cap.rows), cache_rows = cap.rows + 1;
-  const size_t d = size_t(d_);
+  const size_t d = size_t(d_), token_bytes = size_t(kv_cols()) * sizeof(T);
   DecodeState<T> s;
-  s.cross_kv = DeviceBuffer<T>(&alloc_, size_t(cap.sentences) * cap.source_tokens * kv_cols());
-  s.slot_lengths = DeviceBuffer<int>(&alloc_, size_t(cap.sentences));
-  s.cache = DeviceBuffer<T>(&alloc_, size_t(2) * c_.decoder_layers * cache_rows * cache_cap_ * d);
+  // First fit over ranges of up to source_tokens each can leave holes: twice the addresses of
+  // every slot full (addresses cost nothing until backed).
+  s.cross_kv = DevicePool(&alloc_, device_, size_t(2) * cap.sentences * cap.source_tokens * token_bytes);
+  s.slot_start.assign(size_t(cap.sentences), 0);
+  s.slot_tokens.assign(size_t(cap.sentences), 0);
+  s.slot_table = DeviceBuffer<int>(&alloc_, size_t(2) * (cap.sentences + 1));
+  const int64_t row_blocks = (c_.max_positions + kBlockPositions - 1) / kBlockPositions;
+  s.cache = DevicePool(&alloc_, device_, size_t(cap.rows * row_blocks + 1) * kBlockPositions * token_bytes);
+  s.row_blocks.assign(size_t(cache_rows), {});
+  s.row_blocks[size_t(cap.rows)].push_back(s.blocks.allocate());  // the scratch row's: block 0
+  s.cache.grow(kBlockPositions * token_bytes);
   for (auto& t : s.key_rows) t = DeviceBuffer<int>(&alloc_, size_t(cache_rows) * cache_cap_);
   for (NextRowBuffers& n : s.next_rows) {
     n.tokens = DeviceBuffer<int>(&alloc_, size_t(rows));
@@ -37,13 +38,22 @@ void CudaEngine<T>::allocate_state(const EngineCapacity& cap) {
     n.running = DeviceBuffer<float>(&alloc_, size_t(rows));
   }
   s.running = DeviceBuffer<float>(&alloc_, size_t(rows));
-  for (auto& y : s.y) y = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
-  s.qkv = DeviceBuffer<T>(&alloc_, size_t(rows) * 3 * d);
-  s.ctx = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
-  s.tmp = DeviceBuffer<T>(&alloc_, size_t(rows) * d);
-  s.hidden = DeviceBuffer<T>(&alloc_, size_t(rows) * std::max(c_.decoder_ffn_dim, 1));
-  s.logits = DeviceBuffer<float>(&alloc_, size_t(rows) * logits_ld());
-  s.topk_ws = DeviceBuffer<char>(&alloc_, topk_workspace_bound(rows));
+  auto step_buffer = [&](auto& b, size_t row_bytes) {
+    b.row_bytes = row_bytes;
+    b.pool = DevicePool(&alloc_, device_, size_t(rows) * row_bytes);
+  };
+  for (auto& y : s.y) step_buffer(y, d * sizeof(T));
+  step_buffer(s.qkv, 3 * d * sizeof(T));
+  step_buffer(s.ctx, d * sizeof(T));
+  step_buffer(s.tmp, d * sizeof(T));
+  step_buffer(s.hidden, size_t(std::max(c_.decoder_ffn_dim, 1)) * sizeof(T));
+  step_buffer(s.logits, size_t(logits_ld()) * sizeof(float));
+  s.topk_bytes.assign(size_t(rows) + 1, 0);
+  for (int r = 1; r <= rows; ++r)
+    s.topk_bytes[size_t(r)] = std::max(s.topk_bytes[size_t(r) - 1],
+                                       kernels::beam_topk_workspace_bytes(r, 1, c_.target_vocab_size, kMaxTopk));
+  s.topk_ws.row_bytes = 0;
+  s.topk_ws.pool = DevicePool(&alloc_, device_, s.topk_bytes.back());
   s.step_in = DeviceBuffer<char>(&alloc_, StepUpload::bytes(rows, rows));
   for (StepLane& lane : lanes_) {
     lane.in.reserve(StepUpload::bytes(rows, rows));
@@ -51,13 +61,118 @@ void CudaEngine<T>::allocate_state(const EngineCapacity& cap) {
   }
   parity_ = 0;
   last_step_rows_.clear();  // nothing to follow in the new state
-  if (cap.sentences > 0)
-    check_cuda(cudaMemsetAsync(s.slot_lengths.get(), 0, size_t(cap.sentences) * sizeof(int), q_.stream),
-               "slot lengths");
+  check_cuda(cudaMemsetAsync(s.slot_table.get(), 0, s.slot_table.size() * sizeof(int), q_.stream), "slot table");
   state_ = std::move(s);
-  slot_lengths_.assign(size_t(cap.sentences), 0);
+  slot_table_.assign(state_.slot_table.size(), 0);
   cap_ = cap;
   padded_rows_cap_ = rows;
+  grow_step_buffers(std::min(rows, 16));
+}
+
+// The step buffers backed for a step of `rows` padded rows.
+template <typename T>
+void CudaEngine<T>::grow_step_buffers(int rows) {
+  DecodeState<T>& s = state_;
+  if (rows <= s.step_rows) return;
+  for (auto* b : {&s.y[0], &s.y[1], &s.qkv, &s.ctx, &s.tmp, &s.hidden})
+    b->pool.grow(size_t(rows) * b->row_bytes);
+  s.logits.pool.grow(size_t(rows) * s.logits.row_bytes);
+  s.topk_ws.pool.grow(std::max<size_t>(s.topk_bytes[size_t(rows)], 1));
+  s.step_rows = rows;
+}
+
+// The cache token of cache row c's position p: the row takes blocks as its positions reach
+// them (the pool grows to the highest block in use; the allocator hands out the lowest free).
+template <typename T>
+int CudaEngine<T>::cache_token(int c, int p) {
+  DecodeState<T>& s = state_;
+  std::vector<int64_t>& blocks = s.row_blocks[size_t(c)];
+  const size_t k = size_t(p / kBlockPositions);
+  while (blocks.size() <= k) {
+    const int64_t b = s.blocks.allocate();
+    try {
+      s.cache.grow(size_t(s.blocks.top()) * kBlockPositions * size_t(kv_cols()) * sizeof(T));
+    } catch (...) {
+      s.blocks.free(b);
+      throw;
+    }
+    blocks.push_back(b);
+  }
+  return int(blocks[k] * kBlockPositions + p % kBlockPositions);
+}
+
+// Slot `slot`'s cross-attention K/V for `tokens` tokens: a range of the pool (the one it held
+// goes back first), its first token into the slot table's host mirror.
+template <typename T>
+T* CudaEngine<T>::take_source_tokens(int slot, int tokens) {
+  DecodeState<T>& s = state_;
+  const size_t token_bytes = size_t(kv_cols()) * sizeof(T);
+  free_source_tokens(slot);
+  const int64_t at = s.cross_tokens.allocate(tokens);
+  try {
+    if (size_t(at + tokens) * token_bytes > s.cross_kv.reserved())
+      throw Error(ErrorCode::kResourceExhausted,
+                  "CUDA engine: the cross-attention key/value pool is too fragmented for a source of " +
+                      std::to_string(tokens) + " tokens");
+    s.cross_kv.grow(size_t(s.cross_tokens.top()) * token_bytes);
+  } catch (...) {
+    s.cross_tokens.free(at, tokens);
+    throw;
+  }
+  s.slot_start[size_t(slot)] = at;
+  s.slot_tokens[size_t(slot)] = tokens;
+  slot_table_[size_t(cap_.sentences + 1 + slot)] = int(at);
+  return reinterpret_cast<T*>(s.cross_kv.get()) + at * kv_cols();
+}
+
+template <typename T>
+void CudaEngine<T>::free_source_tokens(int slot) {
+  DecodeState<T>& s = state_;
+  if (s.slot_tokens[size_t(slot)] == 0) return;
+  s.cross_tokens.free(s.slot_start[size_t(slot)], s.slot_tokens[size_t(slot)]);
+  s.slot_tokens[size_t(slot)] = 0;
+}
+
+// Engine::release: the slot's source tokens and the rows' blocks go back to their
+// allocators, and the pools give back what lies past their tops (nothing enqueued uses a free
+// token: the decode loop releases after the last step that reads them was collected).
+template <typename T>
+void CudaEngine<T>::release(int slot, const std::vector<int>& rows) {
+  cudaSetDevice(device_);
+  DecodeState<T>& s = state_;
+  if (slot >= 0 && slot < cap_.sentences) free_source_tokens(slot);
+  for (int c : rows) {
+    if (c < 0 || c >= cap_.rows) continue;
+    for (int64_t b : s.row_blocks[size_t(c)]) s.blocks.free(b);
+    s.row_blocks[size_t(c)].clear();
+  }
+  trim_memory();
+}
+
+// What the pools back beyond their use goes back once it has been so for kRetain
+// (DevicePool::trim); the step buffers keep the rows of the steps in flight.
+template <typename T>
+void CudaEngine<T>::trim_memory() {
+  DecodeState<T>& s = state_;
+  if (s.topk_bytes.empty()) return;  // nothing reserved yet
+  const auto now = DevicePool::Clock::now();
+  const size_t token_bytes = size_t(kv_cols()) * sizeof(T);
+  s.cache.trim(size_t(s.blocks.top()) * kBlockPositions * token_bytes, now, kRetain);
+  s.cross_kv.trim(size_t(s.cross_tokens.top()) * token_bytes, now, kRetain);
+  int rows = 0;
+  for (const StepLane& lane : lanes_)
+    if (lane.in_flight) rows = std::max(rows, lane.pending.rows);
+  for (auto* b : {&s.y[0], &s.y[1], &s.qkv, &s.ctx, &s.tmp, &s.hidden})
+    b->pool.trim(size_t(rows) * b->row_bytes, now, kRetain);
+  s.logits.pool.trim(size_t(rows) * s.logits.row_bytes, now, kRetain);
+  s.topk_ws.pool.trim(s.topk_bytes[size_t(rows)], now, kRetain);
+  // the rows every buffer still backs
+  int backed = padded_rows_cap_;
+  for (auto* b : {&s.y[0], &s.y[1], &s.qkv, &s.ctx, &s.tmp, &s.hidden})
+    backed = std::min<int>(backed, int(b->pool.backed() / b->row_bytes));
+  backed = std::min<int>(backed, int(s.logits.pool.backed() / s.logits.row_bytes));
+  while (backed > 0 && s.topk_bytes[size_t(backed)] > s.topk_ws.pool.backed()) --backed;
+  s.step_rows = backed;
 }
 
 template <typename T>
@@ -70,26 +185,21 @@ void CudaEngine<T>::drop_graphs(GraphCache& cache) {
 template <typename T>
 void CudaEngine<T>::drop_graphs() {
   drop_graphs(step_graphs_);
-  drop_graphs(encode_graphs_);  // they write the slot-length table, which reserve() replaces
+  drop_graphs(encode_graphs_);  // they write the slot table, which reserve() replaces
 }
 
-// Doubles the caches' positions (up to max_positions) keeping their contents and both
-// key-row tables.
+// Doubles the positions of the key-row tables (up to max_positions), keeping both; the
+// keys/values themselves are in blocks (cache_token()).
 template <typename T>
 void CudaEngine<T>::grow_cache(int positions) {
   if (positions <= cache_cap_) return;
   int cap = cache_cap_;
   while (cap < positions) cap *= 2;
   cap = std::min(cap, c_.max_positions);
-  const int64_t rows = cap_.rows + 1, planes = int64_t(2) * c_.decoder_layers * rows;
-  DeviceBuffer<T> next(&alloc_, size_t(planes) * cap * d_);
+  const int64_t rows = cap_.rows + 1;
   DeviceBuffer<int> next_rows[2] = {DeviceBuffer<int>(&alloc_, size_t(rows) * cap),
                                     DeviceBuffer<int>(&alloc_, size_t(rows) * cap)};
   drop_graphs(step_graphs_);
-  check_cuda(cudaMemcpy2DAsync(next.get(), size_t(cap) * d_ * sizeof(T), state_.cache.get(),
-                               size_t(cache_cap_) * d_ * sizeof(T), size_t(cache_cap_) * d_ * sizeof(T), planes,
-                               cudaMemcpyDeviceToDevice, q_.stream),
-             "cache growth");
   for (int t = 0; t < 2; ++t) {
     check_cuda(cudaMemcpy2DAsync(next_rows[t].get(), size_t(cap) * sizeof(int), state_.key_rows[t].get(),
                                  size_t(cache_cap_) * sizeof(int), size_t(cache_cap_) * sizeof(int), rows,
@@ -97,7 +207,6 @@ void CudaEngine<T>::grow_cache(int positions) {
                "cache growth");
     state_.key_rows[t] = std::move(next_rows[t]);
   }
-  state_.cache = std::move(next);
   cache_cap_ = cap;
 }
 
@@ -124,7 +233,7 @@ void CudaEngine<T>::reserve_encode(int n, int rows) {
     b.hidden = DeviceBuffer<T>(&alloc_, size_t(most) * std::max(c_.encoder_ffn_dim, 1));
     enc_ = std::move(b);
   }
-  const size_t upload = EncodeUpload::bytes(enc_.sentences, enc_.rows, cap_.sentences);
+  const size_t upload = EncodeUpload::bytes(enc_.sentences, enc_.rows, int(slot_table_.size()));
   if (enc_in_.capacity() < upload) {
     drop_graphs(encode_graphs_);
     check_cuda(cudaEventSynchronize(enc_uploaded_), "encode upload");
@@ -133,11 +242,16 @@ void CudaEngine<T>::reserve_encode(int n, int rows) {
 }
 
 #define NMT_DECODE_STATE(T)                                                          \
-  template size_t CudaEngine<T>::topk_workspace_bound(int) const;                    \
   template void CudaEngine<T>::allocate_state(const EngineCapacity&);                \
   template void CudaEngine<T>::drop_graphs(GraphCache&);                             \
   template void CudaEngine<T>::drop_graphs();                                        \
   template void CudaEngine<T>::grow_cache(int);                                      \
+  template void CudaEngine<T>::grow_step_buffers(int);                               \
+  template int CudaEngine<T>::cache_token(int, int);                                 \
+  template T* CudaEngine<T>::take_source_tokens(int, int);                           \
+  template void CudaEngine<T>::free_source_tokens(int);                              \
+  template void CudaEngine<T>::release(int, const std::vector<int>&);                \
+  template void CudaEngine<T>::trim_memory();                                        \
   template void CudaEngine<T>::reserve_encode(int, int);
 NMT_DECODE_STATE(float)
 NMT_DECODE_STATE(__half)

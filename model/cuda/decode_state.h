@@ -1,11 +1,17 @@
 #pragma once
-// The CUDA engine's persistent buffers: the decode state reserve() sizes (slots, KV caches,
-// key-row tables, step buffers), a step lane's pinned buffers, and the encoder's buffers.
-// The captured graphs point into them: they change only where the engine drops its graphs.
+// The CUDA engine's persistent buffers: the decode state reserve() sizes (slot tables, the
+// pools of cross-attention and self-attention keys/values, key-row tables, step buffers), a
+// step lane's pinned buffers, and the encoder's buffers. The captured graphs point into them:
+// they change only where the engine drops its graphs; the pools (DevicePool) grow and shrink
+// with use without moving (docs/data-flow.md, "Decode-state memory").
 #include <cuda_runtime.h>
 
+#include <vector>
+
 #include "model/cuda/device/device_memory.h"
+#include "model/cuda/device/device_pool.h"
 #include "model/cuda/step_layout.h"
+#include "model/decoding/token_allocator.h"
 
 namespace nmt::cuda {
 
@@ -15,18 +21,47 @@ struct NextRowBuffers {
   DeviceBuffer<float> running;
 };
 
+// A step buffer of up to `most` rows of `cols` elements of E, backed for the rows in use.
+template <typename E>
+struct StepBuffer {
+  DevicePool pool;
+  size_t row_bytes = 0;
+  E* get() const { return reinterpret_cast<E*>(pool.get()); }
+};
+
+// Self-attention keys/values come in blocks of this many positions of one cache row: a row
+// holds ceil((position + 1) / kBlockPositions) blocks, at most kBlockPositions - 1 positions
+// more than it uses.
+constexpr int kBlockPositions = 16;
+
 // Everything reserve() sizes.
 template <typename T>
 struct DecodeState {
-  DeviceBuffer<T> cross_kv;        // [sentences][source_tokens][L * 2d]: K | V of each layer
-  DeviceBuffer<int> slot_lengths;  // [sentences]: source length of each slot
-  DeviceBuffer<T> cache;           // [L * 2][rows + 1][cache_cap][d]
-  DeviceBuffer<int> key_rows[2];   // ping-pong [rows + 1][cache_cap]: cache row of a position
+  // [tokens][L * 2d]: K | V of each layer of a source token; slot s holds the range
+  // [slot_start[s], slot_start[s] + slot_tokens[s]) (cross_tokens), as encode() admits it
+  DevicePool cross_kv;
+  RangeAllocator cross_tokens;
+  std::vector<int64_t> slot_start, slot_tokens;  // [sentences]; slot_tokens 0: none held
+  // [2][sentences + 1]: each slot's source length, then its first token; the last slot is
+  // the padding rows' (no keys), never the loop's
+  DeviceBuffer<int> slot_table;
+  // [tokens][L * 2][d]: K and V of each layer of a cache token, in blocks of kBlockPositions
+  // tokens (blocks); row_blocks[c]: cache row c's blocks, for its positions in order. The
+  // scratch row (cap_.rows) holds block 0 for good.
+  DevicePool cache;
+  BlockAllocator blocks;
+  std::vector<std::vector<int64_t>> row_blocks;
+  DeviceBuffer<int> key_rows[2];   // ping-pong [rows + 1][cache_cap]: cache token of a position
   NextRowBuffers next_rows[2];     // ping-pong: a step follows the other parity's, writes its own
   DeviceBuffer<float> running;     // [padded rows]: the step's running scores, for its top-k
-  DeviceBuffer<T> y[2], qkv, ctx, tmp, hidden;  // [padded rows][d (Residual's pair), 3d, d, d, ffn]
-  DeviceBuffer<float> logits;                   // [padded rows][logits_ld()]
-  DeviceBuffer<char> topk_ws, step_in;  // step_in: the upload, copied by the step's first launch
+  // [padded rows][d (Residual's pair), 3d, d, d, ffn], [padded rows][logits_ld()], the top-k's
+  // scratch: backed for the rows of the steps in flight (step_rows of them at least)
+  StepBuffer<T> y[2], qkv, ctx, tmp, hidden;
+  StepBuffer<float> logits;
+  StepBuffer<char> topk_ws;
+  std::vector<size_t> topk_bytes;  // [padded rows + 1]: the top-k scratch of a step of r rows
+  int step_rows = 0;
+  DeviceBuffer<char> step_in;  // the upload, copied by the step's first launch
 };
 
 // What a lane's step in flight needs until it is collected (Engine::submit()).

@@ -62,7 +62,8 @@ void CudaEngine<T>::check_step(const StepInput& in) const {
 }
 
 // The packed upload of a step into the pinned buffer: the real sentences of each run, then
-// its padding sentences.
+// its padding sentences. Each real row's position gets its cache token here (cache_token()
+// may take a block, and throw out of memory before anything is enqueued).
 template <typename T>
 void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, StepLane& lane) {
   const StepUpload h(lane.in.get(), shape.rows, shape.sentences);
@@ -84,7 +85,8 @@ void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, Ste
         // position 0 reads no history: its parent row is never read
         h.parents[r] = real && g->position > 0 ? in.parent_rows[row] : h.cache_rows[r];
         h.positions[r] = real ? g->position : 0;
-        h.slots[r] = real ? g->slot : 0;
+        h.slots[r] = real ? g->slot : empty_slot();
+        h.writes[r] = real ? cache_token(h.cache_rows[r], g->position) : 0;
         h.follow[r] = real && g->follows >= 0 ? last_step_rows_[size_t(g->follows)] + b : -1;
         h.running[r] = real ? in.running_scores[row] : 0.f;
         row += real;
@@ -125,7 +127,7 @@ void CudaEngine<T>::enqueue_step(const StepShape& shape, const StepLane& lane) {
   follow.running_in = host.running; follow.running_out = state_.running.get();
   kernels::beam_reorder_and_embed_cuda<T>(state_.key_rows[parity].get(), state_.key_rows[1 - parity].get(),
                                           host.parents, rows, cache_cap_, host.positions, host.cache_rows, embed,
-                                          q_.stream, upload, follow);
+                                          q_.stream, upload, follow, host.writes);
   if (c_.arch.embedding_norm) layers_.normalize(x, w_.decoder_embedding_norm, rows);
   for (int l = 0; l < c_.decoder_layers; ++l) enqueue_decoder_layer(l, x, dev, rows, parity);
   if (c_.arch.final_decoder_norm) layers_.final_norm(x, w_.decoder_final_norm, rows);
@@ -147,6 +149,7 @@ void CudaEngine<T>::enqueue_decoder_layer(int l, Residual<T>& x, const StepUploa
   self.positions = dev.positions; self.cache_rows = dev.cache_rows;
   self.out = state_.ctx.get();
   self.rows = rows; self.capacity = cache_cap_; self.heads = c_.decoder_heads; self.head_dim = hd;
+  self.token_stride = kv_cols();
   self.scale = 1.f / std::sqrt(float(hd));
   // Settled: the reorder wrote the key-row table two launches ago in layer 0 (three with an
   // embedding LayerNorm, also ours), where that needs the launch between to be ours (a cuBLAS
@@ -162,11 +165,11 @@ void CudaEngine<T>::enqueue_decoder_layer(int l, Residual<T>& x, const StepUploa
   kernels::AttentionArgs<T> cross;
   cross.q = state_.qkv.get(); cross.q_bias = L.cross_q.b;
   cross.q_batch_stride = cross.q_row_stride = d;
-  cross.k = state_.cross_kv.get() + int64_t(l) * 2 * d; cross.v = cross.k + d;
+  cross.k = reinterpret_cast<const T*>(state_.cross_kv.get()) + int64_t(l) * 2 * d; cross.v = cross.k + d;
   cross.kv_row_stride = kv_cols();
-  cross.kv_batch_stride = int64_t(cap_.source_tokens) * cross.kv_row_stride;
   cross.v_bias = L.cross_v_bias;
-  cross.kv_index = dev.slots; cross.key_lengths = state_.slot_lengths.get();
+  cross.kv_index = dev.slots; cross.key_lengths = state_.slot_table.get();
+  cross.kv_starts = state_.slot_table.get() + cap_.sentences + 1;
   cross.out = state_.ctx.get(); cross.out_batch_stride = cross.out_row_stride = d;
   cross.batch = rows; cross.q_len = 1; cross.heads = c_.decoder_heads; cross.head_dim = hd;
   cross.kv_len = cap_.source_tokens; cross.scale = self.scale;
@@ -199,7 +202,7 @@ void CudaEngine<T>::enqueue_topk(const StepShape& shape, const StepUpload& dev, 
     kernels::beam_topk_cuda<float>(state_.logits.get() + int64_t(run.first_row) * logits_ld(), w_.output_bias.get(),
                                    state_.running.get() + run.first_row, run.padded, run.beam,
                                    c_.target_vocab_size, run.k, masks, scores + run.first_output,
-                                   index + run.first_output, state_.topk_ws.get(), state_.topk_ws.size(), q_.stream,
+                                   index + run.first_output, state_.topk_ws.get(), state_.topk_bytes[size_t(shape.rows)], q_.stream,
                                    logits_ld(), &rows);
   }
 }

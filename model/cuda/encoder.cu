@@ -66,7 +66,6 @@ void CudaEngine<T>::enqueue_encode(const std::vector<EncodeItem>& items) {
   // must not wait for the step itself: an event, not a stream synchronize).
   check_cuda(cudaEventSynchronize(enc_uploaded_), "encode upload");
   const EncodeUpload host(enc_in_.get(), n, rows), dev(enc_.in.get(), n, rows);
-  const int64_t slot_stride = int64_t(cap_.source_tokens) * kv_cols();
   // M2M-100's <pad> rule: a <pad> token (and the padding) takes the zero row of the position
   // table and no position of its own, as fairseq counts positions over the other tokens.
   const int zero_row = w_.zero_position_row;
@@ -83,12 +82,13 @@ void CudaEngine<T>::enqueue_encode(const std::vector<EncodeItem>& items) {
     host.lengths[b] = length;
     host.weights[b] = w_.cross_kv;
     host.inputs[b] = enc_.x[0].get() + int64_t(b) * S * d_;
-    host.outputs[b] = state_.cross_kv.get() + items[size_t(b)].slot * slot_stride;
-    slot_lengths_[size_t(items[size_t(b)].slot)] = length;
+    // the cross K/V GEMM writes all S rows of each sentence
+    host.outputs[b] = take_source_tokens(items[size_t(b)].slot, S);
+    slot_table_[size_t(items[size_t(b)].slot)] = length;
   }
   // The whole table goes up, beside the step in flight: it changes only the newcomers'
   // entries, which that step reads for no row it keeps.
-  std::copy(slot_lengths_.begin(), slot_lengths_.end(), host.slot_lengths);
+  std::copy(slot_table_.begin(), slot_table_.end(), host.slot_table);
   check_cuda(cudaStreamWaitEvent(encode_q_.stream, before_encode_, 0), "encode");
   // The encoder's code enqueues on q_: it points at the encode's own stream and cuBLAS handle
   // while the encode is enqueued (and captured: the graph then holds the encode handle's
@@ -119,7 +119,7 @@ void CudaEngine<T>::enqueue_encoder(const EncodeUpload& host, const EncodeUpload
   cudaStream_t stream = q_.stream;
   check_cuda(cudaMemcpyAsync(dev.ids, host.ids, EncodeUpload::device_bytes(n, rows), cudaMemcpyHostToDevice, stream),
              "encode upload");
-  check_cuda(cudaMemcpyAsync(state_.slot_lengths.get(), host.slot_lengths, slot_lengths_.size() * sizeof(int),
+  check_cuda(cudaMemcpyAsync(state_.slot_table.get(), host.slot_table, slot_table_.size() * sizeof(int),
                              cudaMemcpyHostToDevice, stream),
              "encode upload");
   Residual<T> x{{enc_.x[0].get(), enc_.x[1].get()}};

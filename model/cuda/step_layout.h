@@ -35,12 +35,13 @@ struct StepShape {
 
 StepShape shape_of(const std::vector<StepGroup>& groups);
 
-// The packed per-step upload over `rows` padded rows and `sentences` padded sentences: seven
-// [rows] arrays of 4-byte values, one forced token per sentence (StepGroup::forced_token,
-// read under kernels::kTopkForceToken), then one top-k flag byte per sentence
+// The packed per-step upload over `rows` padded rows and `sentences` padded sentences: eight
+// [rows] arrays of 4-byte values (`writes`: the cache token each row's position goes to),
+// one forced token per sentence (StepGroup::forced_token, read under
+// kernels::kTopkForceToken), then one top-k flag byte per sentence
 // (kernels::kTopkMaskEos | kTopkForceEos | kTopkForceToken).
 struct StepUpload {
-  int *tokens, *cache_rows, *parents, *positions, *slots, *follow;
+  int *tokens, *cache_rows, *parents, *positions, *slots, *follow, *writes;
   float* running;
   int* forced;
   unsigned char* flags;
@@ -51,12 +52,13 @@ struct StepUpload {
     positions = parents + rows;
     slots = positions + rows;
     follow = slots + rows;
-    running = reinterpret_cast<float*>(follow + rows);
+    writes = follow + rows;
+    running = reinterpret_cast<float*>(writes + rows);
     forced = reinterpret_cast<int*>(running + rows);
     flags = reinterpret_cast<unsigned char*>(forced + sentences);
   }
   static size_t bytes(int rows, int sentences) {
-    return 7 * sizeof(int) * size_t(rows) + (sizeof(int) + 1) * size_t(sentences);
+    return 8 * sizeof(int) * size_t(rows) + (sizeof(int) + 1) * size_t(sentences);
   }
 };
 
@@ -67,13 +69,13 @@ constexpr int kEncodeLengthStep = 8;
 // The packed upload of an encode of n sentences of `rows` tokens in all (each padded to the
 // same length), in the order of the device buffer: ids [rows], positions [rows], lengths [n],
 // then (8-byte aligned) the cross K/V GEMM's pointer arrays weight [n], input [n], output [n]
-// (each sentence's slot); then, copied to the slot-length table instead, every slot's source
-// length [slots].
+// (each sentence's slot's K/V); then, copied to the slot table instead, the slot table [slots]
+// (the CUDA engine's: every slot's source length, then its first source token).
 struct EncodeUpload {
   int *ids, *positions, *lengths;
   const void **weights, **inputs;
   void** outputs;
-  int* slot_lengths;
+  int* slot_table;
   EncodeUpload(void* base, int n, int rows) {
     ids = static_cast<int*>(base);
     positions = ids + rows;
@@ -81,7 +83,7 @@ struct EncodeUpload {
     weights = reinterpret_cast<const void**>(static_cast<char*>(base) + ints_bytes(n, rows));
     inputs = weights + n;
     outputs = const_cast<void**>(inputs + n);  // the same pointer size: a layout, not a cast of data
-    slot_lengths = reinterpret_cast<int*>(outputs + n);
+    slot_table = reinterpret_cast<int*>(outputs + n);
   }
   static size_t ints_bytes(int n, int rows) { return (sizeof(int) * (2 * size_t(rows) + n) + 7) / 8 * 8; }
   static size_t device_bytes(int n, int rows) { return ints_bytes(n, rows) + 3 * sizeof(void*) * size_t(n); }

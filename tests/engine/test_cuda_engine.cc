@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -160,6 +162,10 @@ Diff drive(Engine& ref, Engine& gpu, const std::vector<Plan>& plans, int steps, 
         ++it;
         continue;
       }
+      // as the decode loop does (its steps here are collected at once): the memory goes back
+      // before sentence 3 takes the slot and rows
+      ref.release(it->slot, it->rows);
+      gpu.release(it->slot, it->rows);
       free_slots.push_back(it->slot);
       free_rows.insert(free_rows.end(), it->rows.begin(), it->rows.end());
       it = active.erase(it);
@@ -505,25 +511,75 @@ TEST(CudaEngine, MemoryLimitGivesResourceExhausted) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
     std::cout << "weights over the limit: " << e.what() << "\n";
   }
-  // Weights fit, a large decode state does not; the engine stays usable at its previous
-  // capacity afterwards (the server answers RESOURCE_EXHAUSTED and goes on).
+  // Weights fit, and so does a large logical capacity (its tables: the keys/values come with
+  // use); encoding 256 sentences at once does not. The engine stays usable afterwards (the
+  // server answers RESOURCE_EXHAUSTED and goes on).
   const size_t weights = cuda_engine(Precision::kFloat16)->memory_used();
   const size_t limit = weights + (size_t(4) << 20);
   auto gpu = cuda_engine(Precision::kFloat16, limit);
-  const EngineCapacity before = gpu->capacity();
+  gpu->reserve({256, 256 * 8, int(kSources[1].size())});
+  EXPECT_LE(gpu->memory_used(), limit);
+  std::vector<EncodeItem> items;
+  for (int slot = 0; slot < 256; ++slot) items.push_back({&kSources[1], slot});
   try {
-    gpu->reserve({256, 256 * 8, int(kSources[1].size())});
-    ADD_FAILURE() << "reserving 256 sentences x beam 8 should exceed the limit";
+    gpu->encode(items);
+    ADD_FAILURE() << "encoding 256 sentences should exceed the limit";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
     std::cout << "decode state over the limit: " << e.what() << "\n";
   }
-  EXPECT_EQ(gpu->capacity().sentences, before.sentences);
-  EXPECT_EQ(gpu->capacity().rows, before.rows);
-  EXPECT_EQ(gpu->capacity().source_tokens, before.source_tokens);
   EXPECT_LE(gpu->memory_used(), limit);
   auto ref = make_cpu_engine(models().config, models().weights);
   const Diff d = drive(*ref, *gpu, join_and_leave(1), 4, 5e-2);
   EXPECT_EQ(d.same_ids, d.ranks);
   EXPECT_LE(gpu->memory_used(), limit);
+}
+
+// Issue 52: the decode state's memory follows use. A large logical capacity costs its tables
+// only; encoding and stepping sentences takes memory with their tokens, and releasing them
+// gives it back (after CudaEngine's retention, which a later release finds passed).
+TEST(CudaEngine, DecodeStateMemoryFollowsUse) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda_engine(Precision::kFloat16);
+  const size_t loaded = gpu->memory_used();
+  gpu->reserve({256, 1024, 64});
+  const size_t reserved = gpu->memory_used();
+  // (the warm-up's state, which reserve() replaces, counts in `loaded`)
+  EXPECT_LT(reserved, loaded + (size_t(64) << 20)) << "a logical capacity should cost its tables only";
+  std::vector<EncodeItem> items;
+  for (int slot = 0; slot < 256; ++slot) items.push_back({&kSources[size_t(slot) % kSources.size()], slot});
+  gpu->encode(items);
+  StepInput in;
+  for (int slot = 0; slot < 256; ++slot) {
+    StepGroup g;
+    g.slot = slot;
+    g.beam = 4;
+    g.k = topk_for_beam(4);
+    in.groups.push_back(g);
+    for (int b = 0; b < 4; ++b) {
+      in.tokens.push_back(models().config.decoder_start_id);
+      in.cache_rows.push_back(slot * 4 + b);
+      in.parent_rows.push_back(slot * 4 + b);
+      in.running_scores.push_back(b == 0 ? 0.f : -1e9f);
+    }
+  }
+  StepOutput out;
+  for (int position = 0; position < 40; ++position) {
+    for (StepGroup& g : in.groups) g.position = position;
+    gpu->step(in, &out);  // each row continues itself: the positions fill its own blocks
+  }
+  const size_t loaded_state = gpu->memory_used();
+  EXPECT_GT(loaded_state, reserved + (size_t(16) << 20)) << "256 x 4 rows at 40 positions should take memory";
+  for (int slot = 0; slot < 256; ++slot) gpu->release(slot, {slot * 4, slot * 4 + 1, slot * 4 + 2, slot * 4 + 3});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  gpu->release(0, {});  // past the retention: what use left goes back
+  const size_t returned = gpu->memory_used();
+  std::cout << "engine memory: loaded " << (loaded >> 20) << " MiB, reserved 256 x 1024 rows " << (reserved >> 20)
+            << " MiB, under load " << (loaded_state >> 20) << " MiB, released " << (returned >> 20) << " MiB\n";
+  EXPECT_LT(returned, loaded + (size_t(64) << 20));  // the encoder's buffers for 256 sentences stay
+  EXPECT_LT(returned, loaded_state);
+  // and the engine decodes as before afterwards
+  auto ref = make_cpu_engine(models().config, models().weights);
+  const Diff d = drive(*ref, *gpu, join_and_leave(4), 4, 5e-2);
+  EXPECT_EQ(d.same_ids, d.ranks);
 }

@@ -33,7 +33,9 @@ std::string describe(const Shape& s) {
          (s.lengths ? " lengths" : "") + (s.causal ? " causal" : "");
 }
 
-// fused: q_bias, v_bias and a random kv_index table (the engine's encoder and cross-attention).
+// fused: q_bias, v_bias, a random kv_index table and kv_starts (the kv batches' rows at
+// shuffled places of the buffer, as the decode state's pool holds each slot's tokens): the
+// engine's encoder and cross-attention.
 // settled: K/V marked as written launches ago (the step kernel stages its first keys before
 // waiting; grids of up to one wave, and two warps a task where that doubled grid is one wave
 // too: on a GPU of 132 SMs the 512-task shapes hold their keys with one warp a task, the
@@ -81,12 +83,16 @@ void check(const Shape& s, AttentionPath path, uint32_t seed, bool fused = false
   auto v_bias = random_vector(size_t(hd), -1.f, 1.f, seed + 3);
   round_to<T>(q_bias);
   round_to<T>(v_bias);
-  std::vector<int> kv_index(static_cast<size_t>(batch));
+  std::vector<int> kv_index(static_cast<size_t>(batch)), kv_starts(static_cast<size_t>(kv_batches));
   for (auto& i : kv_index) i = int(gen() % kv_batches);
+  for (size_t i = 0; i < kv_starts.size(); ++i) kv_starts[i] = int(i);
+  std::shuffle(kv_starts.begin(), kv_starts.end(), gen);
+  for (auto& st : kv_starts) st *= int(s.n);
   if (fused) {
     c.q_bias = q_bias.data();
     c.v_bias = v_bias.data();
     c.kv_index = kv_index.data();
+    c.kv_starts = kv_starts.data();
   }
   attention_cpu(c);
   std::vector<float> ref_scores(size_t(batch * s.heads * s.m * s.n));
@@ -94,7 +100,7 @@ void check(const Shape& s, AttentionPath path, uint32_t seed, bool fused = false
 
   DeviceBuffer<T> dq(qbuf), dkv(kvbuf), dout(ref.size()), dscores(ref_scores.size());
   DeviceBuffer<T> dqb(q_bias), dvb(v_bias);
-  DeviceInts dlen(lengths), dindex(kv_index);
+  DeviceInts dlen(lengths), dindex(kv_index), dstarts(kv_starts);
   AttentionArgs<T> a;
   a.q = dq.get();
   a.k = dkv.get();
@@ -125,6 +131,7 @@ void check(const Shape& s, AttentionPath path, uint32_t seed, bool fused = false
     a.q_bias = dqb.get();
     a.v_bias = dvb.get();
     a.kv_index = dindex.get();
+    a.kv_starts = dstarts.get();
     if (s.head_dim < 4 || s.head_dim > 128 || (s.head_dim & (s.head_dim - 1)) != 0) {  // no step kernel
       EXPECT_THROW(attention_cuda<T>(a, nullptr), std::invalid_argument) << what;
       return;
@@ -240,10 +247,14 @@ void check_decoder_self_attention(const CacheShape& s, uint32_t seed, bool settl
       for (int64_t c = 0; c < d; ++c)
         kc[size_t((r * s.capacity + j) * d + c)] = vc[size_t((r * s.capacity + j) * d + c)] =
             std::nanf("");
+  // the dense cache's tokens (c * capacity + j): position j of a random cache row, and the
+  // row's own at the step
   std::vector<int> key_rows(size_t(s.rows * s.capacity), -1);
   std::mt19937 gen(seed);
-  for (int64_t r = 0; r < s.rows; ++r)
-    for (int j = 0; j < s.step; ++j) key_rows[size_t(r * s.capacity + j)] = int(gen() % s.rows);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int j = 0; j < s.step; ++j) key_rows[size_t(r * s.capacity + j)] = int(gen() % s.rows) * s.capacity + j;
+    key_rows[size_t(r * s.capacity + s.step)] = int(r * s.capacity + s.step);
+  }
   std::vector<float> ref(size_t(s.rows * d)), ref_k = kc, ref_v = vc;
   DecoderSelfAttentionArgs<float> c;
   c.qkv = qkv.data(); c.bias = bias.data(); c.k_cache = ref_k.data(); c.v_cache = ref_v.data();
@@ -311,11 +322,13 @@ void check_decoder_self_attention_per_row(const CacheShape& s, uint32_t seed, bo
   }
   std::vector<int> key_rows(size_t(cache_rows_n * s.capacity), -1);
   for (int64_t r = 0; r < s.rows; ++r) {
-    for (int j = 0; j < positions[size_t(r)]; ++j) {
+    const int64_t own = cache_rows[size_t(r)], t = positions[size_t(r)];
+    for (int j = 0; j < t; ++j) {
       int from;
       do from = int(gen() % cache_rows_n); while (written[size_t(from)] <= j);
-      key_rows[size_t(cache_rows[size_t(r)] * s.capacity + j)] = from;
+      key_rows[size_t(own * s.capacity + j)] = from * s.capacity + j;  // the dense cache's token
     }
+    key_rows[size_t(own * s.capacity + t)] = int(own * s.capacity + t);
   }
   std::vector<float> ref(size_t(s.rows * d)), ref_k = kc, ref_v = vc;
   DecoderSelfAttentionArgs<float> c;

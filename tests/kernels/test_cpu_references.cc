@@ -164,7 +164,8 @@ TEST(CpuReference, Attention) {
 }
 
 TEST(CpuReference, DecoderSelfAttention) {
-  // 2 rows, 1 head of size 2, capacity 3, step 1. Row 0's position 0 lives in cache row 1.
+  // 2 rows, 1 head of size 2, capacity 3, step 1, a dense cache (token c * 3 + j). Row 0's
+  // position 0 lives in cache row 1's token (3); each row writes position 1 into its own.
   const std::vector<float> qkv = {1, 0, 5, 6, 7, 8,    // row 0: q | k | v
                                   0, 1, 1, 2, 3, 4};   // row 1
   const std::vector<float> bias = {0, 0, 0, 0, 0, 0};
@@ -172,7 +173,7 @@ TEST(CpuReference, DecoderSelfAttention) {
   kc[2 * 3 + 0] = 1;  // cache row 1, position 0: key (1, 0), value (10, 20)
   vc[2 * 3 + 0] = 10;
   vc[2 * 3 + 1] = 20;
-  const int key_rows[] = {1, -1, -1, 1, -1, -1};
+  const int key_rows[] = {3, 1, -1, 3, 4, -1};
   const int step = 1;
   std::vector<float> out(4, -7.f);
   DecoderSelfAttentionArgs<float> a;
@@ -202,7 +203,7 @@ TEST(CpuReference, DecoderSelfAttentionPerRow) {
   kc[3 * 2 + 0] = 1;  // cache row 1, position 0
   vc[3 * 2 + 0] = 10;
   vc[3 * 2 + 1] = 20;
-  const int key_rows[] = {-1, -1, -1, 1, -1, -1};
+  const int key_rows[] = {0, -1, -1, 3, 4, -1};  // the tokens of positions written and being written
   const int positions[] = {1, 0}, cache_rows[] = {1, 0};
   std::vector<float> out(4, -7.f);
   DecoderSelfAttentionArgs<float> a;
@@ -233,18 +234,25 @@ TEST(CpuReference, Elementwise) {
   embed_positions_cpu(ids, emb.data(), pos.data(), nullptr, out.data(), 2, 2, 1.f, &step);
   EXPECT_EQ(out, (std::vector<float>{35, 46, 31, 42}));
   // key-row table after step 2: rows take parents {1, 1, 0}; position 2 is each row's own
+  // token (dense: c * 4 + 2)
   const std::vector<int> old_rows = {0, 0, -1, -1, 1, 1, -1, -1, 2, 0, -1, -1};
   std::vector<int> new_rows(12, -1);
   const int parent[] = {1, 1, 0}, t = 2;
   beam_reorder_key_rows_cpu(old_rows.data(), new_rows.data(), parent, 3, 4, &t);
-  EXPECT_EQ(new_rows, (std::vector<int>{1, 1, 0, -1, 1, 1, 1, -1, 0, 0, 2, -1}));
+  EXPECT_EQ(new_rows, (std::vector<int>{1, 1, 2, -1, 1, 1, 6, -1, 0, 0, 10, -1}));
   // per-row positions and cache rows: row 0 (cache row 2, position 2) continues cache row 1;
   // row 1 (cache row 0, position 0) just joined; cache row 1's table is not touched
   const int row_positions[] = {2, 0}, cache_rows[] = {2, 0}, parents[] = {1, 0};
   new_rows.assign(12, -1);
   beam_reorder_key_rows_cpu(old_rows.data(), new_rows.data(), parents, 2, 4, nullptr,
                             row_positions, cache_rows);
-  EXPECT_EQ(new_rows, (std::vector<int>{0, -1, -1, -1, -1, -1, -1, -1, 1, 1, 2, -1}));
+  EXPECT_EQ(new_rows, (std::vector<int>{0, -1, -1, -1, -1, -1, -1, -1, 1, 1, 10, -1}));
+  // the tokens each row writes given (the decode state's blocks)
+  const int tokens[] = {17, 9};
+  new_rows.assign(12, -1);
+  beam_reorder_key_rows_cpu(old_rows.data(), new_rows.data(), parents, 2, 4, nullptr,
+                            row_positions, cache_rows, tokens);
+  EXPECT_EQ(new_rows, (std::vector<int>{9, -1, -1, -1, -1, -1, -1, -1, 1, 1, 17, -1}));
 }
 
 TEST(CpuReference, BeamTopk) {

@@ -107,7 +107,8 @@ TYPED_TEST(ElementwiseCuda, EmbedPositions) {
 
 // The key-row table of the beam reorder, carried from round to round. Step-level batching:
 // each row at its own position, owning a cache row out of a larger table (a random subset,
-// reshuffled every round), continuing a random cache row.
+// reshuffled every round), continuing a random cache row; every other round each row writes
+// a token given to it (the decode state's blocks), else the dense cache's.
 TEST(ElementwiseCudaInts, BeamReorderKeyRowsPerRow) {
   NMT_SKIP_WITHOUT_GPU();
   std::mt19937 gen(141);
@@ -123,18 +124,21 @@ TEST(ElementwiseCudaInts, BeamReorderKeyRowsPerRow) {
     for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
     for (int round = 0; round < 20; ++round) {
       std::shuffle(order.begin(), order.end(), gen);
-      std::vector<int> cache_rows(order.begin(), order.begin() + rows), parent, positions;
+      std::vector<int> cache_rows(order.begin(), order.begin() + rows), parent, positions, tokens;
       for (int r = 0; r < rows; ++r) {
         parent.push_back(int(gen() % cache_rows_n));
         positions.push_back(r == 0 ? 0 : r == 1 ? capacity - 1 : int(gen() % capacity));
+        tokens.push_back(int(gen() % 100000));
       }
+      const bool given = round % 2 == 1;
       beam_reorder_key_rows_cpu(table.data(), next.data(), parent.data(), rows, capacity,
-                                nullptr, positions.data(), cache_rows.data());
+                                nullptr, positions.data(), cache_rows.data(), given ? tokens.data() : nullptr);
       DeviceInts dparent(parent), dpositions(positions), dcache_rows(cache_rows),
-          dids(std::vector<int>(size_t(rows), 3));
+          dids(std::vector<int>(size_t(rows), 3)), dtokens(tokens);
       e.ids = dids.get();
       beam_reorder_and_embed_cuda<float>(cur->get(), nxt->get(), dparent.get(), rows, capacity,
-                                         dpositions.get(), dcache_rows.get(), e, nullptr);
+                                         dpositions.get(), dcache_rows.get(), e, nullptr, {}, {},
+                                         given ? dtokens.get() : nullptr);
       NMT_CHECK_CUDA(cudaDeviceSynchronize());
       ASSERT_EQ(nxt->download(), next) << "rows=" << rows << " round=" << round;
       std::swap(table, next);

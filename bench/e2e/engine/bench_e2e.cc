@@ -30,6 +30,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/stream.h"
@@ -182,6 +183,11 @@ int run_ids(const Args& a) {
   d.max_decoding_length = a.tgt_len;
   d.min_decoding_length = a.tgt_len - 1;
   int steps = 0;
+  // Engine memory (issue 52): as loaded, the most while a pass decodes, and what it holds a
+  // moment after its batches drained and once the engine gave back what it retains
+  // (CudaEngine::kRetain: a release of nothing after that long lets it).
+  const size_t loaded = engine->memory_used();
+  size_t peak = 0;
   auto translate = [&](const std::vector<std::vector<int>>& b) {
     const int n = int(b.size());
     DecodeLoop loop(*engine, config, {n, n * a.beam, a.src_len});
@@ -195,13 +201,19 @@ int run_ids(const Args& a) {
         tok += long(f.translation.hypotheses[0].ids.size());
         steps = std::max(steps, f.steps);
       }
+      peak = std::max(peak, engine->memory_used());
     }
     return tok;
   };
   for (int batch : a.batches) {
     const auto batches = make_batches(std::vector<std::vector<int>>(ids.begin(), ids.begin() + std::min<long>(long(ids.size()), batch == 1 ? 20 : long(ids.size()))), batch);
     best_pass(batches, 1, translate);
+    peak = 0;
     const auto [secs, tokens] = best_pass(batches, a.repeat, translate);
+    const size_t drained = engine->memory_used();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    engine->release(0, {});
+    const size_t returned = engine->memory_used();
     const double per_sentence_ms = secs * 1e3 / double(batches.size());
     std::ostringstream js;
     js << "{\"model\":\"" << a.ids_model << "\",\"engine\":\"nmt-serve\",\"precision\":\""
@@ -209,7 +221,9 @@ int run_ids(const Args& a) {
        << ",\"follow_rows\":" << a.follow_rows << ",\"src_len\":" << a.src_len << ",\"tgt_len\":" << a.tgt_len << ",\"steps\":" << steps
        << ",\"seconds\":" << secs << ",\"target_tokens\":" << tokens << ",\"tokens_per_s\":" << tokens / secs
        << ",\"ms_per_batch\":" << per_sentence_ms << ",\"ms_per_step\":" << per_sentence_ms / std::max(steps, 1)
-       << ",\"engine_mib\":" << (engine->memory_used() >> 20) << ",\"gpu_used_mib\":" << device_used_mib() << "}";
+       << ",\"engine_mib\":" << (drained >> 20) << ",\"engine_loaded_mib\":" << (loaded >> 20)
+       << ",\"engine_peak_mib\":" << (peak >> 20) << ",\"engine_returned_mib\":" << (returned >> 20)
+       << ",\"gpu_used_mib\":" << device_used_mib() << "}";
     report(js.str());
   }
   return 0;

@@ -77,6 +77,17 @@ void* DeviceAllocator::allocate(size_t bytes) {
   return ptr;
 }
 
+bool DeviceAllocator::charge(size_t bytes, bool required) {
+  if (limit_ && held_ + bytes > limit_) trim();
+  if (limit_ && held_ + bytes > limit_) {
+    if (!required) return false;
+    throw Error(ErrorCode::kResourceExhausted, "GPU memory limit of " + mib(limit_) + " reached: the CUDA engine holds " +
+                                                   mib(held_) + " and needs " + mib(bytes) + " more");
+  }
+  held_ += bytes;
+  return true;
+}
+
 void DeviceAllocator::release(void* ptr) {
   auto it = in_use_.find(ptr);
   if (it == in_use_.end()) return;

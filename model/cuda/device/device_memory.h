@@ -34,7 +34,12 @@ class DeviceAllocator {
   void release(void* ptr);
   // Frees the cached (unused) blocks.
   void trim();
-  size_t held() const { return held_; }  // bytes obtained from cudaMalloc and not freed
+  // Memory obtained elsewhere (DevicePool's granules) counted against the limit: false (or,
+  // when `required`, nmt::Error(kResourceExhausted)) where it would pass the limit even after
+  // trim(); uncharge() when it is given back.
+  bool charge(size_t bytes, bool required);
+  void uncharge(size_t bytes) { held_ -= bytes; }
+  size_t held() const { return held_; }  // bytes obtained from cudaMalloc or charged, not given back
 
  private:
   static size_t size_class(size_t bytes);
