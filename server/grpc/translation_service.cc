@@ -60,7 +60,7 @@ class TranslationService::UnaryCall final {
     request(service_);
     service_.call_started();
     deadline_ = steady_deadline(context_);
-    if (grpc::Status denied = service_.authenticate(context_, "Translate"); !denied.ok()) {
+    if (grpc::Status denied = service_.authenticate(context_, "Translate", &caller_); !denied.ok()) {
       finish_unrecorded(denied);
       return;
     }
@@ -84,7 +84,8 @@ class TranslationService::UnaryCall final {
     }
     service_.pipeline_.admit(
         request_, deadline_, record_, admitted_, [this](JobResult result) { done(result); },
-        [this](std::shared_ptr<Job> job, const grpc::Status& refused) { admission(std::move(job), refused); });
+        [this](std::shared_ptr<Job> job, const grpc::Status& refused) { admission(std::move(job), refused); },
+        caller_);
   }
 
   // The call is over: answered, cancelled by its client or past its deadline.
@@ -189,6 +190,7 @@ class TranslationService::UnaryCall final {
   bool admitting_ = true;
   bool cancelled_ = false;
   std::optional<grpc::Status> answered_;  // the job's answer, while admitting_
+  Caller caller_;  // who the call is (fair queueing, quotas)
   std::shared_ptr<Job> job_;  // once admitted; a cancellation cancels it
 };
 
@@ -235,7 +237,7 @@ class TranslationService::StreamCall final {
     request(service_);
     service_.call_started();
     deadline_ = steady_deadline(context_);
-    grpc::Status refused = service_.authenticate(context_, "TranslateStream");
+    grpc::Status refused = service_.authenticate(context_, "TranslateStream", &caller_);
     if (refused.ok() && !permit_.acquire()) {
       refused = permit_.busy();
       service_.pipeline_.record_refused("TranslateStream", refused);
@@ -317,7 +319,8 @@ class TranslationService::StreamCall final {
         [this, entry](JobResult result) { completed(*entry, result); },
         [this, entry](std::shared_ptr<Job> job, const grpc::Status& refused) {
           admission(entry, std::move(job), refused);
-        });
+        },
+        caller_);
   }
 
   // A message's admission came back: its job, or why it is refused.
@@ -469,6 +472,7 @@ class TranslationService::StreamCall final {
   // The end event, each operation in flight, and the actor's hold until Finish() is started.
   std::atomic<int> events_left_{2};
   CallPermit permit_;
+  Caller caller_;  // who the stream is (fair queueing, quotas)
   Clock::time_point deadline_;
   v1::TranslateRequest request_;  // the read in flight
 
@@ -489,9 +493,11 @@ class TranslationService::StreamCall final {
 };
 
 TranslationService::TranslationService(RequestPipeline& pipeline, const ModelRegistry& models,
-                                       const BearerAuth& auth, int max_stream_messages)
+                                       const BearerAuth& auth, int max_stream_messages,
+                                       bool trust_tenant_header)
     : pipeline_(pipeline), models_(models), auth_(auth),
-      max_stream_messages_(static_cast<size_t>(max_stream_messages)) {}
+      max_stream_messages_(static_cast<size_t>(max_stream_messages)),
+      trust_tenant_header_(trust_tenant_header) {}
 
 void TranslationService::call_done() {
   if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -506,8 +512,19 @@ void TranslationService::wait_for_calls() {
 }
 
 grpc::Status TranslationService::authenticate(const grpc::ServerContextBase& context,
-                                              const char* method) {
-  if (auth_.allows(context.client_metadata())) return grpc::Status::OK;
+                                              const char* method, Caller* caller) {
+  std::shared_ptr<const ApiKey> key = auth_.identify(context.client_metadata());
+  if (key || !auth_.enabled()) {
+    if (caller) {
+      std::string tenant;
+      if (trust_tenant_header_) {
+        const auto it = context.client_metadata().find("x-tenant");
+        if (it != context.client_metadata().end()) tenant.assign(it->second.data(), it->second.size());
+      }
+      *caller = identify_caller(std::move(key), context.peer(), tenant, trust_tenant_header_);
+    }
+    return grpc::Status::OK;
+  }
   const grpc::Status status(grpc::StatusCode::UNAUTHENTICATED,
                             "missing or wrong bearer token (metadata 'authorization: Bearer TOKEN')");
   pipeline_.record_refused(method, status);

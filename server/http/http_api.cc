@@ -59,6 +59,9 @@ void reply(httplib::Response& res, int status, const std::string& body) {
 void v1_error(httplib::Response& res, const grpc::Status& status) {
   nlohmann::ordered_json body = {{"error", status.error_message()},
                                  {"code", status_code_name(status.error_code())}};
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    res.set_header("Retry-After", std::to_string(retry_after_seconds(status)));
+  }
   reply(res, http_status(status.error_code()),
         body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
@@ -133,7 +136,7 @@ void HttpApi::stop() {
 }
 
 grpc::Status HttpApi::translate(const char* method, v1::TranslateRequest request,
-                                v1::TranslateResponse* response) {
+                                v1::TranslateResponse* response, Caller caller) {
   using Answer = std::pair<grpc::Status, v1::TranslateResponse>;
   // Shared with the completion, which may still be inside set_value when get() returns.
   auto answer = std::make_shared<std::promise<Answer>>();
@@ -141,7 +144,8 @@ grpc::Status HttpApi::translate(const char* method, v1::TranslateRequest request
   pipeline_.translate(method, std::move(request), Clock::time_point::max(),
                       [answer](const grpc::Status& status, v1::TranslateResponse translated) {
                         answer->set_value({status, std::move(translated)});
-                      });
+                      },
+                      std::move(caller));
   Answer got = answered.get();
   *response = std::move(got.second);
   return got.first;
@@ -166,7 +170,10 @@ void HttpApi::routes() {
       return v1_error(res, bad);
     }
     v1::TranslateResponse response;
-    const grpc::Status status = translate(kV1, std::move(request), &response);
+    const grpc::Status status =
+        translate(kV1, std::move(request), &response,
+                  identify_caller(auth_.identify_header(req.get_header_value("Authorization")), req.remote_addr,
+                                  "", false));
     if (!status.ok()) return v1_error(res, status);
     std::string body;
     google::protobuf::util::MessageToJsonString(response, &body);
@@ -196,7 +203,11 @@ void HttpApi::routes() {
       libretranslate_.check(request);
       v1::TranslateResponse response;
       const grpc::Status status =
-          translate(kLibre, libretranslate_.to_request(request), &response);
+          translate(kLibre, libretranslate_.to_request(request), &response,
+                    identify_caller(auth_.identify_header(credential), req.remote_addr, "", false));
+      if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        res.set_header("Retry-After", std::to_string(retry_after_seconds(status)));
+      }
       if (!status.ok()) throw libretranslate_error(status);
       reply(res, 200, libretranslate_.response_json(request, response));
     } catch (const LibreTranslateError& e) {

@@ -41,10 +41,10 @@ class HttpApi {
 
  private:
   void routes();
-  // The pipeline's answer to `request`, waited for on the connection's thread (an httplib
-  // handler answers before it returns).
+  // The pipeline's answer to `request` from `caller`, waited for on the connection's thread
+  // (an httplib handler answers before it returns).
   grpc::Status translate(const char* method, v1::TranslateRequest request,
-                         v1::TranslateResponse* response);
+                         v1::TranslateResponse* response, Caller caller);
 
   RequestPipeline& pipeline_;
   const BearerAuth& auth_;  // main's: SIGHUP reloads its tokens
