@@ -168,7 +168,8 @@ const std::string kInflight = "nmt_inflight_requests";
 }  // namespace
 
 TEST(CallbackService, TwoThousandConcurrentUnaryCallsOnBoundedThreads) {
-  Server server("threads", "batching:\n  max_queue_sentences: 4096\n");
+  // One process is one tenant: the share lets its 2000 calls all wait.
+  Server server("threads", "batching:\n  max_queue_sentences: 4096\n  tenant_queue_share: 1\n");
   ASSERT_TRUE(server.serving()) << server.tail();
   const int idle_threads = server.threads();
 

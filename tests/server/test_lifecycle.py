@@ -85,7 +85,8 @@ def main():
                       "metrics port in use", 1, "cannot serve /metrics")
 
     # --- overload and drain ---
-    server = harness.Server(binary, config, ["--max-queue-sentences", "16",
+    # One client is one tenant: the share lets it fill the queue, whose bound this checks.
+    server = harness.Server(binary, config, ["--max-queue-sentences", "16", "--tenant-queue-share", "1",
                                              "--max-sentences-per-request", "16"])
     try:
         server.wait_serving(health_pb2, health_pb2_grpc)
