@@ -21,7 +21,8 @@ size_t FairQueue::queued(const std::string& tenant) const {
 std::string FairQueue::refusal(const std::string& tenant, int weight, size_t n) const {
   const size_t limit = tenant_limit(weight);
   const size_t own = queued(tenant);
-  if (own + n > limit) {
+  // A share of the whole queue is no bound of its own: the queue's message says which.
+  if (limit < max_queue_ && own + n > limit) {
     if (n > limit) {
       return "a request of " + std::to_string(n) + " sentences can never fit this client's share of " +
              std::to_string(limit) + " waiting sentences (batching.tenant_queue_share of batching.max_queue_sentences)";

@@ -60,7 +60,7 @@ def main():
     with open(tokens, "w") as f:
         f.write(KEYS)
     config = os.path.join(tmp, "config.yaml")
-    harness.write_config(config, os.path.join(repo, "models/m30k-en-de-small"), server={"auth_token_file": tokens})
+    harness.write_config(config, os.path.join(repo, "models/m30k-en-de-small"), server={"auth_token_file": tokens, "translation_cache_mb": 64})
     http_port = harness.free_port()
     server = harness.Server(binary, config, ["--http-host", "127.0.0.1", "--http-port", str(http_port)])
     try:

@@ -118,6 +118,12 @@ TEST(FairQueue, TheWholeQueueStillBoundsEveryone) {
   EXPECT_EQ(fair.refusal("c", 1, 2), "");
   const std::string full = fair.refusal("c", 1, 3);
   EXPECT_NE(full.find("8 sentences already queued (batching.max_queue_sentences = 10)"), std::string::npos) << full;
+  // A share of the whole queue: the one tenant that fills it hears of the queue, not a share.
+  FairQueue whole(4, 1.0);
+  for (int i = 0; i < 4; ++i) whole.enqueue("a", 1);
+  const std::string alone = whole.refusal("a", 1, 1);
+  EXPECT_NE(alone.find("batching.max_queue_sentences = 4"), std::string::npos) << alone;
+  EXPECT_EQ(alone.find("tenant_queue_share"), std::string::npos) << alone;
 }
 
 }  // namespace
