@@ -275,8 +275,10 @@ grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const Job
   timings->set_queue_ms(record.queue_ms);
   timings->set_decode_ms(record.decode_ms);
   timings->set_total_ms(ms_since(record.start));
-  metrics_.queue_wait(record.model, result.queue_seconds);
-  metrics_.decode_time(record.model, result.decode_seconds);
+  if (result.decode_steps > 0) {  // else every sentence came from the cache: nothing waited or decoded
+    metrics_.queue_wait(record.model, result.queue_seconds);
+    metrics_.decode_time(record.model, result.decode_seconds);
+  }
   metrics_.tokens(record.model, record.input_tokens, record.output_tokens);
   return grpc::Status::OK;
 }
