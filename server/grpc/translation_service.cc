@@ -1,5 +1,7 @@
 #include "server/grpc/translation_service.h"
 
+#include "server/pipeline/status.h"
+
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -156,6 +158,10 @@ class TranslationService::UnaryCall final {
   }
   void finish(const grpc::Status& status) {
     context_.AddTrailingMetadata("x-request-id", record_.request_id);
+    // As HTTP's Retry-After: how long a full share or a used-up quota asks the client to wait.
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      context_.AddTrailingMetadata("retry-after", std::to_string(retry_after_seconds(status)));
+    }
     service_.pipeline_.record(record_, status);
     permit_.release();
     finish_unrecorded(status);

@@ -103,9 +103,16 @@ def main():
             # Requests per minute.
             codes = [translate("few-requests-0123", [f"A dog runs {i} times."])[0] for i in range(3)]
             check(codes == ["OK"] * 3, f"3 requests of a 3-a-minute key: {codes}")
-            code, details = translate("few-requests-0123", ["A dog runs."])
-            check(code == "RESOURCE_EXHAUSTED" and "requests_per_minute" in details and "retry after" in details,
-                  f"the 4th: {code} {details}")
+            try:
+                stub.Translate(pb.TranslateRequest(texts=["A dog runs."]),
+                               metadata=[("authorization", "Bearer few-requests-0123")], timeout=60)
+                code, details, retry = "OK", "", None
+            except grpc.RpcError as e:
+                code, details = e.code().name, e.details()
+                retry = dict(e.trailing_metadata() or ()).get("retry-after")
+            check(code == "RESOURCE_EXHAUSTED" and "requests_per_minute" in details and "retry after" in details
+                  and retry is not None and int(retry) >= 1,
+                  f"the 4th: {code} {details} (trailing retry-after: {retry})")
             code, _ = translate("free-key-89ab", ["A dog runs."])
             check(code == "OK", f"another key meanwhile: {code}")
             # Characters per minute: 24 + 24 pass, 24 more would be 72 > 60.
