@@ -18,7 +18,7 @@ case "$mode" in
     # The soak's and the stream flow-control test's bars are resident memory, which ASan's
     # quarantine and shadow make meaningless (flow control under ASan: +76 MB, bar 64); they
     # run natively in the main suite.
-    select=(-E 'GoldenCpu|deploy_|Golden|reliability\.(soak|stream_flow_control)')
+    select=(-E 'GoldenCpu|deploy_|Golden|reliability\.(soak|streams\.stream_flow_control)')
     export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     ;;
@@ -31,7 +31,7 @@ case "$mode" in
     # storms, SIGTERM under load, the memory cap, the 1000 concurrent streams, /metrics under
     # hostile connections, and the connection limits (a frozen client's stream cancelled by
     # the keepalive).
-    select=(-R '^server\.(Scheduler|RequestPipeline|integration|lifecycle|call_limits|QueueThreadsTest|http_api|model_repository|languages|MetricsEndpoint)|^reliability\.(overload|disconnect|sigterm|memory_cap|hostile|streams|metrics_endpoint|connection_limits)|^TextWorkerTest\.')
+    select=(-R '^server\.(scheduling\.Scheduler|pipeline\.(RequestPipeline|languages)|grpc\.(integration|call_limits|QueueThreadsTest)|app\.lifecycle|http\.(http_api|MetricsEndpoint)|repository\.model_repository)|^reliability\.(process\.(overload|sigterm|memory_cap)|connections\.(disconnect|hostile|metrics_endpoint|connection_limits)|streams\.streams)|^TextWorkerTest\.')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/reliability/tsan.supp"
     ;;
   *) echo "unknown mode $mode (asan|tsan)" >&2; exit 2 ;;

@@ -11,9 +11,9 @@ under OUT: models/<variant>/ (model + tokenizer files, references.jsonl, meta.js
 demo/ (references.jsonl, meta.json for models/m30k-en-de-small on all of sentences.en),
 refused/<name>/ (models the loader must refuse, with meta.json naming the field), and
 families/<variant>/ with the families' refused/ cases (NLLB-200, M2M-100, mBART-50: written by
-tools/conformance/families.py; --only-families writes those alone, --skip-families leaves them
-out). tests/conformance/README.md describes every file; tools/conformance/__init__.py lists
-the modules.
+tools/conformance/families/generate.py; --only-families writes those alone, --skip-families
+leaves them out). tests/conformance/README.md describes every file; tools/conformance/__init__.py
+lists the modules.
 
 Everything is deterministic, so running it twice gives identical files: the SentencePiece
 models are trained single-threaded from an in-memory corpus that this script writes itself
@@ -31,10 +31,10 @@ import shutil
 import sys
 import tempfile
 
-from conformance.marian_model import build_model, check_reload, load_model
-from conformance.marian_references import meta_common, translate_chunk, write_demo
-from conformance.marian_tokenizer import check_tokenizer, marian_vocab, write_tokenizer
-from conformance.marian_variants import (ATTENTION_GAIN, BASE, EMBEDDING_STD, EOS, EOS_BOOST,
+from conformance.marian.model import build_model, check_reload, load_model
+from conformance.marian.references import meta_common, translate_chunk, write_demo
+from conformance.marian.tokenizer import check_tokenizer, marian_vocab, write_tokenizer
+from conformance.marian.variants import (ATTENTION_GAIN, BASE, EMBEDDING_STD, EOS, EOS_BOOST,
                                          FFN_GAIN, LANGUAGE_CODES, MAX_LENGTH_DEMO,
                                          MAX_LENGTH_VARIANTS, OUTPUT_GAIN, PAD, REFUSED, SEED,
                                          SRC_SPM_SIZE, TGT_SPM_SIZE, TINY, VARIANT_EXTRA_IDS,
@@ -64,7 +64,7 @@ def main():
                     help="leave out families/ and the families' refused/ cases")
     ap.add_argument("--only-families", action="store_true",
                     help="write families/ and the families' refused/ cases only (NLLB-200,"
-                         " M2M-100, mBART-50; tools/conformance/families.py)")
+                         " M2M-100, mBART-50; tools/conformance/families/generate.py)")
     args = ap.parse_args()
     if os.path.isdir(args.out) and os.listdir(args.out):
         ap.error(f"{args.out} is not empty")
@@ -213,8 +213,8 @@ def main():
 
 
 def write_families(out, sentences, plain_items, args):
-    """families/ and the families' refused/ cases (tools/conformance/families.py)."""
-    from conformance import families as conformance_families
+    """families/ and the families' refused/ cases (tools/conformance/families/generate.py)."""
+    from conformance.families import generate as conformance_families
 
     log_path = os.path.join(tempfile.mkdtemp(prefix="make_conformance."), "spm.log")
     if args.limit:

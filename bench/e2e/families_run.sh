@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One device run for the model families and the server's new layout (GPU machine, repository
 # root): the build before the change and the build after it, side by side in the same run.
-#   engine: bench/e2e/compare_e2e.sh over both builds (demo model and Transformer-base shape,
+#   engine: bench/e2e/engine/compare_e2e.sh over both builds (demo model and Transformer-base shape,
 #           float16, beam 4), interleaved before/after;
-#   nllb:   the NLLB-200-distilled-600M shape (random weights, bench/e2e/nllb_shape.py):
+#   nllb:   the NLLB-200-distilled-600M shape (random weights, bench/e2e/engine/nllb_shape.py):
 #           CTranslate2 4.8.1 float16 and the new build's engine, beam 4, the target language
 #           token then exactly 32 tokens (the same decoder steps in both);
-#   serve:  bench/e2e/serve_bench.sh with each build's server (2 decode loops; OFFLINE=0: the
+#   serve:  bench/e2e/server/serve_bench.sh with each build's server (2 decode loops; OFFLINE=0: the
 #           offline figures from the engine part), ROUNDS interleaved passes.
 # usage: bench/e2e/families_run.sh BEFORE_LABEL AFTER_LABEL [PARTS]   (PARTS: engine nllb serve)
 #   .devbundle-base/bundle*.tar.xz and .devbundle-new/bundle*.tar.xz hold each build's
@@ -44,19 +44,19 @@ for part in $parts; do
   case $part in
     engine)
       NMT_E2E_BATCHES=${NMT_E2E_BATCHES:-1,64,256,1024} NMT_E2E_DEMO_COPIES=1 \
-        bash "$here/compare_e2e.sh" "$out/e2e" "$before=/tmp/base/bin" "$after=/tmp/new/bin" \
+        bash "$here/engine/compare_e2e.sh" "$out/e2e" "$before=/tmp/base/bin" "$after=/tmp/new/bin" \
         "$before=/tmp/base/bin" "$after=/tmp/new/bin" > /dev/null
       cat "$out/e2e/results.jsonl" >> "$out/results.jsonl" ;;
     nllb)
       mkdir -p /tmp/ct2 && tar xJf "$repo"/.peers/ct2-4.8.1-sm90-py312.tar.xz -C /tmp/ct2
-      python3 "$here/nllb_shape.py" write --out /tmp/nllb 2>&1 | tee -a "$out/nllb.log" | tag "$after"
+      python3 "$here/engine/nllb_shape.py" write --out /tmp/nllb 2>&1 | tee -a "$out/nllb.log" | tag "$after"
       # 27 source tokens, then 33 decoder steps in both engines: CTranslate2 the target-language
       # prefix and 32 tokens; ours (--ids-model: no tokenizer, so the model's first token is
       # not forced to a language; the same work a step) 33 tokens, EOS masked before the last.
       /tmp/new/bin/nmt-bench-e2e --ids-model /tmp/nllb --precision float16 --beam 4 \
         --src-len 27 --tgt-len 33 --batches 1,16,64,256 --sentences 512 --latency-sentences 20 \
         2>&1 | tee -a "$out/nllb.log" | tag "$after"
-      PYTHONPATH=/tmp/ct2/site:${PYTHONPATH:-} python3 "$here/nllb_shape.py" ct2 --model /tmp/nllb \
+      PYTHONPATH=/tmp/ct2/site:${PYTHONPATH:-} python3 "$here/engine/nllb_shape.py" ct2 --model /tmp/nllb \
         --batches 1,16,64,256 2>&1 | tee -a "$out/nllb.log" | tag ctranslate2-4.8.1 ;;
     serve)
       # ROUNDS (default 1) interleaved passes: before, after, before, after, ...
@@ -65,8 +65,8 @@ for part in $parts; do
           label=${spec%%=*} dir=${spec#*=} o=$out/serve-${spec%%=*}-$round
           PATH=$dir/bin:/tmp/new/bin:$PATH LD_LIBRARY_PATH=$dir/lib:$LD_LIBRARY_PATH NMT_COMMIT=$label \
             SECONDS_PER_PASS=${SECONDS_PER_PASS:-3} CLIENT_THREADS=4 \
-            bash "$here/serve_bench.sh" "$o" 2 > "$o.txt" 2>&1
-          python3 "$here/serve_summary.py" "$o/results.jsonl" >> "$o.txt" 2>&1
+            bash "$here/server/serve_bench.sh" "$o" 2 > "$o.txt" 2>&1
+          python3 "$here/server/serve_summary.py" "$o/results.jsonl" >> "$o.txt" 2>&1
           cat "$o/results.jsonl" >> "$out/results.jsonl"
         done
       done ;;

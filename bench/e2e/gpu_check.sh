@@ -44,14 +44,14 @@ fi
 
 if want e2e; then
 step e2e
-NMT_CUDA_PROFILE=1 timeout 300 bash bench/e2e/run_e2e.sh "$out/e2e" > /tmp/e2e.out 2>&1
+NMT_CUDA_PROFILE=1 timeout 300 bash bench/e2e/engine/run_e2e.sh "$out/e2e" > /tmp/e2e.out 2>&1
 grep -E "nmt cuda profile|memory|MiB|H100|H200" /tmp/e2e.out | tail -30 >> "$log"
 fi
 
 if want server; then
 step server
 # served throughput and latency against the engine's offline figures, in this run
-timeout 420 bash bench/e2e/serve_bench.sh "$out/serve" 1 2 >> "$log" 2>&1
+timeout 420 bash bench/e2e/server/serve_bench.sh "$out/serve" 1 2 >> "$log" 2>&1
 fi
 
 if want ncu; then
@@ -61,7 +61,7 @@ step ncu
 timeout 100 ncu --launch-skip 4000 --launch-count 400 --metrics gpu__time_duration.sum --csv \
   --log-file /tmp/ncu-demo.csv nmt-bench-e2e --model models/m30k-en-de-small --source $src \
   --precision float16 --batches 64 --repeat 1 > /dev/null 2>&1
-python3 bench/e2e/hf_baseline.py write-random --shape base --out /tmp/base > /dev/null 2>&1
+python3 bench/e2e/engine/hf_baseline.py write-random --shape base --out /tmp/base > /dev/null 2>&1
 timeout 100 ncu --launch-skip 4000 --launch-count 400 --metrics gpu__time_duration.sum --csv \
   --log-file /tmp/ncu-base.csv nmt-bench-e2e --ids-model /tmp/base --precision float16 \
   --batches 64 --repeat 1 --sentences 256 > /dev/null 2>&1

@@ -2,7 +2,7 @@
 // Which loaded repository models to unload so that a load fits model_repository's memory
 // budget (docs/server.md), as a pure function of plain state: the bytes the load needs and the
 // bytes in use on each device, and the loaded models with their sizes, last use and whether
-// they may go (tested as tables: tests/server/test_eviction_policy.cc). The registry takes
+// they may go (tested as tables: tests/server/repository/test_eviction_policy.cc). The registry takes
 // the snapshot under its lock, unloads what the plan names and looks again: a version still
 // held by a request frees its memory only once it is let go.
 #include <cstddef>

@@ -3,7 +3,7 @@
 // pure function of a plain snapshot: the model's queue, every loop's load and capacity, and
 // the `batching:` options. The Scheduler takes the snapshot under its lock, asks, and does
 // what the answer says; the rules live here alone, so that they are tested as tables
-// (tests/server/test_admission_policy.cc) without threads or clocks.
+// (tests/server/scheduling/test_admission_policy.cc) without threads or clocks.
 //
 // The rules, in the order they apply:
 // - Fill (loop_fill_sentences > 0, several loops): while the model's sentences (active and

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/e2e/nllb_shape.py without a GPU: its arguments, the shapes it writes (parameter counts
+"""bench/e2e/engine/nllb_shape.py without a GPU: its arguments, the shapes it writes (parameter counts
 of NLLB-200-distilled-600M and NLLB-200-1.3B), its sources' layout and its tokens/s arithmetic.
 Importing it needs neither torch nor ctranslate2 (the GPU runs happen on the device machine)."""
 import importlib.util
@@ -8,7 +8,7 @@ import sys
 import unittest
 
 REPO = sys.argv[1] if len(sys.argv) > 1 else "."
-spec = importlib.util.spec_from_file_location("nllb_shape", os.path.join(REPO, "bench/e2e/nllb_shape.py"))
+spec = importlib.util.spec_from_file_location("nllb_shape", os.path.join(REPO, "bench/e2e/engine/nllb_shape.py"))
 nllb_shape = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(nllb_shape)
 

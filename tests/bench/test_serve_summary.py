@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/e2e/serve_summary.py on made-up serve_bench results whose ratios are known."""
+"""bench/e2e/server/serve_summary.py on made-up serve_bench results whose ratios are known."""
 import json
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import tempfile
 import unittest
 
-TOOL = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "bench/e2e/serve_summary.py")
+TOOL = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "bench/e2e/server/serve_summary.py")
 
 
 def offline(batch, rate):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/e2e/tail_by_steps.py on made-up server logs whose answers are known, in the text and
+"""bench/e2e/server/tail_by_steps.py on made-up server logs whose answers are known, in the text and
 the JSON log formats."""
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import tempfile
 import unittest
 
-TOOL = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "bench/e2e/tail_by_steps.py")
+TOOL = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "bench/e2e/server/tail_by_steps.py")
 
 # (ms, decode_ms, steps): 50 requests of 10 steps, 49 of 20, one of 40 whose steps were slower.
 REQUESTS = [(20.0, 19.0, 10)] * 50 + [(40.0, 38.0, 20)] * 49 + [(120.0, 116.0, 40)]

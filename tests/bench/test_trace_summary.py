@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""bench/e2e/trace_summary.py on made-up launch timelines whose answers are known."""
+"""bench/e2e/engine/trace_summary.py on made-up launch timelines whose answers are known."""
 import os
 import subprocess
 import sys
 import tempfile
 import unittest
 
-TOOL = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "bench/e2e/trace_summary.py")
+TOOL = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "bench/e2e/engine/trace_summary.py")
 
 # One step: (source:line, blocks, microseconds from this launch's release to the next one's,
 # microseconds block 0 waited).

@@ -23,7 +23,7 @@ import zipfile
 import grpc
 from google.protobuf import json_format
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", "support"))
 import harness  # noqa: E402
 
 check = harness.Checks()

@@ -11,18 +11,26 @@ namespace {
 
 class GoldenCpu : public ::testing::Test {
  protected:
+  // No exception out of here: gtest turns a fatal failure in SetUpTestSuite into
+  // "[  SKIPPED ]" for every test of the suite, which ctest counts as skipped. A failure to
+  // read the references or load the model is kept for SetUp() to fail each test with.
   static void SetUpTestSuite() {
     if (!test::have_golden()) return;
-    golden_ = new std::vector<test::GoldenSentence>(test::load_golden());
-    TranslatorOptions o;
-    o.device = Device::kCpu;
-    translator_ = Translator::load(test::demo_model_dir(), o).release();
+    try {
+      golden_ = new std::vector<test::GoldenSentence>(test::load_golden());
+      TranslatorOptions o;
+      o.device = Device::kCpu;
+      translator_ = Translator::load(test::demo_model_dir(), o).release();
+    } catch (const std::exception& e) {
+      setup_error_ = std::string("SetUpTestSuite: ") + e.what();
+    }
   }
   static void TearDownTestSuite() {
     delete translator_;
     delete golden_;
   }
   void SetUp() override {
+    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
     if (!golden_) GTEST_SKIP() << "golden references absent: " << test::golden_dir();
   }
   // Translates the first n golden sources from their ids, in batches of batch_size.
@@ -47,10 +55,12 @@ class GoldenCpu : public ::testing::Test {
   }
   static std::vector<test::GoldenSentence>* golden_;
   static Translator* translator_;
+  static std::string setup_error_;  // why SetUpTestSuite could not load the references or model
 };
 
 std::vector<test::GoldenSentence>* GoldenCpu::golden_ = nullptr;
 Translator* GoldenCpu::translator_ = nullptr;
+std::string GoldenCpu::setup_error_;
 
 }  // namespace
 

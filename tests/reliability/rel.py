@@ -1,4 +1,4 @@
-"""Helpers of the reliability tests, on top of tests/server/harness.py: stubs, a server with
+"""Helpers of the reliability tests, on top of tests/server/support/harness.py: stubs, a server with
 extra settings, JSON request logs, RSS/thread/fd sampling. Every wait is bounded."""
 import json
 import os
@@ -6,7 +6,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "server"))
+sys.path.insert(0, os.path.join(HERE, "..", "server", "support"))
 
 import grpc  # noqa: E402
 

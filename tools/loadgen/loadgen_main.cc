@@ -42,6 +42,9 @@ struct Options {
   bool busy_poll = false;  // wait for answers by polling, never sleeping (see kUsage)
   int client_threads = 0;  // 0: a thread per client; else the clients shared out over this many
   int connections = 0;  // 0: a connection per client; else the clients share this many
+  std::string source_language;
+  std::vector<std::string> target_languages;  // in turn across requests; empty: the model's
+  int decoding_length = 0;  // > 0: every sentence exactly this many target tokens, EOS included
   bool json = false;
 };
 
@@ -50,6 +53,8 @@ const char* kUsage =
     "                   (--duration SECONDS | --count REQUESTS) [--beam K]\n"
     "                   [--sentences-per-request N] [--model NAME] [--timeout-ms MS] [--json]\n"
     "                   [--busy-poll | --client-threads N] [--connections N]\n"
+    "                   [--source-language L] [--target-languages L1,L2,...]\n"
+    "                   [--decoding-length N]\n"
     "       nmt-loadgen --ping [--target HOST:PORT] [--clients N] (--duration S | --count N)\n"
     "                   [--busy-poll | --client-threads N] [--connections N]\n"
     "       nmt-loadgen --health-check [--target HOST:PORT] [--timeout-ms MS]\n\n"
@@ -71,6 +76,10 @@ const char* kUsage =
     "--connections N: the clients share N connections (client i on connection i mod N),\n"
     "their calls multiplexed as HTTP/2 streams, as behind a proxy that pools its upstream\n"
     "connections; by default each client has a connection of its own.\n"
+    "--target-languages: a multilingual model's target languages, taken in turn by the\n"
+    "requests (a mixed load); --decoding-length N: every sentence N target tokens, EOS\n"
+    "included (min_decoding_length N - 1, max N), so that all take the same decoder steps\n"
+    "(a random-weight model's EOS would end them early).\n"
     "Defaults: --target 127.0.0.1:50051 --clients 8 --beam 4 --sentences-per-request 1\n"
     "--timeout-ms 10000 (per request deadline).\n";
 
@@ -87,6 +96,18 @@ long to_number(const std::string& flag, const std::string& value, long lo) {
   } catch (const std::exception&) {
   }
   usage_error("--" + flag + " needs an integer >= " + std::to_string(lo) + ", got '" + value + "'");
+}
+
+std::vector<std::string> split_list(const std::string& flag, const std::string& value) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = std::min(value.find(',', start), value.size());
+    if (comma == start) usage_error("--" + flag + " has an empty item in '" + value + "'");
+    items.push_back(value.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
 }
 
 Options parse(int argc, char** argv) {
@@ -116,6 +137,9 @@ Options parse(int argc, char** argv) {
     else if (flag == "timeout-ms") o.timeout_ms = static_cast<int>(to_number(flag, value, 1));
     else if (flag == "client-threads") o.client_threads = static_cast<int>(to_number(flag, value, 1));
     else if (flag == "connections") o.connections = static_cast<int>(to_number(flag, value, 1));
+    else if (flag == "source-language") o.source_language = value;
+    else if (flag == "target-languages") o.target_languages = split_list(flag, value);
+    else if (flag == "decoding-length") o.decoding_length = static_cast<int>(to_number(flag, value, 2));
     else usage_error("unknown flag --" + flag);
   }
   if (!o.health_check) {
@@ -235,9 +259,20 @@ void fill_request(const Options& o, const std::vector<std::string>& sentences,
                   std::atomic<size_t>& next_sentence, nmt::v1::TranslateRequest* request) {
   request->Clear();
   request->set_model(o.model);
-  request->mutable_options()->set_beam_size(o.beam);
+  auto* options = request->mutable_options();
+  options->set_beam_size(o.beam);
+  if (!o.source_language.empty()) options->set_source_language(o.source_language);
+  if (o.decoding_length > 0) {
+    // EOS masked until the last token, which max_decoding_length makes the last
+    options->set_min_decoding_length(o.decoding_length - 1);
+    options->set_max_decoding_length(o.decoding_length);
+  }
   for (int i = 0; i < o.sentences_per_request; ++i) {
-    request->add_texts(sentences[next_sentence.fetch_add(1) % sentences.size()]);
+    const size_t next = next_sentence.fetch_add(1);
+    // the request's first sentence picks its target, so that the languages mix evenly
+    if (i == 0 && !o.target_languages.empty())
+      options->set_target_language(o.target_languages[next % o.target_languages.size()]);
+    request->add_texts(sentences[next % sentences.size()]);
   }
 }
 
