@@ -18,8 +18,10 @@ trap 'rm -f "$src" "$src.served"; [ -n "$server" ] && kill "$server" 2>/dev/null
 gzip -dc "$shared"/data/multi30k/test_2016_flickr.en.gz | sed -n "1,${n}p" > "$src"  # sed reads to the end: no SIGPIPE for gzip
 
 served() {  # precision -> sentences/s and p50 latency of the measured window
+  # Without the translation cache: the decode path against CTranslate2's.
   "$bin"/nmt-server --config configs/default.yaml --device cpu --precision "$1" --workers 1 \
-    --host 127.0.0.1 --port "$port" --metrics-port $((port + 1)) --log-level warn >/dev/null 2>&1 &
+    --host 127.0.0.1 --port "$port" --metrics-port $((port + 1)) --log-level warn \
+    --translation-cache-mb 0 >/dev/null 2>&1 &
   server=$!
   for _ in $(seq 100); do
     "$bin"/nmt-loadgen --health-check --target 127.0.0.1:"$port" >/dev/null 2>&1 && break

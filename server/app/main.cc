@@ -125,9 +125,11 @@ int serve(const ServerConfig& config) {
   // A call waiting for its translation holds no thread; SIGTERM's Shutdown
   // waits (up to the grace period, then cancels) until every call has finished.
   ModelControlService control(*models, auth);
-  RequestPipeline pipeline(*models, config.limits, metrics, config.max_concurrent_calls);
+  RequestPipeline pipeline(*models, config.limits, metrics, config.max_concurrent_calls,
+                           size_t(config.translation_cache_mb) << 20);
   TranslationService service(pipeline, *models, auth,
-                             config.connections.max_stream_messages_in_flight);
+                             config.connections.max_stream_messages_in_flight,
+                             config.trust_tenant_header);
   // The HTTP/JSON API, when http.port is set: before gRPC listens, so that a port already
   // taken stops the server at start.
   std::unique_ptr<HttpApi> http;

@@ -233,6 +233,21 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) {
          c.batching.max_queue_sentences = to_int(n, k, 1, kMaxInt);
        }},
+      // Fair queueing across tenants and the translation cache (issue 56, docs/server.md
+      // "Fairness, quotas and the cache").
+      {"batching.tenant_queue_share", "tenant-queue-share",
+       "share of max_queue_sentences one tenant (times its weight) may keep waiting (0-1]",
+       [](ServerConfig& c, N n, K k) {
+         const double share = to_seconds(n, k);
+         if (share <= 0 || share > 1) fail(k + ": must be > 0 and <= 1, got " + n.Scalar());
+         c.batching.tenant_queue_share = share;
+       }},
+      {"server.trust_tenant_header", "trust-tenant-header",
+       "take the tenant of fair queueing from the x-tenant metadata/header (a trusted proxy sets it)",
+       [](ServerConfig& c, N n, K k) { c.trust_tenant_header = to_bool(n, k); }},
+      {"server.translation_cache_mb", "translation-cache-mb",
+       "MiB of translated sentences kept for repeats (0 = no cache)",
+       [](ServerConfig& c, N n, K k) { c.translation_cache_mb = to_int(n, k, 0, 1 << 20); }},
   };
   return table;
 }

@@ -92,6 +92,14 @@ struct ServerConfig {
   std::string http_host = "0.0.0.0";
   int http_port = 0;
   HttpLimits http_limits;  // http.max_connections ... http.threads
+  // Fairness and the translation cache (docs/server.md, "Fairness, quotas and the cache").
+  // The tenant of fair queueing is the API key when server.auth_token_file is set, else the
+  // peer's address; with trust_tenant_header, the x-tenant metadata (gRPC) or header (HTTP)
+  // when a request carries one: only behind a proxy that sets it (a client could otherwise
+  // claim any tenant).
+  bool trust_tenant_header = false;
+  // Translated sentences kept for repeats (server/pipeline/translation_cache.h), MiB; 0 = off.
+  int translation_cache_mb = 64;
   ConnectionLimits connections;  // server.max_streams_per_connection ... max_ping_strikes
   Limits limits;
   SchedulingOptions batching;  // the `batching:` section: decode loop and queue capacity

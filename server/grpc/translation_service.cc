@@ -1,5 +1,7 @@
 #include "server/grpc/translation_service.h"
 
+#include "server/pipeline/status.h"
+
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -70,7 +72,7 @@ class TranslationService::UnaryCall final {
     service_.call_started();
     deadline_ = steady_deadline(context_);
     traceparent_ = call_traceparent(context_);
-    if (grpc::Status denied = service_.authenticate(context_, "Translate", traceparent_);
+    if (grpc::Status denied = service_.authenticate(context_, "Translate", traceparent_, &caller_);
         !denied.ok()) {
       finish_unrecorded(denied);
       return;
@@ -96,7 +98,8 @@ class TranslationService::UnaryCall final {
     }
     service_.pipeline_.admit(
         request_, deadline_, record_, admitted_, [this](JobResult result) { done(result); },
-        [this](std::shared_ptr<Job> job, const grpc::Status& refused) { admission(std::move(job), refused); });
+        [this](std::shared_ptr<Job> job, const grpc::Status& refused) { admission(std::move(job), refused); },
+        caller_);
   }
 
   // The call is over: answered, cancelled by its client or past its deadline.
@@ -167,6 +170,10 @@ class TranslationService::UnaryCall final {
   }
   void finish(const grpc::Status& status) {
     context_.AddTrailingMetadata("x-request-id", record_.request_id);
+    // As HTTP's Retry-After: how long a full share or a used-up quota asks the client to wait.
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      context_.AddTrailingMetadata("retry-after", std::to_string(retry_after_seconds(status)));
+    }
     service_.pipeline_.record(record_, status);
     permit_.release();
     finish_unrecorded(status);
@@ -203,6 +210,7 @@ class TranslationService::UnaryCall final {
   bool admitting_ = true;
   bool cancelled_ = false;
   std::optional<grpc::Status> answered_;  // the job's answer, while admitting_
+  Caller caller_;  // who the call is (fair queueing, quotas)
   std::shared_ptr<Job> job_;  // once admitted; a cancellation cancels it
 };
 
@@ -253,7 +261,7 @@ class TranslationService::StreamCall final {
     // metadata (sent with the first answer, or the finish).
     traceparent_ = call_traceparent(context_);
     context_.AddInitialMetadata("traceparent", traceparent_);
-    grpc::Status refused = service_.authenticate(context_, "TranslateStream", traceparent_);
+    grpc::Status refused = service_.authenticate(context_, "TranslateStream", traceparent_, &caller_);
     if (refused.ok() && !permit_.acquire()) {
       refused = permit_.busy();
       service_.pipeline_.record_refused("TranslateStream", refused, traceparent_);
@@ -335,7 +343,8 @@ class TranslationService::StreamCall final {
         [this, entry](JobResult result) { completed(*entry, result); },
         [this, entry](std::shared_ptr<Job> job, const grpc::Status& refused) {
           admission(entry, std::move(job), refused);
-        });
+        },
+        caller_);
   }
 
   // A message's admission came back: its job, or why it is refused.
@@ -487,6 +496,7 @@ class TranslationService::StreamCall final {
   // The end event, each operation in flight, and the actor's hold until Finish() is started.
   std::atomic<int> events_left_{2};
   CallPermit permit_;
+  Caller caller_;  // who the stream is (fair queueing, quotas)
   Clock::time_point deadline_;
   std::string traceparent_;  // the stream's, for each of its messages
   v1::TranslateRequest request_;  // the read in flight
@@ -508,9 +518,11 @@ class TranslationService::StreamCall final {
 };
 
 TranslationService::TranslationService(RequestPipeline& pipeline, const ModelRegistry& models,
-                                       const BearerAuth& auth, int max_stream_messages)
+                                       const BearerAuth& auth, int max_stream_messages,
+                                       bool trust_tenant_header)
     : pipeline_(pipeline), models_(models), auth_(auth),
-      max_stream_messages_(static_cast<size_t>(max_stream_messages)) {}
+      max_stream_messages_(static_cast<size_t>(max_stream_messages)),
+      trust_tenant_header_(trust_tenant_header) {}
 
 void TranslationService::call_done() {
   if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -526,8 +538,19 @@ void TranslationService::wait_for_calls() {
 
 grpc::Status TranslationService::authenticate(const grpc::ServerContextBase& context,
                                               const char* method,
-                                              const std::string& traceparent) {
-  if (auth_.allows(context.client_metadata())) return grpc::Status::OK;
+                                              const std::string& traceparent, Caller* caller) {
+  std::shared_ptr<const ApiKey> key = auth_.identify(context.client_metadata());
+  if (key || !auth_.enabled()) {
+    if (caller) {
+      std::string tenant;
+      if (trust_tenant_header_) {
+        const auto it = context.client_metadata().find("x-tenant");
+        if (it != context.client_metadata().end()) tenant.assign(it->second.data(), it->second.size());
+      }
+      *caller = identify_caller(std::move(key), context.peer(), tenant, trust_tenant_header_);
+    }
+    return grpc::Status::OK;
+  }
   const grpc::Status status(grpc::StatusCode::UNAUTHENTICATED,
                             "missing or wrong bearer token (metadata 'authorization: Bearer TOKEN')");
   pipeline_.record_refused(method, status, traceparent);

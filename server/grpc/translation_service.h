@@ -43,9 +43,11 @@ class TranslationService final : public TranslationServiceBase {
   // call and stream holds; beyond them a new one is refused RESOURCE_EXHAUSTED. A stream
   // stops reading while `max_stream_messages` of its messages are unanswered or unwritten
   // (server.max_stream_messages_in_flight). `auth` is the caller's, and may be reloaded
-  // while the service runs.
+  // while the service runs. With `trust_tenant_header` (server.trust_tenant_header) a call's
+  // x-tenant metadata names its tenant of fair queueing.
   TranslationService(RequestPipeline& pipeline, const ModelRegistry& models,
-                     const BearerAuth& auth, int max_stream_messages = 64);
+                     const BearerAuth& auth, int max_stream_messages = 64,
+                     bool trust_tenant_header = false);
 
   // Once the server has started: offers Translate and TranslateStream calls places on
   // `queue` (the server's, taken by `threads` QueueThreads), which stay until the queue is
@@ -68,14 +70,16 @@ class TranslationService final : public TranslationServiceBase {
   void call_started() { live_.fetch_add(1, std::memory_order_relaxed); }
   void call_done();
   // OK, or UNAUTHENTICATED (recorded as one request of `method` under `traceparent`) when
-  // the call lacks an accepted bearer token.
+  // the call lacks an accepted bearer token. When OK, `caller` (when given) is who the call
+  // is: its key, or its peer, or its x-tenant (identify_caller).
   grpc::Status authenticate(const grpc::ServerContextBase& context, const char* method,
-                            const std::string& traceparent);
+                            const std::string& traceparent, Caller* caller = nullptr);
 
   RequestPipeline& pipeline_;
   const ModelRegistry& models_;  // ListModels
   const BearerAuth& auth_;
   const size_t max_stream_messages_;
+  const bool trust_tenant_header_;
   std::atomic<int> live_{0};   // UnaryCall (once arrived) and StreamCall objects not yet deleted
   std::mutex live_mutex_;
   std::condition_variable no_live_;

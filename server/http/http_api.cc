@@ -54,8 +54,12 @@ HttpAnswer json_answer(int status, std::string body) {
 HttpAnswer v1_error(const grpc::Status& status) {
   nlohmann::ordered_json body = {{"error", status.error_message()},
                                  {"code", status_code_name(status.error_code())}};
-  return json_answer(http_status(status.error_code()),
-                     body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  HttpAnswer answer = json_answer(http_status(status.error_code()),
+                                  body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    answer.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(status)));
+  }
+  return answer;
 }
 
 // LibreTranslate answers browsers: its CORS headers.
@@ -151,6 +155,7 @@ void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparen
     pipeline_.record_refused(kV1, bad, traceparent);
     return respond(v1_error(bad));
   }
+  Caller caller = identify_caller(auth_.identify_header(req.header("authorization")), req.peer, "", false);
   pipeline_.translate(
       kV1, std::move(request), Clock::time_point::max(),
       [respond = std::move(respond)](const grpc::Status& status, v1::TranslateResponse response) {
@@ -161,13 +166,13 @@ void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparen
         answer.headers.emplace_back("X-Request-Id", response.request_id());
         respond(std::move(answer));
       },
-      traceparent);
+      std::move(caller), traceparent);
 }
 
 // LibreTranslate's API keys are this server's bearer tokens (the api_key field, or an
 // Authorization header): 400 without one, 403 with a wrong one, as LibreTranslate.
 LibreTranslateRequest HttpApi::libre_request(const HttpRequest& req, const char* method,
-                                             const std::string& traceparent) const {
+                                             const std::string& traceparent, Caller* caller) const {
   LibreTranslateRequest request = libretranslate_.parse(is_json(req), req.body, req.form);
   std::string credential = req.header("authorization");
   if (!request.api_key.empty()) credential = "Bearer " + request.api_key;
@@ -179,6 +184,7 @@ LibreTranslateRequest HttpApi::libre_request(const HttpRequest& req, const char*
     if (none) throw LibreTranslateError{400, "Please contact the server operator to get an API key (api_key)"};
     throw LibreTranslateError{403, "Invalid API key"};
   }
+  *caller = identify_caller(auth_.identify_header(credential), req.peer, "", false);
   return request;
 }
 
@@ -186,7 +192,8 @@ LibreTranslateRequest HttpApi::libre_request(const HttpRequest& req, const char*
 void HttpApi::libre_detect(const HttpRequest& req, const std::string& traceparent,
                            HttpFront::Respond respond) {
   try {
-    const LibreTranslateRequest request = libre_request(req, kDetect, traceparent);
+    Caller caller;
+    const LibreTranslateRequest request = libre_request(req, kDetect, traceparent, &caller);
     respond(json_answer(200, libretranslate_.detect_json(request)));
   } catch (const LibreTranslateError& e) {
     respond(json_answer(e.status, LibreTranslateApi::error_json(e.message)));
@@ -196,7 +203,8 @@ void HttpApi::libre_detect(const HttpRequest& req, const std::string& traceparen
 void HttpApi::libre_translate(const HttpRequest& req, const std::string& traceparent,
                               HttpFront::Respond respond) {
   try {
-    LibreTranslateRequest request = libre_request(req, kLibre, traceparent);
+    Caller caller;
+    LibreTranslateRequest request = libre_request(req, kLibre, traceparent, &caller);
     libretranslate_.check(request);
     libretranslate_.detect_source(request);
     v1::TranslateRequest translation = libretranslate_.to_request(request);
@@ -206,11 +214,15 @@ void HttpApi::libre_translate(const HttpRequest& req, const std::string& tracepa
                                                       v1::TranslateResponse response) {
           if (!status.ok()) {
             const LibreTranslateError e = libretranslate_error(status);
-            return respond(json_answer(e.status, LibreTranslateApi::error_json(e.message)));
+            HttpAnswer refused = json_answer(e.status, LibreTranslateApi::error_json(e.message));
+            if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+              refused.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(status)));
+            }
+            return respond(std::move(refused));
           }
           respond(json_answer(200, libretranslate_.response_json(request, response)));
         },
-        traceparent);
+        std::move(caller), traceparent);
   } catch (const LibreTranslateError& e) {
     respond(json_answer(e.status, LibreTranslateApi::error_json(e.message)));
   }

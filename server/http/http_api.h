@@ -49,9 +49,10 @@ class HttpApi {
                        HttpFront::Respond respond);
   void libre_detect(const HttpRequest& request, const std::string& traceparent,
                     HttpFront::Respond respond);
-  // The parsed LibreTranslate request once its API key passes (else LibreTranslateError).
+  // The parsed LibreTranslate request once its API key passes (else LibreTranslateError),
+  // and who sent it (fair queueing, quotas).
   LibreTranslateRequest libre_request(const HttpRequest& request, const char* method,
-                                      const std::string& traceparent) const;
+                                      const std::string& traceparent, Caller* caller) const;
 
   RequestPipeline& pipeline_;
   const BearerAuth& auth_;  // main's: SIGHUP reloads its tokens

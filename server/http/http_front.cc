@@ -331,6 +331,7 @@ class HttpFront::Impl {
     exchange->dispatched = true;
     if (Watched* w = watched(connection)) deadlines_.disarm(w);
     HttpRequest& request = exchange->request;
+    request.peer = peer_address(connection);
     if (!request.body_over_limit && !request.body.empty()) parse_form(connection, request);
     {
       std::lock_guard<std::mutex> lock(gate_->mutex);
@@ -351,6 +352,16 @@ class HttpFront::Impl {
     MHD_suspend_connection(connection);
     exchange->suspended = true;
     return MHD_YES;
+  }
+
+  static std::string peer_address(MHD_Connection* connection) {
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (info == nullptr || info->client_addr == nullptr) return "";
+    const sockaddr* a = info->client_addr;
+    const socklen_t length = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    char host[NI_MAXHOST];
+    if (getnameinfo(a, length, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return "";
+    return host;
   }
 
   static void parse_form(MHD_Connection* connection, HttpRequest& request) {

@@ -29,6 +29,7 @@ namespace nmt::server {
 struct HttpRequest {
   std::string method;
   std::string path;  // without the query
+  std::string peer;  // the client's address (numeric, no port): its tenant when auth is off
   std::map<std::string, std::string> headers;  // lowercase names, the first value of each
   std::string body;                            // empty when body_over_limit
   bool body_over_limit = false;                // over max_body_bytes: answer 413

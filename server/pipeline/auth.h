@@ -3,7 +3,9 @@
 // TranslationService must carry the metadata `authorization: Bearer <token>` with one of the
 // accepted tokens, else it is answered UNAUTHENTICATED. Health checks and reflection stay
 // open (probes carry no secrets). The token file is read again on reload() (nmt-server: on
-// SIGHUP), so tokens rotate without a restart.
+// SIGHUP), so tokens rotate without a restart. Each line is an API key with optional fields
+// (a name, a weight, quotas: server/tenants/api_keys.h); identify() says which key a call
+// carries.
 #include <grpcpp/grpcpp.h>
 
 #include <map>
@@ -11,14 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "server/tenants/api_keys.h"
+
 namespace nmt::server {
 
 class BearerAuth {
  public:
   // No tokens = every call is allowed.
   explicit BearerAuth(std::vector<std::string> tokens = {});
-  // One token per line; blank lines and surrounding whitespace ignored. Throws
-  // std::runtime_error naming the file when it cannot be read or holds no token.
+  // One key per line (api_keys.h); blank lines and surrounding whitespace ignored. Throws
+  // std::runtime_error naming the file when it cannot be read, holds no token or a line is
+  // malformed (naming the line and the field).
   static BearerAuth from_file(const std::string& path);
 
   // Reads the token file again and accepts its tokens from then on (calls in flight keep
@@ -32,11 +37,17 @@ class BearerAuth {
   // compared in time independent of where they differ.
   bool allows(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
   bool allows_header(const std::string& authorization) const;
+  // The accepted key the call's metadata (or an Authorization header) carries; null when none
+  // does, or when authentication is off. The key stays valid for as long as it is held,
+  // whatever a reload does meanwhile.
+  std::shared_ptr<const ApiKey> identify(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
+  std::shared_ptr<const ApiKey> identify_header(const std::string& authorization) const;
 
  private:
-  using Tokens = std::vector<std::string>;
+  using Tokens = std::vector<ApiKey>;
+  BearerAuth(Tokens keys, std::string path);
   std::shared_ptr<const Tokens> current() const { return std::atomic_load(&tokens_); }
-  static bool allows_header(const Tokens& tokens, const std::string& authorization);
+  static const ApiKey* find(const Tokens& tokens, const std::string& authorization);
 
   std::string path_;  // the token file, when made from one
   std::shared_ptr<const Tokens> tokens_;  // replaced whole on reload (atomic_load/store)

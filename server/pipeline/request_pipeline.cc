@@ -33,6 +33,47 @@ double ms_since(Clock::time_point start) {
 
 double round2(double ms) { return std::round(ms * 100) / 100; }
 
+// Characters as LibreTranslate counts them (Python's len): code points, not bytes.
+int64_t characters(const v1::TranslateRequest& request) {
+  int64_t n = 0;
+  for (const std::string& text : request.texts()) {
+    for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  }
+  return n;
+}
+
+// "ipv4:1.2.3.4:5678" -> "1.2.3.4", "ipv6:[::1]:5678" -> "::1"; others as they are.
+std::string peer_host(const std::string& peer) {
+  std::string p = peer;
+  for (const char* scheme : {"ipv4:", "ipv6:"}) {
+    if (p.rfind(scheme, 0) == 0) {
+      p = p.substr(5);
+      if (!p.empty() && p.front() == '[') return p.substr(1, p.find(']') - 1);
+      const size_t colon = p.rfind(':');
+      return colon == std::string::npos ? p : p.substr(0, colon);
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+Caller identify_caller(std::shared_ptr<const ApiKey> key, const std::string& peer, const std::string& x_tenant,
+                       bool trust_tenant_header) {
+  Caller caller;
+  if (key) {
+    caller.tenant = key->tenant;
+    caller.weight = key->weight;
+  } else {
+    caller.tenant = "peer:" + peer_host(peer);
+  }
+  if (trust_tenant_header && !x_tenant.empty()) caller.tenant = "tenant:" + x_tenant;
+  caller.key = std::move(key);
+  return caller;
+}
+
+namespace {
+
 }  // namespace
 
 bool CallPermit::acquire() {
@@ -60,12 +101,14 @@ grpc::Status CallPermit::busy() const {
 }
 
 RequestPipeline::RequestPipeline(ModelRegistry& models, const Limits& limits, Metrics& metrics,
-                                 int max_concurrent_calls)
+                                 int max_concurrent_calls, size_t cache_bytes)
     : models_(models),
       validator_(limits),
       metrics_(metrics),
       id_prefix_(random_prefix()),
-      max_calls_(max_concurrent_calls) {}
+      max_calls_(max_concurrent_calls),
+      cache_(cache_bytes, &metrics.registry()),
+      quotas_(metrics.registry()) {}
 
 RequestRecord RequestPipeline::begin(const char* method, const v1::TranslateRequest& request,
                                      const std::string& traceparent) {
@@ -83,16 +126,16 @@ RequestRecord RequestPipeline::begin(const char* method, const v1::TranslateRequ
 
 void RequestPipeline::admit(const v1::TranslateRequest& request, Clock::time_point deadline,
                             RequestRecord& record, AdmittedRequest& admitted, JobCallback done,
-                            Admission then) {
+                            Admission then, Caller caller) {
   models_.acquire_async(
       request.model(), [this, &request, deadline, &record, &admitted, done = std::move(done),
-                        then = std::move(then)](std::shared_ptr<ServedModel> model,
-                                                std::exception_ptr error) mutable {
+                        then = std::move(then), caller = std::move(caller)](
+                           std::shared_ptr<ServedModel> model, std::exception_ptr error) mutable {
         std::shared_ptr<Job> job;
         grpc::Status refused;
         try {
           if (error) std::rethrow_exception(error);
-          job = submit(request, std::move(model), deadline, record, admitted, std::move(done));
+          job = submit(request, std::move(model), deadline, record, admitted, std::move(done), caller);
         } catch (const Error& e) {
           refused = to_grpc_status(e);
         } catch (const std::exception& e) {
@@ -105,7 +148,8 @@ void RequestPipeline::admit(const v1::TranslateRequest& request, Clock::time_poi
 std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request,
                                              std::shared_ptr<ServedModel> model,
                                              Clock::time_point deadline, RequestRecord& record,
-                                             AdmittedRequest& admitted, JobCallback done) {
+                                             AdmittedRequest& admitted, JobCallback done,
+                                             const Caller& caller) {
   admitted.model = std::move(model);
   record.model = admitted.model->name;
   admitted.scheduler = admitted.model->least_loaded().scheduler.get();
@@ -128,8 +172,59 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request
   admitted.return_scores = request.options().return_scores();
   admitted.return_token_ids = request.options().return_token_ids();
   admitted.split = std::move(valid.split);
-  return admitted.scheduler->submit(std::move(valid.source_ids), valid.options, deadline,
-                                    std::move(done));
+  // Charged once the request is known to be valid: a malformed one costs its key nothing.
+  const QuotaVerdict quota = quotas_.charge(caller.key.get(), characters(request));
+  if (!quota.allowed) throw Error(ErrorCode::kResourceExhausted, quota.message);
+  return decode(std::move(valid.source_ids), valid.options, *admitted.model, *admitted.scheduler, deadline,
+                std::move(done), caller);
+}
+
+std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> source_ids, const DecodeOptions& options,
+                                             const ServedModel& model, Scheduler& scheduler,
+                                             Clock::time_point deadline, JobCallback done, const Caller& caller) {
+  const QueueTenant tenant{caller.tenant, caller.weight};
+  if (!cache_.enabled()) return scheduler.submit(std::move(source_ids), options, deadline, std::move(done), tenant);
+  // Per sentence (after splitting): the hits are answered from the cache, the misses decoded.
+  struct Parts {
+    std::vector<Translation> translations;  // every sentence's, the hits filled in
+    std::vector<size_t> missed;             // the decoded ones' places
+    std::vector<std::string> keys;          // theirs
+  };
+  auto parts = std::make_shared<Parts>();
+  parts->translations.resize(source_ids.size());
+  std::vector<std::vector<int>> misses;
+  for (size_t i = 0; i < source_ids.size(); ++i) {
+    std::string key = TranslationCache::key(model.generation, options, source_ids[i]);
+    if (std::optional<Translation> hit = cache_.find(model.name, model.generation, key)) {
+      parts->translations[i] = std::move(*hit);
+      continue;
+    }
+    parts->missed.push_back(i);
+    parts->keys.push_back(std::move(key));
+    misses.push_back(std::move(source_ids[i]));
+  }
+  if (misses.empty()) {
+    JobResult result;
+    result.ok = true;
+    result.translations = std::move(parts->translations);
+    done(std::move(result));
+    return nullptr;
+  }
+  const std::string name = model.name;
+  const uint64_t generation = model.generation;
+  return scheduler.submit(
+      std::move(misses), options, deadline,
+      [this, parts, name, generation, done = std::move(done)](JobResult result) {
+        if (result.ok) {
+          for (size_t j = 0; j < parts->missed.size(); ++j) {
+            cache_.insert(name, generation, parts->keys[j], result.translations[j]);
+            parts->translations[parts->missed[j]] = std::move(result.translations[j]);
+          }
+          result.translations = std::move(parts->translations);
+        }
+        done(std::move(result));
+      },
+      tenant);
 }
 
 grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const JobResult& result,
@@ -194,8 +289,10 @@ grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const Job
   timings->set_queue_ms(record.queue_ms);
   timings->set_decode_ms(record.decode_ms);
   timings->set_total_ms(ms_since(record.start));
-  metrics_.queue_wait(record.model, result.queue_seconds);
-  metrics_.decode_time(record.model, result.decode_seconds);
+  if (result.decode_steps > 0) {  // else every sentence came from the cache: nothing waited or decoded
+    metrics_.queue_wait(record.model, result.queue_seconds);
+    metrics_.decode_time(record.model, result.decode_seconds);
+  }
   metrics_.tokens(record.model, record.input_tokens, record.output_tokens);
   return grpc::Status::OK;
 }
@@ -253,7 +350,7 @@ struct PipelineRequest {
 }  // namespace
 
 void RequestPipeline::translate(const char* method, v1::TranslateRequest request,
-                                Clock::time_point deadline, Completion done,
+                                Clock::time_point deadline, Completion done, Caller caller,
                                 const std::string& traceparent) {
   auto state = std::make_shared<PipelineRequest>(*this);
   state->record = begin(method, request, traceparent);
@@ -278,7 +375,8 @@ void RequestPipeline::translate(const char* method, v1::TranslateRequest request
       },
       [state, complete](std::shared_ptr<Job>, const grpc::Status& refused) {
         if (!refused.ok()) complete(*state, refused);
-      });
+      },
+      std::move(caller));
 }
 
 }  // namespace nmt::server

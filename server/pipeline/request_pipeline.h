@@ -28,7 +28,10 @@
 #include "server/pipeline/limits.h"
 #include "server/pipeline/request_validator.h"
 #include "model/text/sentence_splitter.h"
+#include "server/pipeline/translation_cache.h"
 #include "server/repository/model_registry.h"
+#include "server/tenants/api_keys.h"
+#include "server/tenants/quotas.h"
 
 namespace nmt::server {
 
@@ -50,6 +53,23 @@ struct RequestRecord {
   double decode_ms = 0;
   int decode_steps = 0;
 };
+
+// Who sent a request, as its frontend identified it (docs/server.md, "Fairness, quotas and
+// the cache"): the tenant its sentences queue as (server/scheduling/fair_queue.h) and the API
+// key whose quotas it is charged to.
+struct Caller {
+  std::shared_ptr<const ApiKey> key;  // null: authentication off
+  std::string tenant;                 // fair queueing's identity ("" : all one tenant)
+  int weight = 1;
+};
+
+// The caller of a request: its API key's tenant and weight when it carries one (authentication
+// on), else "peer:" + the peer's address without its port (gRPC's "ipv4:1.2.3.4:5678",
+// "ipv6:[::1]:5678", or HTTP's bare address). With `trust_tenant_header`
+// (server.trust_tenant_header) a non-empty x-tenant value replaces either ("tenant:" + it),
+// the key keeping its quotas.
+Caller identify_caller(std::shared_ptr<const ApiKey> key, const std::string& peer, const std::string& x_tenant,
+                       bool trust_tenant_header);
 
 // A validated request and its model: what the response to its job's result needs.
 struct AdmittedRequest {
@@ -89,8 +109,9 @@ class CallPermit {
 class RequestPipeline {
  public:
   // At most `max_concurrent_calls` CallPermits at once (server.max_concurrent_calls).
+  // A translation cache of `cache_bytes` (server.translation_cache_mb; 0 = none).
   RequestPipeline(ModelRegistry& models, const Limits& limits, Metrics& metrics,
-                  int max_concurrent_calls = 4096);
+                  int max_concurrent_calls = 4096, size_t cache_bytes = 0);
 
   // A whole request: its CallPermit, admission, response and record. `done` gets the status
   // and, when it is OK, the response; it runs exactly once, on this thread when the request
@@ -100,7 +121,7 @@ class RequestPipeline {
       std::function<void(const grpc::Status& status, v1::TranslateResponse response)>;
   // `traceparent`: the one the request brought ("" = none).
   void translate(const char* method, v1::TranslateRequest request, Clock::time_point deadline,
-                 Completion done, const std::string& traceparent = {});
+                 Completion done, Caller caller = {}, const std::string& traceparent = {});
 
   // The steps, for a frontend that runs them itself.
   //
@@ -109,14 +130,16 @@ class RequestPipeline {
   // is `traceparent` when valid, else a fresh one.
   RequestRecord begin(const char* method, const v1::TranslateRequest& request,
                       const std::string& traceparent = {});
-  // Resolves the request's model without waiting for a load, then validates, tokenizes and
-  // submits it: `then` gets the job, or the status that refuses the request (and `done`
-  // never runs). `done` may run before `then`. `then` runs on this thread when the model is
+  // Resolves the request's model without waiting for a load, then validates, tokenizes,
+  // charges `caller`'s quotas and submits it as the caller's tenant: `then` gets the job, or
+  // the status that refuses the request (and `done` never runs). Sentences found in the
+  // translation cache are not submitted; when every one is, `done` runs before `then`, which
+  // gets no job. `done` may run before `then` in any case. `then` runs on this thread when the model is
   // loaded, else on the registry's loading thread; `request`, `record` and `admitted` must
   // live until it has run.
   using Admission = std::function<void(std::shared_ptr<Job> job, const grpc::Status& refused)>;
   void admit(const v1::TranslateRequest& request, Clock::time_point deadline, RequestRecord& record,
-             AdmittedRequest& admitted, JobCallback done, Admission then);
+             AdmittedRequest& admitted, JobCallback done, Admission then, Caller caller = {});
   // The request's status from its job's result; fills `response` when it is OK and adds the
   // result's tokens and times to the metrics.
   grpc::Status respond(const AdmittedRequest& admitted, const JobResult& result,
@@ -137,7 +160,13 @@ class RequestPipeline {
   // and target languages be (issue 51), before the scheduler sees it.
   std::shared_ptr<Job> submit(const v1::TranslateRequest& request,
                               std::shared_ptr<ServedModel> model, Clock::time_point deadline,
-                              RequestRecord& record, AdmittedRequest& admitted, JobCallback done);
+                              RequestRecord& record, AdmittedRequest& admitted, JobCallback done,
+                              const Caller& caller);
+  // The scheduler's part: the sentences not in the cache, their results put back in order
+  // (and kept in the cache) before `done` runs.
+  std::shared_ptr<Job> decode(std::vector<std::vector<int>> source_ids, const DecodeOptions& options,
+                              const ServedModel& model, Scheduler& scheduler, Clock::time_point deadline,
+                              JobCallback done, const Caller& caller);
 
   ModelRegistry& models_;
   const RequestValidator validator_;
@@ -146,6 +175,8 @@ class RequestPipeline {
   std::atomic<uint64_t> next_id_{1};
   const int max_calls_;
   std::atomic<int> calls_{0};  // CallPermits held
+  TranslationCache cache_;
+  Quotas quotas_;
 };
 
 }  // namespace nmt::server

@@ -1,5 +1,8 @@
 #include "server/pipeline/status.h"
 
+#include <algorithm>
+#include <string>
+
 namespace nmt::server {
 
 grpc::StatusCode to_grpc_code(ErrorCode code) {
@@ -40,6 +43,18 @@ const char* status_code_name(grpc::StatusCode code) {
     case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
     default: return "UNKNOWN";
   }
+}
+
+int retry_after_seconds(const grpc::Status& status) {
+  const std::string& message = status.error_message();
+  const std::string marker = "retry after ";
+  const size_t at = message.rfind(marker);
+  if (at == std::string::npos) return 1;
+  int seconds = 0;
+  for (size_t i = at + marker.size(); i < message.size() && message[i] >= '0' && message[i] <= '9'; ++i) {
+    seconds = std::min(seconds * 10 + (message[i] - '0'), 86400);
+  }
+  return std::max(seconds, 1);
 }
 
 }  // namespace nmt::server

@@ -13,4 +13,9 @@ grpc::Status to_grpc_status(const Error& error);
 // "OK", "INVALID_ARGUMENT", ... as in the gRPC documentation.
 const char* status_code_name(grpc::StatusCode code);
 
+// The seconds a RESOURCE_EXHAUSTED refusal asks the client to wait (HTTP's Retry-After): the
+// "retry after N s" its message names (an API key's quota), else 1 (a full queue or share,
+// which the decode loops drain within about a second).
+int retry_after_seconds(const grpc::Status& status);
+
 }  // namespace nmt::server

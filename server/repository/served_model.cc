@@ -10,6 +10,11 @@
 #include "model/error.h"
 
 namespace nmt::server {
+
+uint64_t next_model_generation() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 namespace {
 
 TranslatorOptions translator_options(const ModelEntry& entry, int device_index) {

@@ -5,6 +5,7 @@
 // version it was admitted to alive, so a reload or an eviction never pulls a model from
 // under a sentence in flight.
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +29,12 @@ struct Replica {
   size_t load() const { return scheduler->queued_sentences() + size_t(scheduler->active_sentences()); }
 };
 
+// A number no other loaded version of any model had before: the translation cache's key
+// (server/pipeline/translation_cache.h), so a reload is never served the old version's output.
+uint64_t next_model_generation();
+
 struct ServedModel {
+  const uint64_t generation = next_model_generation();
   std::string name;
   std::string path;
   std::string device;     // resolved kind: cpu | cuda

@@ -13,8 +13,9 @@
 // - Delay: a decoding loop admits once the newcomers number a quarter of its sentences or it
 //   has stepped max_admit_delay_steps times since its last admission; an idle loop at once.
 // - Room: oldest first while the loop has a free slot and the front sentence's beam in free
-//   rows, within max_admit_tokens source tokens (at least one sentence). Strictly first come,
-//   first served: a sentence that does not fit yet is not overtaken.
+//   rows, within max_admit_tokens source tokens (at least one sentence). Strictly in the queue's
+//   order (fair across tenants, fair_queue.h): a sentence that does not fit yet is not
+//   overtaken.
 // - Even shares: several loops beyond the fill (or fill 0) take at most their even share of
 //   the model's sentences (active and queued), so that their steps stay alike in size.
 #include <cstddef>
@@ -40,7 +41,7 @@ struct LoopLoad {
 struct AdmissionSnapshot {
   std::vector<LoopLoad> loops;        // every loop of the model
   int active_sentences = 0;           // in all the loops together (the scheduler's count)
-  std::vector<QueuedSentence> queue;  // the waiting sentences, oldest first
+  std::vector<QueuedSentence> queue;  // the waiting sentences, in the queue's (fair) order
 };
 
 struct AdmissionDecision {

@@ -30,9 +30,9 @@ constexpr std::chrono::milliseconds kSpillRecheck(1);
 class Job {
  public:
   Job(std::vector<std::vector<int>> ids, const DecodeOptions& options, Clock::time_point deadline,
-      JobCallback done)
+      JobCallback done, const QueueTenant& tenant)
       : source_ids(std::move(ids)), options(options), deadline(deadline), submitted(Clock::now()),
-        remaining_(source_ids.size()), done_callback_(std::move(done)) {
+        tenant(tenant), remaining_(source_ids.size()), done_callback_(std::move(done)) {
     result_.translations.resize(source_ids.size());
   }
 
@@ -40,6 +40,7 @@ class Job {
   const DecodeOptions options;
   const Clock::time_point deadline;
   const Clock::time_point submitted;
+  const QueueTenant tenant;
   std::atomic<bool> cancelled{false};
 
   // Why the job's sentences should be dropped now, if they should.
@@ -139,7 +140,11 @@ struct Scheduler::Done {
 
 Scheduler::Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, SchedulerHooks hooks,
                      DetokenizeFn detokenize)
-    : loops_(std::move(loops)), options_(options), hooks_(std::move(hooks)), detokenize_(std::move(detokenize)) {
+    : loops_(std::move(loops)),
+      options_(options),
+      hooks_(std::move(hooks)),
+      fair_(size_t(options.max_queue_sentences), options.tenant_queue_share),
+      detokenize_(std::move(detokenize)) {
   if (loops_.empty()) throw Error(ErrorCode::kInternal, "a scheduler needs a decode loop");
   for (DecodeLoop* loop : loops_) {
     admission_.loops.push_back({0, 0, loop->capacity().sentences, loop->capacity().rows});
@@ -168,10 +173,10 @@ void Scheduler::check_fits(const std::vector<std::vector<int>>& source_ids,
 
 std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
                                        const DecodeOptions& options, Clock::time_point deadline,
-                                       JobCallback done) {
+                                       JobCallback done, const QueueTenant& tenant) {
   if (source_ids.empty()) throw Error(ErrorCode::kInvalidArgument, "no sentences to translate");
   check_fits(source_ids, options);
-  auto job = std::make_shared<Job>(std::move(source_ids), options, deadline, std::move(done));
+  auto job = std::make_shared<Job>(std::move(source_ids), options, deadline, std::move(done), tenant);
   const size_t n = job->source_ids.size();
   // A request the queue could never hold is refused as such, not as a retryable overload.
   if (n > static_cast<size_t>(options_.max_queue_sentences)) {
@@ -183,18 +188,19 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw Error(ErrorCode::kUnavailable, "the server is shutting down");
-    const auto full = [&] { return queue_.size() + n > static_cast<size_t>(options_.max_queue_sentences); };
+    std::string refusal = fair_.refusal(tenant.id, tenant.weight, n);
     // Cancelled requests' sentences stay queued until a loop purges them between two steps,
     // which a busy loop may not reach for a while; they hold no place, so they go first.
     // (Only ended jobs: their callbacks have run, so none runs here under the caller's locks.)
-    if (full()) erase_from_queue([](const Waiting& w) { return w.job->ended(); });
-    if (full()) {
-      throw Error(ErrorCode::kResourceExhausted,
-                  "server overloaded: " + std::to_string(queue_.size()) +
-                      " sentences already queued (batching.max_queue_sentences = " +
-                      std::to_string(options_.max_queue_sentences) + "); retry later");
+    if (!refusal.empty()) {
+      erase_from_queue([](const Waiting& w) { return w.job->ended(); });
+      refusal = fair_.refusal(tenant.id, tenant.weight, n);
     }
-    for (size_t i = 0; i < n; ++i) queue_.push_back(Waiting{job, i, job->submitted});
+    if (!refusal.empty()) throw Error(ErrorCode::kResourceExhausted, refusal);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t tag = fair_.enqueue(tenant.id, tenant.weight);
+      queue_.emplace(std::make_pair(tag, arrivals_++), Waiting{job, i, job->submitted});
+    }
     queued_ = queue_.size();
     // A lone sentence is the polling loop's (warm, and no wake-up); a larger request spreads
     // over every idle loop.
@@ -250,14 +256,21 @@ void Scheduler::purge_queue(Clock::time_point now) {
 }
 
 void Scheduler::erase_from_queue(const std::function<bool(const Waiting&)>& drop) {
-  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), drop), queue_.end());
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!drop(it->second)) {
+      ++it;
+      continue;
+    }
+    fair_.dropped(it->second.job->tenant.id);
+    it = queue_.erase(it);
+  }
   queued_ = queue_.size();
 }
 
 const AdmissionSnapshot& Scheduler::snapshot_locked() {
   admission_.active_sentences = active_.load();
   admission_.queue.clear();  // keeps its capacity: no allocation once the queue has been this long
-  for (const Waiting& w : queue_) {
+  for (const auto& [tag, w] : queue_) {
     admission_.queue.push_back({w.job->options.beam_size, int64_t(w.job->source_ids[w.index].size())});
   }
   return admission_;
@@ -276,10 +289,12 @@ std::vector<Scheduler::Waiting> Scheduler::take_admissible(int index, int steps_
   std::vector<Waiting> taken;
   taken.reserve(decision.admit);
   for (size_t i = 0; i < decision.admit; ++i) {
+    const auto front = queue_.begin();
     own.sentences += 1;
-    own.rows += queue_.front().job->options.beam_size;
-    taken.push_back(std::move(queue_.front()));
-    queue_.pop_front();
+    own.rows += front->second.job->options.beam_size;
+    fair_.served(front->second.job->tenant.id, front->first.first);
+    taken.push_back(std::move(front->second));
+    queue_.erase(front);
   }
   queued_ = queue_.size();
   active_ += int(taken.size());  // under the lock: the other loops' shares count them at once

@@ -14,7 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
+#include <map>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -27,6 +27,7 @@
 #include "model/error.h"
 #include "model/translator.h"
 #include "server/scheduling/admission_policy.h"
+#include "server/scheduling/fair_queue.h"
 #include "server/scheduling/scheduling_options.h"
 
 namespace nmt::server {
@@ -46,6 +47,13 @@ struct JobResult {
 };
 
 using JobCallback = std::function<void(JobResult result)>;
+
+// Whose request a job is (fair_queue.h): the API key, the peer address or x-tenant, as the
+// frontend identified it; its weight scales its share of the queue and of the admissions.
+struct QueueTenant {
+  std::string id;
+  int weight = 1;
+};
 
 // Observes the loops (metrics); called on loop threads.
 struct SchedulerHooks {
@@ -72,13 +80,14 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues one request's sentences (token ids, </s> included). Throws nmt::Error at once:
-  // kResourceExhausted when the queue cannot take them all or a sentence can never fit a
-  // loop (its beam over the rows, its source over the slot length), kInvalidArgument when
-  // there are none, kUnavailable after stop(). Otherwise `done` runs exactly once later.
+  // Queues one request's sentences (token ids, </s> included) for `tenant`, in fair order
+  // (fair_queue.h). Throws nmt::Error at once: kResourceExhausted when the tenant's share or
+  // the queue cannot take them all or a sentence can never fit a loop (its beam over the
+  // rows, its source over the slot length), kInvalidArgument when there are none,
+  // kUnavailable after stop(). Otherwise `done` runs exactly once later.
   std::shared_ptr<Job> submit(std::vector<std::vector<int>> source_ids,
                               const DecodeOptions& options, Clock::time_point deadline,
-                              JobCallback done);
+                              JobCallback done, const QueueTenant& tenant = {});
 
   // The client went away: the job ends CANCELLED (its callback runs unless it already
   // did); its sentences leave the queue or their loop at the next step.
@@ -97,6 +106,8 @@ class Scheduler {
     size_t index;  // sentence within the job
     Clock::time_point enqueued;
   };
+  // The fair order: (start tag, arrival number), smallest first.
+  using Queue = std::map<std::pair<uint64_t, uint64_t>, Waiting>;
   struct Running;  // a sentence in a loop
   struct Done;     // a finished sentence on its way to its request
 
@@ -124,7 +135,9 @@ class Scheduler {
   // The policy's view, refreshed by snapshot_locked(); its loops hold each loop's capacity
   // and its sentences and rows as of its last admission (read by the other loops).
   AdmissionSnapshot admission_;
-  std::deque<Waiting> queue_;  // arrival order
+  Queue queue_;           // in fair order (fair_queue.h)
+  FairQueue fair_;        // the tenants' tags and shares of queue_
+  uint64_t arrivals_ = 0;  // arrival numbers of queue_
   std::atomic<size_t> queued_{0};  // queue_.size(), read without the lock by idle loops
   bool stopping_ = false;
   int last_idle_loop_ = 0;  // the loop that went idle most recently: it polls, the others sleep

@@ -36,6 +36,10 @@ struct SchedulingOptions {
   // bookkeeping, which made one full loop's steps shorter.
   int loop_fill_sentences = 512;
   int max_queue_sentences = 4096;  // waiting sentences; beyond it submit() refuses
+  // The most of max_queue_sentences one tenant (API key, peer address, x-tenant) may keep
+  // waiting, times its weight (server/scheduling/fair_queue.h): a quarter, so that one client
+  // that floods the queue leaves three quarters of it to the others. 1 = no per-tenant bound.
+  double tenant_queue_share = 0.25;
   // GPU: a loop holding at least this many cache rows keeps two steps in flight, each
   // following the one before (DecodeLoop::set_follow_rows; 0 = never).
   int follow_rows = DecodeLoop::kDefaultFollowRows;

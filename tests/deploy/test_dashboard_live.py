@@ -221,7 +221,11 @@ def main():
         slog = open(os.path.join(tmp, "server.log"), "w")
         srv = subprocess.Popen([server, "--config", os.path.join(repo, "configs/default.yaml"), "--device", "cpu",
                                 "--host", "127.0.0.1", "--port", str(port),
-                                "--metrics-host", "127.0.0.1", "--metrics-port", str(mport)],
+                                "--metrics-host", "127.0.0.1", "--metrics-port", str(mport),
+                                # The load repeats its sentences, which the translation cache
+                                # would answer without a queue wait or a decoder step: the
+                                # latency panels would have nothing to show.
+                                "--translation-cache-mb", "0"],
                                stdout=slog, stderr=subprocess.STDOUT)
         procs.append(("nmt-server", srv, slog.name))
         df.wait_until("nmt-server /metrics", lambda: df.http_get(f"http://{mtarget}/metrics")[0] == 200, 90, srv)

@@ -55,8 +55,9 @@ echo "=== served, $clients clients, targets $languages"
 port=50950
 config=$work/serve.yaml
 sed -e "s|^  - name: .*|  - name: nllb|" -e "s|path: ../models/.*|path: $model|" "$repo/configs/default.yaml" > "$config"
+# Without the translation cache: the decode path's figures (the input repeats sentences).
 nmt-server --config "$config" --device cuda --precision float16 --host 127.0.0.1 --port $port \
-  --metrics-port $((port + 1)) > "$out/server.log" 2>&1 &
+  --metrics-port $((port + 1)) --translation-cache-mb 0 > "$out/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 240); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
 kill -0 "$pid" || { echo "nmt-server did not start: $(tail -1 "$out/server.log")" >&2; exit 1; }

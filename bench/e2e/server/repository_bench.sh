@@ -50,8 +50,9 @@ for devices in "[0]" "all"; do
   config=$work/config-$port.yaml
   printf 'limits:\n  max_decoding_length: 64\nmodel_repository:\n  path: %s\n  devices: %s\n  workers: 2\n' \
     "$work/repo" "$devices" > "$config"
+  # Without the translation cache: loads and decodes, not answers from memory.
   nmt-server --config "$config" --host 127.0.0.1 --port $port --metrics-port $((port + 1)) --log-level warn \
-    > "$out/server-$port.log" 2>&1 &
+    --translation-cache-mb 0 > "$out/server-$port.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
   for model in opus-mt-en-de transformer-base; do

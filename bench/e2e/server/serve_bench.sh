@@ -81,8 +81,11 @@ for w in $workers; do
   # the background is a subshell whose child survives the subshell's kill: until this was
   # fixed every configuration's server kept running beside the next ones, and a second pass's
   # server found its metrics port taken and exited, so that its loads reached the first's).
+  # The decode path's figures: without the translation cache, which would answer the input's
+  # repeated sentences from memory (SERVER_ARGS="--translation-cache-mb 64" measures it).
   (exec_pinned "${SERVER_CPUS:-}" nmt-server --config "$config" --device cuda --precision "$precision" --host 127.0.0.1 --port $port \
-    --metrics-port $((port + 1)) --unix-socket "$work/grpc-$w.sock" ${SERVER_ARGS:-}) > "$out/server-$w.log" 2>&1 &
+    --metrics-port $((port + 1)) --unix-socket "$work/grpc-$w.sock" --translation-cache-mb 0 ${SERVER_ARGS:-}) \
+    > "$out/server-$w.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
   # Ours, not another server left on the port (which the health check would also answer).

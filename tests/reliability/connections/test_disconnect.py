@@ -65,7 +65,8 @@ def main():
     repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
     tmp, pb, pb_grpc, health_pb2, health_pb2_grpc = rel.setup(repo, "nmt-disconnect-")
     config = os.path.join(tmp, "config.yaml")
-    rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"))
+    # One process is one tenant: the share lets its storms fill the queue (no refusals).
+    rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"), batching={"tenant_queue_share": 1})
     server = rel.json_server(binary, config)
     small = pb.TranslateRequest(texts=["A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
     try:

@@ -122,7 +122,8 @@ def main():
     tmp, pb, pb_grpc, health_pb2, health_pb2_grpc = rel.setup(repo, "nmt-overload-")
     config = os.path.join(tmp, "config.yaml")
     rel.write_config(config, os.path.join(repo, "models/m30k-en-de-small"),
-                     batching={"max_queue_sentences": 64, "max_active_sentences": 64})
+                     # One process is one tenant: the share lets it fill the queue it bounds.
+                     batching={"max_queue_sentences": 64, "max_active_sentences": 64, "tenant_queue_share": 1})
     server = rel.json_server(binary, config)
     try:
         server.wait_serving(health_pb2, health_pb2_grpc)

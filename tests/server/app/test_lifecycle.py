@@ -86,7 +86,8 @@ def main():
                       "metrics port in use", 1, "cannot serve /metrics")
 
     # --- overload and drain ---
-    server = harness.Server(binary, config, ["--max-queue-sentences", "16"])
+    # One client is one tenant: the share lets it fill the queue, whose bound this checks.
+    server = harness.Server(binary, config, ["--max-queue-sentences", "16", "--tenant-queue-share", "1"])
     try:
         server.wait_serving(health_pb2, health_pb2_grpc)
         with grpc.insecure_channel(server.target) as channel:

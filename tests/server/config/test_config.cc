@@ -56,6 +56,9 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.batching.max_admit_tokens, 2048);
   EXPECT_EQ(c.batching.max_admit_delay_steps, 8);
   EXPECT_EQ(c.batching.max_queue_sentences, 4096);
+  EXPECT_EQ(c.batching.tenant_queue_share, 0.25);
+  EXPECT_FALSE(c.trust_tenant_header);
+  EXPECT_EQ(c.translation_cache_mb, 64);
   ASSERT_EQ(c.models.size(), 1u);
   EXPECT_EQ(c.models[0].name, "m30k-en-de-small");
   // Relative to the config file's folder, not the working directory.
@@ -223,6 +226,27 @@ TEST(Config, CommandLineErrors) {
   EXPECT_EQ(command_line_error({"--port", "1"}), "--config FILE is required (see --help)");
   EXPECT_EQ(command_line_error({"--config", "c.yaml", "stray"}),
             "unexpected argument 'stray' (see --help)");
+}
+
+// Fair queueing and the translation cache (docs/server.md, "Fairness, quotas and the cache").
+TEST(Config, FairnessAndCacheKeys) {
+  const ServerConfig c = parse_config(
+      "server:\n  trust_tenant_header: true\n  translation_cache_mb: 0\nbatching:\n  tenant_queue_share: 1\n"
+      "models:\n  - name: m\n    path: /m\n",
+      "/", {{"tenant-queue-share", "0.5"}});
+  EXPECT_TRUE(c.trust_tenant_header);
+  EXPECT_EQ(c.translation_cache_mb, 0);
+  EXPECT_EQ(c.batching.tenant_queue_share, 0.5);
+  for (const char* share : {"0", "1.5", "-1"}) {
+    try {
+      parse_config("models:\n  - name: m\n    path: /m\n", "/", {{"tenant-queue-share", share}});
+      ADD_FAILURE() << "accepted share " << share;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("batching.tenant_queue_share"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(parse_config("server:\n  translation_cache_mb: -1\nmodels:\n  - name: m\n    path: /m\n", "/"),
+               ConfigError);
 }
 
 TEST(Config, YamlErrorsNameTheKey) {

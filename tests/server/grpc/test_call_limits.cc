@@ -67,7 +67,9 @@ class Server {
     dir_ = fs::temp_directory_path() / ("nmt-limits-" + name + "-" + std::to_string(getpid()));
     fs::create_directories(dir_);
     const fs::path config = dir_ / "config.yaml";
-    std::ofstream(config) << "server:\n  log_format: json\n  shutdown_grace_seconds: 10\n" << yaml
+    // Without the translation cache: cancellation mid-decode needs a decode.
+    std::ofstream(config) << "server:\n  log_format: json\n  shutdown_grace_seconds: 10\n"
+                          << "  translation_cache_mb: 0\n" << yaml
                           << "models:\n  - name: m30k\n    path: " << kModelDir << "\n";
     port_ = nmt::test::free_port();
     metrics_port_ = nmt::test::free_port();
@@ -168,7 +170,8 @@ const std::string kInflight = "nmt_inflight_requests";
 }  // namespace
 
 TEST(CallbackService, TwoThousandConcurrentUnaryCallsOnBoundedThreads) {
-  Server server("threads", "batching:\n  max_queue_sentences: 4096\n");
+  // One process is one tenant: the share lets its 2000 calls all wait.
+  Server server("threads", "batching:\n  max_queue_sentences: 4096\n  tenant_queue_share: 1\n");
   ASSERT_TRUE(server.serving()) << server.tail();
   const int idle_threads = server.threads();
 

@@ -45,7 +45,10 @@ class ServerTest : public ::testing::Test {
     dir_ = new fs::path(fs::temp_directory_path() / ("nmt-server-test-" + std::to_string(getpid())));
     fs::create_directories(*dir_);
     const fs::path config = *dir_ / "config.yaml";
+    // Without the translation cache: these tests time and cancel decodes of repeated
+    // requests, which it would answer at once (its tests: server.keys_and_cache).
     std::ofstream(config) << "server:\n  log_format: json\n  shutdown_grace_seconds: 10\n"
+                          << "  translation_cache_mb: 0\n"
                           << "limits:\n  max_characters_per_request: " << kMaxCharacters
                           << "\n  max_input_tokens: " << kMaxInputTokens
                           << "\n  max_beam_size: " << kMaxBeam

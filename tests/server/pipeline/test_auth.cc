@@ -79,3 +79,29 @@ TEST(Auth, NothingToReloadWithoutAFile) {
   EXPECT_EQ(auth.reload(), 0u);
   EXPECT_TRUE(auth.allows_header("Bearer t"));
 }
+
+// Which key a call carries (server/tenants/api_keys.h): its fields, held across a reload.
+TEST(Auth, IdentifiesTheKeyAndKeepsItAcrossAReload) {
+  const std::string path = testing::TempDir() + "/tokens-identify.txt";
+  std::ofstream(path) << "alpha name=team-a weight=2 requests_per_minute=10\nbeta\n";
+  BearerAuth auth = BearerAuth::from_file(path);
+  std::shared_ptr<const nmt::server::ApiKey> a = auth.identify_header("Bearer alpha");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->name, "team-a");
+  EXPECT_EQ(a->weight, 2);
+  EXPECT_EQ(a->requests_per_minute, 10);
+  ASSERT_TRUE(auth.identify_header("Bearer beta"));
+  EXPECT_EQ(auth.identify_header("Bearer beta")->label(), "other");
+  EXPECT_FALSE(auth.identify_header("Bearer gamma"));
+  EXPECT_FALSE(auth.identify_header("Bearer alpha name=team-a")) << "the fields are not part of the token";
+  std::ofstream(path) << "gamma name=team-c\n";
+  EXPECT_EQ(auth.reload(), 1u);
+  EXPECT_EQ(a->name, "team-a") << "a key held by a call in flight outlives the reload";
+  EXPECT_FALSE(auth.identify_header("Bearer alpha"));
+  EXPECT_EQ(auth.identify_header("Bearer gamma")->name, "team-c");
+  std::ofstream(path) << "delta weight=0\n";
+  EXPECT_THROW(auth.reload(), std::runtime_error) << "a malformed line changes nothing";
+  EXPECT_TRUE(auth.identify_header("Bearer gamma"));
+  std::remove(path.c_str());
+  EXPECT_FALSE(BearerAuth().identify_header("Bearer x")) << "authentication off: no key";
+}

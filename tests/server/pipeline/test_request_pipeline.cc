@@ -329,6 +329,39 @@ TEST(RequestPipelineRecord, FailuresLogTheirErrorAtTheirLevel) {
       << metrics;
 }
 
+// Who a request is (fair queueing's tenant): its key, else its peer without the port, or a
+// trusted x-tenant.
+TEST(IdentifyCaller, KeyElsePeerOrTrustedHeader) {
+  auto key = std::make_shared<ApiKey>();
+  key->tenant = "key:team";
+  key->weight = 3;
+  struct Row {
+    std::shared_ptr<const ApiKey> key;
+    std::string peer, header;
+    bool trust;
+    std::string tenant;
+    int weight;
+  };
+  const std::vector<Row> rows = {
+      {key, "ipv4:10.0.0.1:5000", "", false, "key:team", 3},
+      {nullptr, "ipv4:10.0.0.1:5000", "", false, "peer:10.0.0.1", 1},
+      {nullptr, "ipv4:10.0.0.1:6001", "", false, "peer:10.0.0.1", 1},  // another connection, one tenant
+      {nullptr, "ipv6:[::1]:5000", "", false, "peer:::1", 1},
+      {nullptr, "unix:/run/nmt.sock", "", false, "peer:unix:/run/nmt.sock", 1},
+      {nullptr, "192.168.1.2", "", false, "peer:192.168.1.2", 1},  // HTTP's remote address
+      {nullptr, "ipv4:10.0.0.1:5000", "acme", false, "peer:10.0.0.1", 1},  // untrusted header: ignored
+      {nullptr, "ipv4:10.0.0.1:5000", "acme", true, "tenant:acme", 1},
+      {key, "ipv4:10.0.0.1:5000", "acme", true, "tenant:acme", 3},
+      {nullptr, "ipv4:10.0.0.1:5000", "", true, "peer:10.0.0.1", 1},
+  };
+  for (const Row& r : rows) {
+    const Caller c = identify_caller(r.key, r.peer, r.header, r.trust);
+    EXPECT_EQ(c.tenant, r.tenant) << r.peer << " " << r.header;
+    EXPECT_EQ(c.weight, r.weight) << r.peer << " " << r.header;
+    EXPECT_EQ(c.key, r.key);
+  }
+}
+
 TEST(RequestPipelineBegin, KeepsAnEchoableIdAndReplacesOthers) {
   DemoPipeline demo;
   v1::TranslateRequest request = request_of({"a", "b", "c"});

@@ -91,10 +91,10 @@ struct Fixture {
   bool held(size_t engine) { return engines[engine]->wait_held_step(kPatience); }
   std::future<JobResult> submit(std::vector<std::vector<int>> ids, const DecodeOptions& o,
                                 Clock::time_point deadline = Clock::time_point::max(),
-                                std::shared_ptr<Job>* job = nullptr) {
+                                std::shared_ptr<Job>* job = nullptr, const QueueTenant& tenant = {}) {
     auto promise = std::make_shared<std::promise<JobResult>>();
     auto j = scheduler->submit(std::move(ids), o, deadline,
-                               [promise](JobResult r) { promise->set_value(std::move(r)); });
+                               [promise](JobResult r) { promise->set_value(std::move(r)); }, tenant);
     if (job) *job = j;
     return promise->get_future();
   }
@@ -133,6 +133,7 @@ inline SchedulingOptions options(int sentences, int rows, int admit_tokens = 204
   o.max_active_rows = rows;
   o.max_admit_tokens = admit_tokens;
   o.max_queue_sentences = queue;
+  o.tenant_queue_share = 1.0;  // one tenant may fill the queue (tenants: test_fair_queue.cc)
   return o;
 }
 

@@ -143,6 +143,38 @@ TEST(Scheduler, RefusesAtOnceWhatCanNeverFitOrOverflowsTheQueue) {
   EXPECT_TRUE(busy.get().ok);
 }
 
+// Fair queueing (fair_queue.h) in the scheduler: a tenant over its share is refused while
+// another is still taken, and the other's sentence leaves the queue before the backlog.
+TEST(Scheduler, TenantsShareTheQueueFairly) {
+  SchedulingOptions o = options(1, 4, 2048, /*queue=*/8);
+  o.tenant_queue_share = 0.5;  // 4 sentences a tenant
+  Fixture f(o, 1);
+  f.hold();
+  auto busy = f.submit({sentence(3)}, beam(4), Clock::time_point::max(), nullptr, {"hog"});  // the one slot
+  ASSERT_TRUE(f.held(0));
+  auto backlog = f.submit({sentence(2), sentence(2), sentence(2), sentence(2)}, beam(1), Clock::time_point::max(),
+                          nullptr, {"hog"});
+  try {
+    f.submit({sentence(2)}, beam(1), Clock::time_point::max(), nullptr, {"hog"});
+    FAIL() << "the hog's fifth waiting sentence was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("batching.tenant_queue_share"), std::string::npos) << e.what();
+  }
+  std::future<JobResult> other;
+  ASSERT_NO_THROW(other = f.submit({sentence(2)}, beam(1), Clock::time_point::max(), nullptr, {"other"}));
+  EXPECT_EQ(f.scheduler->queued_sentences(), 5u);
+  f.release();
+  // One slot: sentences leave the queue one at a time, the other's second (behind one of the
+  // hog's, not four). The backlog was queued first, so its last sentence, admitted after the
+  // other's, waited longer than the other's did.
+  const JobResult got = other.get(), hog = backlog.get();
+  ASSERT_TRUE(got.ok);
+  ASSERT_TRUE(hog.ok);
+  EXPECT_LT(got.queue_seconds, hog.queue_seconds);
+  EXPECT_TRUE(busy.get().ok);
+}
+
 TEST(Scheduler, CancelledSentencesHoldNoPlaceInTheQueue) {
   // The loop is inside a step (held: no purge between steps) when the queue's requests are
   // cancelled; new work takes their places at once instead of being refused.

@@ -48,7 +48,8 @@ class Server {
   explicit Server(const std::string& batching) {
     dir_ = fs::temp_directory_path() / ("nmt-step-test-" + std::to_string(getpid()));
     fs::create_directories(dir_);
-    std::ofstream(dir_ / "config.yaml") << "server:\n  log_level: warn\n"
+    // Without the translation cache: served against offline decodes, not cached answers.
+    std::ofstream(dir_ / "config.yaml") << "server:\n  log_level: warn\n  translation_cache_mb: 0\n"
                                         << "limits:\n  max_input_tokens: 96\n  max_decoding_length: 220\n"
                                         << "batching:\n" << batching << "models:\n  - name: m30k\n    path: "
                                         << kModelDir << "\n    workers: 1\n";

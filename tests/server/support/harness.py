@@ -41,7 +41,11 @@ def generate_stubs(repo, out_dir):
 
 
 def write_config(path, model_dir, limits=None, batching=None, server=None):
-    sections = {"server": server or {}, "limits": limits or {}, "batching": batching or {}}
+    """A config of the demo model. Without the translation cache unless `server` sets
+    translation_cache_mb: the tests time, cancel and overload decodes of repeated sentences,
+    which the cache (on by default) would answer at once; its own tests turn it on."""
+    server = {"translation_cache_mb": 0, **(server or {})}
+    sections = {"server": server, "limits": limits or {}, "batching": batching or {}}
     with open(path, "w") as f:
         for name, values in sections.items():
             if values:
