@@ -16,7 +16,8 @@ struct DecodeLoop::Active {
   int slot = -1;          // -1: released
   std::vector<int> rows;  // cache row of each beam
   bool gone = false;      // finished, removed or failed: stepped no more, its results dropped
-  int in_flight = 0;      // flights that hold it
+  int in_flight = 0;      // flights that step it
+  int held = 0;           // flights that step it or carry its encode: its slot and rows wait for them
   uint64_t newest = 0;    // the last flight it was submitted in, its group there, and whether
   int group = -1;         // that step is at the maximum length (its last: never followed)
   bool last = false;
@@ -42,6 +43,10 @@ DecodeLoop::~DecodeLoop() {
       engine_.collect(f.lane, &out_);
     } catch (...) {  // a device error: the engine's next call reports it
     }
+  }
+  // The engine outlives the loop: what its sentences hold goes back to it.
+  for (ActiveList* list : {&active_, &encoding_, &joining_, &leaving_}) {
+    for (auto& a : *list) release(*a);
   }
 }
 
@@ -204,10 +209,17 @@ bool DecodeLoop::submit(StepReport* report) {
     }
   }
   if (stepped) {
-    Flight f{++submitted_, lane, members};
+    Flight f{++submitted_, lane, members, {}};
+    if (in_.encode) {  // their slots wait for this flight too
+      for (auto& a : taken) {
+        ++a->held;
+        f.encoded.push_back(a.get());
+      }
+    }
     for (size_t g = 0; g < members.size(); ++g) {
       Active& a = *members[g];
       ++a.in_flight;
+      ++a.held;
       a.newest = f.number;
       a.group = int(g);
       a.last = a.search.last_step(positions[g] - a.search.position());
@@ -227,7 +239,11 @@ bool DecodeLoop::submit(StepReport* report) {
 void DecodeLoop::collect(StepReport* report) {
   Flight f = std::move(flights_.front());
   flights_.erase(flights_.begin());
-  for (Active* a : f.members) --a->in_flight;
+  for (Active* a : f.members) {
+    --a->in_flight;
+    --a->held;
+  }
+  for (Active* a : f.encoded) --a->held;
   try {
     engine_.collect(f.lane, &out_);
   } catch (...) {
@@ -256,8 +272,13 @@ void DecodeLoop::collect(StepReport* report) {
     }
     offset += size_t(k);
   }
-  // the gone ones no flight holds any more
-  leaving_.erase(std::remove_if(leaving_.begin(), leaving_.end(), [](const auto& a) { return a->in_flight == 0; }),
+  // The gone ones no flight holds any more: their slots and rows are free now.
+  leaving_.erase(std::remove_if(leaving_.begin(), leaving_.end(),
+                                [&](const auto& a) {
+                                  if (a->held > 0) return false;
+                                  release(*a);
+                                  return true;
+                                }),
                  leaving_.end());
 }
 
@@ -273,18 +294,23 @@ void DecodeLoop::join(ActiveList& from, ActiveList& into) {
   from.clear();
 }
 
-// Gone from the active list: its slot and rows are free at once (a newcomer's use of them is
-// enqueued behind the steps in flight), the object stays while a flight points to it.
+// Gone from the active list. Its slot and rows are released (free for newcomers, their
+// memory back to the engine) once no step in flight reads or writes them: at once when none
+// holds them, else in the collect() of the last that does (leaving_ keeps it until then).
 void DecodeLoop::leave(Active& a) {
   a.gone = true;
-  release(a);
   for (ActiveList* list : {&active_, &encoding_}) {
     auto it = std::find_if(list->begin(), list->end(), [&](const auto& x) { return x.get() == &a; });
     if (it == list->end()) continue;
-    if (a.in_flight > 0) leaving_.push_back(std::move(*it));
+    if (a.held > 0) {
+      leaving_.push_back(std::move(*it));
+    } else {
+      release(a);
+    }
     list->erase(it);
     return;
   }
+  release(a);
 }
 
 void DecodeLoop::drop_all() {
@@ -314,8 +340,8 @@ bool DecodeLoop::shed_furthest(const std::vector<Active*>& members, const std::v
   return true;
 }
 
-// A sentence in a step in flight stays, marked, until that step is collected; its slot and
-// rows are free at once (a newcomer's use of them is enqueued behind that step).
+// A sentence in a step in flight stays, marked, until that step is collected, and its slot
+// and rows with it (leave()).
 void DecodeLoop::remove(uint64_t id) {
   for (ActiveList* list : {&active_, &encoding_}) {
     for (const auto& a : *list) {
@@ -333,8 +359,10 @@ void DecodeLoop::remove(uint64_t id) {
   }
 }
 
+// The engine returns the memory behind the slot and rows before a newcomer gets them.
 void DecodeLoop::release(Active& a) {
   if (a.slot < 0) return;
+  engine_.release(a.slot, a.rows);
   free_slots_.push_back(a.slot);
   free_rows_.insert(free_rows_.end(), a.rows.begin(), a.rows.end());
   a.slot = -1;

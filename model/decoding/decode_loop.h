@@ -98,7 +98,8 @@ class DecodeLoop {
   // For callers that answer each sentence on its own (the server's Scheduler); a caller
   // that needs every sentence of a batch (Translator) keeps the default, throwing.
   void shed_on_out_of_memory(bool on) { shed_on_out_of_memory_ = on; }
-  // Drops a sentence now (cancelled, expired); its slot and rows are free again.
+  // Drops a sentence now (cancelled, expired); its slot and rows are free again once no step
+  // in flight holds them (at once on an engine that does not overlap steps).
   void remove(uint64_t id);
 
   // Loops holding at least this many cache rows keep two steps in flight, each following the
@@ -107,10 +108,11 @@ class DecodeLoop {
   int follow_rows() const { return follow_rows_; }
   void set_follow_rows(int rows) { follow_rows_ = rows; }
 
-  // No sentence left (a removed sentence's step may still be in flight: the next step()
-  // collects it).
+  // No sentence holds a slot (one that left while a step in flight held it counts until
+  // step() collects that step and releases it).
   bool idle() const { return sentences_ == 0; }
-  // Sentences holding slots (decoding, or admitted and not yet stepped).
+  // Sentences holding slots (decoding, admitted and not yet stepped, or gone while a step in
+  // flight holds them).
   int active_sentences() const { return sentences_; }
   int active_rows() const { return capacity_.rows - int(free_rows_.size()); }
 
@@ -122,13 +124,14 @@ class DecodeLoop {
     uint64_t number = 0;  // submission order
     int lane = 0;
     std::vector<Active*> members;
+    std::vector<Active*> encoded;  // newcomers whose encode rode on it
   };
   // Submits the next step of the active sentences (and the newcomers' encode riding on it);
   // false when nothing was stepped.
   bool submit(StepReport* report);
   void collect(StepReport* report);  // the oldest flight
   void encode_idle(StepReport* report);  // nothing steps: encode every newcomer now
-  void release(Active& a);               // frees its slot and rows
+  void release(Active& a);               // frees its slot and rows, in the engine too (Engine::release)
   void leave(Active& a);                 // gone: out of the active list, kept while in flight
   void drop_all();
   // After an out-of-memory submit: the active sentences at the furthest position leave as
@@ -143,7 +146,8 @@ class DecodeLoop {
   EngineCapacity capacity_;
   ActiveList active_;    // stepping, ordered by beam (the engine runs one top-k per run of equal beams)
   ActiveList encoding_;  // newcomers whose encode rides on the last submit: they step from the next
-  ActiveList leaving_;   // finished or removed while a step in flight still holds them
+  ActiveList leaving_;   // finished or removed while a step in flight still holds them: their
+                         // slots and rows are released when it is collected
   std::vector<Flight> flights_;  // oldest first, at most Engine::kStepLanes
   uint64_t submitted_ = 0;
   int follow_rows_ = kDefaultFollowRows;

@@ -5,9 +5,12 @@
 // (beam_search.cc, decode_loop.cc) and drives an Engine through this interface, so the CPU
 // and CUDA engines share one decoding algorithm.
 //
-// The persistent state is sized once by reserve():
+// The persistent state's logical capacity is set by reserve() (the tables and limits); its
+// memory follows use (docs/data-flow.md, "Decode-state memory"): an engine allocates a
+// sentence's cross-attention keys/values as encode() admits its tokens and a cache row's
+// self-attention keys/values as steps reach its positions, and returns them at release():
 //   - sentence slots: a sentence's encoder output (its cross-attention keys/values) and its
-//     source length live in one slot from its encode() until the loop frees the slot;
+//     source length live in one slot from its encode() until the loop releases the slot;
 //   - cache rows: one per beam of an active sentence, holding its self-attention keys/values.
 //     Row r writes its key/value at position p into cache row cache_rows[r]; positions < p
 //     are those of cache row parent_rows[r] (the beam it continues). A cache row's position p
@@ -81,11 +84,23 @@ struct StepOutput {
 class Engine {
  public:
   virtual ~Engine() = default;
-  // Sizes the persistent state (slots, rows, source length). Only grows; a growth forgets
-  // every active sentence, so the caller reserves before the first encode. Throws
-  // nmt::Error(kResourceExhausted) when the memory limit is hit (the engine stays usable
-  // at its previous capacity).
+  // Sizes the persistent state's logical capacity (slots, rows, source length: tables and
+  // validation); the memory of the keys/values comes on demand, as sentences are encoded and
+  // stepped, and goes at release(). Only grows; a growth forgets every active sentence, so
+  // the caller reserves before the first encode. Throws nmt::Error(kResourceExhausted) when
+  // the memory limit is hit (the engine stays usable at its previous capacity).
   virtual void reserve(const EngineCapacity& capacity) = 0;
+  // The sentence in `slot` with cache rows `rows` is gone: the engine returns the memory they
+  // hold (its encoder output, its rows' keys/values), and the next encode() into the slot or
+  // step writing the rows starts them afresh. The decode loop calls it once per sentence that
+  // it admitted, after every step that reads or writes them was collected (DecodeLoop::
+  // release), and before it hands them to another sentence. A slot or rows holding nothing
+  // (a sentence never encoded) is no error. Does not throw. The default: an engine whose
+  // memory does not follow use.
+  virtual void release(int slot, const std::vector<int>& rows) {
+    (void)slot;
+    (void)rows;
+  }
   virtual EngineCapacity capacity() const = 0;
   // Encodes the sentences (one batched pass) into their slots.
   virtual void encode(const std::vector<EncodeItem>& items) = 0;
@@ -108,10 +123,11 @@ class Engine {
   // The encoder's float32 output of sentence i of the last encode(), [length, d_model]: for
   // tests and layer-by-layer debugging against the reference implementation.
   virtual std::vector<float> encoder_output(size_t sentence) const = 0;
-  // Bytes of device memory held (0 on the CPU).
+  // Bytes of device memory held now (0 on the CPU).
   virtual size_t memory_used() const { return 0; }
-  // Bytes of host memory held by the engine's own buffers (decode state and step buffers;
-  // not the Weights it reads from). 0 on the GPU, whose state lives in memory_used().
+  // Bytes of host memory held by the engine's own buffers now (decode state and step
+  // buffers; not the Weights it reads from): it grows with the tokens in flight and shrinks
+  // as release() returns them. 0 on the GPU, whose state lives in memory_used().
   virtual size_t host_memory_used() const { return 0; }
   // Positions the decoder's caches hold now: a step with a sentence at this position or
   // beyond first grows them (doubling), and only that growth can run out of memory before

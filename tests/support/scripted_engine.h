@@ -6,7 +6,9 @@
 // It records the rows of every step, can sleep per step (an engine's time) and fail on
 // request, or run out of memory past a position; with `overlapping` it defers each step to
 // collect(), as a device's engine does. Its gate holds steps for as long as a test needs a
-// loop stopped inside a step, whatever the machine's speed.
+// loop stopped inside a step, whatever the machine's speed. It counts release() calls and
+// the misuses a paged engine could not survive: a release while a step in flight reads the
+// slot or rows, an encode into a slot not released since its last encode.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -45,6 +47,7 @@ class ScriptedEngine : public Engine {
     cap_ = {std::max(cap_.sentences, c.sentences), std::max(cap_.rows, c.rows),
             std::max(cap_.source_tokens, c.source_tokens)};
     eos_step_.resize(size_t(cap_.sentences));
+    live_.resize(size_t(cap_.sentences));
   }
   EngineCapacity capacity() const override { return cap_; }
   int vocab_size() const override { return kVocab; }
@@ -59,8 +62,21 @@ class ScriptedEngine : public Engine {
     for (const EncodeItem& item : items) {
       if (item.slot < 0 || item.slot >= cap_.sentences) throw std::logic_error("slot out of range");
       eos_step_[size_t(item.slot)] = item.ids->front();
+      if (live_[size_t(item.slot)]) ++unreleased_reuses;
+      live_[size_t(item.slot)] = 1;
     }
     encoded += int(items.size());
+  }
+
+  void release(int slot, const std::vector<int>& rows) override {
+    ++releases;
+    if (slot >= 0 && size_t(slot) < live_.size()) live_[size_t(slot)] = 0;
+    for (const Pending& p : pending_) {
+      if (!p.in_flight) continue;
+      bool held = std::find(p.slots.begin(), p.slots.end(), slot) != p.slots.end();
+      for (int r : rows) held = held || std::find(p.rows.begin(), p.rows.end(), r) != p.rows.end();
+      if (held) ++early_releases;
+    }
   }
 
   void step(const StepInput& in, StepOutput* out) override {
@@ -163,6 +179,13 @@ class ScriptedEngine : public Engine {
     }
     Pending& p = pending_[size_t(lane)];
     p.in_flight = true;
+    p.slots.clear();
+    p.rows = in.cache_rows;
+    p.rows.insert(p.rows.end(), in.parent_rows.begin(), in.parent_rows.end());
+    for (const StepGroup& g : in.groups) p.slots.push_back(g.slot);
+    if (given.encode) {
+      for (const EncodeItem& item : *given.encode) p.slots.push_back(item.slot);
+    }
     compute(in, &p.out);
     note_continuing(in, p.out);
     if (given.encode) encode(*given.encode);
@@ -193,6 +216,9 @@ class ScriptedEngine : public Engine {
   bool report_cache_positions = true;
   std::atomic<int> encoded{0};
   bool overlapping = false;
+  std::atomic<int> releases{0};          // release() calls
+  std::atomic<int> early_releases{0};    // releases of a slot or row that a step in flight reads
+  std::atomic<int> unreleased_reuses{0};  // encodes into a slot still holding its last sentence
   std::atomic<int> followed_groups{0};  // with `overlapping`: groups that followed the step before
   std::vector<int> lanes() const {      // with `overlapping`: the lane of each submit() so far
     std::lock_guard<std::mutex> lock(mutex_);
@@ -248,11 +274,13 @@ class ScriptedEngine : public Engine {
   struct Pending {
     StepOutput out;
     bool in_flight = false;
+    std::vector<int> slots, rows;  // what the step reads and writes
   };
   std::vector<std::vector<Row>> continuing_;
   std::array<Pending, kStepLanes> pending_;
   EngineCapacity cap_;
   std::vector<int> eos_step_;  // per slot
+  std::vector<char> live_;     // per slot: encoded and not released since
   mutable std::mutex mutex_;
   std::vector<int> lanes_submitted_;  // under mutex_: loops may still step while a test reads it
   std::vector<size_t> rows_per_step;

@@ -228,6 +228,9 @@ TEST(DecodeLoop, FollowingStepsGiveEachSentenceItsResultAlone) {
   const std::vector<int> lanes = e.lanes();
   for (size_t i = 1; i < lanes.size(); ++i) EXPECT_NE(lanes[i], lanes[i - 1]) << "step " << i;
   EXPECT_GT(e.followed_groups.load(), 200);
+  EXPECT_EQ(e.releases, 40);
+  EXPECT_EQ(e.early_releases, 0);
+  EXPECT_EQ(e.unreleased_reuses, 0);
 }
 
 // A lone sentence: every step after its first follows the one before; a sentence that ends at
@@ -312,16 +315,57 @@ TEST(DecodeLoop, SentenceRemovedInFlightFreesItsRowsAndGivesNoResult) {
   o.max_decoding_length = 20;
   loop.admit({{1, {50, kEos}, o}, {2, {50, kEos}, o}});
   for (int i = 0; i < 4; ++i) loop.step();
-  loop.remove(2);  // two steps in flight hold it
+  loop.remove(2);  // two steps in flight hold it: its slot and rows wait for them
+  EXPECT_EQ(loop.active_sentences(), 2);
+  EXPECT_EQ(loop.active_rows(), 8);
+  EXPECT_FALSE(loop.can_admit(beam(4)));
+  EXPECT_EQ(e.releases, 0);
+  int calls = 0;
+  for (; !loop.can_admit(beam(4)) && calls < 10; ++calls) loop.step();
+  EXPECT_EQ(calls, 2);  // one collect() per call: the second collects the newer step
+  EXPECT_EQ(e.releases, 1);
   EXPECT_EQ(loop.active_sentences(), 1);
   EXPECT_EQ(loop.active_rows(), 4);
-  ASSERT_TRUE(loop.can_admit(beam(4)));
   loop.admit({{3, {3, kEos}, beam(4)}});  // takes sentence 2's slot and rows
   const std::map<uint64_t, Translation> finished = finish_all(loop);
   ASSERT_EQ(finished.size(), 2u);
   EXPECT_EQ(finished.count(2), 0u);
   expect_same(finished.at(1), alone(50, o), 1);
   expect_same(finished.at(3), alone(3, beam(4)), 3);
+  EXPECT_EQ(e.releases, 3);
+  EXPECT_EQ(e.early_releases, 0);
+  EXPECT_EQ(e.unreleased_reuses, 0);
+}
+
+// Every sentence admitted is released once, after the steps holding it were collected and
+// before its slot takes another; a loop destroyed with sentences releases them too.
+TEST(DecodeLoop, ReleasesEachSentenceOnceAfterItsStepsAndBeforeItsSlotIsReused) {
+  for (const bool overlapping : {false, true}) {
+    ScriptedEngine e;
+    e.overlapping = overlapping;
+    {
+      DecodeLoop loop(e, kConfig, {2, 4, 4});
+      loop.set_follow_rows(1);
+      std::map<uint64_t, Translation> finished;
+      uint64_t next = 0;
+      for (int call = 0; finished.size() < 12 && call < 500; ++call) {
+        if (next < 12 && loop.can_admit(beam(2))) {
+          loop.admit({{next, {1 + int(next % 5), kEos}, beam(2)}});
+          if (next % 4 == 3) loop.remove(next);  // some leave while a step in flight holds them
+          if (next % 4 == 3) finished[next] = {};
+          ++next;
+        }
+        for (auto& f : loop.step().finished) finished[f.id] = std::move(f.translation);
+      }
+      EXPECT_EQ(finished.size(), 12u) << "overlapping " << overlapping;
+      EXPECT_EQ(e.releases, 12) << "overlapping " << overlapping;
+      loop.admit({{100, {50, kEos}, beam(2)}});
+      loop.step();
+    }
+    EXPECT_EQ(e.releases, 13) << "overlapping " << overlapping << ": the loop's destructor";
+    EXPECT_EQ(e.early_releases, 0) << "overlapping " << overlapping;
+    EXPECT_EQ(e.unreleased_reuses, 0) << "overlapping " << overlapping;
+  }
 }
 
 TEST(DecodeLoop, DeviceFailureWithTwoStepsInFlightEmptiesTheLoop) {
