@@ -10,8 +10,9 @@
 
 namespace nmt {
 
-// memory_limit: bytes of persistent decode state (cross-attention keys/values, caches) the
-// engine may hold; over it reserve() or a cache growth throws kResourceExhausted. 0 = no cap.
+// memory_limit: bytes of decode state (the blocks of cross-attention keys/values and caches,
+// model/cpu/kv_state.h) the engine may hold at once; a step or encode that would take more
+// throws kResourceExhausted before it changes anything. 0 = no cap.
 // threads: cores its GEMMs and row loops use inside each step (OpenMP); 0 = all.
 // int8: every linear layer (and the output projection) multiplies int8 weights quantized
 // per row at construction, activations quantized per row on the fly (cpu::int8_linear).
