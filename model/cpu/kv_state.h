@@ -3,7 +3,7 @@
 // values of the decoder's attention in blocks, and the tables that find them.
 //
 // BlockPool: fixed-size blocks of floats, each holding the keys and values of a few tokens,
-// in chunks mapped from the OS. A sentence's cross-attention keys/values and a cache row's self-attention keys/values
+// in chunks mapped from the OS (whole 2 MiB huge pages, aligned). A sentence's cross-attention keys/values and a cache row's self-attention keys/values
 // take blocks as their tokens arrive and give them back when the sentence leaves, so the memory
 // held follows the tokens in flight. A chunk that empties goes back to the OS (munmap), but for
 // one kept while other blocks are in use, so that a load hovering at a chunk's edge does not
@@ -19,9 +19,11 @@ namespace nmt::cpu {
 
 class BlockPool {
  public:
-  // Blocks of `block_floats` floats, `blocks_per_chunk` to a chunk. limit_bytes: the most the
-  // blocks in use may hold (0 = no cap).
-  BlockPool(size_t block_floats, size_t blocks_per_chunk, size_t limit_bytes);
+  static constexpr size_t kHugePage = size_t(2) << 20;
+  // Blocks of `block_floats` floats, as many to a chunk as the huge pages that hold
+  // `min_blocks_per_chunk` of them take. limit_bytes: the most the blocks in use may hold (0 =
+  // no cap).
+  BlockPool(size_t block_floats, size_t min_blocks_per_chunk, size_t limit_bytes);
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -34,15 +36,19 @@ class BlockPool {
   void free(float* block);  // a block from allocate()
 
   size_t block_bytes() const { return block_floats_ * sizeof(float); }
-  size_t chunk_bytes() const { return block_bytes() * blocks_per_chunk_; }
+  size_t chunk_bytes() const { return mapped_bytes(); }  // a chunk's mapping
   size_t blocks_used() const { return used_; }
-  size_t bytes_mapped() const { return chunks_.size() * chunk_bytes(); }  // what the OS gave
+  size_t bytes_mapped() const { return chunks_.size() * mapped_bytes(); }  // what the OS gave
 
  private:
   struct Chunk {
     std::vector<float*> free;  // its free blocks
   };
+  float* map_chunk();
   void unmap(std::map<float*, Chunk>::iterator it);
+  size_t mapped_bytes() const {  // a chunk's blocks rounded up to huge pages
+    return (block_bytes() * blocks_per_chunk_ + kHugePage - 1) / kHugePage * kHugePage;
+  }
 
   const size_t block_floats_, blocks_per_chunk_, limit_bytes_;
   std::map<float*, Chunk> chunks_;  // by base address
