@@ -146,9 +146,10 @@ class CpuEngine : public Engine {
 
   void release(int slot, const std::vector<int>& rows) override {
     kv_.release(slot, rows);
-    if (!kv_.empty()) return;
-    // No sentence left: the step buffers (sized by the largest step, logits rows x vocab)
-    // go too, and malloc gives the freed pages back, so an idle engine holds its weights.
+    if (!kv_.empty() || step_buffer_bytes() <= kCpuKeptStepBufferBytes) return;
+    // No sentence left: step buffers past the few MiB that a Translator's next batch would
+    // fault in afresh (sized by the largest step: logits rows x vocab) go too, and malloc
+    // gives the freed pages back.
     for (auto* b : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_, &normed_,
                     &row_scores_})
       FloatBuffer().swap(*b);
@@ -463,23 +464,27 @@ class CpuEngine : public Engine {
     }
   }
 
-  size_t host_memory_used() const override {
+  size_t step_buffer_bytes() const {
     size_t floats = 0;
     for (const auto& v : scratch_) floats += v.capacity();
+    for (const auto& v : row_scratch_) floats += 2 * v.capacity();  // doubles
+    for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_, &normed_,
+                          &row_scores_})
+      floats += v->capacity();
+    return floats * sizeof(float) + row_tokens_.capacity() * sizeof(int);
+  }
+
+  size_t host_memory_used() const override {
+    size_t floats = 0;
     // the concatenated Q/K/V and cross K/V weights (copies of the checkpoint's)
     for (const EncoderLayer& L : encoder_) floats += L.self_attn.qkv.storage->capacity();
     for (const DecoderLayer& L : decoder_)
       floats += L.self_attn.qkv.storage->capacity() + L.cross_attn.kv.storage->capacity();
-    for (const auto& v : row_scratch_) floats += 2 * v.capacity();  // doubles
-    for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_, &normed_,
-                          &row_scores_}) {
-      floats += v->capacity();
-    }
     size_t packed = 0;  // the float32 weights' packed copies, or the int8 weights
     for_each_linear(*this, [&packed](const Linear& x) {
       packed += (x.packed ? x.packed->bytes() : 0) + (x.int8 ? x.int8->bytes() : 0);
     });
-    return floats * sizeof(float) + row_tokens_.capacity() * sizeof(int) + packed + kv_.bytes();
+    return floats * sizeof(float) + step_buffer_bytes() + packed + kv_.bytes();
   }
 
   const ModelConfig c_;
