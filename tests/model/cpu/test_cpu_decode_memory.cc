@@ -168,3 +168,41 @@ TEST(CpuDecodeMemory, LargeStepBuffersGoWithTheLastSentence) {
   EXPECT_EQ(finished, 64);
   EXPECT_EQ(t->memory_held(), idle) << "under load " << (loaded - idle) / double(kMiB) << " MiB more";
 }
+
+// device_memory_limit caps the blocks: a step that would take more fails, before it changes
+// anything, and the loop sheds the sentence furthest along; the other goes on and finishes.
+// The limit, 24 blocks: sentence 1 (2 source blocks, 4 rows) passes it at position 80 (6
+// blocks a row), or earlier once sentence 2 (2 + 4 blocks) has joined at position 70.
+TEST(CpuDecodeMemory, StepOverTheMemoryLimitShedsTheFurthestSentence) {
+  const ModelConfig c = ModelConfig::load(test::demo_model_dir());
+  const size_t block_bytes =
+      size_t(c.decoder_layers) * 2 * size_t(c.d_model) * sizeof(float) * size_t(cpu::KvState::kBlockTokens);
+  TranslatorOptions options;
+  options.device = Device::kCpu;
+  options.device_memory_limit = 24 * block_bytes;
+  std::unique_ptr<Translator> t = Translator::load(test::demo_model_dir(), options);
+  std::unique_ptr<DecodeLoop> loop = t->make_loop({4, 16, 64});
+  loop->shed_on_out_of_memory(true);
+  const size_t idle = t->memory_held();
+  DecodeOptions o;
+  o.beam_size = 4;
+  o.min_decoding_length = o.max_decoding_length = 100;
+  loop->admit({{1, source(30, 1), o}});
+  for (int i = 0; i < 70; ++i) ASSERT_TRUE(loop->step().failed.empty()) << "step " << i;
+  o.min_decoding_length = o.max_decoding_length = 8;
+  loop->admit({{2, source(30, 2), o}});
+  std::vector<FailedSentence> failed;
+  std::vector<uint64_t> finished;
+  for (int i = 0; i < 100 && !loop->idle(); ++i) {
+    StepReport r = loop->step();
+    for (auto& f : r.failed) failed.push_back(f);
+    for (auto& f : r.finished) finished.push_back(f.id);
+  }
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].id, 1u);
+  EXPECT_EQ(failed[0].code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(failed[0].message.find("memory limit"), std::string::npos) << failed[0].message;
+  EXPECT_EQ(finished, std::vector<uint64_t>{2});
+  EXPECT_GE(t->memory_held(), idle);
+  EXPECT_LE(t->memory_held(), idle + kCpuKeptStepBufferBytes);
+}
