@@ -12,7 +12,8 @@ namespace nmt {
 
 // memory_limit: bytes of decode state (the blocks of cross-attention keys/values and caches,
 // model/cpu/kv_state.h) the engine may hold at once; a step or encode that would take more
-// throws kResourceExhausted before it changes anything. 0 = no cap.
+// throws kResourceExhausted before it changes anything, and so does reserve() where the cap
+// cannot hold one sentence of the longest source. 0 = no cap.
 // threads: cores its GEMMs and row loops use inside each step (OpenMP); 0 = all.
 // int8: every linear layer (and the output projection) multiplies int8 weights quantized
 // per row at construction, activations quantized per row on the fly (cpu::int8_linear).

@@ -140,6 +140,9 @@ class CpuEngine : public Engine {
                   "decode slots of " + std::to_string(next.source_tokens) + " source tokens exceed the model's " +
                       std::to_string(c_.max_positions) + " positions");
     }
+    // A limit that cannot hold one sentence of the longest source (and its first cache row's
+    // block) would fail every sentence: refused here, where the server's start names the keys.
+    if (!kv_.fits(kv_.blocks_for_tokens(next.source_tokens) + 1)) throw out_of_memory();
     kv_.resize(next.sentences, next.rows);
     cap_ = next;
   }

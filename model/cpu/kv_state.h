@@ -95,6 +95,7 @@ class KvState {
   }
 
   bool fits(size_t blocks) const { return pool_.fits(blocks); }
+  static size_t blocks_for_tokens(int64_t tokens) { return size_t((tokens + kBlockTokens - 1) / kBlockTokens); }
   // The slot's and rows' blocks back to the pool, their tables emptied.
   void release(int slot, const std::vector<int>& rows);
   bool empty() const { return pool_.blocks_used() == 0; }  // no block in use
