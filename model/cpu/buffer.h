@@ -2,7 +2,7 @@
 // The CPU engine's float buffers: a std::vector whose growth leaves new elements
 // uninitialized. Every buffer of the engine is written before it is read; zero-filling them
 // on growth cost a memset over fresh pages (page faults and 4% of a beam-4 step in the
-// profile, the KV caches growing with the positions).
+// profile, when the KV caches were such buffers growing with the positions).
 #include <memory>
 #include <utility>
 #include <vector>

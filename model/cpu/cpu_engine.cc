@@ -1,6 +1,7 @@
 // Float32 CPU engine: the reference implementation of docs/models.md that the CUDA engine and
 // the golden tests are checked against. One layer routine per stack for every family: where
 // the norms sit and which extra norms there are come from the model's Architecture.
+#include <malloc.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "model/cpu/candidates.h"
 #include "model/cpu/dense.h"
 #include "model/cpu/gemm.h"
+#include "model/cpu/kv_state.h"
 #include "model/cpu_engine.h"
 #include "model/error.h"
 
@@ -24,6 +26,7 @@ namespace {
 using cpu::AttentionShape;
 using cpu::FloatBuffer;
 using cpu::grow;
+using cpu::KvState;
 using cpu::Linear;
 
 struct Norm {
@@ -73,7 +76,8 @@ struct DecoderLayer {
 class CpuEngine : public Engine {
  public:
   CpuEngine(const ModelConfig& c, const Weights& w, size_t memory_limit, int threads, bool int8)
-      : c_(c), w_(w), memory_limit_(memory_limit), threads_(threads > 0 ? threads : omp_get_num_procs()) {
+      : c_(c), w_(w), kv_(c.decoder_layers, c.d_model, memory_limit),
+        threads_(threads > 0 ? threads : omp_get_num_procs()) {
     scratch_.resize(size_t(threads_));
     row_scratch_.resize(size_t(threads_));
     for (int l = 0; l < c.encoder_layers; ++l) {
@@ -117,7 +121,6 @@ class CpuEngine : public Engine {
   }
 
   int vocab_size() const override { return c_.target_vocab_size; }
-  int cache_positions() const override { return int(cache_capacity_); }
   EngineCapacity capacity() const override { return cap_; }
 
   std::vector<float> encoder_output(size_t sentence) const override {
@@ -126,6 +129,9 @@ class CpuEngine : public Engine {
     return std::vector<float>(begin, begin + lengths_.at(sentence) * d);
   }
 
+  // The capacity is logical (docs/data-flow.md, "Decode-state memory"): tables of a slot's and
+  // a cache row's blocks, which cost nothing until a sentence takes them; the blocks come as
+  // tokens arrive (encode, step) and go at release().
   void reserve(const EngineCapacity& want) override {
     EngineCapacity next{std::max(cap_.sentences, want.sentences), std::max(cap_.rows, want.rows),
                         std::max(cap_.source_tokens, want.source_tokens)};
@@ -134,22 +140,28 @@ class CpuEngine : public Engine {
                   "decode slots of " + std::to_string(next.source_tokens) + " source tokens exceed the model's " +
                       std::to_string(c_.max_positions) + " positions");
     }
-    if (next.sentences == cap_.sentences && next.rows == cap_.rows && next.source_tokens == cap_.source_tokens) return;
-    check_memory(next, std::max<int64_t>(cache_capacity_, kMinCachePositions));
-    const int64_t d = c_.d_model;
-    const size_t cross = size_t(next.sentences) * size_t(next.source_tokens) * size_t(2 * d);
-    cross_kv_.resize(decoder_.size());
-    for (FloatBuffer& b : cross_kv_) grow(&b, cross);
-    slot_lengths_.assign(size_t(next.sentences), 0);
-    // The self-attention caches depend on the rows only: kept (and not re-grown from
-    // nothing, which costs fresh pages every batch) when only slots or source tokens grow.
-    if (next.rows != cap_.rows) {
-      cache_capacity_ = 0;  // allocated at the first step
-      cache_k_.assign(decoder_.size(), {});
-      cache_v_.assign(decoder_.size(), {});
-      key_rows_.clear();
-    }
+    // A limit that cannot hold one sentence of the longest source (and its first cache row's
+    // block) would fail every sentence: refused here, where the server's start names the keys.
+    if (!kv_.fits(kv_.blocks_for_tokens(next.source_tokens) + 1)) throw out_of_memory();
+    kv_.resize(next.sentences, next.rows);
     cap_ = next;
+  }
+
+  void release(int slot, const std::vector<int>& rows) override {
+    kv_.release(slot, rows);
+    if (!kv_.empty() || step_buffer_bytes() <= kCpuKeptStepBufferBytes) return;
+    // No sentence left: step buffers past the few MiB that a Translator's next batch would
+    // fault in afresh (sized by the largest step: logits rows x vocab) go too, and malloc
+    // gives the freed pages back.
+    for (auto* b : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_, &normed_,
+                    &row_scores_})
+      FloatBuffer().swap(*b);
+    for (auto& v : scratch_) std::vector<float>().swap(v);
+    for (auto& v : row_scratch_) std::vector<double>().swap(v);
+    std::vector<int>().swap(row_tokens_);
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
   }
 
   void encode(const std::vector<EncodeItem>& items) override {
@@ -170,6 +182,7 @@ class CpuEngine : public Engine {
       src_len_ = std::max(src_len_, len);
       lengths_.push_back(len);
     }
+    if (!kv_.fits(encode_blocks(items))) throw out_of_memory();
     const int64_t rows = n * src_len_;
     std::vector<int>& ids = enc_ids_;
     std::vector<int>& positions = enc_positions_;
@@ -215,41 +228,52 @@ class CpuEngine : public Engine {
       feed_forward(L.fc1, L.fc2, L.final_norm, x.data(), rows);
     }
     if (c_.arch.final_encoder_norm) normalize(encoder_final_norm_, x.data(), rows);
-    // Cross-attention keys/values: once per sentence, shared by its beams, into its slot.
+    // Cross-attention keys/values: once per sentence, shared by its beams, into its slot's
+    // blocks (a block holds every layer's keys/values of its tokens: KvState).
+    for (int64_t s = 0; s < n; ++s) kv_.fill_slot(items[size_t(s)].slot, lengths_[s]);
     for (size_t l = 0; l < decoder_.size(); ++l) {
       decoder_[l].cross_attn.kv(x.data(), rows, qkv.data());
+      const int64_t offset = kv_.layer_offset(int64_t(l));
       for (int64_t s = 0; s < n; ++s) {
-        const int64_t slot = items[size_t(s)].slot, len = lengths_[s];
-        std::copy_n(qkv.data() + s * src_len_ * 2 * d, len * 2 * d,
-                    cross_kv_[l].data() + slot * cap_.source_tokens * 2 * d);
+        const int slot = items[size_t(s)].slot;
+        for (int64_t j = 0; j < lengths_[s]; ++j)
+          std::copy_n(qkv.data() + (s * src_len_ + j) * 2 * d, 2 * d, kv_.slot_token(slot, j) + offset);
       }
     }
-    for (int64_t s = 0; s < n; ++s) slot_lengths_[size_t(items[size_t(s)].slot)] = lengths_[s];
   }
 
+  // Out of memory throws before anything changed (the step's blocks and its encode's are
+  // counted first), so the decode loop can shed sentences and repeat the step.
   void step(const StepInput& in, StepOutput* out) override {
     cpu::set_threads(threads_);
-    decoder_step(in, out);
+    const int64_t rows = check_step(in);
+    row_position_.clear();
+    for (const StepGroup& g : in.groups) row_position_.insert(row_position_.end(), size_t(g.beam), g.position);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (kv_.row_length(in.parent_rows[size_t(r)]) < row_position_[size_t(r)])
+        throw Error(ErrorCode::kInternal, "engine step: a row continues a cache row that does not hold its positions");
+    }
+    if (!kv_.fits(kv_.blocks_for_step(in.cache_rows, row_position_) + (in.encode ? encode_blocks(*in.encode) : 0)))
+      throw out_of_memory();
+    decoder_step(in, rows, out);
     if (in.encode) encode(*in.encode);  // one core: nothing to overlap
   }
 
  private:
-  void decoder_step(const StepInput& in, StepOutput* out) {
+  // The step's rows (check_step()) at row_position_.
+  void decoder_step(const StepInput& in, int64_t rows, StepOutput* out) {
     const int64_t d = c_.d_model;
-    const int64_t rows = check_step(in);
     out->scores.clear();
     out->candidates.clear();
     if (rows == 0) return;
-    int max_position = 0;
-    row_position_.clear();
     row_slot_.clear();
-    for (const StepGroup& g : in.groups) {
-      max_position = std::max(max_position, g.position);
-      row_position_.insert(row_position_.end(), size_t(g.beam), g.position);
-      row_slot_.insert(row_slot_.end(), size_t(g.beam), g.slot);
-    }
-    ensure_capacity(max_position + 1);
-    reorder(in);
+    for (const StepGroup& g : in.groups) row_slot_.insert(row_slot_.end(), size_t(g.beam), g.slot);
+    // Row r continues cache row parent_rows[r] into cache row cache_rows[r]: the history is
+    // not copied, each cache row keeps a table of where its positions' keys are (the CUDA
+    // engine's key-row table), and the row's own position goes into its own blocks. Beams of
+    // a sentence keep their cache rows until it ends, so a position a table points to is
+    // never overwritten while it is read.
+    kv_.reorder(in.cache_rows, in.parent_rows, row_position_);
 
     // Step buffers are members: a decode step allocates nothing once they have grown.
     for (auto* b : {&y_, &q_, &ctx_, &tmp_}) grow(b, size_t(rows * d));
@@ -267,21 +291,19 @@ class CpuEngine : public Engine {
     }
     embed(w_.decoder_embeddings(), c_.target_vocab_size, w_.decoder_positions(), decoder_embedding_norm_, in.tokens,
           *positions, y.data());
-    const int64_t heads = c_.decoder_heads, hd = d / heads, cap = cache_capacity_;
+    const int64_t heads = c_.decoder_heads, hd = d / heads;
     for (size_t l = 0; l < decoder_.size(); ++l) {
       const DecoderLayer& L = decoder_[l];
       L.self_attn.qkv(sublayer_input(L.self_norm, y.data(), rows), rows, qkv.data());
-      float* ck = cache_k_[l].data();
-      float* cv = cache_v_[l].data();
+      const int64_t offset = kv_.layer_offset(int64_t(l));
 #pragma omp parallel for
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t c = in.cache_rows[size_t(r)], t = row_position_[size_t(r)];
+        const int c = in.cache_rows[size_t(r)];
+        const int64_t t = row_position_[size_t(r)];
         const float* qr = qkv.data() + r * 3 * d;
-        std::copy_n(qr + d, d, ck + (c * cap + t) * d);
-        std::copy_n(qr + 2 * d, d, cv + (c * cap + t) * d);
-        // Position j of the row's history is in cache row key_rows[j] (reorder()).
-        cpu::attend_row(qr, ck, cv, ctx.data() + r * d, t + 1, heads, hd, d,
-                        &row_scratch_[size_t(omp_get_thread_num())], key_rows_.data() + c * cap, cap * d);
+        std::copy_n(qr + d, 2 * d, kv_.row_token(c, t) + offset);  // its key and value
+        cpu::attend_row(qr, kv_.row_keys(c), offset, d, ctx.data() + r * d, t + 1, heads, hd,
+                        &row_scratch_[size_t(omp_get_thread_num())]);
       }
       L.self_attn.out(ctx.data(), rows, tmp.data());
       residual(L.self_norm, tmp.data(), y.data(), rows);
@@ -289,10 +311,9 @@ class CpuEngine : public Engine {
       L.cross_attn.q(sublayer_input(L.cross_norm, y.data(), rows), rows, q.data());
 #pragma omp parallel for
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t s = row_slot_[size_t(r)], len = slot_lengths_[size_t(s)];
-        const float* kv = cross_kv_[l].data() + s * cap_.source_tokens * 2 * d;
-        cpu::attend_row(q.data() + r * d, kv, kv + d, ctx.data() + r * d, len, heads, hd, 2 * d,
-                        &row_scratch_[size_t(omp_get_thread_num())]);
+        const int s = row_slot_[size_t(r)];
+        cpu::attend_row(q.data() + r * d, kv_.slot_keys(s), offset, d, ctx.data() + r * d, kv_.slot_length(s),
+                        heads, hd, &row_scratch_[size_t(omp_get_thread_num())]);
       }
       L.cross_attn.out(ctx.data(), rows, tmp.data());
       residual(L.cross_norm, tmp.data(), y.data(), rows);
@@ -367,8 +388,6 @@ class CpuEngine : public Engine {
     residual(norm, ffn_out_.data(), x, rows);
   }
 
-  static constexpr int64_t kMinCachePositions = 16;
-
   // Rows must match the groups, cache rows and slots be in range, positions in the model.
   int64_t check_step(const StepInput& in) const {
     size_t rows = 0;
@@ -396,71 +415,18 @@ class CpuEngine : public Engine {
     return int64_t(rows);
   }
 
-  // Row r continues cache row parent_rows[r] into cache row cache_rows[r]. The caches are not
-  // copied: each cache row keeps a table of the cache rows that hold its history's positions
-  // (the CUDA engine's key-row table, kernels::beam_reorder_key_rows_cpu), and the row's own
-  // position is written into its own row. Beams of a sentence keep their cache rows until it
-  // ends, so a position a table points to is never overwritten while it is read.
-  void reorder(const StepInput& in) {
-    const int64_t cap = cache_capacity_;
-    next_key_rows_ = key_rows_;  // rows outside this step keep their tables
-    for (size_t r = 0; r < in.cache_rows.size(); ++r) {
-      const int64_t t = row_position_[r], c = in.cache_rows[r];
-      const int* from = key_rows_.data() + int64_t(in.parent_rows[r]) * cap;
-      int* to = next_key_rows_.data() + c * cap;
-      std::copy_n(from, t, to);
-      to[t] = int(c);
+  // The blocks an encode's sentences take.
+  size_t encode_blocks(const std::vector<EncodeItem>& items) const {
+    size_t blocks = 0;
+    for (const EncodeItem& item : items) {
+      if (item.slot >= 0 && item.slot < cap_.sentences) blocks += kv_.blocks_for_slot(item.slot, int64_t(item.ids->size()));
     }
-    key_rows_.swap(next_key_rows_);
+    return blocks;
   }
-
-  // Grows the [rows, capacity, d] caches (doubling) so that `positions` fit, keeping their
-  // contents. The first allocation makes room for twice the slots' source tokens where the
-  // memory limit allows: targets run about as long as their sources, and each growth copies
-  // the caches into fresh pages (page faults), 5% of a beam-4 batch-32 run on one thread
-  // when they started at 16 positions.
-  void ensure_capacity(int64_t positions) {
-    if (positions <= cache_capacity_) return;
-    const int64_t d = c_.d_model, rows = cap_.rows;
-    const int64_t need = std::min<int64_t>(std::max<int64_t>(kMinCachePositions, 2 * positions), c_.max_positions);
-    int64_t cap = need;
-    if (cache_capacity_ == 0) {
-      const int64_t roomy = std::min<int64_t>(std::max<int64_t>(need, 2 * int64_t(cap_.source_tokens)), c_.max_positions);
-      if (memory_limit_ == 0 || memory_needed(cap_, roomy) <= memory_limit_) cap = roomy;
-    }
-    check_memory(cap_, cap);
-    for (size_t l = 0; l < decoder_.size(); ++l) {
-      for (auto* cache : {&cache_k_[l], &cache_v_[l]}) {
-        FloatBuffer next(size_t(rows * cap * d));
-        for (int64_t r = 0; cache_capacity_ > 0 && r < rows; ++r) {
-          std::copy_n(cache->data() + r * cache_capacity_ * d, cache_capacity_ * d, next.data() + r * cap * d);
-        }
-        cache->swap(next);
-      }
-    }
-    std::vector<int> table(size_t(rows * cap));
-    for (int64_t r = 0; cache_capacity_ > 0 && r < rows; ++r)
-      std::copy_n(key_rows_.data() + r * cache_capacity_, cache_capacity_, table.data() + r * cap);
-    key_rows_.swap(table);
-    cache_capacity_ = cap;
-  }
-
-  // The persistent buffers at this capacity (cross K/V, self-attention caches and their
-  // key-row tables), against the configured limit.
-  size_t memory_needed(const EngineCapacity& cap, int64_t cache_positions) const {
-    const size_t d = size_t(c_.d_model), layers = decoder_.size();
-    const size_t floats = 2 * layers * size_t(cap.sentences) * size_t(cap.source_tokens) * d +
-                          2 * layers * size_t(cap.rows) * size_t(cache_positions) * d;
-    return floats * sizeof(float) + 2 * size_t(cap.rows) * size_t(cache_positions) * sizeof(int);
-  }
-  void check_memory(const EngineCapacity& cap, int64_t cache_positions) const {
-    if (memory_limit_ == 0) return;
-    const size_t need = memory_needed(cap, cache_positions);
-    if (need > memory_limit_) {
-      throw Error(ErrorCode::kResourceExhausted,
-                  "out of memory: the decode state needs about " + std::to_string(need >> 20) +
-                      " MiB, over the limit of " + std::to_string(memory_limit_ >> 20) + " MiB");
-    }
+  Error out_of_memory() const {
+    return Error(ErrorCode::kResourceExhausted,
+                 "out of memory: the decode state would hold more than the memory limit (" +
+                     std::to_string(kv_.bytes() >> 20) + " MiB held)");
   }
 
   void select_candidates(const float* y, int64_t rows, const StepInput& in, StepOutput* out) {
@@ -501,25 +467,27 @@ class CpuEngine : public Engine {
     }
   }
 
+  size_t step_buffer_bytes() const {
+    size_t floats = 0;
+    for (const auto& v : scratch_) floats += v.capacity();
+    for (const auto& v : row_scratch_) floats += 2 * v.capacity();  // doubles
+    for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_, &normed_,
+                          &row_scores_})
+      floats += v->capacity();
+    return floats * sizeof(float) + row_tokens_.capacity() * sizeof(int);
+  }
+
   size_t host_memory_used() const override {
     size_t floats = 0;
-    for (const auto* layers : {&cross_kv_, &cache_k_, &cache_v_}) {
-      for (const auto& v : *layers) floats += v.capacity();
-    }
-    for (const auto& v : scratch_) floats += v.capacity();
     // the concatenated Q/K/V and cross K/V weights (copies of the checkpoint's)
     for (const EncoderLayer& L : encoder_) floats += L.self_attn.qkv.storage->capacity();
     for (const DecoderLayer& L : decoder_)
       floats += L.self_attn.qkv.storage->capacity() + L.cross_attn.kv.storage->capacity();
-    for (const auto& v : row_scratch_) floats += 2 * v.capacity();  // doubles
-    for (const auto* v : {&encoder_out_, &hidden_, &ffn_out_, &logits_, &y_, &q_, &qkv_, &ctx_, &tmp_, &normed_}) {
-      floats += v->capacity();
-    }
     size_t packed = 0;  // the float32 weights' packed copies, or the int8 weights
     for_each_linear(*this, [&packed](const Linear& x) {
       packed += (x.packed ? x.packed->bytes() : 0) + (x.int8 ? x.int8->bytes() : 0);
     });
-    return floats * sizeof(float) + (key_rows_.capacity() + next_key_rows_.capacity()) * sizeof(int) + packed;
+    return floats * sizeof(float) + step_buffer_bytes() + packed + kv_.bytes();
   }
 
   const ModelConfig c_;
@@ -531,18 +499,12 @@ class CpuEngine : public Engine {
   float embed_scale_ = 1.f;
   Linear proj_;  // the output projection (the decoder embeddings when tied, else lm_head)
 
-  const size_t memory_limit_;  // bytes of persistent decode state; 0 = no cap
   EngineCapacity cap_;
   // last encode(), for encoder_output()
   int64_t src_len_ = 0;
   std::vector<int64_t> lengths_;
   FloatBuffer encoder_out_;                            // [sentences, src_len, d]
-  // persistent decode state
-  std::vector<int64_t> slot_lengths_;                  // source length of each slot
-  std::vector<FloatBuffer> cross_kv_;           // per layer [slots, source_tokens, 2d]: keys, values
-  std::vector<FloatBuffer> cache_k_, cache_v_;  // per layer [rows, capacity, d]
-  std::vector<int> key_rows_, next_key_rows_;   // [rows, capacity]: the cache row of each position
-  int64_t cache_capacity_ = 0;
+  KvState kv_;  // the persistent decode state: cross and self-attention keys/values in blocks
   const int threads_;
   std::vector<std::vector<float>> scratch_;       // attention scores, one per thread (encoder)
   std::vector<std::vector<double>> row_scratch_;  // attend_row's, one per thread (decoder step)

@@ -69,10 +69,9 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   }
 }
 
-NMT_CPU_CLONES void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
-                               int64_t head_dim, int64_t kv_stride, std::vector<double>* scratch, const int* key_rows,
-                               int64_t row_stride) {
-  auto at = [&](int64_t j) { return (key_rows ? key_rows[j] * row_stride : 0) + j * kv_stride; };
+NMT_CPU_CLONES void attend_row(const float* q, const float* const* rows, int64_t offset, int64_t value_offset,
+                               float* out, int64_t keys, int64_t heads, int64_t head_dim,
+                               std::vector<double>* scratch) {
   scratch->resize(std::max(scratch->size(), size_t(keys)));
   double* e = scratch->data();
   const float scale = 1.f / std::sqrt(float(head_dim));
@@ -82,7 +81,7 @@ NMT_CPU_CLONES void attend_row(const float* q, const float* k, const float* v, f
     // double), each exp computed once and kept.
     float max_s = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < keys; ++j) {
-      const float* kj = k + at(j) + h * head_dim;
+      const float* kj = rows[j] + offset + h * head_dim;
       float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
       for (int64_t c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
@@ -99,7 +98,7 @@ NMT_CPU_CLONES void attend_row(const float* q, const float* k, const float* v, f
     std::fill(oh, oh + head_dim, 0.f);
     for (int64_t j = 0; j < keys; ++j) {
       const float p = float(e[j] / sum);
-      const float* vj = v + at(j) + h * head_dim;
+      const float* vj = rows[j] + offset + value_offset + h * head_dim;
 #pragma omp simd
       for (int64_t c = 0; c < head_dim; ++c) oh[c] += p * vj[c];
     }

@@ -42,13 +42,13 @@ void attention(const float* q, const float* k, const float* v, float* out, const
                std::vector<float>* scratch);
 
 // The decoder step's attention of one query row (q, out: heads * head_dim floats) against
-// `keys` rows of k/v (key j at k + j * kv_stride, or, with key_rows, at k + key_rows[j] *
-// row_stride + j * kv_stride: a beam's history spread over cache rows): per head the dot
+// `keys` keys and values: key j at rows[j] + offset, its value at rows[j] + offset +
+// value_offset (a row per token wherever its block is: the decode state's blocks,
+// model/cpu/block_pool.h, and a beam's history spread over cache rows). Per head the dot
 // products in one vectorized loop each, the softmax as kernels::softmax_cpu computes it, the
 // weighted sum of the values. Replaces two GEMM calls per head of a single row, whose call
 // and packing overhead outweighed their work. `scratch` (the calling thread's) grows only.
-void attend_row(const float* q, const float* k, const float* v, float* out, int64_t keys, int64_t heads,
-                int64_t head_dim, int64_t kv_stride, std::vector<double>* scratch, const int* key_rows = nullptr,
-                int64_t row_stride = 0);
+void attend_row(const float* q, const float* const* rows, int64_t offset, int64_t value_offset, float* out,
+                int64_t keys, int64_t heads, int64_t head_dim, std::vector<double>* scratch);
 
 }  // namespace nmt::cpu

@@ -23,7 +23,10 @@ struct Replica {
   std::string device;  // "cpu" or "cuda:N" (N in nvidia-smi order)
   std::vector<std::unique_ptr<Translator>> translators;
   std::vector<std::unique_ptr<DecodeLoop>> loops;  // one per translator
-  size_t memory_bytes = 0;  // measured once the loops reserved their state
+  // Measured once the loops reserved their (logical) capacity: what the model holds idle, the
+  // budget's measure. The decode state comes and goes with the tokens in flight on top of it
+  // (docs/data-flow.md, "Decode-state memory").
+  size_t memory_bytes = 0;
   std::unique_ptr<Scheduler> scheduler;  // declared last: stops before the loops go
   // Queued and decoding sentences: what "least loaded" compares.
   size_t load() const { return scheduler->queued_sentences() + size_t(scheduler->active_sentences()); }

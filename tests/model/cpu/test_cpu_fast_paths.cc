@@ -145,21 +145,22 @@ TEST(CpuFastPaths, AttendRowMatchesAttentionReference) {
     a.out_batch_stride = a.out_row_stride = d;
     a.scale = 1.f / std::sqrt(float(head_dim));
     kernels::attention_cpu(a);
-    cpu::attend_row(q.data(), kv.data(), kv.data() + d, out.data(), keys, heads, head_dim, stride, &scratch);
+    std::vector<const float*> rows(static_cast<size_t>(keys));
+    for (int64_t j = 0; j < keys; ++j) rows[size_t(j)] = kv.data() + j * stride;
+    cpu::attend_row(q.data(), rows.data(), 0, d, out.data(), keys, heads, head_dim, &scratch);
     for (int64_t c = 0; c < d; ++c)
       EXPECT_NEAR(out[size_t(c)], ref[size_t(c)], 1e-5f) << "keys " << keys << " at " << c;
-    // The same keys spread over three cache rows (the beam reorder's key-row table): the
-    // same result, bit for bit.
-    const int64_t row_stride = keys * stride;
-    std::vector<float> cache(static_cast<size_t>(3 * row_stride), std::nanf(""));
-    std::vector<int> key_rows(static_cast<size_t>(keys));
+    // The same keys spread over three cache rows' blocks at an offset (the beam reorder's
+    // tables, a layer's part of a block): the same result, bit for bit.
+    const int64_t row_stride = keys * stride, offset = 5;
+    std::vector<float> cache(static_cast<size_t>(3 * row_stride + offset), std::nanf(""));
     for (int64_t j = 0; j < keys; ++j) {
-      key_rows[size_t(j)] = int((j * 7 + 1) % 3);
-      std::copy_n(kv.data() + j * stride, stride, cache.data() + key_rows[size_t(j)] * row_stride + j * stride);
+      const int64_t row = (j * 7 + 1) % 3;
+      rows[size_t(j)] = cache.data() + row * row_stride + j * stride;
+      std::copy_n(kv.data() + j * stride, stride, cache.data() + row * row_stride + j * stride + offset);
     }
     std::vector<float> gathered(static_cast<size_t>(d));
-    cpu::attend_row(q.data(), cache.data(), cache.data() + d, gathered.data(), keys, heads, head_dim, stride, &scratch,
-                    key_rows.data(), row_stride);
+    cpu::attend_row(q.data(), rows.data(), offset, d, gathered.data(), keys, heads, head_dim, &scratch);
     EXPECT_EQ(gathered, out) << "keys " << keys;
   }
 }

@@ -1,13 +1,13 @@
 #!/usr/bin/python3
-"""Memory caps of the decode loops. With --device-memory-limit-mb (the CPU engine's cap on its
-persistent decode state; the CUDA engine's allocator cap on a GPU):
-  - a loop whose state (batching.max_active_*) cannot fit stops the server at start with one
-    line that names the keys;
+"""Memory caps of the decode loops. With --device-memory-limit-mb (the CPU engine's cap on the
+blocks of its decode state, allocated as tokens arrive; the CUDA engine's allocator cap on a GPU):
+  - a loop whose state cannot fit (on the CPU: not even one sentence of limits.max_input_tokens)
+    stops the server at start with one line that names the keys;
   - a sentence that could never fit a loop (its beam over batching.max_active_rows) is refused
     RESOURCE_EXHAUSTED at once, alone, on unary calls and streams, and counted;
-  - a KV cache that must grow past the cap (a long translation) fails the sentences that
-    needed the growth RESOURCE_EXHAUSTED ("out of memory"), and the loop goes on serving what
-    fits (bench/gpu_faults.py shows the same on a GPU, short requests decoding alongside).
+  - a KV cache that must grow past the cap (a long translation at a wide beam) fails the
+    sentences that needed the growth RESOURCE_EXHAUSTED ("out of memory"), and the loop goes on
+    serving what fits (bench/gpu_faults.py shows the same on a GPU, short requests decoding alongside).
 
     test_memory_cap.py REPO_ROOT NMT_SERVER
 """
@@ -30,7 +30,7 @@ def start_fails(binary, config):
                        capture_output=True, text=True, timeout=120)
     out = r.stdout + r.stderr
     check(r.returncode != 0 and "batching.max_active_sentences" in out and "out of memory" in out,
-          f"a 1 MiB cap under 64 slots: exit {r.returncode}: {out.strip()[-300:]}")
+          f"a 1 MiB cap under slots of 256 tokens: exit {r.returncode}: {out.strip()[-300:]}")
 
 
 def main():
@@ -38,20 +38,22 @@ def main():
     tmp, pb, pb_grpc, health_pb2, health_pb2_grpc = rel.setup(repo, "nmt-memcap-")
     model = os.path.join(repo, "models/m30k-en-de-small")
     config = os.path.join(tmp, "config.yaml")
-    rel.write_config(config, model, limits={"max_input_tokens": 64},
+    # The CPU's blocks of the demo model hold 16 tokens in 96 KiB: one sentence of 256 source
+    # tokens takes 1.5 MiB.
+    rel.write_config(config, model, limits={"max_input_tokens": 256},
                      batching={"max_active_sentences": 64, "max_active_rows": 256})
     start_fails(binary, config)
 
-    # 4 slots of 64 tokens, 8 rows: ~2.4 MiB at start; the caches double with the positions
-    # decoded and pass 4 MiB beyond 34 target tokens.
+    # 4 slots of 64 tokens, 8 rows, a cap of 4 MiB: 42 blocks, which a sentence at beam 8 (8
+    # rows, a block each per 16 positions) passes beyond 80 target tokens.
     rel.write_config(config, model, limits={"max_input_tokens": 64},
                      batching={"max_active_sentences": 4, "max_active_rows": 8})
     server = rel.json_server(binary, config, ["--device-memory-limit-mb", "4", "--workers", "1"])
     small = pb.TranslateRequest(texts=["A man is riding a bike."], options=pb.TranslateOptions(beam_size=1))
     wide = pb.TranslateRequest(texts=["Two dogs play in the snow."], options=pb.TranslateOptions(beam_size=16))
     long = pb.TranslateRequest(texts=["Two dogs play in the snow."],
-                               options=pb.TranslateOptions(beam_size=2, min_decoding_length=60,
-                                                           max_decoding_length=100))
+                               options=pb.TranslateOptions(beam_size=8, min_decoding_length=100,
+                                                           max_decoding_length=120))
     try:
         server.wait_serving(health_pb2, health_pb2_grpc)
         with rel.grpc.insecure_channel(server.target) as channel:
