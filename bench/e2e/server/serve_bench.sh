@@ -17,6 +17,9 @@
 # OUT_DIR/results.jsonl; a summary with the served/offline ratios goes to stdout.
 # usage: bench/e2e/server/serve_bench.sh OUT_DIR [WORKERS...]   (default workers: 1 2)
 #   SERVER_ARGS="--max-admit-delay-steps 4" adds flags to nmt-server (recorded in the results);
+#   SERVE_CONFIG=FILE: the config the servers start from (default configs/default.yaml; an older
+#   build's own, for a before/after run); NO_CACHE_ARGS: the flags that turn the translation
+#   cache off (default --translation-cache-mb 0; empty for a build without the cache);
 #   OFFLINE=0 skips the offline figures (a second configuration in the same run);
 #   SERVER_CPUS=0-7 CLIENT_CPUS=8-15 pin the server and the load generator to disjoint cores
 #   (taskset), so that the clients' threads cannot delay the server's (recorded in the results);
@@ -76,7 +79,7 @@ for w in $workers; do
   echo "=== served, workers $w"
   config=$work/serve-$w.yaml
   sed -e "s/^    workers: .*/    workers: $w/" -e "s|path: ../models|path: $repo/models|" \
-    "$repo/configs/default.yaml" > "$config"
+    "${SERVE_CONFIG:-$repo/configs/default.yaml}" > "$config"
   # exec: $! is then the server itself, so that the kill below stops it (a function run in
   # the background is a subshell whose child survives the subshell's kill: until this was
   # fixed every configuration's server kept running beside the next ones, and a second pass's
@@ -84,7 +87,7 @@ for w in $workers; do
   # The decode path's figures: without the translation cache, which would answer the input's
   # repeated sentences from memory (SERVER_ARGS="--translation-cache-mb 64" measures it).
   (exec_pinned "${SERVER_CPUS:-}" nmt-server --config "$config" --device cuda --precision "$precision" --host 127.0.0.1 --port $port \
-    --metrics-port $((port + 1)) --unix-socket "$work/grpc-$w.sock" --translation-cache-mb 0 ${SERVER_ARGS:-}) \
+    --metrics-port $((port + 1)) --unix-socket "$work/grpc-$w.sock" ${NO_CACHE_ARGS---translation-cache-mb 0} ${SERVER_ARGS:-}) \
     > "$out/server-$w.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
