@@ -28,6 +28,14 @@ mkdir -p "$out"
 work=$(mktemp -d)
 model=${MODEL_DIR:-$work/nllb-$shape}
 [ -f "$model/config.json" ] || python3 "$here/../engine/nllb_shape.py" write --out "$model" --shape "$shape"
+# The server reads the language codes from the tokenizer files: those of the conformance NLLB
+# model (the same SentencePiece model and fairseq ids, every FLORES-200 code), where the
+# writer's transformers saved none.
+if ! python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); sys.exit("fra_Latn" not in str(c.get("extra_special_tokens")) + str(c.get("additional_special_tokens")))' \
+    "$model/tokenizer_config.json"; then
+  rm -f "$model"/tokenizer.json "$model"/tokenizer_config.json "$model"/special_tokens_map.json
+  cp "$repo/tests/conformance/families/nllb/"{tokenizer.json,tokenizer_config.json} "$model/"
+fi
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 commit=${NMT_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 results=$out/results.jsonl
