@@ -5,7 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "nmt/v1/model_control.grpc.pb.h"
-#include "server/pipeline/auth.h"
+#include "server/tenants/auth.h"
 #include "server/repository/model_registry.h"
 
 namespace nmt::server {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "nmt/v1/translation.grpc.pb.h"
-#include "server/pipeline/auth.h"
+#include "server/tenants/auth.h"
 #include "server/pipeline/request_pipeline.h"
 #include "server/repository/model_registry.h"
 

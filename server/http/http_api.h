@@ -19,7 +19,7 @@
 #include "server/http/http_front.h"
 #include "server/http/libretranslate_api.h"
 #include "server/observability/metrics.h"
-#include "server/pipeline/auth.h"
+#include "server/tenants/auth.h"
 #include "server/pipeline/request_pipeline.h"
 #include "server/repository/model_registry.h"
 

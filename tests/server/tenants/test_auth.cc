@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "server/pipeline/auth.h"
+#include "server/tenants/auth.h"
 
 using nmt::server::BearerAuth;
 

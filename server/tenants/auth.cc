@@ -1,4 +1,4 @@
-#include "server/pipeline/auth.h"
+#include "server/tenants/auth.h"
 
 #include <fstream>
 #include <memory>
