@@ -10,6 +10,7 @@
 #include "model/error.h"
 #include "model/tokenizer/languages.h"
 #include "server/pipeline/language_detection.h"
+#include "model/text/excerpt.h"
 
 namespace nmt::server {
 namespace {
@@ -66,17 +67,8 @@ std::string model_code(const std::string& requested, const std::vector<std::stri
   }
 }
 
-// The start of a text to name it in a message: up to 40 bytes, cut between UTF-8 characters.
-std::string excerpt(const std::string& text) {
-  constexpr size_t kMax = 40;
-  if (text.size() <= kMax) return text;
-  size_t end = kMax;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return text.substr(0, end) + "...";
-}
-
 [[noreturn]] void undetectable(const std::string& text) {
-  bad_request("Cannot detect the language of \"" + excerpt(text) +
+  bad_request("Cannot detect the language of \"" + text_excerpt(text) +
               "\" (too short, or mixed): name the source language");
 }
 

@@ -6,6 +6,7 @@
 
 #include "model/error.h"
 #include "server/pipeline/request_validator.h"
+#include "model/text/excerpt.h"
 
 namespace nmt::server {
 namespace {
@@ -16,15 +17,6 @@ std::string iso_code(CLD2::Language language) {
   if (code == "iw") return "he";
   if (code == "jw") return "jv";
   return code;
-}
-
-// The start of a text to name it in a message: up to 40 bytes, cut between UTF-8 characters.
-std::string excerpt(const std::string& text) {
-  constexpr size_t kMax = 40;
-  if (text.size() <= kMax) return text;
-  size_t end = kMax;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return text.substr(0, end) + "...";
 }
 
 }  // namespace
@@ -56,7 +48,7 @@ std::string detect_source_language(const std::vector<std::string>& texts, const 
   const Detection detection = detect_language(all, among);
   if (!detection.reliable) {
     throw Error(ErrorCode::kInvalidArgument,
-                field + " auto: cannot tell the language of \"" + excerpt(texts.empty() ? "" : texts[0]) +
+                field + " auto: cannot tell the language of \"" + text_excerpt(texts.empty() ? "" : texts[0]) +
                     "\" (too short, or mixed); name the source language");
   }
   return detection.candidates.front().code;

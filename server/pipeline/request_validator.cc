@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "model/error.h"
+#include "model/text/excerpt.h"
 
 namespace nmt::server {
 namespace {
@@ -23,16 +24,6 @@ void check_range(const char* option, int value, int lo, int hi, const std::strin
     invalid(std::string("options.") + option + " must be between " + std::to_string(lo) +
             " and " + std::to_string(hi) + " (" + hi_name + "), got " + std::to_string(value));
   }
-}
-
-// The start of a sentence to name it in a message: up to 40 bytes, cut between UTF-8
-// characters, "..." when cut.
-std::string excerpt(const std::string& sentence) {
-  constexpr size_t kMax = 40;
-  if (sentence.size() <= kMax) return sentence;
-  size_t end = kMax;
-  while (end > 0 && (static_cast<unsigned char>(sentence[end]) & 0xC0) == 0x80) --end;
-  return sentence.substr(0, end) + "...";
 }
 
 bool only_whitespace(const std::string& text) {
@@ -125,7 +116,7 @@ void RequestValidator::split_texts(const std::vector<std::string>& texts, const 
       const size_t tokens = valid.source_ids.back().size();
       if (tokens > static_cast<size_t>(limits_.max_input_tokens)) {
         invalid("texts[" + std::to_string(i) + "] sentence " + std::to_string(k) + " (\"" +
-                excerpt(parts[k]) + "\") has " + std::to_string(tokens) +
+                text_excerpt(parts[k]) + "\") has " + std::to_string(tokens) +
                 " tokens, more than limits.max_input_tokens (" +
                 std::to_string(limits_.max_input_tokens) +
                 "); split it into shorter sentences (input is never truncated)");
