@@ -7,11 +7,10 @@ namespace nmt::server {
 
 struct SchedulingOptions {
   // 512 slots and 2048 rows (beam 4): one loop then holds as many sentences as 64 clients of 8
-  // sentences a request keep in flight, and steps them as offline batch 512 does. With 256
-  // slots two loops of 256 alternated on the GPU's stream and served that load at the offline
-  // batch-256 rate: 37.2-37.6k sentences/s against 38.4-45.4k (server runs 32-33, H200 and
-  // H100). Each slot reserves the longest source's cross-attention keys and values at start
-  // (Transformer-base, float16, 256 tokens: 3 MB), so the reserve is twice 256 slots'.
+  // sentences a request keep in flight, and steps them as offline batch 512 does (fewer slots
+  // served that load below the offline rate: bench/history/server.md). Slots and rows are
+  // logical capacity: the decode state's memory follows the tokens in flight on both engines
+  // (docs/data-flow.md), so a large bound costs tables, not memory.
   int max_active_sentences = 512;  // sentence slots of each decode loop
   int max_active_rows = 2048;      // KV-cache rows of each loop (a sentence holds beam rows)
   // Source tokens encoded between two steps (at least one sentence is admitted whatever its
