@@ -23,6 +23,21 @@ namespace {
 
 constexpr size_t kMiB = size_t(1) << 20;
 
+// Under AddressSanitizer the process's resident memory measures the sanitizer too (its shadow
+// of every mapping, its quarantine of freed blocks), not the engine: the resident checks then
+// hold only in the plain build, the engine's own accounting (memory_held) in every build.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kResidentMeasuresTheEngine = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kResidentMeasuresTheEngine = false;
+#else
+constexpr bool kResidentMeasuresTheEngine = true;
+#endif
+#else
+constexpr bool kResidentMeasuresTheEngine = true;
+#endif
+
 size_t resident_bytes() {  // VmRSS of this process
   std::ifstream status("/proc/self/status");
   std::string key;
@@ -76,7 +91,7 @@ TEST(CpuDecodeMemory, IdleLoadedModelHoldsItsWeightsAndLittleMore) {
   const size_t bound = weights + std::max(weights / 10, 64 * kMiB);
   std::cout << "weights " << weights / double(kMiB) << " MiB, resident growth " << (loaded - before) / double(kMiB)
             << " MiB, memory_held " << held / double(kMiB) << " MiB, bound " << bound / double(kMiB) << " MiB\n";
-  EXPECT_LE(loaded - before, bound);
+  if (kResidentMeasuresTheEngine) EXPECT_LE(loaded - before, bound);
   EXPECT_LE(held, bound);
   EXPECT_GE(held, weights);
 }
@@ -129,7 +144,8 @@ TEST(CpuDecodeMemory, DecodeStateGrowsWithTheTokensInFlightAndReturns) {
     const size_t grown = at24 - at8, tokens = rows * 16;
     EXPECT_GE(grown + chunk, tokens * token_bytes);
     EXPECT_LE(grown, tokens * token_bytes + rows * block_bytes + chunk + rows * 16 * sizeof(float*));
-    EXPECT_GE(double(resident24) - double(idle_resident), double(at24 - round_idle) / 2) << "the blocks are resident";
+    if (kResidentMeasuresTheEngine)
+      EXPECT_GE(double(resident24) - double(idle_resident), double(at24 - round_idle) / 2) << "the blocks are resident";
 
     int finished = 0;
     for (int i = 0; i < 100 && !loop->idle(); ++i) finished += int(loop->step().finished.size());
@@ -142,7 +158,7 @@ TEST(CpuDecodeMemory, DecodeStateGrowsWithTheTokensInFlightAndReturns) {
               << (double(resident_after) - double(idle_resident)) / double(kMiB) << " MiB from its start\n";
     // The blocks are unmapped, the buffers freed and trimmed: back to where the first round
     // left it, within malloc's bookkeeping.
-    if (round == 1) EXPECT_LE(resident_after, warm_resident + 2 * kMiB);
+    if (round == 1 && kResidentMeasuresTheEngine) EXPECT_LE(resident_after, warm_resident + 2 * kMiB);
     warm_resident = resident_after;
   }
 }
