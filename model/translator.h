@@ -35,10 +35,25 @@ struct TranslatorOptions {
   int follow_rows = -1;
 };
 
+// return_alignments (docs/decoding.md, "Alignments"): the source token a target token
+// attends to most in the cross-attention of the penultimate decoder layer, averaged over its
+// heads, at the step that produced it. Byte ranges are [begin, end) in the request's source
+// text and in the translation's text (with split_sentences: the whole request's text and the
+// whole translation); a token without text of its own (EOS, a language token, </s>) has an
+// empty range at the position where it stands.
+struct TokenAlignment {
+  int target_token = 0;  // index into Hypothesis::ids
+  int source_token = 0;  // index into the source's ids (its </s> and language token included)
+  size_t source_begin = 0, source_end = 0;
+  size_t target_begin = 0, target_end = 0;
+};
+
 struct Hypothesis {
   std::vector<int> ids;  // generated target ids, EOS included
   std::string text;
   float score = 0.f;     // sum of log-probs / length ** length_penalty
+  // return_alignments: one per target token of ids, in order; only the best hypothesis has them.
+  std::vector<TokenAlignment> alignments;
 };
 
 struct Translation {
