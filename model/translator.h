@@ -116,6 +116,10 @@ class Translator {
   // for a Marian model. Throws nmt::Error(kInvalidArgument) for a language the model lacks,
   // and for "" on a multilingual model without a default (naming target_language).
   int target_token(const std::string& target) const;
+  // return_alignments: sets the byte ranges of h's alignments (their token indices set, its
+  // text made) in `source`, the text it translates (in the requested source language), and
+  // in h->text. Throws nmt::Error(kInternal) when an index is outside the tokens.
+  void set_alignment_spans(const std::string& source, const std::string& source_language, Hypothesis* h) const;
   // The model's code for a requested language of the given side ("" stays ""); throws as
   // above. For a bilingual model: its own language, checked where tokenizer_config.json names
   // the pair.
