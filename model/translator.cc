@@ -143,8 +143,14 @@ void Translator::set_alignment_spans(const std::string& source, const std::strin
                                      Hypothesis* h) const {
   if (h->alignments.empty()) return;
   const std::string code = resolve_source(source_language);
-  const std::vector<TextSpan> from = tokenizer_->source_spans(source, tokenizer_->languages().empty() ? "" : code);
-  const std::vector<TextSpan> to = tokenizer_->target_spans(h->ids, h->text);
+  nmt::set_alignment_spans(*tokenizer_, source, tokenizer_->languages().empty() ? "" : code, h);
+}
+
+void set_alignment_spans(const Tokenizer& tokenizer, const std::string& source, const std::string& encode_language,
+                         Hypothesis* h) {
+  if (h->alignments.empty()) return;
+  const std::vector<TextSpan> from = tokenizer.source_spans(source, encode_language);
+  const std::vector<TextSpan> to = tokenizer.target_spans(h->ids, h->text);
   for (TokenAlignment& a : h->alignments) {
     if (a.source_token < 0 || size_t(a.source_token) >= from.size() || a.target_token < 0 ||
         size_t(a.target_token) >= to.size())

@@ -78,6 +78,13 @@ struct BatchStats {
   int decode_steps = 0;  // decoder positions: the longest sentence's steps
 };
 
+// return_alignments: sets the byte ranges of h's alignments (their token indices set, its
+// text made) in `source`, the text it translates (tokenized in `encode_language`, as
+// Tokenizer::encode takes it), and in h->text. Throws nmt::Error(kInternal) when an index is
+// outside the tokens.
+void set_alignment_spans(const Tokenizer& tokenizer, const std::string& source, const std::string& encode_language,
+                         Hypothesis* h);
+
 class DecodeLoop;
 class Engine;
 class Weights;

@@ -83,9 +83,11 @@ def add_modes(rec, ref, meta, common, extra, model, gpu_model, name, problems, s
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--repo", default=REPO, help="the repository whose models to read")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: also compare the argmax indices computed on the GPU")
     args = ap.parse_args()
+    repo = args.repo
     import torch
     import transformers
     from transformers import AutoModelForSeq2SeqLM
@@ -97,16 +99,16 @@ def main():
     records, models_meta, problems = [], {}, []
     stats = {"gpu_tokens": 0, "gpu_differences": 0}
     for name, folder, refs_path, count in MODELS:
-        path = os.path.join(REPO, folder)
+        path = os.path.join(repo, folder)
         model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=torch.float32,
                                                       attn_implementation="eager").float().eval()
-        meta = json.load(open(os.path.join(os.path.dirname(os.path.join(REPO, refs_path)), "meta.json")))
+        meta = json.load(open(os.path.join(os.path.dirname(os.path.join(repo, refs_path)), "meta.json")))
         common = dict(meta["generate"]["common"])
         gpu_model = None
         if args.device == "cuda":
             gpu_model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=torch.float32,
                                                               attn_implementation="eager").float().eval().to("cuda")
-        with open(os.path.join(REPO, refs_path), encoding="utf-8") as f:
+        with open(os.path.join(repo, refs_path), encoding="utf-8") as f:
             refs = [json.loads(line) for line in f][:count]
         stats["min_gap"] = 1.0
         for ref in refs:
