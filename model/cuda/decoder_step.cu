@@ -34,6 +34,9 @@ void CudaEngine<T>::check_step(const StepInput& in) const {
     if (g.forced_token >= c_.target_vocab_size)
       throw Error(ErrorCode::kInvalidArgument,
                   "forced token id " + std::to_string(g.forced_token) + " is outside the target vocabulary");
+    // Refused, never ignored: the request pipeline refuses it before (naming the option).
+    if (g.alignments)
+      throw Error(ErrorCode::kInvalidArgument, "return_alignments: the CUDA engine does not compute alignments");
     rows += size_t(g.beam);
   }
   if (in.tokens.size() != rows || in.cache_rows.size() != rows || in.parent_rows.size() != rows ||
