@@ -186,11 +186,6 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request
         return splitter->split(text);
       });
   valid.options.forced_bos_id = languages.forced_bos_id;
-  // Refused where the engine cannot honour it (docs/decoding.md, "Alignments").
-  if (valid.options.return_alignments && admitted.model->device == "cuda")
-    throw Error(ErrorCode::kInvalidArgument, "options.return_alignments: model '" + admitted.model->name +
-                                                 "' runs on the CUDA engine, which does not compute alignments yet; "
-                                                 "serve it on the CPU (device: cpu) for alignments");
   record.input_tokens = valid.input_tokens;
   record.sentences = valid.source_ids.size();
   admitted.return_scores = request.options().return_scores();
