@@ -25,6 +25,10 @@ constexpr const char* kUsage =
     "                     [--source-language L] [--target-language L]\n"
     "                     (multilingual models: deu_Latn, de, de_DE, ...; default: the model's)\n"
     "                     [--no-split-sentences] [--alignments]\n"
+    "                     [--no-split-sentences]\n"
+    "                     [--no-repeat-ngram-size N] [--repetition-penalty X]\n"
+    "                     [--suppress-sequence TEXT]... [--suppress-token-id ID]...\n"
+    "                     (repetition controls: docs/decoding.md)\n"
     "Reads one text per line, splits it into sentences (ICU) and prints one translation per\n"
     "line in input order; --no-split-sentences translates each line as one sentence.\n"
     "With --num-hypotheses > 1 each input gives N lines 'INDEX ||| TEXT ||| SCORE';\n"
@@ -40,6 +44,7 @@ struct Args {
   int batch_size = 32;
   bool quiet = false;
   bool split_sentences = true;
+  std::vector<std::string> suppress_texts;  // repetition controls: tokenized as targets once loaded
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -84,6 +89,12 @@ Args parse(int argc, char** argv) {
     else if (f == "--num-hypotheses") a.decode.num_hypotheses = to_int(f, v);
     else if (f == "--max-length") a.decode.max_decoding_length = to_int(f, v);
     else if (f == "--min-length") a.decode.min_decoding_length = to_int(f, v);
+    else if (f == "--no-repeat-ngram-size") a.decode.no_repeat_ngram_size = to_int(f, v);
+    else if (f == "--suppress-sequence") a.suppress_texts.push_back(v);
+    else if (f == "--suppress-token-id") a.decode.suppress_sequences.push_back({to_int(f, v)});
+    else if (f == "--repetition-penalty") {
+      try { a.decode.repetition_penalty = std::stof(v); } catch (const std::exception&) { usage_error("--repetition-penalty expects a number"); }
+    }
     else if (f == "--length-penalty") {
       try { a.decode.length_penalty = std::stof(v); } catch (const std::exception&) { usage_error("--length-penalty expects a number"); }
     } else usage_error("unknown option " + f);
@@ -151,6 +162,12 @@ int main(int argc, char** argv) {
   try {
     args.decode.validate(1 << 10, 1 << 20);
     auto translator = nmt::Translator::load(args.model, args.translator);
+    for (const std::string& text : args.suppress_texts) {  // repetition controls
+      std::vector<int> ids = translator->tokenizer().encode_target(text);
+      if (ids.empty()) throw nmt::Error(nmt::ErrorCode::kInvalidArgument, "--suppress-sequence '" + text + "' has no tokens");
+      args.decode.suppress_sequences.push_back(std::move(ids));
+    }
+    args.decode.validate_repetition(translator->config().target_vocab_size, translator->config().eos_id);
     const std::vector<std::string> lines = read_lines(args.input);
     for (size_t i = 0; i < lines.size(); ++i) {
       if (lines[i].empty()) {

@@ -72,6 +72,10 @@ struct StepLane {
   // return_alignments (mapped, as in and out): [padded rows] flag bytes (the row's sentence
   // asks), then at alignment_argmax() the kernel's [padded rows] argmax source positions.
   PinnedBuffer alignment;
+  // Repetition controls: the token edits' table (kernels::TokenEditTable, at a fixed address
+  // the graphs read) and the arrays it points to (grown as a step needs: [padded rows + 1]
+  // offsets, then tokens, then factors).
+  PinnedBuffer edit_table, edit_data;
   cudaEvent_t stepped = nullptr;  // the end of its step's own work (not a riding encode)
   cudaEvent_t start = nullptr, end = nullptr;  // NMT_CUDA_PROFILE's
   StepShape pending;       // of the step in flight

@@ -34,9 +34,13 @@ struct StepShape {
   // return_alignments: a sentence asks (StepGroup::alignments); the step then also runs the
   // alignment layer's argmax kernel (a graph of its own: GraphKey).
   bool alignments = false;
+  // Repetition controls: some row has token edits (StepInput::edit_begin), so the step runs
+  // kernels::beam_token_edits_cuda before each top-k (a graph of its own).
+  bool edits = false;
 };
 
 StepShape shape_of(const std::vector<StepGroup>& groups);
+bool has_edits(const StepInput& in);  // StepShape::edits
 
 // The packed per-step upload over `rows` padded rows and `sentences` padded sentences: eight
 // [rows] arrays of 4-byte values (`writes`: the cache token each row's position goes to),

@@ -45,7 +45,8 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
     : options_(options),
       eos_id_(config.eos_id),
       forced_eos_(config.forced_eos),
-      forced_bos_(options.forced_bos_id >= 0 ? options.forced_bos_id : config.forced_bos_id) {
+      forced_bos_(options.forced_bos_id >= 0 ? options.forced_bos_id : config.forced_bos_id),
+      start_id_(config.decoder_start_id) {
   const size_t beam = size_t(options.beam_size);
   running_.assign(beam, Beam{});
   for (size_t b = 1; b < beam; ++b) running_[b].score = kNeg;  // one live beam at first
@@ -204,6 +205,16 @@ DecodeResult SentenceSearch::result() const {
   }
   if (options_.return_alignments) r.alignments = sources(finished_[0].node);
   return r;
+}
+
+void SentenceSearch::token_edits(int b, std::vector<int>* tokens, std::vector<float>* factors) {
+  if (force_eos() || forced_token() >= 0) return;
+  history_.clear();
+  for (int node = running_[size_t(b)].node; node >= 0; node = tokens_tree_[size_t(node)].parent)
+    history_.push_back(tokens_tree_[size_t(node)].token);
+  history_.push_back(start_id_);
+  std::reverse(history_.begin(), history_.end());
+  edits_.append(history_, options_, tokens, factors);
 }
 
 }  // namespace nmt

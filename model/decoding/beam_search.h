@@ -7,6 +7,7 @@
 
 #include "model/config/model_config.h"
 #include "model/decoding/decode_options.h"
+#include "model/decoding/token_edits.h"
 
 namespace nmt {
 
@@ -58,6 +59,15 @@ class SentenceSearch {
 
   DecodeResult result() const;  // once finished
 
+  // Whether the next step's inputs depend on this sentence's host state beyond its beams'
+  // tokens, parents and scores (the repetition controls' edits, from each beam's history):
+  // such a sentence never follows a step in flight (StepGroup::follows stays -1), and a decode
+  // loop that holds one keeps a single step in flight (DecodeLoop, docs/decoding.md).
+  bool host_steps() const { return options_.repetition_controls(); }
+  // Appends beam b's token edits for the next step (StepInput::edit_tokens / edit_factors);
+  // none at a step whose token is forced (a forced token wins over them).
+  void token_edits(int b, std::vector<int>* tokens, std::vector<float>* factors);
+
  private:
   // A hypothesis's tokens are a path in tokens_tree_: its last token's node, whose parents
   // lead back to its first (-1: no token yet). A step adds nodes and copies no history.
@@ -100,6 +110,12 @@ class SentenceSearch {
   std::vector<char> hits_;
   std::vector<float> running_view_, merged_;
   std::vector<int> cand_beam_, cand_token_, keep_, order_, next_parents_;
+
+  // Repetition controls: the decoder start token (every beam's first, as transformers'
+  // input_ids), the edits' marks and a beam's history, reused.
+  const int start_id_;
+  TokenEdits edits_;
+  std::vector<int> history_;
 };
 
 }  // namespace nmt

@@ -1,6 +1,7 @@
 #pragma once
 // Per-request decoding options and their validation.
 #include <string>
+#include <vector>
 
 namespace nmt {
 
@@ -22,11 +23,28 @@ struct DecodeOptions {
   // return_alignments: the best hypothesis comes with the source token each target token
   // aligns to (Hypothesis::alignments; docs/decoding.md, "Alignments").
   bool return_alignments = false;
+  // Repetition controls (docs/decoding.md, "Repetition controls"): transformers'
+  // NoRepeatNGram-, RepetitionPenalty- and NoBadWordsLogitsProcessor over each beam's tokens,
+  // the decoder start token first (transformers' decoder input_ids). A sentence with any of
+  // them set steps from its host state (SentenceSearch::host_steps()).
+  int no_repeat_ngram_size = 0;    // > 0: no n-gram of this many tokens occurs twice in a beam
+  float repetition_penalty = 1.f;  // != 1: a token the beam holds scores s < 0 ? s * p : s / p
+  std::vector<std::vector<int>> suppress_sequences;  // token ids; none is ever produced whole
+  bool repetition_controls() const {
+    return no_repeat_ngram_size > 0 || repetition_penalty != 1.f || !suppress_sequences.empty();
+  }
 
   // Throws nmt::Error(kInvalidArgument) naming the option when a value is out of range.
   // max_beam and max_length are the serving limits (the model's position table bounds
   // max_length too).
   void validate(int max_beam, int max_length) const;
+  // The repetition controls' checks against the target vocabulary (ids) and limits (the
+  // constants below); throws like validate(). eos_id: a sequence of EOS alone is refused
+  // (it would never let a hypothesis end).
+  static constexpr int kMaxNoRepeatNgramSize = 32;
+  static constexpr int kMaxSuppressSequences = 256;
+  static constexpr int kMaxSuppressSequenceTokens = 32;
+  void validate_repetition(int target_vocab_size, int eos_id) const;
 };
 
 }  // namespace nmt

@@ -186,6 +186,12 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request
         return splitter->split(text);
       });
   valid.options.forced_bos_id = languages.forced_bos_id;
+  // Repetition controls: suppressed texts in the model's target tokens, checked against its
+  // target vocabulary (before the quota charge: a refused request costs nothing).
+  const ModelConfig& model_config = admitted.model->replicas.front()->translators.front()->config();
+  RequestValidator::repetition_controls(
+      request.options(), [&](const std::string& text) { return tokenizer.encode_target(text); },
+      model_config.target_vocab_size, model_config.eos_id, &valid.options);
   record.input_tokens = valid.input_tokens;
   record.sentences = valid.source_ids.size();
   admitted.return_scores = request.options().return_scores();

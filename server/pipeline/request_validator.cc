@@ -188,4 +188,44 @@ DecodeOptions RequestValidator::decode_options(const v1::TranslateOptions& reque
   return o;
 }
 
+// Repetition controls: the request's values (texts tokenized as targets), checked against
+// the model's target vocabulary and DecodeOptions' limits with the field named as the request
+// spells it (the engine's DecodeOptions::validate_repetition checks the same again, in
+// nmt_model, which this library does not link).
+void RequestValidator::repetition_controls(const v1::TranslateOptions& requested, const TokenizeFn& tokenize_target,
+                                           int target_vocab_size, int eos_id, DecodeOptions* o) {
+  o->no_repeat_ngram_size = requested.no_repeat_ngram_size();
+  check_range("no_repeat_ngram_size", o->no_repeat_ngram_size, 0, DecodeOptions::kMaxNoRepeatNgramSize,
+              "the most supported");
+  o->repetition_penalty = requested.has_repetition_penalty() ? requested.repetition_penalty() : 1.f;
+  if (!std::isfinite(o->repetition_penalty) || !(o->repetition_penalty > 0.f)) {
+    std::ostringstream value;
+    value << o->repetition_penalty;
+    invalid("options.repetition_penalty must be a finite number above 0 (1: off), got " + value.str());
+  }
+  const size_t count = size_t(requested.suppress_sequences_size()) + size_t(requested.suppress_token_ids_size());
+  if (count > size_t(DecodeOptions::kMaxSuppressSequences))
+    invalid("options.suppress_sequences and suppress_token_ids hold " + std::to_string(count) +
+            " sequences; at most " + std::to_string(DecodeOptions::kMaxSuppressSequences) + " are accepted");
+  o->suppress_sequences.clear();
+  for (int i = 0; i < requested.suppress_sequences_size(); ++i) {
+    const std::string which = "options.suppress_sequences[" + std::to_string(i) + "]";
+    std::vector<int> ids = tokenize_target(requested.suppress_sequences(i));
+    if (ids.empty()) invalid(which + " has no tokens");
+    if (ids.size() > size_t(DecodeOptions::kMaxSuppressSequenceTokens))
+      invalid(which + " has " + std::to_string(ids.size()) + " tokens; at most " +
+              std::to_string(DecodeOptions::kMaxSuppressSequenceTokens) + " are accepted");
+    o->suppress_sequences.push_back(std::move(ids));
+  }
+  for (int id : requested.suppress_token_ids()) {
+    if (id < 0 || id >= target_vocab_size)
+      invalid("options.suppress_token_ids holds " + std::to_string(id) + ", outside the target vocabulary (0.." +
+              std::to_string(target_vocab_size - 1) + ")");
+    if (id == eos_id)
+      invalid("options.suppress_token_ids holds the end-of-sentence token " + std::to_string(id) +
+              ": no hypothesis could end");
+    o->suppress_sequences.push_back({id});
+  }
+}
+
 }  // namespace nmt::server

@@ -51,6 +51,11 @@ class RequestValidator {
   void check_length(size_t index, size_t tokens) const;
   // The request's options with the server defaults filled in, range-checked.
   DecodeOptions decode_options(const v1::TranslateOptions& requested) const;
+  // Repetition controls into *o (no_repeat_ngram_size, repetition_penalty, the suppressed
+  // sequences: texts through tokenize_target, then the single ids); throws
+  // nmt::Error(kInvalidArgument) naming the field.
+  static void repetition_controls(const v1::TranslateOptions& requested, const TokenizeFn& tokenize_target,
+                                  int target_vocab_size, int eos_id, DecodeOptions* o);
 
   const Limits& limits() const { return limits_; }
 

@@ -58,6 +58,14 @@ std::string TranslationCache::key(uint64_t generation, const DecodeOptions& o, c
   append(k, o.return_scores);
   append(k, o.forced_bos_id);
   append(k, o.return_alignments);  // a hit must carry them
+  // Repetition controls: each sequence's length, then its ids.
+  append(k, o.no_repeat_ngram_size);
+  append(k, o.repetition_penalty);
+  append(k, int(o.suppress_sequences.size()));
+  for (const std::vector<int>& seq : o.suppress_sequences) {
+    append(k, int(seq.size()));
+    for (int id : seq) append(k, id);
+  }
   for (int id : ids) append(k, id);
   return k;
 }

@@ -14,6 +14,8 @@
 //     (min_decoding_length = tgt-len - 1, max_decoding_length = tgt-len), through the engine
 //     and the host beam search directly (a decode loop holding one batch).
 //
+//   Both: --no-repeat-ngram-size N / --repetition-penalty X set the repetition controls on
+//   every sentence (bench/e2e/engine/repetition_step.sh: the decode step with and without).
 //   Both: --follow-rows N sets the decode loops' follow_rows (two steps in flight, each following
 //   the one before, from N cache rows on; 0: never), so one binary measures both ways in the
 //   same run. --trace FILE writes the kernels' launch timeline (builds configured with
@@ -57,7 +59,21 @@ struct Args {
   std::vector<int> batches{1, 64, 128};
   int beam = 4, repeat = 3, src_len = 27, tgt_len = 32, sentences = 256, latency_sentences = 0;
   std::string trace;    // --trace FILE: the kernels' launch timeline (builds with NMT_CUDA_TRACE)
+  // Repetition controls on every sentence (DecodeOptions; 0 / 1: off).
+  int no_repeat_ngram_size = 0;
+  float repetition_penalty = 1.f;
 };
+
+// The repetition controls of the run, and their JSON fields.
+void set_controls(const Args& a, DecodeOptions* d) {
+  d->no_repeat_ngram_size = a.no_repeat_ngram_size;
+  d->repetition_penalty = a.repetition_penalty;
+}
+std::string controls_json(const Args& a) {
+  std::ostringstream js;
+  js << ",\"no_repeat_ngram_size\":" << a.no_repeat_ngram_size << ",\"repetition_penalty\":" << a.repetition_penalty;
+  return js.str();
+}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -119,6 +135,7 @@ int run_text(const Args& a) {
   for (std::string line; std::getline(in, line);) ids.push_back(tr->tokenizer().encode(line));
   DecodeOptions d;
   d.beam_size = a.beam;
+  set_controls(a, &d);
   auto translate = [&](const std::vector<std::vector<int>>& b) {
     long tok = 0;
     for (const auto& t : tr->translate_ids(b, d)) tok += long(t.hypotheses[0].ids.size());
@@ -128,7 +145,7 @@ int run_text(const Args& a) {
     std::ostringstream js;
     js << "{\"model\":\"" << a.model << "\",\"engine\":\"nmt-serve\",\"device\":\"" << device_name(tr->device())
        << "\",\"precision\":\"" << precision_name(a.precision) << "\",\"beam\":" << a.beam
-       << ",\"batch\":" << batch << ",\"follow_rows\":" << a.follow_rows << ",\"graphs\":" << (std::getenv("NMT_CUDA_GRAPHS") ? std::getenv("NMT_CUDA_GRAPHS") : "1");
+       << ",\"batch\":" << batch << controls_json(a) << ",\"follow_rows\":" << a.follow_rows << ",\"graphs\":" << (std::getenv("NMT_CUDA_GRAPHS") ? std::getenv("NMT_CUDA_GRAPHS") : "1");
     if (batch == 1) {
       const size_t n = a.latency_sentences > 0 ? std::min(ids.size(), size_t(a.latency_sentences)) : ids.size();
       for (size_t i = 0; i < std::min<size_t>(n, 50); ++i) translate({ids[i]});  // warm-up
@@ -180,6 +197,7 @@ int run_ids(const Args& a) {
   }
   DecodeOptions d;
   d.beam_size = a.beam;
+  set_controls(a, &d);
   d.max_decoding_length = a.tgt_len;
   d.min_decoding_length = a.tgt_len - 1;
   int steps = 0;
@@ -217,7 +235,7 @@ int run_ids(const Args& a) {
     const double per_sentence_ms = secs * 1e3 / double(batches.size());
     std::ostringstream js;
     js << "{\"model\":\"" << a.ids_model << "\",\"engine\":\"nmt-serve\",\"precision\":\""
-       << precision_name(a.precision) << "\",\"beam\":" << a.beam << ",\"batch\":" << batch
+       << precision_name(a.precision) << "\",\"beam\":" << a.beam << ",\"batch\":" << batch << controls_json(a)
        << ",\"follow_rows\":" << a.follow_rows << ",\"src_len\":" << a.src_len << ",\"tgt_len\":" << a.tgt_len << ",\"steps\":" << steps
        << ",\"seconds\":" << secs << ",\"target_tokens\":" << tokens << ",\"tokens_per_s\":" << tokens / secs
        << ",\"ms_per_batch\":" << per_sentence_ms << ",\"ms_per_step\":" << per_sentence_ms / std::max(steps, 1)
@@ -260,6 +278,8 @@ int main(int argc, char** argv) {
     else if (k == "--latency-sentences") a.latency_sentences = std::stoi(next());
     else if (k == "--trace") a.trace = next();
     else if (k == "--follow-rows") a.follow_rows = std::stoi(next());
+    else if (k == "--no-repeat-ngram-size") a.no_repeat_ngram_size = std::stoi(next());
+    else if (k == "--repetition-penalty") a.repetition_penalty = std::stof(next());
     else { std::cerr << "unknown option " << k << "\n"; return 2; }
   }
   try {

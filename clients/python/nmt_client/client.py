@@ -35,6 +35,8 @@ class Client:
                   split_sentences: Optional[bool] = None, length_penalty: Optional[float] = None,
                   max_decoding_length: Optional[int] = None, min_decoding_length: Optional[int] = None,
                   source_language: Optional[str] = None, target_language: Optional[str] = None,
+                  no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
+                  suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   timeout: Optional[float] = None):
         """The best translation of each text (a list), or of the one text given as a str (a
         str). Each text is translated sentence by sentence and joined with its own whitespace
@@ -46,7 +48,9 @@ class Client:
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
-            source_language=source_language, target_language=target_language)
+            source_language=source_language, target_language=target_language,
+            no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
+            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids)
         best = _common.best_texts(self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
@@ -56,6 +60,8 @@ class Client:
                         max_decoding_length: Optional[int] = None,
                         min_decoding_length: Optional[int] = None,
                         source_language: Optional[str] = None, target_language: Optional[str] = None,
+                        no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
+                        suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                         timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         """num_hypotheses hypotheses per text, best first, with scores and token ids (beam_size
         defaults to max(4, num_hypotheses)). A text of several sentences (split, the server's
@@ -66,7 +72,9 @@ class Client:
             return_scores=True, return_token_ids=True, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
-            source_language=source_language, target_language=target_language)
+            source_language=source_language, target_language=target_language,
+            no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
+            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids)
         return _common.nbest(self._call(self._stub.Translate, request, timeout))
 
     def translate_alignments(self, texts: Texts, model: Optional[str] = None,

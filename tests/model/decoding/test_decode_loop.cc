@@ -411,3 +411,43 @@ TEST(DecodeLoop, OutOfMemoryWithStepsInFlightShedsTheFurthestAndTheOtherGoesOn) 
   ASSERT_EQ(finished.size(), 1u);
   expect_same(finished.at(2), alone(3, beam(4)), 2);
 }
+
+// Repetition controls (SentenceSearch::host_steps()): a loop holding a sentence whose next step
+// needs its host state keeps one step in flight and no group follows, until it leaves; then
+// the others follow again. Results stay as alone (the scripted engine ignores the edits).
+TEST(DecodeLoop, HostStepsSentenceHoldsTheLoopToOneStepInFlight) {
+  DecodeOptions controlled = beam(2);
+  controlled.repetition_penalty = 1.5f;
+  {
+    ScriptedEngine e;
+    e.overlapping = true;
+    const auto r = run(e, {6, 9}, controlled, {16, 64, 4}, 1);
+    EXPECT_EQ(e.followed_groups.load(), 0);
+    for (int lane : e.lanes()) EXPECT_EQ(lane, 0) << "one step in flight: every submit finds the lanes free";
+    EXPECT_EQ(r.size(), 2u);
+  }
+  ScriptedEngine e;
+  e.overlapping = true;
+  DecodeLoop loop(e, kConfig, {4, 16, 4});
+  loop.set_follow_rows(1);
+  loop.admit({{1, {30, kEos}, beam(2)}});
+  for (int i = 0; i < 4; ++i) loop.step();
+  const int before = e.followed_groups.load();
+  EXPECT_GT(before, 0) << "no control: the steps follow";
+  loop.admit({{2, {3, kEos}, controlled}});
+  std::map<uint64_t, Translation> finished;
+  int during = -1;
+  for (int call = 0; !loop.idle() && call < 200; ++call) {
+    for (auto& f : loop.step().finished) {
+      if (f.id == 2) during = e.followed_groups.load();
+      finished[f.id] = std::move(f.translation);
+    }
+  }
+  ASSERT_EQ(finished.size(), 2u);
+  // While sentence 2 stepped, no group followed (at most the step in flight when it was
+  // admitted); after it left, sentence 1 followed again.
+  EXPECT_LE(during, before + 2);
+  EXPECT_GT(e.followed_groups.load(), during);
+  expect_same(finished.at(1), alone(30, beam(2)), 1);
+  expect_same(finished.at(2), alone(3, controlled), 2);
+}

@@ -115,3 +115,17 @@ TEST(TranslationCache, ZeroBytesKeepsNothing) {
 }
 
 }  // namespace
+
+// Repetition controls: each changes the output, so each changes the key; sequences are
+// length-prefixed ({1, 2} and {1}, {2} differ).
+TEST(TranslationCache, RepetitionControlsArePartOfTheKey) {
+  std::vector<DecodeOptions> variants(6);
+  variants[1].no_repeat_ngram_size = 3;
+  variants[2].repetition_penalty = 1.2f;
+  variants[3].suppress_sequences = {{5}};
+  variants[4].suppress_sequences = {{5, 6}};
+  variants[5].suppress_sequences = {{5}, {6}};
+  for (size_t i = 0; i < variants.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(key(1, 1, variants[i]), key(1, 1, variants[j])) << i << " " << j;
+  }
+}

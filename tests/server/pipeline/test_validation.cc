@@ -211,3 +211,51 @@ TEST(Validation, SplitsByDefault) {
   off.set_split_sentences(false);
   EXPECT_FALSE(RequestValidator(Limits()).splits(off));
 }
+
+// Repetition controls: texts through the target tokenizer, ids and ranges checked against the
+// target vocabulary, each refusal naming the field.
+TEST(Validation, RepetitionControls) {
+  auto tokenize = [](const std::string& text) {
+    std::vector<int> ids;
+    for (char c : text)
+      if (c != ' ') ids.push_back(c - 'a' + 3);
+    return ids;
+  };
+  auto apply = [&](const std::function<void(nmt::v1::TranslateOptions&)>& set) {
+    nmt::v1::TranslateOptions o;
+    set(o);
+    nmt::DecodeOptions d;
+    RequestValidator::repetition_controls(o, tokenize, 40, 2, &d);
+    return d;
+  };
+  const nmt::DecodeOptions d = apply([](nmt::v1::TranslateOptions& o) {
+    o.set_no_repeat_ngram_size(3);
+    o.set_repetition_penalty(1.25f);
+    o.add_suppress_sequences("ab");
+    o.add_suppress_token_ids(7);
+  });
+  EXPECT_EQ(d.no_repeat_ngram_size, 3);
+  EXPECT_FLOAT_EQ(d.repetition_penalty, 1.25f);
+  EXPECT_EQ(d.suppress_sequences, (std::vector<std::vector<int>>{{3, 4}, {7}}));
+  EXPECT_FALSE(apply([](nmt::v1::TranslateOptions&) {}).repetition_controls());
+  auto refused = [&](const std::function<void(nmt::v1::TranslateOptions&)>& set) {
+    return refusal([&] { apply(set); });
+  };
+  EXPECT_NE(refused([](auto& o) { o.set_no_repeat_ngram_size(-1); }).find("options.no_repeat_ngram_size"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& o) { o.set_no_repeat_ngram_size(33); }).find("options.no_repeat_ngram_size"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& o) { o.set_repetition_penalty(0.f); }).find("options.repetition_penalty"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& o) { o.set_repetition_penalty(INFINITY); }).find("options.repetition_penalty"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& o) { o.add_suppress_token_ids(40); }).find("options.suppress_token_ids"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& o) { o.add_suppress_sequences("  "); }).find("options.suppress_sequences[0]"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& o) { o.add_suppress_token_ids(2); }).find("end-of-sentence"), std::string::npos);
+  EXPECT_NE(refused([](auto& o) {
+              for (int i = 0; i < 257; ++i) o.add_suppress_token_ids(5);
+            }).find("at most 256"),
+            std::string::npos);
+}

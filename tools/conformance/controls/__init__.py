@@ -1,3 +1,7 @@
-"""The decoding controls' reference generators (issue 54): one standalone script per control,
-each run on the GPU machine with transformers and torch, writing
-tests/conformance/controls/<control>/{references.jsonl,meta.json}."""
+"""Standalone reference generators of the decoding controls (issue 54), one module per control,
+each run on the GPU machine (transformers, torch) and writing tests/conformance/controls/<name>/
+{references.jsonl,meta.json}:
+
+  alignments   return_alignments (cross_attentions of generate(output_attentions=True))
+  repetition   no_repeat_ngram_size, repetition_penalty, suppress_sequences
+"""
