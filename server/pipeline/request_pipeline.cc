@@ -127,6 +127,7 @@ RequestRecord RequestPipeline::begin(const char* method, const v1::TranslateRequ
 void RequestPipeline::admit(const v1::TranslateRequest& request, Clock::time_point deadline,
                             RequestRecord& record, AdmittedRequest& admitted, JobCallback done,
                             Admission then, Caller caller) {
+  record.tenant = caller.tenant;
   models_.acquire_async(
       request.model(), [this, &request, deadline, &record, &admitted, done = std::move(done),
                         then = std::move(then), caller = std::move(caller)](
@@ -183,7 +184,16 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
                                              const ServedModel& model, Scheduler& scheduler,
                                              Clock::time_point deadline, JobCallback done, const Caller& caller) {
   const QueueTenant tenant{caller.tenant, caller.weight};
-  if (!cache_.enabled()) return scheduler.submit(std::move(source_ids), options, deadline, std::move(done), tenant);
+  // The queue's refusals (the tenant's share, the queue full) counted by key: nmt_queue_refusals_total.
+  auto submit = [&](std::vector<std::vector<int>> ids, JobCallback then) {
+    try {
+      return scheduler.submit(std::move(ids), options, deadline, std::move(then), tenant);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kResourceExhausted) metrics_.queue_refusal(caller.key ? caller.key->label() : "none");
+      throw;
+    }
+  };
+  if (!cache_.enabled()) return submit(std::move(source_ids), std::move(done));
   // Per sentence (after splitting): the hits are answered from the cache, the misses decoded.
   struct Parts {
     std::vector<Translation> translations;  // every sentence's, the hits filled in
@@ -212,8 +222,8 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
   }
   const std::string name = model.name;
   const uint64_t generation = model.generation;
-  return scheduler.submit(
-      std::move(misses), options, deadline,
+  return submit(
+      std::move(misses),
       [this, parts, name, generation, done = std::move(done)](JobResult result) {
         if (result.ok) {
           for (size_t j = 0; j < parts->missed.size(); ++j) {
@@ -223,8 +233,7 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
           result.translations = std::move(parts->translations);
         }
         done(std::move(result));
-      },
-      tenant);
+      });
 }
 
 grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const JobResult& result,
@@ -305,6 +314,7 @@ void RequestPipeline::record(const RequestRecord& record, const grpc::Status& st
                                    {"traceparent", record.traceparent},
                                    {"method", record.method},
                                    {"model", record.model},
+                                   {"tenant", record.tenant},
                                    {"sentences", record.sentences},
                                    {"input_tokens", record.input_tokens},
                                    {"output_tokens", record.output_tokens},
