@@ -2,7 +2,9 @@
 """A soak under mixed and hostile load (issue 56, item 6): nmt-server on the default config
 (configs/default.yaml, its model in a repository of its own so that it can be reloaded) for
 DURATION seconds under, all at once:
-  - nmt-loadgen's closed loop of unary Translate calls (--clients; well-behaved);
+  - nmt-loadgen's closed loop of unary Translate calls (--clients; well-behaved), half of its
+    sentences repeats (--repeat-fraction 0.5: the translation cache, on by default, answers
+    them) and half never sent before (decoded);
   - a second nmt-loadgen whose calls have 5 ms deadlines (most expire: DEADLINE_EXCEEDED);
   - TranslateStream clients, each stream 20 messages sent one after another's answer;
   - long texts (a paragraph of 40 sentences a call);
@@ -15,7 +17,7 @@ DURATION seconds under, all at once:
     byte a second (reconnecting when closed), beside a loop of well-behaved LibreTranslate
     /translate calls.
 Every 10 s it samples the server's RSS, threads and descriptors (/proc) and its GPU memory
-(nvidia-smi, per process; absent on the CPU). After the warm-up each series' least-squares
+(nvidia-smi, per process, and the engines' own nmt_gpu_memory_bytes; absent on the CPU). After the warm-up each series' least-squares
 slope, as a fraction of its mean per minute, must stay under --max-slope (1%); every
 well-behaved request (the closed loop, the streams' messages, the long texts, the HTTP
 calls) must be answered OK; the server must not crash and must exit 0 on SIGTERM.
@@ -32,7 +34,7 @@ only python3-grpcio is needed on the machine.
                 [--duration 540] [--warmup 120] [--clients 128] [--streams 8]
                 [--slow-http 200] [--max-slope 0.01]
 GPU (9 minutes, the longest command the GPU machine runs):
-  soak_mixed.py OUT --device cuda --duration 540
+  soak_mixed.py OUT --device cuda --duration 540   (NMT_SHARED: where data/multi30k is, default ../shared)
 CPU, 30 minutes, outside CI:
   soak_mixed.py OUT --device cpu --duration 1800 --clients 8 --streams 2 --slow-http 50
 """
@@ -175,17 +177,35 @@ def proc_status(pid):
 
 
 def gpu_memory_mib(pid):
-    """The process's GPU memory (MiB, all GPUs) per nvidia-smi; None without one."""
+    """The process's GPU memory (MiB, all GPUs) per nvidia-smi; where nvidia-smi does not see
+    the process (a container's pid namespace), the GPUs' memory in use, which on the
+    dedicated machine is the server's; None without nvidia-smi."""
     if not shutil.which("nvidia-smi"):
         return None
     r = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
                        capture_output=True, text=True, timeout=30)
-    total = 0
+    total, seen = 0, False
     for line in r.stdout.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 2 and parts[0] == str(pid):
             total += int(parts[1])
-    return total
+            seen = True
+    if seen:
+        return total
+    r = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True, timeout=30)
+    return sum(int(v) for v in r.stdout.split() if v.isdigit())
+
+
+def engine_gpu_mib(metrics_port):
+    """The engines' own account of their device memory (nmt_gpu_memory_bytes, MiB)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    return round(sum(float(line.split()[-1]) for line in text.splitlines()
+                     if line.startswith("nmt_gpu_memory_bytes{")) / 2**20, 1)
 
 
 def slope_per_minute(points):
@@ -291,11 +311,16 @@ def main():
     config_path = os.path.join(tmp, "config.yaml")
     with open(config_path, "w") as f:
         f.write(config)
-    sentences = os.path.join(REPO, "..", "shared", "data", "multi30k", "test_2016_flickr.en.gz")
+    # The closed loop's input: Multi30k's test2016 (1,000 lines) in $NMT_SHARED (as the other
+    # scripts here), else the few sentences above; its repeats come from the first lines.
+    shared = os.environ.get("NMT_SHARED", os.path.join(REPO, "..", "shared"))
+    sentences = os.path.join(shared, "data", "multi30k", "test_2016_flickr.en.gz")
+    repeat_pool = 100
     if not os.path.exists(sentences):
         sentences = os.path.join(tmp, "sentences.txt")
         with open(sentences, "w") as f:
             f.write("\n".join(SENTENCES) + "\n")
+        repeat_pool = len(SENTENCES) // 2
     port, metrics_port, http_port = free_port(), free_port(), free_port()
     log = open(os.path.join(a.out, "server.log"), "w")
     server = subprocess.Popen([a.server, "--config", config_path, "--device", a.device, "--host", "127.0.0.1",
@@ -433,7 +458,8 @@ def main():
                 except OSError:
                     return
                 s = {"t": round(t, 1), "rss_kb": s["VmRSS"], "threads": s["Threads"], "fds": s["fds"],
-                     "gpu_mib": gpu_memory_mib(server.pid) if a.device == "cuda" else None}
+                     "gpu_mib": gpu_memory_mib(server.pid) if a.device == "cuda" else None,
+                     "engine_gpu_mib": engine_gpu_mib(metrics_port) if a.device == "cuda" else None}
                 samples.append(s)
                 with open(os.path.join(a.out, "samples.jsonl"), "a") as f:
                     f.write(json.dumps(s) + "\n")
@@ -442,7 +468,8 @@ def main():
         sampling = threading.Thread(target=sampler, daemon=True)
         sampling.start()
         common = ["--target", target, "--input", sentences, "--beam", "4", "--duration", str(a.duration), "--json"]
-        good = subprocess.Popen([a.loadgen, *common, "--clients", str(a.clients), "--timeout-ms", "30000"],
+        good = subprocess.Popen([a.loadgen, *common, "--clients", str(a.clients), "--timeout-ms", "30000",
+                                 "--repeat-fraction", "0.5", "--repeat-pool", str(repeat_pool)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tight = subprocess.Popen([a.loadgen, *common, "--clients", str(a.deadline_clients), "--timeout-ms", "5"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -458,7 +485,7 @@ def main():
 
         # The series after the warm-up.
         after = [s for s in samples if s["t"] >= warmup]
-        for series in ("rss_kb", "threads", "fds", "gpu_mib"):
+        for series in ("rss_kb", "threads", "fds", "gpu_mib", "engine_gpu_mib"):
             points = [(s["t"], s[series]) for s in after if s[series] is not None]
             if len(points) < 3:
                 continue
@@ -488,7 +515,7 @@ def main():
                        and good_report.get("requests", 0) > 0 and not tight_other)
         ok &= requests_ok
         result({"name": "soak-requests", "unanswered_well_behaved": unanswered,
-                "closed_loop": {"clients": a.clients, "requests": good_report.get("requests"),
+                "closed_loop": {"clients": a.clients, "input": sentences, "requests": good_report.get("requests"),
                                 "errors": good_errors, "error_kinds": good_report.get("error_kinds"),
                                 "requests_per_s": good_report.get("requests_per_s"),
                                 "latency_ms": good_report.get("latency_ms"), "stderr": good_err[-300:]},
