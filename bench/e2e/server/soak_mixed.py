@@ -238,9 +238,13 @@ class SlowHttp:
                                                     "address": address})
 
     def run(self):
-        for i in range(self.count):
-            self.open(f"127.0.0.{2 + i // 40}")
+        # Opened over the first 10 s, so that their deadlines (and reconnections) do not all
+        # fall together and the 10 s samples of descriptors see a steady population.
+        t0 = time.monotonic()
+        pending = [(t0 + 10.0 * i / self.count, f"127.0.0.{2 + i // 40}") for i in range(self.count)]
         while not self.stop.is_set():
+            while pending and pending[0][0] <= time.monotonic():
+                self.open(pending.pop(0)[1])
             for key, _ in self.sel.select(timeout=0.1):
                 try:
                     data = key.fileobj.recv(65536)
