@@ -314,12 +314,15 @@ void RequestPipeline::record(const RequestRecord& record, const grpc::Status& st
                                    {"traceparent", record.traceparent},
                                    {"method", record.method},
                                    {"model", record.model},
-                                   {"tenant", record.tenant},
                                    {"sentences", record.sentences},
                                    {"input_tokens", record.input_tokens},
                                    {"output_tokens", record.output_tokens},
                                    {"ms", round2(ms)},
                                    {"code", code}};
+  // Last, known once admission began (a request refused before it has none).
+  const auto with_tenant = [&record](nlohmann::ordered_json& f) {
+    if (!record.tenant.empty()) f["tenant"] = record.tenant;
+  };
   if (status.ok()) {
     // Where a translated request's time went: the wait for admission, the decode (from the
     // first admission on), and the most decoder steps one of its sentences took.
@@ -328,10 +331,12 @@ void RequestPipeline::record(const RequestRecord& record, const grpc::Status& st
       fields["decode_ms"] = round2(record.decode_ms);
       fields["steps"] = record.decode_steps;
     }
+    with_tenant(fields);
     log_event(spdlog::level::info, "request", fields);
     return;
   }
   fields["error"] = status.error_message();
+  with_tenant(fields);
   const bool server_fault = status.error_code() == grpc::StatusCode::INTERNAL ||
                             status.error_code() == grpc::StatusCode::UNKNOWN;
   log_event(server_fault ? spdlog::level::err : spdlog::level::warn, "request failed", fields);

@@ -44,7 +44,7 @@ struct RequestRecord {
   std::string traceparent;
   std::string model = "unknown";  // metric label; a known model's name once resolved
   // Its tenant of fair queueing (Caller::tenant: "key:NAME", "line:N", "peer:ADDRESS" or
-  // "tenant:X", never a token), on its log line once admission began.
+  // "tenant:X", never a token), on its log line once admission began (absent before).
   std::string tenant;
   Clock::time_point start;
   size_t sentences = 0;
