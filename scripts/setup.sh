@@ -12,7 +12,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsentencepiece-dev libyaml-cpp-dev
-  nlohmann-json3-dev libdnnl-dev ocl-icd-opencl-dev libgtest-dev libgmock-dev libicu-dev libcpp-httplib-dev libmicrohttpd-dev
+  nlohmann-json3-dev libdnnl-dev ocl-icd-opencl-dev libgtest-dev libgmock-dev libicu-dev libmicrohttpd-dev
   libcld2-dev
   python3 python3-grpcio python3-grpc-tools python3-yaml
 )

@@ -106,8 +106,9 @@ int serve(const ServerConfig& config) {
   const std::string metrics_address =
       config.metrics_host + ":" + std::to_string(config.metrics_port);
   try {
-    metrics_endpoint = std::make_unique<MetricsEndpoint>(config.metrics_host, config.metrics_port,
-                                                         [&metrics] { return metrics.scrape(); });
+    metrics_endpoint = std::make_unique<MetricsEndpoint>(
+        config.metrics_host, config.metrics_port, [&metrics] { return metrics.scrape(); },
+        metrics_endpoint_limits(), &metrics.http_connections("metrics"));
   } catch (const std::exception& e) {
     log_event(spdlog::level::critical, "cannot serve /metrics",
               {{"address", metrics_address}, {"error", e.what()}});
@@ -137,7 +138,7 @@ int serve(const ServerConfig& config) {
     try {
       http = std::make_unique<HttpApi>(config.http_host, config.http_port, config.http_limits,
                                        static_cast<size_t>(config.max_message_bytes), pipeline,
-                                       *models, auth, metrics);
+                                       *models, auth, metrics, config.trust_tenant_header);
     } catch (const std::exception& e) {
       log_event(spdlog::level::critical, "cannot serve the HTTP API", {{"error", e.what()}});
       return 1;

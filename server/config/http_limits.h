@@ -1,6 +1,8 @@
 #pragma once
-// What the HTTP API's clients may hold (config `http.*`, README "Connection and stream
-// limits"); server/http/http_front.h enforces them.
+// What the HTTP API's clients may hold (config `http.*`, README "HTTP connection limits");
+// server/http/http_front.h enforces them, for /metrics too (metrics_endpoint_limits()).
+// Apart from connection_limits.h, the gRPC transport's, which includes gRPC's ServerBuilder
+// to apply them: the HTTP front, which never touches gRPC, includes this alone.
 namespace nmt::server {
 
 struct HttpLimits {

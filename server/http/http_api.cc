@@ -85,11 +85,12 @@ std::vector<LanguageModel> language_models(const ModelRegistry& models) {
 
 HttpApi::HttpApi(const std::string& host, int port, const HttpLimits& limits,
                  size_t max_body_bytes, RequestPipeline& pipeline, const ModelRegistry& models,
-                 const BearerAuth& auth, Metrics& metrics)
+                 const BearerAuth& auth, Metrics& metrics, bool trust_tenant_header)
     : pipeline_(pipeline),
       auth_(auth),
       libretranslate_(language_models(models)),
       max_body_bytes_(max_body_bytes),
+      trust_tenant_header_(trust_tenant_header),
       requests_(prometheus::BuildCounter()
                     .Name("nmt_http_requests_total")
                     .Help("Answers of the HTTP API (http.port) by endpoint and HTTP status; "
@@ -99,7 +100,8 @@ HttpApi::HttpApi(const std::string& host, int port, const HttpLimits& limits,
           host, port, limits, max_body_bytes,
           [this](const HttpRequest& request, HttpFront::Respond respond) {
             handle(request, std::move(respond));
-          })) {}
+          },
+          &metrics.http_connections("api"))) {}
 
 HttpApi::~HttpApi() { stop(); }
 
@@ -155,7 +157,8 @@ void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparen
     pipeline_.record_refused(kV1, bad, traceparent);
     return respond(v1_error(bad));
   }
-  Caller caller = identify_caller(auth_.identify_header(req.header("authorization")), req.peer, "", false);
+  Caller caller = identify_caller(auth_.identify_header(req.header("authorization")), req.peer,
+                                  req.header("x-tenant"), trust_tenant_header_);
   pipeline_.translate(
       kV1, std::move(request), Clock::time_point::max(),
       [respond = std::move(respond)](const grpc::Status& status, v1::TranslateResponse response) {
@@ -184,7 +187,8 @@ LibreTranslateRequest HttpApi::libre_request(const HttpRequest& req, const char*
     if (none) throw LibreTranslateError{400, "Please contact the server operator to get an API key (api_key)"};
     throw LibreTranslateError{403, "Invalid API key"};
   }
-  *caller = identify_caller(auth_.identify_header(credential), req.peer, "", false);
+  *caller = identify_caller(auth_.identify_header(credential), req.peer, req.header("x-tenant"),
+                            trust_tenant_header_);
   return request;
 }
 

@@ -29,9 +29,11 @@ class HttpApi {
  public:
   // Binds host:port (throws std::runtime_error naming the address when it cannot) and serves
   // on its own threads within `limits`. Bodies over max_body_bytes are refused with 413.
+  // With `trust_tenant_header` (server.trust_tenant_header) a request's x-tenant header names
+  // its tenant of fair queueing, as gRPC's x-tenant metadata does (identify_caller).
   HttpApi(const std::string& host, int port, const HttpLimits& limits, size_t max_body_bytes,
           RequestPipeline& pipeline, const ModelRegistry& models, const BearerAuth& auth,
-          Metrics& metrics);
+          Metrics& metrics, bool trust_tenant_header = false);
   ~HttpApi();  // stop()
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;
@@ -58,6 +60,7 @@ class HttpApi {
   const BearerAuth& auth_;  // main's: SIGHUP reloads its tokens
   const LibreTranslateApi libretranslate_;
   const size_t max_body_bytes_;
+  const bool trust_tenant_header_;
   prometheus::Family<prometheus::Counter>& requests_;
   std::unique_ptr<HttpFront> front_;  // last: stopped first
 };

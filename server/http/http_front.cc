@@ -167,8 +167,9 @@ std::string HttpRequest::header(const std::string& lowercase_name) const {
 class HttpFront::Impl {
  public:
   Impl(const std::string& host, int port, const HttpLimits& limits, size_t max_body_bytes,
-       Handler handler)
+       Handler handler, prometheus::Gauge* connections)
       : limits_(limits),
+        connections_(connections),
         max_body_bytes_(max_body_bytes),
         handler_(std::move(handler)),
         head_timed_out_(timed_out("line and headers", limits.header_timeout_seconds,
@@ -207,8 +208,12 @@ class HttpFront::Impl {
     if (!daemon_) {
       throw std::runtime_error("cannot listen on " + address + ": " + std::strerror(error));
     }
+    const MHD_DaemonInfo* bound = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
+    port_ = bound ? bound->port : port;
     watchdog_ = std::thread([this] { watch(); });
   }
+
+  int port() const { return port_; }
 
   ~Impl() { stop(); }
 
@@ -251,10 +256,12 @@ class HttpFront::Impl {
       *socket_context = w;
       self.deadlines_.add(w);
       self.deadlines_.arm(w, seconds(self.limits_.header_timeout_seconds), &self.head_timed_out_);
+      if (self.connections_) self.connections_->Increment();
       return;
     }
     auto* w = static_cast<Watched*>(*socket_context);
     if (!w) return;
+    if (self.connections_) self.connections_->Decrement();
     self.deadlines_.remove(w);
     delete w;
     *socket_context = nullptr;
@@ -405,6 +412,8 @@ class HttpFront::Impl {
   }
 
   const HttpLimits limits_;
+  prometheus::Gauge* const connections_;
+  int port_ = 0;
   const size_t max_body_bytes_;
   const Handler handler_;
   const std::string head_timed_out_;
@@ -419,11 +428,14 @@ class HttpFront::Impl {
 };
 
 HttpFront::HttpFront(const std::string& host, int port, const HttpLimits& limits,
-                     size_t max_body_bytes, Handler handler)
-    : impl_(std::make_unique<Impl>(host, port, limits, max_body_bytes, std::move(handler))) {}
+                     size_t max_body_bytes, Handler handler, prometheus::Gauge* connections)
+    : impl_(std::make_unique<Impl>(host, port, limits, max_body_bytes, std::move(handler),
+                                   connections)) {}
 
 HttpFront::~HttpFront() = default;
 
 void HttpFront::stop() { impl_->stop(); }
+
+int HttpFront::port() const { return impl_->port(); }
 
 }  // namespace nmt::server

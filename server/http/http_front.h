@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include <prometheus/gauge.h>
+
 #include "server/config/http_limits.h"
 
 namespace nmt::server {
@@ -53,10 +55,11 @@ class HttpFront {
   // `request` lives while the handler runs.
   using Handler = std::function<void(const HttpRequest& request, Respond respond)>;
 
-  // Binds host:port and starts serving (throws std::runtime_error naming the address when
-  // it cannot listen). Bodies over max_body_bytes are not kept (body_over_limit).
+  // Binds host:port (port 0: any free port) and starts serving (throws std::runtime_error
+  // naming the address when it cannot listen). Bodies over max_body_bytes are not kept
+  // (body_over_limit). `connections`, when given, follows the open connections.
   HttpFront(const std::string& host, int port, const HttpLimits& limits, size_t max_body_bytes,
-            Handler handler);
+            Handler handler, prometheus::Gauge* connections = nullptr);
   ~HttpFront();  // stop()
   HttpFront(const HttpFront&) = delete;
   HttpFront& operator=(const HttpFront&) = delete;
@@ -64,6 +67,8 @@ class HttpFront {
   // Stops accepting connections, lets every request handed to the handler be answered and
   // end (sent, or closed by the idle limit), then closes every connection. Idempotent.
   void stop();
+
+  int port() const;  // the bound port
 
  private:
   class Impl;

@@ -1,53 +1,44 @@
 #pragma once
-// GET /metrics for Prometheus on its own port. cpp-httplib (Debian's libcpp-httplib-dev)
-// parses each request and writes its answer; this class owns the connections.
-//
-// Why not httplib's own listen loop: it gives each connection a pool thread that blocks in
-// recv() with a timeout per recv, so a client sending one byte a second holds a thread
-// indefinitely and a few hundred such clients leave a scrape waiting behind them. Here no
-// thread ever waits on a client: one epoll thread accepts, gathers each request head
-// without blocking (at most max_head_bytes), hands the complete head to httplib's request
-// processing over an in-memory stream, and sends the answer without blocking. Every
-// connection has one deadline from its accept, head, answer and all; one that has not
-// finished by then is closed (408 first when its head never completed). A slow client thus
-// costs a socket and a small buffer for at most request_timeout, and a scrape is answered as
-// soon as its own request has arrived, whatever the other connections do.
+// GET /metrics for Prometheus on its own port (server.metrics_host:metrics_port), on the same
+// HTTP front as the HTTP API (http_front.h, libmicrohttpd): one epoll thread reads every
+// connection, so a client trickling its request costs a socket and a small buffer, never a
+// thread, and a scrape is answered as soon as its own request has arrived, whatever the other
+// connections do. The bounds are HttpFront's (HttpLimits), with the values of
+// metrics_endpoint_limits() below (README, "TLS and authentication").
 //
 // (prometheus-cpp's exposer, civetweb, was dropped before this: its worker threads have
-// ~100 KB stacks, OpenBLAS's static TLS takes ~60 KB of each, and a scrape overflowed.
-// httplib's thread pool is not used here, and these threads keep the default stack.)
+// ~100 KB stacks, OpenBLAS's static TLS takes ~60 KB of each, and a scrape overflowed;
+// libmicrohttpd's threads keep the default stack.)
 #include <functional>
 #include <memory>
 #include <string>
 
+#include <prometheus/gauge.h>
+
+#include "server/config/http_limits.h"
+#include "server/http/http_front.h"
+
 namespace nmt::server {
 
-struct MetricsEndpointLimits {
-  // From accept to the answer's last byte sent.
-  double request_timeout_seconds = 5;
-  // Open connections; accepting one more closes the oldest, so that a flood of idle
-  // connections cannot keep a scraper out.
-  int max_connections = 1024;
-  // A request head (request line and headers) larger than this is answered 400.
-  int max_head_bytes = 16384;
-};
+// The bounds of the /metrics port: a connection's request must be in within 5 s of its
+// opening (else 408, closed), at most 1024 connections and 64 from one peer address (one
+// more is closed at once: a flood from one address cannot keep a scraper at another out),
+// one thread.
+HttpLimits metrics_endpoint_limits();
 
 class MetricsEndpoint {
  public:
   // Binds host:port (port 0: any free port) and starts serving; `body` renders the page and
-  // is called on the endpoint's thread. Throws std::runtime_error naming the address when
-  // it cannot listen.
+  // is called on the endpoint's thread. `connections`, when given, follows the open
+  // connections. Throws std::runtime_error naming the address when it cannot listen.
   MetricsEndpoint(const std::string& host, int port, std::function<std::string()> body,
-                  MetricsEndpointLimits limits = {});
-  ~MetricsEndpoint();
-  MetricsEndpoint(const MetricsEndpoint&) = delete;
-  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+                  const HttpLimits& limits = metrics_endpoint_limits(),
+                  prometheus::Gauge* connections = nullptr);
 
-  int port() const;  // the bound port
+  int port() const { return front_.port(); }
 
  private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
+  HttpFront front_;
 };
 
 }  // namespace nmt::server

@@ -119,7 +119,18 @@ Metrics::Metrics()
                          .Name("nmt_models_loaded")
                          .Help("Models loaded now")
                          .Register(*registry_)
-                         .Add({})) {}
+                         .Add({})),
+      queue_refusals_(prometheus::BuildCounter()
+                          .Name("nmt_queue_refusals_total")
+                          .Help("Requests refused RESOURCE_EXHAUSTED by a model's queue (the tenant's "
+                                "batching.tenant_queue_share, or max_queue_sentences), by API key")
+                          .Register(*registry_)),
+      http_connections_(prometheus::BuildGauge()
+                            .Name("nmt_http_connections")
+                            .Help("Open connections of an HTTP server (api: http.port; metrics: /metrics)")
+                            .Register(*registry_)) {
+  queue_refusals_.Add({{"key", "none"}});
+}
 
 std::string Metrics::scrape() const {
   std::ostringstream out;
@@ -177,6 +188,14 @@ void Metrics::model_evicted(const std::string& model) {
 }
 
 void Metrics::models_loaded(double count) { models_loaded_.Set(count); }
+
+void Metrics::queue_refusal(const std::string& key_label) {
+  queue_refusals_.Add({{"key", key_label}}).Increment();
+}
+
+prometheus::Gauge& Metrics::http_connections(const std::string& server) {
+  return http_connections_.Add({{"server", server}});
+}
 
 void Metrics::request_done(const std::string& model, const std::string& code, double seconds) {
   requests_.Add({{"model", model}, {"code", code}}).Increment();

@@ -81,6 +81,13 @@ class Metrics {
     prometheus::Gauge& gauge_;
   };
   prometheus::Gauge& inflight_gauge() { return inflight_; }
+  // A request a model's queue refused RESOURCE_EXHAUSTED (its tenant's share of
+  // batching.max_queue_sentences, or the whole queue full), by its API key's label (as the
+  // quota metrics: the key's name, "other", "none" without authentication): bounded labels,
+  // where a tenant may be any peer address or x-tenant value.
+  void queue_refusal(const std::string& key_label);
+  // The open connections of an HTTP server ("api": http.port, "metrics": /metrics).
+  prometheus::Gauge& http_connections(const std::string& server);
   // For the families of optional parts (the HTTP API's), registered when they start.
   prometheus::Registry& registry() { return *registry_; }
 
@@ -105,6 +112,8 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& model_load_duration_;
   prometheus::Family<prometheus::Counter>& model_evictions_;
   prometheus::Gauge& models_loaded_;
+  prometheus::Family<prometheus::Counter>& queue_refusals_;
+  prometheus::Family<prometheus::Gauge>& http_connections_;
 };
 
 }  // namespace nmt::server

@@ -146,6 +146,7 @@ RequestRecord RequestPipeline::begin(const char* method, const v1::TranslateRequ
 void RequestPipeline::admit(const v1::TranslateRequest& request, Clock::time_point deadline,
                             RequestRecord& record, AdmittedRequest& admitted, JobCallback done,
                             Admission then, Caller caller) {
+  record.tenant = caller.tenant;
   models_.acquire_async(
       request.model(), [this, &request, deadline, &record, &admitted, done = std::move(done),
                         then = std::move(then), caller = std::move(caller)](
@@ -217,7 +218,16 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
                                              const ServedModel& model, Scheduler& scheduler,
                                              Clock::time_point deadline, JobCallback done, const Caller& caller) {
   const QueueTenant tenant{caller.tenant, caller.weight};
-  if (!cache_.enabled()) return scheduler.submit(std::move(source_ids), options, deadline, std::move(done), tenant);
+  // The queue's refusals (the tenant's share, the queue full) counted by key: nmt_queue_refusals_total.
+  auto submit = [&](std::vector<std::vector<int>> ids, JobCallback then) {
+    try {
+      return scheduler.submit(std::move(ids), options, deadline, std::move(then), tenant);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kResourceExhausted) metrics_.queue_refusal(caller.key ? caller.key->label() : "none");
+      throw;
+    }
+  };
+  if (!cache_.enabled()) return submit(std::move(source_ids), std::move(done));
   // Per sentence (after splitting): the hits are answered from the cache, the misses decoded.
   struct Parts {
     std::vector<Translation> translations;  // every sentence's, the hits filled in
@@ -246,8 +256,8 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
   }
   const std::string name = model.name;
   const uint64_t generation = model.generation;
-  return scheduler.submit(
-      std::move(misses), options, deadline,
+  return submit(
+      std::move(misses),
       [this, parts, name, generation, done = std::move(done)](JobResult result) {
         if (result.ok) {
           for (size_t j = 0; j < parts->missed.size(); ++j) {
@@ -257,8 +267,7 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
           result.translations = std::move(parts->translations);
         }
         done(std::move(result));
-      },
-      tenant);
+      });
 }
 
 grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const JobResult& result,
@@ -367,6 +376,10 @@ void RequestPipeline::record(const RequestRecord& record, const grpc::Status& st
                                    {"output_tokens", record.output_tokens},
                                    {"ms", round2(ms)},
                                    {"code", code}};
+  // Last, known once admission began (a request refused before it has none).
+  const auto with_tenant = [&record](nlohmann::ordered_json& f) {
+    if (!record.tenant.empty()) f["tenant"] = record.tenant;
+  };
   if (status.ok()) {
     // Where a translated request's time went: the wait for admission, the decode (from the
     // first admission on), and the most decoder steps one of its sentences took.
@@ -375,10 +388,12 @@ void RequestPipeline::record(const RequestRecord& record, const grpc::Status& st
       fields["decode_ms"] = round2(record.decode_ms);
       fields["steps"] = record.decode_steps;
     }
+    with_tenant(fields);
     log_event(spdlog::level::info, "request", fields);
     return;
   }
   fields["error"] = status.error_message();
+  with_tenant(fields);
   const bool server_fault = status.error_code() == grpc::StatusCode::INTERNAL ||
                             status.error_code() == grpc::StatusCode::UNKNOWN;
   log_event(server_fault ? spdlog::level::err : spdlog::level::warn, "request failed", fields);

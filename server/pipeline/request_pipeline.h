@@ -43,6 +43,9 @@ struct RequestRecord {
   // valid, else a fresh one; logged with request_id and echoed by the frontend.
   std::string traceparent;
   std::string model = "unknown";  // metric label; a known model's name once resolved
+  // Its tenant of fair queueing (Caller::tenant: "key:NAME", "line:N", "peer:ADDRESS" or
+  // "tenant:X", never a token), on its log line once admission began (absent before).
+  std::string tenant;
   Clock::time_point start;
   size_t sentences = 0;
   int64_t input_tokens = 0;

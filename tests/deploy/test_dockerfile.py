@@ -112,7 +112,7 @@ def main():
               "setup.sh installs the prometheus test tool by default and skips it with NMT_SETUP_TEST_TOOLS=0")
         needed = {"cmake", "ninja-build", "libgrpc++-dev", "protobuf-compiler-grpc", "libsentencepiece-dev",
                   "prometheus-cpp-dev", "libyaml-cpp-dev", "libspdlog-dev", "nlohmann-json3-dev", "libdnnl-dev", "libicu-dev",
-                  "libcpp-httplib-dev", "libmicrohttpd-dev", "libcld2-dev"}
+                  "libmicrohttpd-dev", "libcld2-dev"}
         check(needed <= test_tools, f"the image's setup.sh run installs the build dependencies {sorted(needed - test_tools)}")
 
     cmake = " ".join(r for r in build_runs(build) if "cmake" in r)

@@ -148,6 +148,10 @@ def check_dashboard(repo, ds_uids):
         "admitted sentences/s": lambda e: "rate(nmt_admitted_sentences_sum" in e,
         "in-flight requests": lambda e: "nmt_inflight_requests" in e,
         "GPU memory": lambda e: "nmt_gpu_memory_bytes" in e,
+        "queue refusals by key": lambda e: "rate(nmt_queue_refusals_total" in e and "by (key)" in e,
+        "quota refusals by key": lambda e: "rate(nmt_quota_refusals_total" in e and "by (key, quota)" in e,
+        "cache hit ratio": lambda e: "rate(nmt_cache_hits_total" in e and "rate(nmt_cache_misses_total" in e,
+        "HTTP connections": lambda e: "nmt_http_connections" in e and "server" in e,
     }
     for what, match in wanted.items():
         check(any(match(e) for e in exprs), f"dashboard shows {what}")

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -45,6 +46,10 @@ struct Options {
   std::string source_language;
   std::vector<std::string> target_languages;  // in turn across requests; empty: the model's
   int decoding_length = 0;  // > 0: every sentence exactly this many target tokens, EOS included
+  // > 0: this fraction of the sentences repeat one of the input's first repeat_pool lines
+  // (a translation cache's hits), the others are never sent twice (repeated_text).
+  double repeat_fraction = 0;
+  int repeat_pool = 100;
   bool json = false;
 };
 
@@ -54,7 +59,7 @@ const char* kUsage =
     "                   [--sentences-per-request N] [--model NAME] [--timeout-ms MS] [--json]\n"
     "                   [--busy-poll | --client-threads N] [--connections N]\n"
     "                   [--source-language L] [--target-languages L1,L2,...]\n"
-    "                   [--decoding-length N]\n"
+    "                   [--decoding-length N] [--repeat-fraction F [--repeat-pool N]]\n"
     "       nmt-loadgen --ping [--target HOST:PORT] [--clients N] (--duration S | --count N)\n"
     "                   [--busy-poll | --client-threads N] [--connections N]\n"
     "       nmt-loadgen --health-check [--target HOST:PORT] [--timeout-ms MS]\n\n"
@@ -80,12 +85,26 @@ const char* kUsage =
     "requests (a mixed load); --decoding-length N: every sentence N target tokens, EOS\n"
     "included (min_decoding_length N - 1, max N), so that all take the same decoder steps\n"
     "(a random-weight model's EOS would end them early).\n"
+    "--repeat-fraction F (0-1): a fraction F of the sentences, spread evenly, are one of the\n"
+    "input's first --repeat-pool lines (default 100), the rest the other lines in turn, each\n"
+    "sent once: after the first pass over the file a fresh sentence gets ' (R)', R its pass,\n"
+    "so that it is still new to a translation cache. Two runs send the same sentences.\n"
     "Defaults: --target 127.0.0.1:50051 --clients 8 --beam 4 --sentences-per-request 1\n"
     "--timeout-ms 10000 (per request deadline).\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::cerr << "nmt-loadgen: " << message << "\n\n" << kUsage;
   std::exit(2);
+}
+
+double to_fraction(const std::string& flag, const std::string& value) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(value, &used);
+    if (used == value.size() && v >= 0 && v <= 1) return v;
+  } catch (const std::exception&) {
+  }
+  usage_error("--" + flag + " needs a number from 0 to 1, got '" + value + "'");
 }
 
 long to_number(const std::string& flag, const std::string& value, long lo) {
@@ -140,6 +159,8 @@ Options parse(int argc, char** argv) {
     else if (flag == "source-language") o.source_language = value;
     else if (flag == "target-languages") o.target_languages = split_list(flag, value);
     else if (flag == "decoding-length") o.decoding_length = static_cast<int>(to_number(flag, value, 2));
+    else if (flag == "repeat-fraction") o.repeat_fraction = to_fraction(flag, value);
+    else if (flag == "repeat-pool") o.repeat_pool = static_cast<int>(to_number(flag, value, 1));
     else usage_error("unknown flag --" + flag);
   }
   if (!o.health_check) {
@@ -254,6 +275,21 @@ class Connections {
   std::vector<std::shared_ptr<grpc::Channel>> shared_;
 };
 
+// Sentence `n` of the load. Without --repeat-fraction the input's lines in turn. With it, n
+// is a repeat when frac(n x golden ratio) < F (a low-discrepancy sequence: the repeats are
+// spread evenly and make F of any stretch of sentences): one of the first repeat_pool lines,
+// else line pool + n mod (lines - pool) of pass n / (lines - pool), which from the second
+// pass on ends with " (pass)": two different n never give the same fresh sentence.
+std::string sentence_text(const Options& o, const std::vector<std::string>& sentences, size_t n) {
+  if (o.repeat_fraction <= 0) return sentences[n % sentences.size()];
+  const size_t pool = static_cast<size_t>(o.repeat_pool);
+  if (std::fmod(double(n) * 0.6180339887498949, 1.0) < o.repeat_fraction) return sentences[n % pool];
+  const size_t fresh = sentences.size() - pool;
+  const size_t pass = n / fresh;
+  const std::string& line = sentences[pool + n % fresh];
+  return pass == 0 ? line : line + " (" + std::to_string(pass) + ")";
+}
+
 // The next Translate request: the next sentences of the input, in turn across clients.
 void fill_request(const Options& o, const std::vector<std::string>& sentences,
                   std::atomic<size_t>& next_sentence, nmt::v1::TranslateRequest* request) {
@@ -272,7 +308,7 @@ void fill_request(const Options& o, const std::vector<std::string>& sentences,
     // the request's first sentence picks its target, so that the languages mix evenly
     if (i == 0 && !o.target_languages.empty())
       options->set_target_language(o.target_languages[next % o.target_languages.size()]);
-    request->add_texts(sentences[next % sentences.size()]);
+    request->add_texts(sentence_text(o, sentences, next));
   }
 }
 
@@ -463,6 +499,10 @@ int load(const Options& o) {
     std::cerr << "nmt-loadgen: " << e.what() << "\n";
     return 2;
   }
+  if (o.repeat_fraction > 0 && sentences.size() <= static_cast<size_t>(o.repeat_pool)) {
+    usage_error("--repeat-pool " + std::to_string(o.repeat_pool) + " needs an input of more lines (" + o.input +
+                " has " + std::to_string(sentences.size()) + ")");
+  }
   const Connections connections(o);
   if (!connections.connect_shared(o.timeout_ms)) {
     std::cerr << "nmt-loadgen: cannot connect to " << o.target << " within " << o.timeout_ms << " ms\n";
@@ -497,7 +537,8 @@ int load(const Options& o) {
       {"target", o.target}, {"rpc", o.ping ? "Health.Check" : "Translate"}, {"clients", o.clients}, {"beam", o.beam},
       {"busy_poll", o.busy_poll}, {"client_threads", o.client_threads},
       {"connections", o.connections},
-      {"sentences_per_request", o.sentences_per_request}, {"seconds", elapsed},
+      {"sentences_per_request", o.sentences_per_request}, {"repeat_fraction", o.repeat_fraction},
+      {"seconds", elapsed},
       {"requests", s.count}, {"errors", errors}, {"sentences", totals.sentences},
       {"requests_per_s", s.count / elapsed}, {"sentences_per_s", totals.sentences / elapsed},
       {"latency_ms", {{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}}},

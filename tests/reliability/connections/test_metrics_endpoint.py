@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""/metrics under attack (issue 14): 300 connections trickling a request head one byte a
-second and 100 sending garbage (random bytes and header lines past the 16 KB head limit,
-POST bodies, 1 MB headers, a TLS hello), each reconnecting as soon as the server closes it, while a scraper fetches /metrics every
-second for 15 s. Every scrape must be answered within 2 s; a Translate call made each second
-meanwhile keeps its latency; a trickling connection is closed (408) near the server's 5 s
-request deadline, not held open; the garbage gets an answer or a close, never a hang; the
-server's threads do not grow with the connections.
+"""/metrics under attack (issues 14, 56): 300 connections trickling a request head one byte a
+second and 100 sending garbage (random bytes, endless header lines, POST bodies, 1 MB
+headers, a TLS hello), each reconnecting as soon as the server closes it, from 10 loopback
+addresses (40 each, within the endpoint's 64 per address), while a scraper on another
+address fetches /metrics every second for 15 s. Every scrape must be answered within 2 s; a
+Translate call made each second meanwhile keeps its latency; a trickling connection is
+closed (408) near the endpoint's 5 s header deadline, not held open; the garbage gets a 4xx
+answer or a close, never a hang; the server's threads do not grow with the connections; one
+address past its 64 connections is closed at once while the scraper is still served.
 
     test_metrics_endpoint.py REPO_ROOT NMT_SERVER [SECONDS]
 """
@@ -27,16 +29,18 @@ check = rel.Checks()
 
 TRICKLERS = 300
 GARBAGE = 100
-REQUEST_DEADLINE = 5.0  # MetricsEndpointLimits::request_timeout_seconds
+REQUEST_DEADLINE = 5.0  # metrics_endpoint_limits().header_timeout_seconds
+PER_ADDRESS = 64        # metrics_endpoint_limits().max_connections_per_address
+ADDRESSES = [f"127.0.0.{i}" for i in range(2, 12)]  # the attack's; the scraper is 127.0.0.1
 
 TRICKLE_HEAD = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 4096
 
 
 def garbage_payload(kind):
-    if kind == 0:  # random bytes past the head limit (16 KB): 400
+    if kind == 0:  # random bytes: 400
         return random.randbytes(20000).replace(b"\r\n\r\n", b"....")
-    if kind == 1:  # endless header lines past the head limit: 400
-        return b"GET /metrics HTTP/1.1\r\n" + b"X-A: b\r\n" * 3000
+    if kind == 1:  # endless header lines past libmicrohttpd's 32 KB connection buffer: 431
+        return b"GET /metrics HTTP/1.1\r\n" + b"X-A: b\r\n" * 6000
     if kind == 2:  # a POST with a body: 405
         return b"POST /metrics HTTP/1.1\r\nContent-Length: 10000\r\n\r\n" + b"x" * 10000
     if kind == 3:  # a 1 MB header
@@ -59,12 +63,16 @@ class Attack:
         self.errors = []
         self.thread = threading.Thread(target=self.run, daemon=True)
 
-    def open(self, role, kind=0):
+    def open(self, role, kind=0, address=None):
+        """A connection from `address` (a reconnection keeps its closed one's: each address
+        stays at 40), by default the next of ADDRESSES in turn."""
+        address = address or ADDRESSES[self.connects % len(ADDRESSES)]
         s = socket.socket()
+        s.bind((address, 0))
         s.setblocking(False)
         s.connect_ex(("127.0.0.1", self.port))
         self.connects += 1
-        state = {"role": role, "kind": kind, "start": time.monotonic(), "sent": 0,
+        state = {"role": role, "kind": kind, "address": address, "start": time.monotonic(), "sent": 0,
                  "payload": TRICKLE_HEAD if role == "trickle" else garbage_payload(kind),
                  "got": b"", "next": time.monotonic()}
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if role == "garbage" else 0)
@@ -80,7 +88,7 @@ class Attack:
         else:
             self.garbage_answers.setdefault(state["kind"], set()).add(line)
         if not self.stop.is_set():
-            self.open(state["role"], state["kind"])
+            self.open(state["role"], state["kind"], state["address"])
 
     def run(self):
         for i in range(TRICKLERS):
@@ -212,13 +220,36 @@ def main():
                       and attack.trickle_answers <= {"HTTP/1.1 408 Request Timeout", "closed"},
                       f"a trickler is closed {min(lifetimes):.2f}-{max(lifetimes):.2f} s after it "
                       f"connected (deadline {REQUEST_DEADLINE} s), answered {sorted(attack.trickle_answers)}")
-            expected = {0: "400", 1: "400", 2: "405", 3: "400", 4: "408"}
+            expected = {0: "400", 1: "431", 2: "405", 3: "431", 4: "408"}
             for kind, want in expected.items():
                 got = attack.garbage_answers.get(kind, set())
                 check(got and all(a == "closed" or want in a for a in got),
                       f"garbage kind {kind}: answered {sorted(got)} (expected {want} or a close)")
             check(peak_threads <= idle_threads + 8,
                   f"server threads {idle_threads} idle, {peak_threads} at most during the attack")
+            # One address at its bound: the next connection from it is closed at once (before
+            # any request), while the scraper's address is served.
+            held = []
+            for _ in range(PER_ADDRESS):
+                s = socket.create_connection(("127.0.0.1", server.metrics_port), timeout=5,
+                                             source_address=("127.0.0.12", 0))
+                s.sendall(b"G")
+                held.append(s)
+            time.sleep(0.5)  # all accepted
+            extra = socket.create_connection(("127.0.0.1", server.metrics_port), timeout=5,
+                                             source_address=("127.0.0.12", 0))
+            start = time.monotonic()
+            try:
+                got = extra.recv(100)
+            except OSError:  # reset: closed as well
+                got = b""
+            closed_in = time.monotonic() - start
+            ok, took, err = scrape(server.metrics_port)
+            check(got == b"" and closed_in < REQUEST_DEADLINE - 1 and ok,
+                  f"connection {PER_ADDRESS + 1} from one address closed after {closed_in:.2f} s "
+                  f"(at once, not at the deadline); a scrape meanwhile {ok} ({took:.3f} s) {err}")
+            for s in held + [extra]:
+                s.close()
             ok, took, err = scrape(server.metrics_port)
             check(ok, f"a scrape after the attack ({took:.3f} s) {err}")
         check(server.proc.poll() is None, "the server is alive")

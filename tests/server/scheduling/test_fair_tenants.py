@@ -23,7 +23,6 @@ What the code guarantees, and so what is checked:
 
     test_fair_tenants.py REPO_ROOT NMT_SERVER
 """
-import json
 import os
 import statistics
 import sys
@@ -32,10 +31,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "reliability"))
 
 import grpc  # noqa: E402
 
 import harness  # noqa: E402
+import rel  # noqa: E402  (its request_lines)
 
 STREAMS, MESSAGES, SENTENCES = 200, 16, 4
 GOOD_CALLS = 15
@@ -135,22 +136,11 @@ def main():
               f"under the hog: median {median * 1e3:.1f} ms <= 2 x idle median {idle_median * 1e3:.1f} ms "
               f"+ {FLOOR * 1e3:.0f} ms (max {max(contested) * 1e3:.1f} ms)")
 
-        def request_lines():
-            lines = []
-            for line in server.output().splitlines():
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    continue
-                if obj.get("msg") in ("request", "request failed"):
-                    lines.append(obj)
-            return lines
-
         # A hog answer logged after the last good one: its backlog outlasted the good calls.
         hog_after = []
         end = time.monotonic() + 10
         while not hog_after and time.monotonic() < end:
-            lines = request_lines()
+            lines = rel.request_lines(server)
             last_good = max(i for i, o in enumerate(lines) if o.get("request_id", "").startswith("good"))
             hog_after = [o for o in lines[last_good:]
                          if o.get("request_id", "").startswith("hog") and o.get("code") == "OK"]
