@@ -18,10 +18,13 @@ PACKAGES=(
 )
 # Test-only tools (a real Prometheus for the metrics tests, clang + its runtimes for the
 # fuzzers, openssl for the TLS test certificates, curl for the HTTP API test, pip to build
-# the Python client's wheel); skipped in the Docker image.
+# the Python client's wheel, chromium for the web page); skipped in the Docker image.
 if [ "${NMT_SETUP_TEST_TOOLS:-1}" = "1" ]; then
   PACKAGES+=(prometheus clang libclang-rt-14-dev openssl curl python3-pip python3-setuptools
              python3-wheel)
+  # The web page's browser test (tests/browser): Debian's chromium under playwright-core, and
+  # python3-docx for the .docx it uploads. Node.js and npm come with the machine.
+  PACKAGES+=(chromium python3-docx)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do

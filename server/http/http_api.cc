@@ -7,6 +7,7 @@
 
 #include "server/observability/trace_context.h"
 #include "server/pipeline/status.h"
+#include "server/web/web_page.h"
 
 namespace nmt::server {
 namespace {
@@ -69,6 +70,19 @@ void allow_cross_origin(HttpAnswer& answer) {
   answer.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST");
 }
 
+// The web page's file at the request's path (server/web/), with the policy that keeps it
+// from loading anything from elsewhere; re-checked on every load (no-cache), so that a new
+// binary's page replaces the old.
+HttpAnswer web_answer(const WebAsset& asset) {
+  HttpAnswer answer;
+  answer.content_type = std::string(asset.content_type);
+  answer.body = std::string(asset.bytes);
+  answer.headers.emplace_back("Content-Security-Policy", kWebPagePolicy);
+  answer.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  answer.headers.emplace_back("Cache-Control", "no-cache");
+  return answer;
+}
+
 bool is_json(const HttpRequest& req) { return req.header("content-type").rfind(kJson, 0) == 0; }
 
 // Every model the registry lists, loaded or not (a repository model loads on its first
@@ -107,12 +121,13 @@ void HttpApi::stop() { front_->stop(); }
 
 void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
   const bool libre = req.path == "/translate" || req.path == "/detect" || req.path == "/languages";
+  const WebAsset* page = req.method == "GET" || req.method == "HEAD" ? find_web_asset(req.path) : nullptr;
   const bool known = libre || req.path == "/v1/translate";
   // Every answer is counted, and carries the request's traceparent (and LibreTranslate's
   // CORS headers on its routes).
   const std::string traceparent = accept_traceparent(req.header("traceparent"));
   HttpFront::Respond answer = [this, libre, traceparent, respond = std::move(respond),
-                               endpoint = known ? req.path : std::string("other")](HttpAnswer a) {
+                               endpoint = known ? req.path : std::string(page ? "page" : "other")](HttpAnswer a) {
     a.headers.emplace_back("traceparent", traceparent);
     if (libre) allow_cross_origin(a);
     requests_.Add({{"endpoint", endpoint}, {"status", std::to_string(a.status)}}).Increment();
@@ -130,13 +145,15 @@ void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
   if ((req.method == "GET" || req.method == "HEAD") && req.path == "/languages") {
     return answer(json_answer(200, libretranslate_.languages_json()));
   }
-  // Browsers' preflight before a cross-origin POST /translate or /detect.
-  if (req.method == "OPTIONS" && (req.path == "/translate" || req.path == "/detect")) {
+  if (page) return answer(web_answer(*page));
+  // Browsers' preflight before a cross-origin request to LibreTranslate's routes: a POST,
+  // or a GET /languages with a Content-Type header (the npm `libretranslate` client sends one).
+  if (req.method == "OPTIONS" && libre) {
     return answer(json_answer(204, ""));
   }
   answer(json_answer(404, LibreTranslateApi::error_json(
                               "no such endpoint: " + req.method + " " + req.path +
-                              " (POST /v1/translate, POST /translate, POST /detect, GET /languages)")));
+                              " (GET / the web page, POST /v1/translate, POST /translate, POST /detect, GET /languages)")));
 }
 
 void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparent,
