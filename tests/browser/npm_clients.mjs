@@ -1,8 +1,9 @@
 // The LibreTranslate clients of the npm registry (versions pinned in package.json) against the
-// server, in Node.js: what each sends is what their published code sends.
+// server, in Node.js, with an API key (the server runs with server.auth_token_file): what
+// each sends is what their published code sends.
 // - `libretranslate` (translate({query, source, target, format, apiurl, apiKey})): GET
 //   /languages with a JSON Content-Type, then POST /translate JSON {q, source, target,
-//   format, apiKey} (apiKey, not LibreTranslate's api_key: the server ignores it); source
+//   format, apiKey} (apiKey, not LibreTranslate's api_key: the server takes both); source
 //   "auto" when none is given; it returns translatedText.
 // - `translate` (Translate({engine: "libre", url: the /translate URL})): POST JSON {q, source, target,
 //   api_key}; throws the body's `error` when there is one. It checks languages itself
@@ -25,16 +26,16 @@ async function attempt(work) {
   }
 }
 
-const apiurl = config.base;
-let got = await libretranslate({ query: config.sentence, source: "en", target: "de", apiurl });
+const apiurl = config.base, apiKey = config.key;
+let got = await libretranslate({ query: config.sentence, source: "en", target: "de", apiurl, apiKey });
 check(got === config.expected, `libretranslate, source en: "${got}"`);
-got = await libretranslate({ query: config.paragraph, target: "de", apiurl });
+got = await libretranslate({ query: config.paragraph, target: "de", apiurl, apiKey });
 check(got === config.expected_auto, `libretranslate, no source (it sends auto): the whole paragraph "${got}"`);
-got = await libretranslate({ query: config.paragraph, source: "auto", target: "de", apiurl, format: "text" });
+got = await libretranslate({ query: config.paragraph, source: "auto", target: "de", apiurl, apiKey, format: "text" });
 check(got === config.expected_auto, `libretranslate, source auto: "${got}"`);
 
 // The package's engine and URL are settings of an instance.
-const translate = Translate({ engine: "libre", url: `${config.base}/translate` });
+const translate = Translate({ engine: "libre", url: `${config.base}/translate`, key: config.key });
 got = await translate(config.sentence, { from: "en", to: "de" });
 check(got === config.expected, `translate, from en: "${got}"`);
 got = await translate(config.paragraph, { from: "English", to: "German" });
@@ -43,6 +44,11 @@ check(got === config.expected_paragraph, `translate, language names, the whole p
 const refused = await attempt(() => translate(config.sentence, { from: "en", to: "fr" }));
 check(refused.error && refused.error.message === config.refused.error,
       `translate, an unserved target: the server's error "${refused.error && refused.error.message}"`);
+// (A text not asked before: the package answers repeats from a cache of its own.)
+const keyless = await attempt(() => Translate({ engine: "libre", url: `${config.base}/translate` })(
+  "A dog runs in the park.", { from: "en", to: "de" }));
+check(keyless.error && keyless.error.message === config.no_key.error,
+      `translate without a key: the server's error "${keyless.error && keyless.error.message}"`);
 const auto = await attempt(() => translate(config.paragraph, { from: "auto", to: "de" }));
 check(auto.error && /ISO 639-1/.test(auto.error.message),
       `translate, from auto: refused by the package itself, never sent (${auto.error && auto.error.message})`);

@@ -30,6 +30,7 @@ SENTENCE = "Two dogs play in the snow."
 PARAGRAPH = "Two dogs play in the snow. A man is riding a bike."
 DOCX_PARAGRAPHS = ["A man in a blue shirt is riding a bike.", "Two black dogs are playing in the deep snow."]
 
+TOKEN = "npm-client-key"  # npm_clients: the server asks for an API key
 check = harness.Checks()
 
 
@@ -150,11 +151,14 @@ def need_chromium():
 
 
 def npm_clients(work, base):
-    config = {"base": base, "sentence": SENTENCE, "paragraph": PARAGRAPH,
-              "expected": translate(base, SENTENCE)["translatedText"],
-              "expected_paragraph": translate(base, PARAGRAPH)["translatedText"],
-              "expected_auto": translate(base, PARAGRAPH, source="auto")["translatedText"],
-              "refused": post_json(base + "/translate", {"q": SENTENCE, "source": "en", "target": "fr"})[1]}
+    """The clients with an API key (the server's bearer token), as a deployment asks them."""
+    key = {"api_key": TOKEN}
+    config = {"base": base, "key": TOKEN, "sentence": SENTENCE, "paragraph": PARAGRAPH,
+              "expected": translate(base, SENTENCE, **key)["translatedText"],
+              "expected_paragraph": translate(base, PARAGRAPH, **key)["translatedText"],
+              "expected_auto": translate(base, PARAGRAPH, source="auto", **key)["translatedText"],
+              "refused": post_json(base + "/translate", {"q": SENTENCE, "source": "en", "target": "fr", **key})[1],
+              "no_key": post_json(base + "/translate", {"q": SENTENCE, "source": "en", "target": "de"})[1]}
     run_node(work, "npm_clients.mjs", config)
 
 
@@ -172,7 +176,13 @@ def main():
     os.makedirs(artifacts, exist_ok=True)
     tmp = harness.temp_dir("nmt-browser-")
     config = os.path.join(tmp, "config.yaml")
-    harness.write_config(config, os.path.join(repo, "models/m30k-en-de-small"))
+    server_section = {}
+    if mode == "npm_clients":
+        tokens = os.path.join(tmp, "tokens.txt")
+        with open(tokens, "w") as f:
+            f.write(TOKEN + "\n")
+        server_section["auth_token_file"] = tokens
+    harness.write_config(config, os.path.join(repo, "models/m30k-en-de-small"), server=server_section)
     port = harness.free_port()
     server = harness.Server(binary, config, extra_args=["--http-host", "127.0.0.1", "--http-port", str(port)])
     base = f"http://127.0.0.1:{port}"
