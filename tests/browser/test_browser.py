@@ -10,7 +10,7 @@ The expected translations are the server's own POST /translate answers (urllib),
 the page or the clients ask theirs. web_page uploads a .docx made here with python3-docx and
 checks the downloaded translation paragraph by paragraph (where the build has no POST
 /translate_file, the browser answers it by LibreTranslate's contract: the page's side only). Exit 77 (SKIPPED) with the reason
-when chromium, node or npm is missing."""
+when chromium (NMT_CHROMIUM, else /usr/bin/chromium), node or npm is missing."""
 import json
 import os
 import shutil
@@ -23,7 +23,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", "support"))
 import harness  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("NMT_CHROMIUM", "/usr/bin/chromium")  # Debian's (scripts/setup.sh)
 SKIP = 77
 # One sentence (LibreTranslate's alternatives are a one-sentence text's) and a paragraph.
 SENTENCE = "Two dogs play in the snow."

@@ -51,16 +51,17 @@ try {
   await status.filter({ hasText: "Translated." }).waitFor({ timeout: 60000 });
   check(await result.textContent() === config.expected.text,
         `the page shows the server's translation: "${await result.textContent()}"`);
+  check(await result.getAttribute("lang") === "de", "the translation is marked as German (lang=de)");
   const alternatives = await page.getByRole("region", { name: "Alternatives" }).getByRole("listitem").allTextContents();
   check(JSON.stringify(alternatives) === JSON.stringify(config.expected.alternatives),
         `the alternatives as the server lists them: ${JSON.stringify(alternatives)}`);
   check(await page.locator("#detected").isHidden(), "no detected language when the source is named");
 
-  // A paragraph with the source detected.
+  // A paragraph with the source detected, translated from the keyboard.
   await source.selectOption("auto");
   await page.getByLabel("Text to translate").fill(config.paragraph);
   await status.evaluate((s) => { s.textContent = ""; });
-  await page.getByRole("button", { name: "Translate", exact: true }).click();
+  await page.getByLabel("Text to translate").press("Control+Enter");
   await status.filter({ hasText: "Translated." }).waitFor({ timeout: 60000 });
   check(await result.textContent() === config.expected_auto.translatedText,
         `source auto: the server's translation of the whole paragraph: "${await result.textContent()}"`);

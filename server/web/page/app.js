@@ -75,8 +75,9 @@ async function busy(button, work) {
   }
 }
 
-function showTranslation(body) {
+function showTranslation(body, target) {
   $("result").textContent = body.translatedText;
+  $("result").lang = target;  // read out in its language
   const alternatives = body.alternatives || [];
   $("alternatives").replaceChildren(...alternatives.map((a) => {
     const li = document.createElement("li");
@@ -105,7 +106,7 @@ async function translateText(event) {
         format: "text", alternatives: ALTERNATIVES,
       })),
     });
-    showTranslation(await answerOf(response));
+    showTranslation(await answerOf(response), $("target").value);
     setStatus("Translated.");
   });
 }
@@ -148,6 +149,10 @@ document.addEventListener("DOMContentLoaded", () => {
   $("source").addEventListener("change", fillTargets);
   $("swap").addEventListener("click", swap);
   $("text-form").addEventListener("submit", translateText);
+  // Ctrl+Enter (or Cmd+Enter) in the text box translates, as the button does.
+  $("text").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) $("text-form").requestSubmit();
+  });
   $("file-form").addEventListener("submit", translateFile);
   loadLanguages()
     .then(() => document.body.setAttribute("data-ready", "true"))
