@@ -8,8 +8,7 @@
 
 The expected translations are the server's own POST /translate answers (urllib), asked before
 the page or the clients ask theirs. web_page uploads a .docx made here with python3-docx and
-checks the downloaded translation paragraph by paragraph (where the build has no POST
-/translate_file, the browser answers it by LibreTranslate's contract: the page's side only). Exit 77 (SKIPPED) with the reason
+checks the downloaded translation paragraph by paragraph. Exit 77 (SKIPPED) with the reason
 when chromium (NMT_CHROMIUM, else /usr/bin/chromium), node or npm is missing."""
 import json
 import os
@@ -97,18 +96,6 @@ def docx_paragraphs(path):
     return [p.text for p in docx.Document(path).paragraphs if p.text.strip()]
 
 
-def has_translate_file(base):
-    """Whether this build serves POST /translate_file (branch `documents`): an empty form
-    is refused by the route (400) where a server without it answers 404."""
-    req = urllib.request.Request(base + "/translate_file", data=b"", method="POST",
-                                 headers={"Content-Type": "application/x-www-form-urlencoded"})
-    try:
-        urllib.request.urlopen(req, timeout=30).close()
-        return True
-    except urllib.error.HTTPError as e:
-        return e.code != 404
-
-
 def run_node(work, script, config):
     node = need("node", "Node.js from the machine's packages")
     r = subprocess.run([node, os.path.join(work, script), json.dumps(config)], cwd=work,
@@ -127,16 +114,10 @@ def web_page(work, base, artifacts):
     config["docx"] = os.path.join(artifacts, "upload.docx")
     config["docx_out"] = os.path.join(artifacts, "upload.de.docx")
     make_docx(config["docx"])
-    config["contract"] = not has_translate_file(base)
-    if config["contract"]:
-        print("NOTE: this build has no POST /translate_file: the page's upload and download are "
-              "checked against LibreTranslate's contract, answered by the browser")
     if os.path.exists(config["docx_out"]):
         os.remove(config["docx_out"])
     run_node(work, "web_page.mjs", config)
-    if not check(os.path.exists(config["docx_out"]), "the translated .docx was downloaded"):
-        pass
-    elif not config["contract"]:
+    if check(os.path.exists(config["docx_out"]), "the translated .docx was downloaded"):
         want = [translate(base, p)["translatedText"] for p in DOCX_PARAGRAPHS]
         got = docx_paragraphs(config["docx_out"])
         check(got == want, f"the downloaded .docx holds the translations of its paragraphs: {got} (want {want})")

@@ -1,13 +1,11 @@
 // The web page at / in Debian's chromium (playwright-core): the pickers from /languages,
 // a translation with its alternatives, source "auto" with the detected language, a
 // screenshot, and a .docx uploaded through /translate_file with the download of its
-// translation (config.contract: this build has no /translate_file, so the browser stands in
-// for it with LibreTranslate's contract and checks what the page sent). Every control is found by its accessible name (label, role),
+// translation (test_browser.py reads the downloaded file). Every control is found by its accessible name (label, role),
 // so an unlabelled control fails here. Any request to another origin, any console error (a
 // Content-Security-Policy violation among them) and any page error fails the run.
 //   node web_page.mjs CONFIG_JSON   (test_browser.py writes it: url, expected answers, paths)
 import { readFileSync } from "node:fs";
-import { createServer } from "node:http";
 import { chromium } from "playwright-core";
 
 const config = JSON.parse(process.argv[2]);
@@ -19,14 +17,13 @@ function check(cond, what) {
 
 const origin = new URL(config.url).origin;
 // --no-sandbox: the test runs as root in CI, where chromium's sandbox refuses to start.
-let stub = null;  // config.contract: the loopback server of the translated file
 const browser = await chromium.launch({ executablePath: config.chromium, args: ["--no-sandbox"] });
 try {
   const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1100, height: 900 } });
   const page = await context.newPage();
-  const outside = [], problems = [], allowed = [origin, "data:"];
+  const outside = [], problems = [];
   page.on("request", (r) => {
-    if (!allowed.some((a) => r.url().startsWith(a))) outside.push(r.url());
+    if (!r.url().startsWith(origin) && !r.url().startsWith("data:")) outside.push(r.url());
   });
   page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
@@ -80,41 +77,17 @@ try {
   check((await status.textContent()).length > 0,
         `a refused request shows the server's error: "${await status.textContent()}"`);
 
-  if (config.contract) {
-    // No POST /translate_file in this build: the browser answers it as LibreTranslate's
-    // contract says (multipart file, source, target -> {"translatedFileUrl"}, from which the
-    // file downloads), after checking what the page sent. The file itself comes from a
-    // loopback server of this script (Chromium cancels a download answered by page.route).
-    stub = createServer((req, res) => {
-      res.writeHead(200, { "Content-Type": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-                           "Content-Disposition": 'attachment; filename="0123-upload.docx"' });
-      res.end(readFileSync(config.docx));
-    });
-    await new Promise((done) => stub.listen(0, "127.0.0.1", done));
-    const fileUrl = `http://127.0.0.1:${stub.address().port}/download_file/0123-upload.docx`;
-    allowed.push(new URL(fileUrl).origin);
-    await page.route(`${origin}/translate_file`, async (route) => {
-      const request = route.request(), body = request.postDataBuffer().toString("latin1");
-      const sent = request.method() === "POST" &&
-        /^multipart\/form-data; boundary=/.test(request.headers()["content-type"]) &&
-        /name="file"; filename="upload\.docx"/.test(body) && /name="source"\r\n\r\nen\r\n/.test(body) &&
-        /name="target"\r\n\r\nde\r\n/.test(body);
-      check(sent, "the page sends LibreTranslate's multipart form: file, source, target");
-      await route.fulfill({ json: { translatedFileUrl: fileUrl } });
-    });
-  }
-  if (config.docx) {
-    await source.selectOption("en");
-    await page.getByLabel("File").setInputFiles(config.docx);
-    await page.getByRole("button", { name: "Translate the document" }).click();
-    const link = page.getByRole("link", { name: /^Download / });
-    await link.waitFor({ timeout: 120000 });
-    const [download] = await Promise.all([page.waitForEvent("download"), link.click()]);
-    await download.saveAs(config.docx_out);
-    check(download.suggestedFilename().endsWith(".docx"),
-          `the translated document downloads as a .docx (${download.suggestedFilename()})`);
-    await page.screenshot({ path: `${config.artifacts}/web_page_document.png`, fullPage: true });
-  }
+  // A .docx uploaded, its translation downloaded from the answer's translatedFileUrl.
+  await source.selectOption("en");
+  await page.getByLabel("File").setInputFiles(config.docx);
+  await page.getByRole("button", { name: "Translate the document" }).click();
+  const link = page.getByRole("link", { name: /^Download / });
+  await link.waitFor({ timeout: 120000 });
+  const [download] = await Promise.all([page.waitForEvent("download"), link.click()]);
+  await download.saveAs(config.docx_out);
+  check(download.suggestedFilename().endsWith(".docx"),
+        `the translated document downloads as a .docx (${download.suggestedFilename()})`);
+  await page.screenshot({ path: `${config.artifacts}/web_page_document.png`, fullPage: true });
 
   check(outside.length === 0, `nothing is requested from another origin (${outside})`);
   check(problemsSoFar.length === 0, `no console error nor page error (${problemsSoFar})`);
@@ -134,7 +107,6 @@ try {
         `the libretranslate package in the browser from another origin (CORS), source auto: "${fromOtherOrigin}"`);
 } finally {
   await browser.close();
-  if (stub) stub.close();
 }
 console.log(`web_page.mjs: ${failures} failed checks`);
 process.exit(failures ? 1 : 0);
