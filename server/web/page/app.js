@@ -124,11 +124,12 @@ async function translateFile(event) {
     for (const [name, value] of Object.entries(fields)) form.append(name, value);
     const body = await answerOf(await fetch("/translate_file", { method: "POST", body: form }));
     if (!body || !body.translatedFileUrl) throw new Error("the answer has no translatedFileUrl");
-    // The download keeps the file's name (the URL's last segment names it, as LibreTranslate's).
+    // The translation keeps the file's name, as LibreTranslate's does (the URL's last segment
+    // has a unique prefix before it).
     const link = $("download-link");
     link.href = body.translatedFileUrl;
-    link.download = decodeURIComponent(new URL(body.translatedFileUrl, location.href).pathname.split("/").pop());
-    link.textContent = `Download ${link.download}`;
+    link.download = file.name;
+    link.textContent = `Download the translation of ${file.name}`;
     $("download").hidden = false;
     setStatus(`Translated ${file.name}.`);
   });
