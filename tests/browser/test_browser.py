@@ -105,7 +105,6 @@ def run_node(work, script, config):
 
 
 def web_page(work, base, artifacts):
-    need_chromium()
     config = {"url": base + "/", "chromium": CHROMIUM, "artifacts": artifacts, "sentence": SENTENCE,
               "paragraph": PARAGRAPH}
     one = translate(base, SENTENCE, alternatives=3)
