@@ -29,7 +29,8 @@ class Document {
   // The texts to translate, in document order (paragraphs, cues, lines; none blank).
   const std::vector<std::string>& texts() const { return texts_; }
   // The translated file from one translation per text, in order. Call once. Throws
-  // std::runtime_error only where the format's library fails to write.
+  // std::runtime_error where the format's library fails to write, std::logic_error on a
+  // second call or a wrong number of translations.
   virtual std::string write(const std::vector<TranslatedText>& translations) = 0;
 
  protected:

@@ -56,6 +56,46 @@ std::pair<size_t, size_t> raw_range(const InlineSpan& s, const std::string& sour
   return {b, e};
 }
 
+// Every element and attribute of `node`'s subtree that uses `from` uses `to` instead.
+void retarget(xmlNode* node, const xmlNs* from, xmlNs* to) {
+  std::vector<xmlNode*> stack = {node};
+  while (!stack.empty()) {
+    xmlNode* n = stack.back();
+    stack.pop_back();
+    if (n->type != XML_ELEMENT_NODE) continue;
+    if (n->ns == from) n->ns = to;
+    for (xmlAttr* a = n->properties; a; a = a->next) {
+      if (a->ns == from) a->ns = to;
+    }
+    for (xmlNode* c = n->children; c; c = c->next) stack.push_back(c);
+  }
+}
+
+// Drops the namespace declarations in `top`'s subtree that repeat one in scope above them
+// (copies made outside the tree declare the namespaces they use; in place the document's
+// declarations serve), pointing their users at the one in scope.
+void drop_repeated_namespaces(xmlNode* top) {
+  std::vector<xmlNode*> stack = {top};
+  while (!stack.empty()) {
+    xmlNode* e = stack.back();
+    stack.pop_back();
+    if (e->type != XML_ELEMENT_NODE) continue;
+    for (xmlNs** link = &e->nsDef; *link;) {
+      xmlNs* d = *link;
+      xmlNs* outer = e->parent ? xmlSearchNs(e->doc, e->parent, d->prefix) : nullptr;
+      if (outer && xmlStrEqual(outer->href, d->href)) {
+        retarget(e, d, outer);
+        *link = d->next;
+        d->next = nullptr;
+        xmlFreeNs(d);
+      } else {
+        link = &d->next;
+      }
+    }
+    for (xmlNode* c = e->children; c; c = c->next) stack.push_back(c);
+  }
+}
+
 }  // namespace
 
 std::vector<InlineSpan> place_spans(const InlineParagraph& p, const TranslatedText& t) {
@@ -171,6 +211,7 @@ void rebuild_paragraph(InlineParagraph& p, const std::string& text, const std::v
     } else {
       xmlAddChild(p.element, c);
     }
+    if (c->type == XML_ELEMENT_NODE) drop_repeated_namespaces(c);
     c = next;
   }
   xmlFreeNode(holder);
