@@ -284,7 +284,7 @@ TEST(Config, YamlErrorsNameTheKey) {
   const std::string m = kMinimal;
   EXPECT_EQ(error_of(m + "server:\n  prot: 1\n"), "unknown key 'server.prot'");
   EXPECT_EQ(error_of(m + "servers:\n  port: 1\n"),
-            "unknown key 'servers' (known: server, http, limits, batching, models, model_repository)");
+            "unknown key 'servers' (known: server, http, limits, batching, documents, models, model_repository)");
   EXPECT_EQ(error_of(m + "server:\n  port: abc\n"), "server.port: expected an integer, got 'abc'");
   EXPECT_EQ(error_of(m + "server:\n  port: 70000\n"),
             "server.port: must be between 1 and 65535, got 70000");
