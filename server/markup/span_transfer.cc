@@ -120,33 +120,47 @@ std::vector<Unit> units_of(std::string_view source, std::string_view target,
   return units;
 }
 
+bool blank(std::string_view text) {
+  for (char c : text)
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f') return false;
+  return true;
+}
+
 // Where a span without target tokens of its own goes in its parent's range: after the target
 // token of the last source token before it, else before the one of the first source token
-// after it, else at the parent's start; never strictly inside a sibling's run.
-std::size_t place_empty(std::size_t source_pos, ByteRange parent, const std::vector<Unit>& units,
-                        std::size_t lo, std::size_t hi, const std::vector<ByteRange>& runs) {
+// after it, else at the parent's start; on the same side of the whitespace next to that
+// token as in the source ("Use <code>ls</code>" keeps its space before the code); never
+// strictly inside a sibling's run.
+std::size_t place_empty(std::string_view source, std::string_view target, std::size_t source_pos,
+                        ByteRange parent, const std::vector<Unit>& units, std::size_t lo,
+                        std::size_t hi, const std::vector<ByteRange>& runs) {
   std::size_t pos = parent.begin;
-  bool found = false;
-  std::size_t best_end = 0;
+  const Unit* before = nullptr;
   for (std::size_t u = lo; u < hi; ++u) {
     const Unit& unit = units[u];
-    if (unit.source.end <= source_pos && (!found || unit.source.end > best_end ||
-                                          (unit.source.end == best_end && unit.target.end > pos))) {
-      found = true;
-      best_end = unit.source.end;
-      pos = unit.target.end;
-    }
+    if (unit.source.end <= source_pos &&
+        (!before || unit.source.end > before->source.end ||
+         (unit.source.end == before->source.end && unit.target.end > before->target.end)))
+      before = &unit;
   }
-  if (!found) {
-    std::size_t best_begin = 0;
+  const Unit* after = nullptr;
+  if (!before) {
     for (std::size_t u = lo; u < hi; ++u) {
       const Unit& unit = units[u];
-      if (unit.source.begin >= source_pos && (!found || unit.source.begin < best_begin)) {
-        found = true;
-        best_begin = unit.source.begin;
-        pos = unit.target.begin;
-      }
+      if (unit.source.begin >= source_pos && (!after || unit.source.begin < after->source.begin))
+        after = &unit;
     }
+  }
+  if (before) {
+    pos = before->target.end;
+    const std::string_view gap = source.substr(before->source.end, source_pos - before->source.end);
+    if (!gap.empty() && blank(gap))
+      while (pos < parent.end && blank(target.substr(pos, 1))) ++pos;
+  } else if (after) {
+    pos = after->target.begin;
+    const std::string_view gap = source.substr(source_pos, after->source.begin - source_pos);
+    if (!gap.empty() && blank(gap))
+      while (pos > parent.begin && blank(target.substr(pos - 1, 1))) --pos;
   }
   for (ByteRange r : runs) {
     if (r.begin < pos && pos < r.end) pos = (pos - r.begin < r.end - pos) ? r.begin : r.end;
@@ -222,7 +236,8 @@ std::vector<Span> transfer_spans(std::string_view source, const std::vector<Span
     }
     for (std::size_t k = 0; k < kids.size(); ++k) {
       if (!hits[k].empty()) continue;
-      const std::size_t pos = place_empty(spans[kids[k]].range.begin, range, units, lo, hi, runs);
+      const std::size_t pos =
+          place_empty(source, target, spans[kids[k]].range.begin, range, units, lo, hi, runs);
       out[kids[k]].range = {pos, pos};
     }
   }
