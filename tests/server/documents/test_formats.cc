@@ -76,7 +76,7 @@ TEST(DocxFormat, LinksFieldsAndBookmarksKeptOnce) {
   const std::string src = doc->texts()[0];
   const std::string tgt = "Siehe die Seite jetzt\tbitte.";
   TranslatedText t{tgt, {align(src, "See", tgt, "Siehe"), align(src, "the", tgt, "die"), align(src, "page", tgt, "Seite"),
-                         align(src, "now", tgt, "jetzt"), align(src, "please", tgt, "bitte")}};
+                         align(src, "now", tgt, "jetzt"), align(src, "please", tgt, "bitte"), align(src, ".", tgt, ".")}};
   const std::string out = doc->write({t});
   const std::string xml = part(out, "word/document.xml");
   auto count = [&](const std::string& s) {
