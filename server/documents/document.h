@@ -2,8 +2,9 @@
 // An uploaded document as the texts to translate and the file to write from their
 // translations: POST /translate_file (server/http/file_api.h) reads one, translates its
 // texts as one request, and keeps the written file for download (file_store.h).
-// Formats: .txt (lines), .srt (cues, timing kept), .docx, .odt, .pptx (paragraphs, their
-// formatting runs kept: office/inline_runs.h).
+// Formats: .txt (lines), .srt (cues, timing kept), .html/.htm and .md (server/markup's
+// blocks, their inline markup kept), .docx, .odt, .pptx (paragraphs, their formatting runs
+// kept: office/inline_runs.h).
 #include <memory>
 #include <string>
 #include <vector>

@@ -113,7 +113,7 @@ TEST(ArchiveBounds, FileSizeAndExtension) {
   EXPECT_NE(why.find("11 bytes, over documents.max_file_bytes (10)"), std::string::npos) << why;
   why = refusal([&] { read_document("program.EXE", "MZ", limits); }, &status);
   EXPECT_EQ(status, 400);
-  EXPECT_NE(why.find("file format not supported (.exe; supported: .txt, .srt, .docx, .odt, .pptx)"), std::string::npos) << why;
+  EXPECT_NE(why.find("file format not supported (.exe; supported: .txt, .srt, .html, .htm, .md, .docx, .odt, .pptx)"), std::string::npos) << why;
   why = refusal([&] { read_document("README", "x", limits); });
   EXPECT_NE(why.find("without an extension"), std::string::npos) << why;
 }

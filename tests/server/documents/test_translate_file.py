@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """LibreTranslate's POST /translate_file of the real nmt-server, with documents made here by
 Debian's tools: python3-docx (.docx), python3-odf (.odt); .pptx is written by hand with
-zipfile (python-pptx is not packaged by Debian 12), .txt and .srt as text. Each is uploaded
+zipfile (python-pptx is not packaged by Debian 12), .txt, .srt, .html and .md as text. Each is uploaded
 as a multipart form, its translatedFileUrl downloaded, opened again with the same tool, and
 checked: every paragraph equals /translate's plain translation of it, and the bold and
 italic runs are still there, each holding a proper part of it. Then each bound refused with
@@ -10,6 +10,7 @@ the file size, an unsupported extension, a full store), the API key, the downloa
 
     test_translate_file.py REPO_ROOT NMT_SERVER
 """
+import html.parser
 import io
 import json
 import os
@@ -194,6 +195,50 @@ def text_checks(port):
     check(raw is not None and raw.decode() == want, f".srt: each cue's lines translated as one, timing kept ({raw!r})")
 
 
+class Html(html.parser.HTMLParser):
+    """The text of each <p>, and the text inside each <b> of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.paragraphs, self.bold, self.where = [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "p":
+            self.paragraphs.append("")
+            self.bold.append([])
+        elif tag == "b":
+            self.bold[-1].append("")
+        self.where = tag if tag in ("p", "b") else self.where
+
+    def handle_endtag(self, tag):
+        if tag == "b":
+            self.where = "p"
+
+    def handle_data(self, data):
+        if self.paragraphs:
+            self.paragraphs[-1] += data
+            if self.where == "b":
+                self.bold[-1][-1] += data
+
+
+def markup_checks(port):
+    page = f"<!DOCTYPE html><html><body><p>A man in a blue shirt is riding a <b>red</b> bike down the street.</p><p>{B}</p></body></html>"
+    raw = translate_file(port, "page.html", page.encode())
+    if raw is not None:
+        parsed = Html()
+        parsed.feed(raw.decode())
+        want = [plain(port, A), plain(port, B)]
+        check(parsed.paragraphs == want, f".html: each paragraph is its plain translation ({parsed.paragraphs} vs {want})")
+        check(len(parsed.bold[0]) == 1 and proper_part(parsed.bold[0][0], parsed.paragraphs[0]) and parsed.bold[1] == [],
+              f".html: the <b> kept once, around a part of its paragraph ({parsed.bold})")
+    raw = translate_file(port, "notes.md", f"# Notes\n\nA man in a blue shirt is riding a **red** bike down the street.\n".encode())
+    if raw is not None:
+        lines = [line for line in raw.decode().split("\n") if line]
+        check(len(lines) == 2 and lines[0].startswith("# ") and lines[1].count("**") == 2
+              and lines[1].replace("**", "") == plain(port, A),
+              f".md: heading kept, the paragraph its plain translation with one strong part ({lines})")
+
+
 def docx_with(document_xml, extra=()):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
@@ -225,7 +270,7 @@ def bound_checks(port):
     refused(port, "not an archive", "fake.docx", b"plain bytes", 400, "not a readable zip archive")
     refused(port, "file size", "big.txt", b"x" * 1_100_000, 413, "over documents.max_file_bytes (1000000)")
     refused(port, "unsupported extension", "program.exe", b"MZ\x90\0", 400,
-            "Invalid request: file format not supported (.exe; supported: .txt, .srt, .docx, .odt, .pptx)")
+            "Invalid request: file format not supported (.exe; supported: .txt, .srt, .html, .htm, .md, .docx, .odt, .pptx)")
     refused(port, "no file", "x.txt", None, 400, "Invalid request: missing file parameter")
     refused(port, "no source", "x.txt", b"Hello.", 400, "Invalid request: missing source parameter", source=None)
     refused(port, "unknown target", "x.txt", A.encode(), 400, "zz is not supported", target="zz")
@@ -266,9 +311,10 @@ def main():
         odt_checks(port)
         pptx_checks(port)
         text_checks(port)
+        markup_checks(port)
         bound_checks(port)
         served = harness.metric(server.metrics(), 'nmt_http_requests_total{endpoint="/download_file",status="200"}')
-        check(served is not None and served >= 5, f"downloads counted under one endpoint label ({served})")
+        check(served is not None and served >= 7, f"downloads counted under one endpoint label ({served})")
     finally:
         harness.stop_and_report(check, server)
     check.exit()
