@@ -1,7 +1,6 @@
 #include "server/documents/office/inline_runs.h"
 
 #include <algorithm>
-#include <climits>
 #include <tuple>
 
 #include "server/markup/span_transfer.h"
