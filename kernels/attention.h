@@ -143,6 +143,14 @@ void attention_scores_cuda(const AttentionArgs<T>& a, T* scores, cudaStream_t st
 
 template <typename T>
 void decoder_self_attention_cuda(const DecoderSelfAttentionArgs<T>& a, cudaStream_t stream);
+
+// return_alignments (kernels/cuda/attention_argmax.cu): for each query row b (q_len 1) with
+// wanted[b] != 0, the key j that softmax(scale * Q K^T) weighs most averaged over the heads
+// (the lowest j of equal maxima, as torch.argmax), into argmax[b]; -1 for the other rows.
+// Reads Q, K, q_bias, kv_index, kv_starts and key_lengths as attention_cuda does; writes
+// nothing else. T = float or __half.
+template <typename T>
+void attention_argmax_cuda(const AttentionArgs<T>& a, const unsigned char* wanted, int* argmax, cudaStream_t stream);
 #endif
 
 }  // namespace nmt::kernels

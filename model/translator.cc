@@ -139,6 +139,29 @@ int Translator::target_token(const std::string& target) const {
               "(no forced_bos_token_id in config.json / generation_config.json)");
 }
 
+void Translator::set_alignment_spans(const std::string& source, const std::string& source_language,
+                                     Hypothesis* h) const {
+  if (h->alignments.empty()) return;
+  const std::string code = resolve_source(source_language);
+  nmt::set_alignment_spans(*tokenizer_, source, tokenizer_->languages().empty() ? "" : code, h);
+}
+
+void set_alignment_spans(const Tokenizer& tokenizer, const std::string& source, const std::string& encode_language,
+                         Hypothesis* h) {
+  if (h->alignments.empty()) return;
+  const std::vector<TextSpan> from = tokenizer.source_spans(source, encode_language);
+  const std::vector<TextSpan> to = tokenizer.target_spans(h->ids, h->text);
+  for (TokenAlignment& a : h->alignments) {
+    if (a.source_token < 0 || size_t(a.source_token) >= from.size() || a.target_token < 0 ||
+        size_t(a.target_token) >= to.size())
+      throw Error(ErrorCode::kInternal, "alignments: a token index is outside the sentence's tokens");
+    a.source_begin = from[size_t(a.source_token)].begin;
+    a.source_end = from[size_t(a.source_token)].end;
+    a.target_begin = to[size_t(a.target_token)].begin;
+    a.target_end = to[size_t(a.target_token)].end;
+  }
+}
+
 std::vector<Translation> Translator::translate(const std::vector<std::string>& sources,
                                                const DecodeOptions& options, BatchStats* stats,
                                                const LanguagePair& languages) {
@@ -148,7 +171,13 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& s
   std::vector<std::vector<int>> ids;
   ids.reserve(sources.size());
   for (const auto& s : sources) ids.push_back(encode_source(s, languages.source));
-  return translate_ids(ids, with_target, stats);
+  std::vector<Translation> out = translate_ids(ids, with_target, stats);
+  if (options.return_alignments) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      for (Hypothesis& h : out[i].hypotheses) set_alignment_spans(sources[i], languages.source, &h);
+    }
+  }
+  return out;
 }
 
 std::vector<Translation> Translator::translate_ids(const std::vector<std::vector<int>>& source_ids,

@@ -35,10 +35,25 @@ struct TranslatorOptions {
   int follow_rows = -1;
 };
 
+// return_alignments (docs/decoding.md, "Alignments"): the source token a target token
+// attends to most in the cross-attention of the penultimate decoder layer, averaged over its
+// heads, at the step that produced it. Byte ranges are [begin, end) in the request's source
+// text and in the translation's text (with split_sentences: the whole request's text and the
+// whole translation); a token without text of its own (EOS, a language token, </s>) has an
+// empty range at the position where it stands.
+struct TokenAlignment {
+  int target_token = 0;  // index into Hypothesis::ids
+  int source_token = 0;  // index into the source's ids (its </s> and language token included)
+  size_t source_begin = 0, source_end = 0;
+  size_t target_begin = 0, target_end = 0;
+};
+
 struct Hypothesis {
   std::vector<int> ids;  // generated target ids, EOS included
   std::string text;
   float score = 0.f;     // sum of log-probs / length ** length_penalty
+  // return_alignments: one per target token of ids, in order; only the best hypothesis has them.
+  std::vector<TokenAlignment> alignments;
 };
 
 struct Translation {
@@ -62,6 +77,13 @@ struct BatchStats {
   int64_t output_tokens = 0;
   int decode_steps = 0;  // decoder positions: the longest sentence's steps
 };
+
+// return_alignments: sets the byte ranges of h's alignments (their token indices set, its
+// text made) in `source`, the text it translates (tokenized in `encode_language`, as
+// Tokenizer::encode takes it), and in h->text. Throws nmt::Error(kInternal) when an index is
+// outside the tokens.
+void set_alignment_spans(const Tokenizer& tokenizer, const std::string& source, const std::string& encode_language,
+                         Hypothesis* h);
 
 class DecodeLoop;
 class Engine;
@@ -101,6 +123,10 @@ class Translator {
   // for a Marian model. Throws nmt::Error(kInvalidArgument) for a language the model lacks,
   // and for "" on a multilingual model without a default (naming target_language).
   int target_token(const std::string& target) const;
+  // return_alignments: sets the byte ranges of h's alignments (their token indices set, its
+  // text made) in `source`, the text it translates (in the requested source language), and
+  // in h->text. Throws nmt::Error(kInternal) when an index is outside the tokens.
+  void set_alignment_spans(const std::string& source, const std::string& source_language, Hypothesis* h) const;
   // The model's code for a requested language of the given side ("" stays ""); throws as
   // above. For a bilingual model: its own language, checked where tokenizer_config.json names
   // the pair.

@@ -24,11 +24,12 @@ constexpr const char* kUsage =
     "                     [--threads N]   (CPU: cores per decode step, default all)\n"
     "                     [--source-language L] [--target-language L]\n"
     "                     (multilingual models: deu_Latn, de, de_DE, ...; default: the model's)\n"
-    "                     [--no-split-sentences]\n"
+    "                     [--no-split-sentences] [--alignments]\n"
     "Reads one text per line, splits it into sentences (ICU) and prints one translation per\n"
     "line in input order; --no-split-sentences translates each line as one sentence.\n"
     "With --num-hypotheses > 1 each input gives N lines 'INDEX ||| TEXT ||| SCORE';\n"
-    "with --scores a single-best line is 'SCORE ||| TEXT' (both: one sentence a line).\n";
+    "with --scores a single-best line is 'SCORE ||| TEXT' (both: one sentence a line);\n"
+    "with --alignments 'TEXT ||| S-T ...': source-target token index pairs (Pharaoh format).\n";
 
 struct Args {
   std::string model = NMT_DEFAULT_MODEL_DIR;
@@ -66,6 +67,7 @@ Args parse(int argc, char** argv) {
       std::exit(0);
     }
     if (f == "--scores") { a.decode.return_scores = true; continue; }
+    if (f == "--alignments") { a.decode.return_alignments = true; continue; }
     if (f == "--quiet") { a.quiet = true; continue; }
     if (f == "--no-split-sentences") { a.split_sentences = false; continue; }
     if (i + 1 >= argc) usage_error("missing value for " + f);
@@ -126,7 +128,7 @@ Sentences split_lines(const std::vector<std::string>& lines, const Args& args,
   const nmt::LanguageInfo info = nmt::describe_language(source);
   const nmt::SentenceSplitter& splitter =
       nmt::SentenceSplitter::for_language(!info.iso639_1.empty() ? info.iso639_1 : info.iso639_3);
-  const bool one_each = args.decode.num_hypotheses > 1 || args.decode.return_scores;
+  const bool one_each = args.decode.num_hypotheses > 1 || args.decode.return_scores || args.decode.return_alignments;
   for (size_t i = 0; i < lines.size(); ++i) {
     out.lines.push_back(splitter.split(lines[i]));
     const auto& sentences = out.lines.back().sentences;
@@ -170,7 +172,8 @@ int main(int argc, char** argv) {
     }
     size_t next = 0;  // into results, a line's sentences after the line before's
     for (size_t i = 0; i < lines.size(); ++i) {
-      if (!sentences.lines.empty() && args.decode.num_hypotheses == 1 && !scores_flag) {
+      if (!sentences.lines.empty() && args.decode.num_hypotheses == 1 && !scores_flag &&
+          !args.decode.return_alignments) {
         std::vector<std::string> best;
         for (size_t k = 0; k < sentences.lines[i].sentences.size(); ++k) best.push_back(results[next++].hypotheses.at(0).text);
         std::cout << sentences.lines[i].join(best) << "\n";
@@ -181,6 +184,10 @@ int main(int argc, char** argv) {
           std::cout << i << " ||| " << h.text << " ||| " << h.score << "\n";
         } else if (scores_flag) {
           std::cout << h.score << " ||| " << h.text << "\n";
+        } else if (args.decode.return_alignments) {
+          std::cout << h.text << " |||";
+          for (const nmt::TokenAlignment& a : h.alignments) std::cout << " " << a.source_token << "-" << a.target_token;
+          std::cout << "\n";
         } else {
           std::cout << h.text << "\n";
         }

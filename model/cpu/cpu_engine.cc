@@ -265,6 +265,7 @@ class CpuEngine : public Engine {
     const int64_t d = c_.d_model;
     out->scores.clear();
     out->candidates.clear();
+    out->alignments.clear();
     if (rows == 0) return;
     row_slot_.clear();
     for (const StepGroup& g : in.groups) row_slot_.insert(row_slot_.end(), size_t(g.beam), g.slot);
@@ -315,12 +316,33 @@ class CpuEngine : public Engine {
         cpu::attend_row(q.data() + r * d, kv_.slot_keys(s), offset, d, ctx.data() + r * d, kv_.slot_length(s),
                         heads, hd, &row_scratch_[size_t(omp_get_thread_num())]);
       }
+      if (int(l) == alignment_layer(c_.decoder_layers)) row_alignments(in, q.data(), offset, out);
       L.cross_attn.out(ctx.data(), rows, tmp.data());
       residual(L.cross_norm, tmp.data(), y.data(), rows);
       feed_forward(L.fc1, L.fc2, L.final_norm, y.data(), rows);
     }
     if (c_.arch.final_decoder_norm) normalize(decoder_final_norm_, y.data(), rows);
     select_candidates(y.data(), rows, in, out);
+  }
+
+  // return_alignments: each asking group's rows get the argmax source position of this
+  // layer's head-averaged cross-attention (StepOutput::alignments); q: the layer's queries.
+  // Nothing is computed when no group asks.
+  void row_alignments(const StepInput& in, const float* q, int64_t offset, StepOutput* out) {
+    bool any = false;
+    for (const StepGroup& g : in.groups) any = any || g.alignments;
+    if (!any) return;
+    const int64_t d = c_.d_model, heads = c_.decoder_heads;
+    out->alignments.assign(in.tokens.size(), -1);
+    int64_t first = 0;
+    for (const StepGroup& g : in.groups) {
+      for (int64_t r = first; g.alignments && r < first + g.beam; ++r) {
+        out->alignments[size_t(r)] = cpu::attention_argmax(q + r * d, kv_.slot_keys(g.slot), offset,
+                                                           kv_.slot_length(g.slot), heads, d / heads,
+                                                           &row_scratch_[0]);
+      }
+      first += g.beam;
+    }
   }
 
   // A position whose vector is zeros (M2M-100's <pad>, Architecture::pad_position_zero).

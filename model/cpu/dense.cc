@@ -105,4 +105,37 @@ NMT_CPU_CLONES void attend_row(const float* q, const float* const* rows, int64_t
   }
 }
 
+int attention_argmax(const float* q, const float* const* rows, int64_t offset, int64_t keys, int64_t heads,
+                     int64_t head_dim, std::vector<double>* scratch) {
+  scratch->resize(std::max(scratch->size(), size_t(2 * keys)));
+  double* e = scratch->data();
+  double* mean = e + keys;  // sum over heads (the argmax of the mean)
+  std::fill(mean, mean + keys, 0.0);
+  const float scale = 1.f / std::sqrt(float(head_dim));
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* qh = q + h * head_dim;
+    float max_s = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < keys; ++j) {
+      const float* kj = rows[j] + offset + h * head_dim;
+      float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
+      const float s = dot * scale;
+      e[j] = s;
+      max_s = std::max(max_s, s);
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < keys; ++j) {
+      e[j] = std::exp(double(float(e[j]) - max_s));
+      sum += e[j];
+    }
+    for (int64_t j = 0; j < keys; ++j) mean[j] += double(float(e[j] / sum));
+  }
+  int64_t best = 0;
+  for (int64_t j = 1; j < keys; ++j) {
+    if (mean[j] > mean[best]) best = j;
+  }
+  return int(best);
+}
+
 }  // namespace nmt::cpu

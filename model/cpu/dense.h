@@ -51,4 +51,10 @@ void attention(const float* q, const float* k, const float* v, float* out, const
 void attend_row(const float* q, const float* const* rows, int64_t offset, int64_t value_offset, float* out,
                 int64_t keys, int64_t heads, int64_t head_dim, std::vector<double>* scratch);
 
+// return_alignments: the key (source position) that the query row's attention weighs most,
+// its probabilities averaged over the heads (attend_row's arithmetic per head, the average in
+// double); the first of equal maxima, as torch.argmax. Keys as attend_row reads them.
+int attention_argmax(const float* q, const float* const* rows, int64_t offset, int64_t keys, int64_t heads,
+                     int64_t head_dim, std::vector<double>* scratch);
+
 }  // namespace nmt::cpu

@@ -264,6 +264,7 @@ void CudaEngine<T>::collect(int lane_index, StepOutput* out) {
   StepLane& lane = step_lane(lane_index);
   out->scores.clear();
   out->candidates.clear();
+  out->alignments.clear();
   if (!lane.in_flight) return;
   const auto wall0 = std::chrono::steady_clock::now();
   lane.in_flight = false;

@@ -200,6 +200,9 @@ class CudaEngine final : public Engine {
   // steps them); the last step's sentences, for the next one to follow (StepGroup::follows).
   int parity_ = 0;
   std::vector<int> last_step_rows_, last_step_beams_;
+  // return_alignments: the lane whose step enqueue_step() is enqueuing asks for alignments
+  // (its StepLane::alignment buffer), else null.
+  const StepLane* aligning_ = nullptr;
   GraphCache step_graphs_, encode_graphs_;
   const bool profile_;
   StepProfile profile_stats_;

@@ -89,6 +89,7 @@ void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, Ste
         h.writes[r] = real ? cache_token(h.cache_rows[r], g->position) : 0;
         h.follow[r] = real && g->follows >= 0 ? last_step_rows_[size_t(g->follows)] + b : -1;
         h.running[r] = real ? in.running_scores[row] : 0.f;
+        if (shape.alignments) static_cast<unsigned char*>(lane.alignment.get())[r] = real && g->alignments;
         row += real;
       }
     }
@@ -129,7 +130,9 @@ void CudaEngine<T>::enqueue_step(const StepShape& shape, const StepLane& lane) {
                                           host.parents, rows, cache_cap_, host.positions, host.cache_rows, embed,
                                           q_.stream, upload, follow, host.writes);
   if (c_.arch.embedding_norm) layers_.normalize(x, w_.decoder_embedding_norm, rows);
+  aligning_ = shape.alignments ? &lane : nullptr;
   for (int l = 0; l < c_.decoder_layers; ++l) enqueue_decoder_layer(l, x, dev, rows, parity);
+  aligning_ = nullptr;
   if (c_.arch.final_decoder_norm) layers_.final_norm(x, w_.decoder_final_norm, rows);
   layers_.project_logits(x, w_.output_projection, state_.logits.get(), logits_ld(), rows);
   enqueue_topk(shape, dev, static_cast<int*>(lane.out.get()), state_.next_rows[1 - parity]);
@@ -175,6 +178,11 @@ void CudaEngine<T>::enqueue_decoder_layer(int l, Residual<T>& x, const StepUploa
   cross.kv_len = cap_.source_tokens; cross.scale = self.scale;
   cross.kv_settled = true;  // written by the encode, behind an earlier step
   kernels::attention_cuda(cross, q_.stream);
+  if (aligning_ && l == alignment_layer(c_.decoder_layers)) {  // return_alignments, into the lane's pinned buffer
+    auto* flags = static_cast<unsigned char*>(aligning_->alignment.get());
+    kernels::attention_argmax_cuda(cross, flags,
+                                   reinterpret_cast<int*>(flags + alignment_argmax_offset(rows)), q_.stream);
+  }
   layers_.linear(state_.ctx.get(), L.cross_out, state_.tmp.get(), rows);
   layers_.sublayer_output(x, state_.tmp.get(), L.cross_out.b, L.cross_norm);
 
@@ -220,6 +228,7 @@ template <typename T>
 GraphKey CudaEngine<T>::graph_key(const StepShape& shape, int lane) const {
   GraphKey key{lane, parity_};
   for (const Run& r : shape.runs) key.insert(key.end(), {r.beam, r.k, r.padded});
+  if (shape.alignments) key.push_back(-1);  // return_alignments' graph: the argmax kernel too
   return key;
 }
 
@@ -251,6 +260,12 @@ void CudaEngine<T>::collect_output(const StepShape& shape, const StepLane& lane,
     out->scores.insert(out->scores.end(), scores + first, scores + first + n);
     out->candidates.insert(out->candidates.end(), index + first, index + first + n);
   }
+  if (!shape.alignments) return;
+  // return_alignments: the real rows', in group order (-1 for those of sentences not asking).
+  const auto* flags = static_cast<const unsigned char*>(lane.alignment.get());
+  const int* argmax = reinterpret_cast<const int*>(flags + alignment_argmax_offset(shape.rows));
+  for (const Run& run : shape.runs)
+    out->alignments.insert(out->alignments.end(), argmax + run.first_row, argmax + run.first_row + run.sentences * run.beam);
 }
 
 #define NMT_DECODER_STEP(T)                                                                                   \

@@ -14,6 +14,7 @@ StepShape shape_of(const std::vector<StepGroup>& groups) {
     if (s.runs.empty() || s.runs.back().beam != g.beam || s.runs.back().k != g.k)
       s.runs.push_back(Run{g.beam, g.k});
     ++s.runs.back().sentences;
+    s.alignments = s.alignments || g.alignments;
   }
   for (Run& r : s.runs) {
     r.padded = bucket(r.sentences);

@@ -31,6 +31,9 @@ struct Run {
 struct StepShape {
   std::vector<Run> runs;
   int rows = 0, sentences = 0, outputs = 0;  // padded totals
+  // return_alignments: a sentence asks (StepGroup::alignments); the step then also runs the
+  // alignment layer's argmax kernel (a graph of its own: GraphKey).
+  bool alignments = false;
 };
 
 StepShape shape_of(const std::vector<StepGroup>& groups);

@@ -70,15 +70,15 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
 
 int SentenceSearch::k() const { return topk_for_beam(options_.beam_size); }
 
-bool SentenceSearch::advance(const float* scores, const int* candidates, int vocab) {
-  const bool done = options_.beam_size == 1 ? advance_greedy(scores, candidates, vocab)
-                                            : advance_beam(scores, candidates, vocab);
+bool SentenceSearch::advance(const float* scores, const int* candidates, int vocab, const int* alignments) {
+  const bool done = options_.beam_size == 1 ? advance_greedy(scores, candidates, vocab, alignments)
+                                            : advance_beam(scores, candidates, vocab, alignments);
   ++step_;
   return done;
 }
 
-int SentenceSearch::extend(int node, int token) {
-  tokens_tree_.push_back({token, node});
+int SentenceSearch::extend(int node, int token, int source) {
+  tokens_tree_.push_back({token, node, source});
   return int(tokens_tree_.size()) - 1;
 }
 
@@ -89,10 +89,17 @@ std::vector<int> SentenceSearch::path(int node) const {
   return ids;
 }
 
-bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, int vocab) {
+std::vector<int> SentenceSearch::sources(int node) const {
+  std::vector<int> s;
+  for (; node >= 0; node = tokens_tree_[size_t(node)].parent) s.push_back(tokens_tree_[size_t(node)].source);
+  std::reverse(s.begin(), s.end());
+  return s;
+}
+
+bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, int vocab, const int* alignments) {
   Beam& b = running_[0];
   const int token = candidates[0] % vocab;
-  b.node = extend(b.node, token);
+  b.node = extend(b.node, token, alignments ? alignments[0] : -1);
   b.score = scores[0];
   const bool done = token == eos_id_ || last_step();
   if (done) {
@@ -106,7 +113,7 @@ bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, 
 
 // Allocates nothing but the new tokens' nodes (amortized) and copies no history: the decode
 // loop advances every active sentence between two GPU steps, on the step's critical path.
-bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int vocab) {
+bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int vocab, const int* alignments) {
   const int beam = options_.beam_size, k = this->k();
   const bool at_max = last_step();
   // Each candidate's beam and token: the quotient through a reciprocal, corrected to the
@@ -128,7 +135,10 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
     hits_[size_t(j)] = token == eos_id_ || at_max;
   }
   // Candidate j's tokens: its beam's and its own.
-  auto history = [&](int j) { return extend(running_[size_t(cand_beam_[size_t(j)])].node, cand_token_[size_t(j)]); };
+  auto history = [&](int j) {
+    const int b = cand_beam_[size_t(j)];
+    return extend(running_[size_t(b)].node, cand_token_[size_t(j)], alignments ? alignments[b] : -1);
+  };
   const float norm = length_norm(step_ + 1, options_.length_penalty);
 
   // Running beams: the best `beam` candidates that did not just stop.
@@ -192,6 +202,7 @@ DecodeResult SentenceSearch::result() const {
     r.ids.push_back(path(finished_[size_t(h)].node));
     r.scores.push_back(finished_[size_t(h)].score);
   }
+  if (options_.return_alignments) r.alignments = sources(finished_[0].node);
   return r;
 }
 

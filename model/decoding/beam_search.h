@@ -22,6 +22,9 @@ void continuing_beams(const float* scores, const char* hits, int k, int beam, fl
 struct DecodeResult {
   std::vector<std::vector<int>> ids;  // best first, num_hypotheses of them; EOS included
   std::vector<float> scores;
+  // return_alignments: the best hypothesis' source position per token of ids[0] (the row
+  // that produced the token: StepOutput::alignments); empty otherwise.
+  std::vector<int> alignments;
 };
 
 class SentenceSearch {
@@ -30,6 +33,7 @@ class SentenceSearch {
 
   int beam() const { return options_.beam_size; }
   int k() const;         // candidates asked of the engine per step
+  bool alignments() const { return options_.return_alignments; }  // StepGroup::alignments
   int position() const { return step_; }  // decoder position of the next step's tokens
   // The top-k's EOS masks of the step `ahead` steps after the next one (a step submitted
   // before the host has taken the ones in flight).
@@ -48,8 +52,9 @@ class SentenceSearch {
   const std::vector<float>& running_scores() const { return running_scores_; }
 
   // Takes the step's k candidates (best first; candidate = beam_row * vocab + token) and
-  // returns true when the sentence is finished.
-  bool advance(const float* scores, const int* candidates, int vocab);
+  // returns true when the sentence is finished. `alignments` (return_alignments): the step's
+  // StepOutput::alignments of this sentence's rows, kept with each token the row produced.
+  bool advance(const float* scores, const int* candidates, int vocab, const int* alignments = nullptr);
 
   DecodeResult result() const;  // once finished
 
@@ -59,6 +64,7 @@ class SentenceSearch {
   struct Node {
     int token;
     int parent;
+    int source = -1;  // return_alignments: the source position the producing row aligned to
   };
   struct Beam {
     int node = -1;
@@ -69,10 +75,11 @@ class SentenceSearch {
     float score;
     bool done;  // transformers' is_sent_finished for this slot
   };
-  int extend(int node, int token);  // a new node: `node`'s path and `token`
+  int extend(int node, int token, int source = -1);  // a new node: `node`'s path and `token`
+  std::vector<int> sources(int node) const;  // path()'s alignments
   std::vector<int> path(int node) const;
-  bool advance_greedy(const float* scores, const int* candidates, int vocab);
-  bool advance_beam(const float* scores, const int* candidates, int vocab);
+  bool advance_greedy(const float* scores, const int* candidates, int vocab, const int* alignments);
+  bool advance_beam(const float* scores, const int* candidates, int vocab, const int* alignments);
   void set_next_rows(const int* parents);  // one per running beam
 
   const DecodeOptions options_;

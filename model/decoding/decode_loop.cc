@@ -168,6 +168,7 @@ bool DecodeLoop::submit(StepReport* report) {
         const SentenceSearch& s = a->search;
         in_.groups.push_back({a->slot, s.position() + ahead, s.beam(), s.k(), s.mask_eos(ahead),
                               s.force_eos(ahead), follows ? a->group : -1, s.forced_token(ahead)});
+        in_.groups.back().alignments = s.alignments();  // return_alignments
         for (int b = 0; b < s.beam(); ++b) {
           // a following row's token, parent and running score are the device's: these stand in
           in_.tokens.push_back(s.tokens()[size_t(b)]);
@@ -259,14 +260,21 @@ void DecodeLoop::collect(StepReport* report) {
   }
   const int vocab = engine_.vocab_size();
   size_t offset = 0;
+  size_t row = 0;  // the sentence's first row in the step (StepOutput::alignments)
   for (Active* a : f.members) {
     const int k = a->search.k();
-    if (!a->gone && a->search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab)) {
+    const int* alignments = a->search.alignments() ? aligned_rows(row, a->search.beam()) : nullptr;
+    row += size_t(a->search.beam());
+    if (!a->gone && a->search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab,
+                                      alignments)) {
       FinishedSentence done;
       done.id = a->id;
       done.steps = a->search.position();
       const DecodeResult r = a->search.result();
       for (size_t h = 0; h < r.ids.size(); ++h) done.translation.hypotheses.push_back({r.ids[h], "", r.scores[h]});
+      // return_alignments: the token indices; the Translator / the server add the byte ranges.
+      for (size_t t = 0; t < r.alignments.size(); ++t)
+        done.translation.hypotheses[0].alignments.push_back({int(t), r.alignments[t], 0, 0, 0, 0});
       report->finished.push_back(std::move(done));
       leave(*a);
     }
@@ -280,6 +288,17 @@ void DecodeLoop::collect(StepReport* report) {
                                   return true;
                                 }),
                  leaving_.end());
+}
+
+// The step's alignments of a sentence's rows [row, row + beam): an engine that returned none
+// for a sentence that asked has broken the contract (a refused option would have been caught
+// at validation), so that is an internal error rather than a hypothesis without them.
+const int* DecodeLoop::aligned_rows(size_t row, int beam) {
+  if (out_.alignments.size() < row + size_t(beam)) {
+    drop_all();
+    throw Error(ErrorCode::kInternal, "decode loop: the engine returned no alignments for a sentence that asked");
+  }
+  return out_.alignments.data() + row;
 }
 
 void DecodeLoop::join(ActiveList& from, ActiveList& into) {

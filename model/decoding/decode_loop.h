@@ -140,6 +140,7 @@ class DecodeLoop {
   bool shed_furthest(const std::vector<Active*>& members, const std::vector<int>& positions, const Error& e,
                      StepReport* report);
   static void join(ActiveList& from, ActiveList& into);  // in beam order
+  const int* aligned_rows(size_t row, int beam);  // return_alignments: out_'s rows of a sentence
 
   Engine& engine_;
   const ModelConfig& config_;

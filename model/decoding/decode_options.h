@@ -19,6 +19,10 @@ struct DecodeOptions {
   // (ModelConfig::forced_bos_id: none for Marian, generation_config's for the others).
   int forced_bos_id = -1;
 
+  // return_alignments: the best hypothesis comes with the source token each target token
+  // aligns to (Hypothesis::alignments; docs/decoding.md, "Alignments").
+  bool return_alignments = false;
+
   // Throws nmt::Error(kInvalidArgument) naming the option when a value is out of range.
   // max_beam and max_length are the serving limits (the model's position table bounds
   // max_length too).

@@ -59,6 +59,12 @@ struct StepGroup {
   // DecodeOptions::forced_bos_id, at position 0), applied after the log-softmax like
   // force_eos; force_eos wins when both are set (transformers applies ForcedEOS last).
   int forced_token = -1;
+
+  // return_alignments: the step also returns, per row of this group, the source position
+  // that the alignment layer's cross-attention, averaged over its heads, weighs most
+  // (StepOutput::alignments; alignment_layer()). A step where no group asks computes nothing
+  // more than before.
+  bool alignments = false;
 };
 
 struct StepInput {
@@ -79,6 +85,12 @@ struct StepOutput {
   // log p(token), and the candidate as row_in_group * vocab + token.
   std::vector<float> scores;
   std::vector<int> candidates;
+
+  // When a group asks (StepGroup::alignments): per row of the step (the groups' rows in
+  // order), the argmax source position of the alignment layer's head-averaged
+  // cross-attention probabilities (the first of equal maxima, as torch.argmax); -1 in the
+  // rows of groups that do not ask. Empty when no group asks.
+  std::vector<int> alignments;
 };
 
 class Engine {
@@ -140,6 +152,12 @@ class Engine {
 
 // The candidates a sentence asks the top-k for: 1 for greedy search, 2 x beam otherwise
 // (so that `beam` of them go on even when the best `beam` all end in EOS).
+// The decoder layer whose cross-attention gives the alignments: the penultimate one (the
+// last of a one-layer decoder). Garg et al. 2019 ("Jointly Learning to Align and Translate
+// with Transformer Models") found its attention, averaged over the heads, the best aligned
+// of an unsupervised Transformer's layers (docs/decoding.md, "Alignments").
+inline int alignment_layer(int decoder_layers) { return decoder_layers >= 2 ? decoder_layers - 2 : 0; }
+
 inline int topk_for_beam(int beam) { return beam == 1 ? 1 : 2 * beam; }
 
 }  // namespace nmt

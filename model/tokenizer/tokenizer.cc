@@ -52,6 +52,39 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_dir, const M
                   family_name(config.arch.family) + "'");
 }
 
+namespace {
+bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+}  // namespace
+
+std::vector<TextSpan> Tokenizer::source_spans(const std::string& text, const std::string& source_language) const {
+  std::vector<TextSpan> spans;
+  encode_text(text, source_language, &spans);
+  for (TextSpan& s : spans) {
+    s.end = std::min(s.end, text.size());
+    s.begin = std::min(s.begin, s.end);
+    while (s.begin < s.end && is_space(text[s.begin])) ++s.begin;
+  }
+  return spans;
+}
+
+// decode() of each prefix: quadratic in the length, but only for sentences that ask, and
+// exact for every scheme without knowing how it joins pieces (clean-ups and strips included,
+// within the clamp).
+std::vector<TextSpan> Tokenizer::target_spans(const std::vector<int>& ids, const std::string& text) const {
+  std::vector<TextSpan> spans(ids.size());
+  size_t end = 0;
+  std::vector<int> prefix;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    prefix.push_back(ids[i]);
+    const size_t next = std::max(end, std::min(decode(prefix).size(), text.size()));
+    size_t begin = end;
+    while (begin < next && is_space(text[begin])) ++begin;
+    spans[i] = {begin, next};
+    end = next;
+  }
+  return spans;
+}
+
 int Tokenizer::language_token(const std::string& code) const {
   const auto it = std::find(languages_.begin(), languages_.end(), code);
   return it == languages_.end() ? -1 : language_ids_[size_t(it - languages_.begin())];

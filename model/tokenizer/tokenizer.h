@@ -11,6 +11,11 @@
 
 namespace nmt {
 
+// A byte range [begin, end) of a text (return_alignments: a token's text).
+struct TextSpan {
+  size_t begin = 0, end = 0;
+};
+
 class Tokenizer {
  public:
   // Reads the scheme's files from model_dir (Marian: source.spm, target.spm, vocab.json and
@@ -27,8 +32,16 @@ class Tokenizer {
   // code of languages() ("" = default_source_language(); a bilingual model takes only "").
   // Throws nmt::Error(kInvalidArgument) for a code the model lacks.
   std::vector<int> encode(const std::string& text, const std::string& source_language = "") const {
-    return encode_text(text, source_language);
+    return encode_text(text, source_language, nullptr);
   }
+  // return_alignments: the byte range in `text` of each id that encode(text, source_language)
+  // returns, from SentencePiece's offsets, a piece's word-boundary space left out; a token of
+  // no text of its own (</s>, the language token) gets an empty range where it stands.
+  std::vector<TextSpan> source_spans(const std::string& text, const std::string& source_language = "") const;
+  // The byte range in `text` (= decode(ids)) of each of ids: token i ends where decode() of
+  // ids[0, i] ends (clamped to the text, never before token i - 1), its leading whitespace
+  // left out; a token decode() drops (EOS, a language token) gets an empty range.
+  std::vector<TextSpan> target_spans(const std::vector<int>& ids, const std::string& text) const;
   // Target ids -> text, as transformers' decode(ids, skip_special_tokens=True): the specials
   // and language codes are dropped. Throws nmt::Error for an id outside the vocabulary.
   virtual std::string decode(const std::vector<int>& ids) const = 0;
@@ -51,7 +64,9 @@ class Tokenizer {
 
  protected:
   Tokenizer() = default;
-  virtual std::vector<int> encode_text(const std::string& text, const std::string& source_language) const = 0;
+  // spans: null, or filled as source_spans() describes (before its whitespace trim).
+  virtual std::vector<int> encode_text(const std::string& text, const std::string& source_language,
+                                       std::vector<TextSpan>* spans) const = 0;
   // Throws nmt::Error(kInvalidArgument) naming `code` and listing languages().
   int require_language_token(const std::string& code) const;
 

@@ -77,10 +77,13 @@ class FairseqTokenizer final : public Tokenizer {
   int target_vocab_size() const override { return int(id_to_piece_.size()); }
 
  private:
-  std::vector<int> encode_text(const std::string& text, const std::string& source_language) const override;
+  std::vector<int> encode_text(const std::string& text, const std::string& source_language,
+                               std::vector<TextSpan>* spans) const override;
   int piece_id(const std::string& piece) const;
   // SentencePiece's pieces of `text` as ids, appended to `ids`.
-  void encode_pieces(const std::string& text, std::vector<int>* ids) const;
+  // spans (return_alignments): null, or each piece's byte range, offset by base.
+  void encode_pieces(const std::string& text, std::vector<int>* ids, std::vector<TextSpan>* spans = nullptr,
+                     size_t base = 0) const;
   // Throws unless id is one of the model's (config.json vocab_size); `source` names the file
   // that gave it.
   void check_id(const std::string& token, int64_t id, const std::string& source) const;
@@ -422,7 +425,8 @@ int FairseqTokenizer::piece_id(const std::string& piece) const {
   return it == piece_to_id_.end() ? unk_id_ : it->second;
 }
 
-std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const std::string& source_language) const {
+std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const std::string& source_language,
+                                               std::vector<TextSpan>* spans) const {
   const std::string& code = source_language.empty() ? default_source_ : source_language;
   if (code.empty()) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -431,6 +435,7 @@ std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const st
   const int lang = require_language_token(code);
   std::vector<int> ids;
   if (!legacy_) ids.push_back(lang);
+  if (spans && !legacy_) spans->push_back({0, 0});
   // The text between added tokens goes to SentencePiece piece by piece (each part gets its
   // own word-boundary prefix, its surrounding spaces dropped, as SentencePiece does).
   size_t start = 0;
@@ -450,17 +455,19 @@ std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const st
     if (match->lstrip) {
       while (before > start && std::isspace(static_cast<unsigned char>(text[before - 1]))) --before;
     }
-    encode_pieces(text.substr(start, before - start), &ids);
+    encode_pieces(text.substr(start, before - start), &ids, spans, start);
     ids.push_back(match->id);
+    if (spans) spans->push_back({at, at + match->text.size()});
     at += match->text.size();
     if (match->rstrip) {
       while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at]))) ++at;
     }
     start = at;
   }
-  encode_pieces(text.substr(start), &ids);
+  encode_pieces(text.substr(start), &ids, spans, start);
   ids.push_back(eos_id_);
   if (legacy_) ids.push_back(lang);
+  if (spans) spans->resize(ids.size(), TextSpan{text.size(), text.size()});  // </s> (and a legacy code)
   return ids;
 }
 
@@ -476,7 +483,8 @@ bool is_space_char(const std::string& s, size_t at, size_t* length) {
          cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-void FairseqTokenizer::encode_pieces(const std::string& text, std::vector<int>* ids) const {
+void FairseqTokenizer::encode_pieces(const std::string& text, std::vector<int>* ids, std::vector<TextSpan>* spans,
+                                     size_t base) const {
   if (text.empty()) return;
   const auto spt = sp_.EncodeAsImmutableProto(text);
   size_t end = 0;  // where the last piece's text ends; SentencePiece drops what follows
@@ -484,6 +492,7 @@ void FairseqTokenizer::encode_pieces(const std::string& text, std::vector<int>* 
     end = p.end();
     if (sp_.IsUnknown(int(p.id()))) ids->push_back(unk_id_);
     else ids->push_back(spm_offset_ids_ ? int(p.id()) + 1 : piece_id(p.piece()));
+    if (spans) spans->push_back({base + p.begin(), base + p.end()});
   }
   // The tokenizers library's pipeline (these classes in transformers 5) keeps a space at the
   // end of the text, after collapsing runs of them, as a word of its own ("\u2581"), where
@@ -492,6 +501,7 @@ void FairseqTokenizer::encode_pieces(const std::string& text, std::vector<int>* 
   for (size_t at = end, n = 1; at < text.size(); at += n) {
     if (is_space_char(text, at, &n)) {
       ids->push_back(piece_id(kSpace));
+      if (spans) spans->push_back({base + at, base + at + n});
       return;
     }
   }

@@ -68,7 +68,8 @@ class MarianTokenizer final : public Tokenizer {
   int target_vocab_size() const override { return int(target_vocab_.id_to_piece.size()); }
 
  private:
-  std::vector<int> encode_text(const std::string& text, const std::string& source_language) const override;
+  std::vector<int> encode_text(const std::string& text, const std::string& source_language,
+                               std::vector<TextSpan>* spans) const override;
   int source_id(const std::string& piece) const;
 
   sentencepiece::SentencePieceProcessor source_;
@@ -135,7 +136,8 @@ int MarianTokenizer::source_id(const std::string& piece) const {
   return sp >= 0 && sp < int(source_vocab_.id_to_piece.size()) ? sp : unk_id_;
 }
 
-std::vector<int> MarianTokenizer::encode_text(const std::string& text, const std::string& source_language) const {
+std::vector<int> MarianTokenizer::encode_text(const std::string& text, const std::string& source_language,
+                                              std::vector<TextSpan>* spans) const {
   // A bilingual model has no source-language token: only its own source language is taken.
   if (!source_language.empty() && source_language != bilingual_source_) require_language_token(source_language);
   std::vector<int> ids;
@@ -145,8 +147,20 @@ std::vector<int> MarianTokenizer::encode_text(const std::string& text, const std
     const size_t end = rest.find("<<");
     if (end != std::string::npos) {
       ids.push_back(source_id(rest.substr(0, end + 2)));
+      if (spans) spans->push_back({0, end + 2});
       rest = rest.substr(end + 2);
     }
+  }
+  if (spans) {  // return_alignments: the same pieces with SentencePiece's offsets into rest
+    const size_t base = text.size() - rest.size();
+    const auto spt = source_.EncodeAsImmutableProto(rest);
+    for (const auto& p : spt.pieces()) {
+      ids.push_back(source_id(p.piece()));
+      spans->push_back({base + p.begin(), base + p.end()});
+    }
+    ids.push_back(source_eos_id_);
+    spans->push_back({text.size(), text.size()});
+    return ids;
   }
   std::vector<std::string> pieces;
   source_.Encode(rest, &pieces);

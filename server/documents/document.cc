@@ -24,6 +24,9 @@ const std::vector<DocumentType>& document_types() {
   static const std::vector<DocumentType> types = {
       {".txt", "text/plain; charset=utf-8"},
       {".srt", "application/x-subrip; charset=utf-8"},
+      {".html", "text/html; charset=utf-8"},
+      {".htm", "text/html; charset=utf-8"},
+      {".md", "text/markdown; charset=utf-8"},
       {".docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"},
       {".odt", "application/vnd.oasis.opendocument.text"},
       {".pptx", "application/vnd.openxmlformats-officedocument.presentationml.presentation"},
@@ -60,6 +63,7 @@ std::unique_ptr<Document> read_document(const std::string& filename, const std::
   }
   if (ext == ".txt") return read_plain_text(bytes);
   if (ext == ".srt") return read_subtitles(bytes);
+  if (ext == ".html" || ext == ".htm" || ext == ".md") return read_markup(bytes, ext != ".md", filename);
   if (ext == ".docx") return read_office(bytes, docx_format(), limits);
   if (ext == ".odt") return read_office(bytes, odt_format(), limits);
   return read_office(bytes, pptx_format(), limits);

@@ -2,8 +2,9 @@
 // An uploaded document as the texts to translate and the file to write from their
 // translations: POST /translate_file (server/http/file_api.h) reads one, translates its
 // texts as one request, and keeps the written file for download (file_store.h).
-// Formats: .txt (lines), .srt (cues, timing kept), .docx, .odt, .pptx (paragraphs, their
-// formatting runs kept: office/inline_runs.h).
+// Formats: .txt (lines), .srt (cues, timing kept), .html/.htm and .md (server/markup's
+// blocks, their inline markup kept), .docx, .odt, .pptx (paragraphs, their formatting runs
+// kept: office/inline_runs.h).
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,7 +30,8 @@ class Document {
   // The texts to translate, in document order (paragraphs, cues, lines; none blank).
   const std::vector<std::string>& texts() const { return texts_; }
   // The translated file from one translation per text, in order. Call once. Throws
-  // std::runtime_error only where the format's library fails to write.
+  // std::runtime_error where the format's library fails to write, std::logic_error on a
+  // second call or a wrong number of translations.
   virtual std::string write(const std::vector<TranslatedText>& translations) = 0;
 
  protected:

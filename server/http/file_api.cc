@@ -23,12 +23,19 @@ HttpAnswer error_answer(int status, const std::string& message) {
   return json_answer(status, LibreTranslateApi::error_json(message));
 }
 
-// The translation of each text: its best hypothesis.
+// The translation of each text: its best hypothesis and its word alignments (byte ranges
+// in the whole text and the whole translation, sentences joined).
 std::vector<TranslatedText> translations_of(const v1::TranslateResponse& response) {
   std::vector<TranslatedText> out;
   for (const v1::Translation& t : response.translations()) {
     TranslatedText text;
-    if (t.hypotheses_size() > 0) text.text = t.hypotheses(0).text();
+    if (t.hypotheses_size() > 0) {
+      const v1::Hypothesis& best = t.hypotheses(0);
+      text.text = best.text();
+      for (const v1::Hypothesis::Alignment& a : best.alignments()) {
+        text.alignments.push_back({a.source_begin(), a.source_end(), a.target_begin(), a.target_end()});
+      }
+    }
     out.push_back(std::move(text));
   }
   return out;
@@ -89,6 +96,8 @@ void FileApi::translate_file(const HttpRequest& http, LibreTranslateRequest requ
   request.batch = true;
   libretranslate_.detect_source(request);
   v1::TranslateRequest translation = libretranslate_.to_request(request);
+  // The formatting runs are placed on the translation through the word alignments.
+  translation.mutable_options()->set_return_alignments(true);
   pipeline_.translate(
       kMethod, std::move(translation), Clock::time_point::max(),
       [this, finish, respond](const grpc::Status& status, v1::TranslateResponse response) {

@@ -74,6 +74,25 @@ Caller identify_caller(std::shared_ptr<const ApiKey> key, const std::string& pee
 
 namespace {
 
+// return_alignments: h's alignments (token indices from the decode loop) with their byte
+// ranges, set here from the sentence's text and h's, shifted to where the sentence and its
+// translation stand in the whole texts (split_sentences).
+void add_alignments(const ServedModel& model, const AdmittedRequest& admitted, size_t index, size_t source_offset,
+                    size_t target_offset, int sentence, const Hypothesis& h, v1::Hypothesis* out) {
+  Hypothesis spans = h;
+  set_alignment_spans(model.tokenizer(), admitted.sources.at(index), admitted.encode_language, &spans);
+  for (const TokenAlignment& a : spans.alignments) {
+    v1::Hypothesis::Alignment* x = out->add_alignments();
+    x->set_target_token(a.target_token);
+    x->set_source_token(a.source_token);
+    x->set_source_begin(uint32_t(source_offset + a.source_begin));
+    x->set_source_end(uint32_t(source_offset + a.source_end));
+    x->set_target_begin(uint32_t(target_offset + a.target_begin));
+    x->set_target_end(uint32_t(target_offset + a.target_end));
+    x->set_sentence(sentence);
+  }
+}
+
 }  // namespace
 
 bool CallPermit::acquire() {
@@ -172,6 +191,15 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request
   admitted.return_scores = request.options().return_scores();
   admitted.return_token_ids = request.options().return_token_ids();
   admitted.split = std::move(valid.split);
+  if (valid.options.return_alignments) {  // the texts the byte ranges are in
+    admitted.return_alignments = true;
+    admitted.encode_language = languages.encode_language;
+    if (admitted.split.empty()) {
+      admitted.sources.assign(request.texts().begin(), request.texts().end());
+    } else {
+      for (const SplitText& t : admitted.split) admitted.sources.insert(admitted.sources.end(), t.sentences.begin(), t.sentences.end());
+    }
+  }
   // Charged once the request is known to be valid: a malformed one costs its key nothing.
   const QuotaVerdict quota = quotas_.charge(caller.key.get(), characters(request));
   if (!quota.allowed) throw Error(ErrorCode::kResourceExhausted, quota.message);
@@ -239,19 +267,29 @@ grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const Job
   }
   response->set_request_id(record.request_id);
   response->set_model(record.model);
-  auto fill = [&](const Translation& t, google::protobuf::RepeatedPtrField<v1::Hypothesis>* out) {
+  // return_alignments: sentence `index` of the decoded ones, its source at source_offset of
+  // the request's text and its best translation at target_offset of the joined one.
+  struct AlignmentPlace {
+    size_t index = 0, source_offset = 0, target_offset = 0;
+    int sentence = 0;
+  };
+  auto fill = [&](const Translation& t, google::protobuf::RepeatedPtrField<v1::Hypothesis>* out,
+                  const AlignmentPlace& place) {
     for (const Hypothesis& h : t.hypotheses) {
       v1::Hypothesis* hyp = out->Add();
       hyp->set_text(h.text);
       if (admitted.return_scores) hyp->set_score(h.score);
       if (admitted.return_token_ids) hyp->mutable_token_ids()->Add(h.ids.begin(), h.ids.end());
+      if (admitted.return_alignments && !h.alignments.empty())
+        add_alignments(*admitted.model, admitted, place.index, place.source_offset, place.target_offset,
+                       place.sentence, h, hyp);
     }
     if (!t.hypotheses.empty())
       record.output_tokens += static_cast<int64_t>(t.hypotheses[0].ids.size());
   };
   if (admitted.split.empty()) {
-    for (const Translation& t : result.translations) {
-      fill(t, response->add_translations()->mutable_hypotheses());
+    for (size_t i = 0; i < result.translations.size(); ++i) {
+      fill(result.translations[i], response->add_translations()->mutable_hypotheses(), {i, 0, 0, 0});
     }
   } else {
     // result.translations holds every text's sentences, in order.
@@ -259,12 +297,20 @@ grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const Job
     for (const SplitText& text : admitted.split) {
       v1::Translation* out = response->add_translations();
       std::vector<std::string> best;
-      for (const std::string& source : text.sentences) {
+      AlignmentPlace place;
+      for (size_t s = 0; s < text.sentences.size(); ++s) {
+        const std::string& source = text.sentences[s];
+        place.index = next;
+        place.source_offset += text.gaps[s].size();
+        place.target_offset += text.gaps[s].size();
+        place.sentence = int(s);
         const Translation& t = result.translations[next++];
         v1::SentenceTranslation* sentence = out->add_sentences();
         sentence->set_source(source);
-        fill(t, sentence->mutable_hypotheses());
+        fill(t, sentence->mutable_hypotheses(), place);
         best.push_back(t.hypotheses.empty() ? std::string() : t.hypotheses[0].text);
+        place.source_offset += source.size();
+        place.target_offset += best.back().size();
       }
       if (text.sentences.size() == 1) {
         // A text of one sentence answers as it would unsplit: its n-best, scores and ids
@@ -276,7 +322,12 @@ grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const Job
           joined->set_text(text.join({h.text()}));
         }
       } else {
-        out->add_hypotheses()->set_text(text.join(best));
+        v1::Hypothesis* joined = out->add_hypotheses();
+        joined->set_text(text.join(best));
+        // return_alignments: the sentences' best alignments, in the whole texts already
+        for (const v1::SentenceTranslation& s : out->sentences()) {
+          if (s.hypotheses_size() > 0) joined->mutable_alignments()->MergeFrom(s.hypotheses(0).alignments());
+        }
       }
     }
   }

@@ -80,6 +80,11 @@ struct AdmittedRequest {
   bool return_scores = false;
   bool return_token_ids = false;
   std::vector<SplitText> split;  // with split_sentences: each text's sentences and whitespace
+  // return_alignments: each decoded sentence's text (as split, in order) and the language
+  // it was tokenized in, for the alignments' byte ranges (model/translator.h).
+  bool return_alignments = false;
+  std::vector<std::string> sources;
+  std::string encode_language;
 };
 
 class RequestPipeline;

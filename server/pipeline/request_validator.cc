@@ -171,6 +171,7 @@ DecodeOptions RequestValidator::decode_options(const v1::TranslateOptions& reque
           : std::min(kDefaultMaxDecodingLength, limits_.max_decoding_length);
   o.min_decoding_length = requested.has_min_decoding_length() ? requested.min_decoding_length() : 0;
   o.return_scores = requested.return_scores();
+  o.return_alignments = requested.return_alignments();
 
   check_range("beam_size", o.beam_size, 1, limits_.max_beam_size, "limits.max_beam_size");
   check_range("num_hypotheses", o.num_hypotheses, 1, o.beam_size, "options.beam_size");

@@ -57,6 +57,7 @@ std::string TranslationCache::key(uint64_t generation, const DecodeOptions& o, c
   append(k, o.min_decoding_length);
   append(k, o.return_scores);
   append(k, o.forced_bos_id);
+  append(k, o.return_alignments);  // a hit must carry them
   for (int id : ids) append(k, id);
   return k;
 }

@@ -24,6 +24,17 @@ class Hypothesis:
 
 
 @dataclasses.dataclass(frozen=True)
+class Alignment:
+    """return_alignments: a target token and the source token it aligns to, with their byte
+    ranges [begin, end) in the request's text and the translation (README, "return_alignments")."""
+    source_token: int
+    target_token: int
+    source: Tuple[int, int]
+    target: Tuple[int, int]
+    sentence: int  # with split_sentences: the sentence the token indices count in
+
+
+@dataclasses.dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff with full jitter: before retry n (1-based) the client sleeps a
     random time up to min(max_backoff, initial_backoff * multiplier ** (n - 1)) seconds. A
@@ -73,6 +84,15 @@ def request(texts: Texts, model: Optional[str], **options) -> Tuple[pb.Translate
     set_options = {k: v for k, v in options.items() if v is not None}
     return pb.TranslateRequest(model=model or "", texts=texts,
                                options=pb.TranslateOptions(**set_options)), single
+
+
+def alignments(response: pb.TranslateResponse):
+    """(best text, [Alignment...]) per text of a response to return_alignments."""
+    return [(t.hypotheses[0].text,
+             [Alignment(a.source_token, a.target_token, (a.source_begin, a.source_end),
+                        (a.target_begin, a.target_end), a.sentence)
+              for a in t.hypotheses[0].alignments])
+            for t in response.translations]
 
 
 def best_texts(response: pb.TranslateResponse):

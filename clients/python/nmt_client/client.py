@@ -69,6 +69,19 @@ class Client:
             source_language=source_language, target_language=target_language)
         return _common.nbest(self._call(self._stub.Translate, request, timeout))
 
+    def translate_alignments(self, texts: Texts, model: Optional[str] = None,
+                             beam_size: Optional[int] = None, split_sentences: Optional[bool] = None,
+                             source_language: Optional[str] = None,
+                             target_language: Optional[str] = None, timeout: Optional[float] = None):
+        """(best translation, alignments) per text (return_alignments): per target token an
+        Alignment(source_token, target_token, source (begin, end), target (begin, end),
+        sentence), byte ranges of the UTF-8 texts (the request's text, the translation)."""
+        request, single = _common.request(
+            texts, model, beam_size=beam_size, split_sentences=split_sentences, return_alignments=True,
+            source_language=source_language, target_language=target_language)
+        out = _common.alignments(self._call(self._stub.Translate, request, timeout))
+        return out[0] if single else out
+
     def translate_response(self, request: pb.TranslateRequest,
                            timeout: Optional[float] = None) -> pb.TranslateResponse:
         """Sends a TranslateRequest as built by the caller; the whole TranslateResponse."""

@@ -36,7 +36,9 @@ class Collector {
     if (is_w(n, "r")) return run(n);
     if (is_w(n, "hyperlink") || is_w(n, "smartTag") || is_w(n, "ins") || is_w(n, "customXml")) {
       const size_t span = open(Kind::kContainer, n);
+      containers_.push_back(static_cast<int>(span));
       for (xmlNode* c = n->children; c; c = c->next) inline_node(c);
+      containers_.pop_back();
       p_.spans[span].end = p_.text.size();
       return;
     }
@@ -46,7 +48,8 @@ class Collector {
  private:
   size_t open(Kind kind, xmlNode* node, xmlNode* wrap = nullptr) {
     p_.items.push_back({kind, node, wrap});
-    p_.spans.push_back({p_.text.size(), p_.text.size(), static_cast<int>(p_.items.size() - 1)});
+    p_.spans.push_back({p_.text.size(), p_.text.size(), static_cast<int>(p_.items.size() - 1),
+                        containers_.empty() ? -1 : containers_.back()});
     return p_.spans.size() - 1;
   }
   void add_void(xmlNode* n, xmlNode* wrap) { open(Kind::kVoid, n, wrap); }
@@ -79,6 +82,7 @@ class Collector {
   }
 
   InlineParagraph& p_;
+  std::vector<int> containers_;  // the spans of the links (...) being read, innermost last
 };
 
 InlineParagraph collect(xmlNode* paragraph) {

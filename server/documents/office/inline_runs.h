@@ -15,16 +15,18 @@
 
 namespace nmt::server {
 
-// [begin, end) of a text, naming item `id` of its paragraph.
+// [begin, end) of a text, naming item `id` of its paragraph, inside span `parent` (an
+// earlier index of the same vector; -1: the paragraph itself).
 struct InlineSpan {
   size_t begin, end;
   int id;
+  int parent = -1;
 };
 
 struct InlineItem {
   enum class Kind {
     kContainer,  // holds text and other items (text:span, text:a, w:hyperlink)
-    kLeaf,       // holds text only (w:r, a:r): never another item
+    kLeaf,       // holds text only (w:r, a:r): never another item (its voids are siblings)
     kVoid,       // holds no text: moved to its place as it is (a bookmark, a field, a frame)
   };
   Kind kind;
@@ -40,7 +42,7 @@ struct InlineParagraph {
   xmlNode* before = nullptr;      // inline content goes before this child (a:endParaRPr), or last
   std::vector<xmlNode*> content;  // the inline children the text came from (replaced)
   std::string text;
-  std::vector<InlineSpan> spans;  // preorder: an enclosing span before what it encloses
+  std::vector<InlineSpan> spans;  // preorder: a parent before its children
   std::vector<InlineItem> items;  // spans[i].id indexes these
 };
 
@@ -53,8 +55,9 @@ struct InlineFormat {
   std::function<void(xmlNode* parent, const std::string& text)> add_text;
 };
 
-// The spans of `paragraph` on `translation`: one each, nesting valid, leaves holding no
-// other item (what span_transfer put inside a leaf moves to its end).
+// The spans of `paragraph` on `translation` (server/markup/span_transfer.h): the same
+// spans, parents and ids, each once, children inside parents, siblings apart. Throws
+// nmt::Error (kInvalidArgument) for alignments outside the texts.
 std::vector<InlineSpan> place_spans(const InlineParagraph& paragraph, const TranslatedText& translation);
 
 // Replaces the paragraph's inline content by `text` with `placed` spans (each item once).

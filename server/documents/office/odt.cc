@@ -14,10 +14,11 @@ using Kind = InlineItem::Kind;
 
 bool is_text(const xmlNode* n, const char* local) { return is_element(n, TEXT, local); }
 
-void inline_node(InlineParagraph& p, xmlNode* n) {
+// `parent`: the span of the text:span or text:a `n` is in (-1: the paragraph).
+void inline_node(InlineParagraph& p, xmlNode* n, int parent) {
   auto open = [&](Kind kind) {
     p.items.push_back({kind, n, nullptr});
-    p.spans.push_back({p.text.size(), p.text.size(), static_cast<int>(p.items.size() - 1)});
+    p.spans.push_back({p.text.size(), p.text.size(), static_cast<int>(p.items.size() - 1), parent});
     return p.spans.size() - 1;
   };
   if (n->type == XML_TEXT_NODE || n->type == XML_CDATA_SECTION_NODE) {
@@ -29,7 +30,7 @@ void inline_node(InlineParagraph& p, xmlNode* n) {
   if (n->type != XML_ELEMENT_NODE) return;
   if (is_text(n, "span") || is_text(n, "a")) {
     const size_t span = open(Kind::kContainer);
-    for (xmlNode* c = n->children; c; c = c->next) inline_node(p, c);
+    for (xmlNode* c = n->children; c; c = c->next) inline_node(p, c, static_cast<int>(span));
     p.spans[span].end = p.text.size();
   } else if (is_text(n, "tab")) {
     p.text += "\t";
@@ -45,7 +46,7 @@ InlineParagraph collect(xmlNode* paragraph) {
   p.element = paragraph;
   for (xmlNode* c = paragraph->children; c; c = c->next) {
     p.content.push_back(c);
-    inline_node(p, c);
+    inline_node(p, c, -1);
   }
   return p;
 }

@@ -46,7 +46,9 @@ class OfficeDocument : public Document {
   }
 
   std::string write(const std::vector<TranslatedText>& translations) override {
-    if (translations.size() != paragraphs_.size()) throw std::runtime_error("one translation per paragraph expected");
+    if (written_) throw std::logic_error("a document is written once: its paragraphs were rewritten");
+    written_ = true;
+    if (translations.size() != paragraphs_.size()) throw std::logic_error("one translation per paragraph expected");
     for (size_t i = 0; i < paragraphs_.size(); ++i) {
       const std::vector<InlineSpan> placed = place_spans(paragraphs_[i], translations[i]);
       rebuild_paragraph(paragraphs_[i], translations[i].text, placed, format_.write);
@@ -60,6 +62,7 @@ class OfficeDocument : public Document {
   ZipArchive archive_;
   std::vector<std::pair<std::string, XmlDoc>> parts_;
   std::vector<InlineParagraph> paragraphs_;
+  bool written_ = false;
 };
 
 }  // namespace

@@ -44,6 +44,10 @@ int depth_of(xmlNode* root) {
 }  // namespace
 
 XmlDoc parse_xml(const std::string& text, const std::string& part, const DocumentLimits& limits) {
+  // libxml2's global state, set up once before threads use it (its lazy set-up is not safe
+  // from two threads at once).
+  static const bool initialized = (xmlInitParser(), true);
+  (void)initialized;
   xmlSetGenericErrorFunc(nullptr, quiet);  // per thread: nothing printed to stderr
   std::unique_ptr<xmlParserCtxt, CtxtFree> ctxt(xmlNewParserCtxt());
   if (!ctxt) throw std::bad_alloc();

@@ -418,6 +418,46 @@ TEST(RequestPipelineTranslate, TranslatesSplitSentencesEndToEnd) {
   EXPECT_TRUE(has(demo.metrics.scrape(), "nmt_inflight_requests 0")) << "the permit is released";
 }
 
+// return_alignments with split_sentences: the byte ranges are in the whole request text and
+// the joined translation, the token indices in the sentence `sentence` names; the demo model's
+// "Hund" comes from "dog".
+TEST(RequestPipelineTranslate, AlignmentsAreInTheWholeTexts) {
+  DemoPipeline demo;
+  const std::string source = "A man is walking.  A dog runs.";
+  v1::TranslateRequest request = request_of({source});
+  request.mutable_options()->set_split_sentences(true);
+  request.mutable_options()->set_return_alignments(true);
+  auto [status, response] = demo.translate(request);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const v1::Translation& t = response.translations(0);
+  ASSERT_EQ(t.sentences_size(), 2);
+  const v1::Hypothesis& joined = t.hypotheses(0);
+  const std::string& text = joined.text();
+  ASSERT_EQ(joined.alignments_size(),
+            t.sentences(0).hypotheses(0).alignments_size() + t.sentences(1).hypotheses(0).alignments_size());
+  bool dog = false;
+  for (const v1::Hypothesis::Alignment& a : joined.alignments()) {
+    ASSERT_LE(a.source_begin(), a.source_end());
+    ASSERT_LE(a.source_end(), source.size());
+    ASSERT_LE(a.target_begin(), a.target_end());
+    ASSERT_LE(a.target_end(), text.size());
+    // the second sentence's tokens are in its half of both texts
+    if (a.sentence() == 1 && a.source_end() > a.source_begin()) EXPECT_GE(a.source_begin(), source.find("A dog"));
+    if (a.sentence() == 1 && a.target_end() > a.target_begin()) EXPECT_GT(a.target_begin(), text.find("  "));
+    if (text.substr(a.target_begin(), a.target_end() - a.target_begin()) == "Hund") {
+      dog = true;
+      EXPECT_EQ(source.substr(a.source_begin(), a.source_end() - a.source_begin()), "dog");
+    }
+  }
+  EXPECT_TRUE(dog) << text;
+  // Not asked: none.
+  request.mutable_options()->set_return_alignments(false);
+  auto [plain_status, plain] = demo.translate(request);
+  ASSERT_TRUE(plain_status.ok());
+  EXPECT_EQ(plain.translations(0).hypotheses(0).alignments_size(), 0);
+  EXPECT_EQ(plain.translations(0).hypotheses(0).text(), text);
+}
+
 TEST(RequestPipelineRefusals, ValidationErrorsAreInvalidArgument) {
   DemoPipeline demo;
   auto refused = [&](v1::TranslateRequest request, const std::string& says) {

@@ -61,6 +61,13 @@ TEST(TranslationCache, EveryOptionIsPartOfTheKey) {
   EXPECT_NE(key(1), key(2)) << "the sentence";
 }
 
+// A hit must carry the alignments the request asks for (and none when it does not).
+TEST(TranslationCache, ReturnAlignmentsIsPartOfTheKey) {
+  DecodeOptions plain, aligned;
+  aligned.return_alignments = true;
+  EXPECT_NE(key(1, 1, plain), key(1, 1, aligned));
+}
+
 TEST(TranslationCache, StaysWithinItsBytesEvictingTheLeastRecentlyUsed) {
   TranslationCache probe(1 << 20);
   probe.insert("m", 1, key(0), translation("x", 0));
