@@ -18,7 +18,12 @@ case "$mode" in
     # The soak's and the stream flow-control test's bars are resident memory, which ASan's
     # quarantine and shadow make meaningless (flow control under ASan: +76 MB, bar 64); they
     # run natively in the main suite.
-    select=(-E 'GoldenCpu|deploy_|Golden|reliability\.(soak|streams\.stream_flow_control)')
+    # The document round trip (label documents) runs once, in the main suite: its parsers
+    # are under ASan in their unit tests and the fuzzers.
+    select=(-E 'GoldenCpu|deploy_|Golden|reliability\.(soak|streams\.stream_flow_control)|server\.documents\.translate_file')
+    # The browser tests (label browser: chromium, npm clients) test the page and the clients,
+    # not the server's memory: the main suite runs them once.
+    select+=(-LE browser)
     export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     ;;

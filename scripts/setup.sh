@@ -13,15 +13,19 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsentencepiece-dev libyaml-cpp-dev
   nlohmann-json3-dev libdnnl-dev ocl-icd-opencl-dev libgtest-dev libgmock-dev libicu-dev libmicrohttpd-dev
-  libcld2-dev
+  libcld2-dev libzip-dev libxml2-dev
   python3 python3-grpcio python3-grpc-tools python3-yaml
 )
 # Test-only tools (a real Prometheus for the metrics tests, clang + its runtimes for the
 # fuzzers, openssl for the TLS test certificates, curl for the HTTP API test, pip to build
-# the Python client's wheel); skipped in the Docker image.
+# the Python client's wheel, python3-docx and python3-odf to make and read the documents the
+# /translate_file tests upload, chromium for the web page); skipped in the Docker image.
 if [ "${NMT_SETUP_TEST_TOOLS:-1}" = "1" ]; then
   PACKAGES+=(prometheus clang libclang-rt-14-dev openssl curl python3-pip python3-setuptools
-             python3-wheel)
+             python3-wheel python3-docx python3-odf)
+  # The web page's browser test (tests/browser): Debian's chromium under playwright-core.
+  # Node.js and npm come with the machine.
+  PACKAGES+=(chromium)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do

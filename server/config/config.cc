@@ -206,6 +206,29 @@ const std::vector<Setting>& settings() {
       {"limits.split_sentences", "split-sentences",
        "default of options.split_sentences: translate each text sentence by sentence (false: each text as one sentence)",
        [](ServerConfig& c, N n, K k) { c.limits.split_sentences = to_bool(n, k); }},
+      // What one uploaded document may hold, and the translated files kept (document_limits.h).
+      {"documents.max_file_bytes", "documents-max-file-bytes", "largest file POST /translate_file takes",
+       [](ServerConfig& c, N n, K k) { c.documents.max_file_bytes = static_cast<size_t>(to_int(n, k, 1, kMaxInt)); }},
+      {"documents.max_archive_entries", "documents-max-archive-entries",
+       "entries of a .docx/.odt/.pptx archive",
+       [](ServerConfig& c, N n, K k) { c.documents.max_archive_entries = to_int(n, k, 1, kMaxInt); }},
+      {"documents.max_decompressed_bytes", "documents-max-decompressed-bytes",
+       "bytes of a document's archive once decompressed, all entries together",
+       [](ServerConfig& c, N n, K k) {
+         c.documents.max_decompressed_bytes = static_cast<size_t>(to_int(n, k, 1, kMaxInt));
+       }},
+      {"documents.max_compression_ratio", "documents-max-compression-ratio",
+       "decompressed over compressed bytes of an archive entry, and of the archive (zip bombs)",
+       [](ServerConfig& c, N n, K k) { c.documents.max_compression_ratio = to_int(n, k, 1, kMaxInt); }},
+      {"documents.max_xml_depth", "documents-max-xml-depth",
+       "element nesting of a document's XML part (libxml2's own cap without huge trees: 256)",
+       [](ServerConfig& c, N n, K k) { c.documents.max_xml_depth = to_int(n, k, 1, 256); }},
+      {"documents.store_seconds", "documents-store-seconds", "how long a translated file waits for its download",
+       [](ServerConfig& c, N n, K k) { c.documents.store_seconds = to_positive_seconds(n, k); }},
+      {"documents.store_mb", "documents-store-mb", "MiB of translated files kept for download, all together",
+       [](ServerConfig& c, N n, K k) {
+         c.documents.store_bytes = static_cast<size_t>(to_int(n, k, 1, 1 << 20)) << 20;
+       }},
       {"batching.max_active_sentences", "max-active-sentences",
        "sentences one decode loop decodes at once (its sentence slots)",
        [](ServerConfig& c, N n, K k) {
@@ -493,8 +516,8 @@ ServerConfig parse_config(const std::string& yaml_text, const std::string& base_
       c.repository = parse_repository(section.second, base_dir);
       continue;
     }
-    if (name != "server" && name != "http" && name != "limits" && name != "batching") {
-      fail("unknown key '" + name + "' (known: server, http, limits, batching, models, model_repository)");
+    if (name != "server" && name != "http" && name != "limits" && name != "batching" && name != "documents") {
+      fail("unknown key '" + name + "' (known: server, http, limits, batching, documents, models, model_repository)");
     }
     if (!section.second.IsMap()) fail(name + ": expected a mapping");
     for (const auto& kv : section.second) {

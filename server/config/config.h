@@ -9,6 +9,7 @@
 
 #include "server/config/connection_limits.h"
 #include "server/config/http_limits.h"
+#include "server/documents/document_limits.h"
 #include "server/pipeline/limits.h"
 #include "server/scheduling/scheduling_options.h"
 
@@ -103,6 +104,7 @@ struct ServerConfig {
   ConnectionLimits connections;  // server.max_streams_per_connection ... max_ping_strikes
   Limits limits;
   SchedulingOptions batching;  // the `batching:` section: decode loop and queue capacity
+  DocumentLimits documents;    // the `documents:` section: POST /translate_file's bounds and store
   std::vector<ModelEntry> models;  // the first one is the default model
   RepositoryConfig repository;     // the `model_repository:` section
 };

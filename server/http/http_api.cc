@@ -7,6 +7,7 @@
 
 #include "server/observability/trace_context.h"
 #include "server/pipeline/status.h"
+#include "server/web/web_page.h"
 
 namespace nmt::server {
 namespace {
@@ -15,6 +16,8 @@ constexpr const char* kJson = "application/json";
 constexpr const char* kV1 = "HTTP /v1/translate";
 constexpr const char* kLibre = "HTTP /translate";
 constexpr const char* kDetect = "HTTP /detect";
+constexpr const char* kFile = "HTTP /translate_file";
+constexpr const char* kDownload = "/download_file/";
 
 // google.rpc's mapping of status codes to HTTP (as gRPC-gateway and Cloud APIs use it).
 int http_status(grpc::StatusCode code) {
@@ -51,6 +54,16 @@ HttpAnswer json_answer(int status, std::string body) {
   return answer;
 }
 
+// LibreTranslate's answer to a translation the pipeline refused.
+HttpAnswer libre_refusal(const grpc::Status& status) {
+  const LibreTranslateError e = libretranslate_error(status);
+  HttpAnswer refused = json_answer(e.status, LibreTranslateApi::error_json(e.message));
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    refused.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(status)));
+  }
+  return refused;
+}
+
 HttpAnswer v1_error(const grpc::Status& status) {
   nlohmann::ordered_json body = {{"error", status.error_message()},
                                  {"code", status_code_name(status.error_code())}};
@@ -69,6 +82,19 @@ void allow_cross_origin(HttpAnswer& answer) {
   answer.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST");
 }
 
+// The web page's file at the request's path (server/web/), with the policy that keeps it
+// from loading anything from elsewhere; re-checked on every load (no-cache), so that a new
+// binary's page replaces the old.
+HttpAnswer web_answer(const WebAsset& asset) {
+  HttpAnswer answer;
+  answer.content_type = std::string(asset.content_type);
+  answer.body = std::string(asset.bytes);
+  answer.headers.emplace_back("Content-Security-Policy", kWebPagePolicy);
+  answer.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  answer.headers.emplace_back("Cache-Control", "no-cache");
+  return answer;
+}
+
 bool is_json(const HttpRequest& req) { return req.header("content-type").rfind(kJson, 0) == 0; }
 
 // Every model the registry lists, loaded or not (a repository model loads on its first
@@ -85,10 +111,12 @@ std::vector<LanguageModel> language_models(const ModelRegistry& models) {
 
 HttpApi::HttpApi(const std::string& host, int port, const HttpLimits& limits,
                  size_t max_body_bytes, RequestPipeline& pipeline, const ModelRegistry& models,
-                 const BearerAuth& auth, Metrics& metrics, bool trust_tenant_header)
+                 const BearerAuth& auth, Metrics& metrics, bool trust_tenant_header,
+                 const DocumentLimits& documents)
     : pipeline_(pipeline),
       auth_(auth),
       libretranslate_(language_models(models)),
+      files_(pipeline, libretranslate_, documents, libre_refusal),
       max_body_bytes_(max_body_bytes),
       trust_tenant_header_(trust_tenant_header),
       requests_(prometheus::BuildCounter()
@@ -108,13 +136,18 @@ HttpApi::~HttpApi() { stop(); }
 void HttpApi::stop() { front_->stop(); }
 
 void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
-  const bool libre = req.path == "/translate" || req.path == "/detect" || req.path == "/languages";
+  const bool download = req.path.rfind(kDownload, 0) == 0;
+  const bool libre = req.path == "/translate" || req.path == "/detect" || req.path == "/languages" ||
+                     req.path == "/translate_file" || download;
+  const WebAsset* page = req.method == "GET" || req.method == "HEAD" ? find_web_asset(req.path) : nullptr;
   const bool known = libre || req.path == "/v1/translate";
   // Every answer is counted, and carries the request's traceparent (and LibreTranslate's
   // CORS headers on its routes).
   const std::string traceparent = accept_traceparent(req.header("traceparent"));
   HttpFront::Respond answer = [this, libre, traceparent, respond = std::move(respond),
-                               endpoint = known ? req.path : std::string("other")](HttpAnswer a) {
+                               endpoint = download ? std::string("/download_file")  // no file names as labels
+                                          : known  ? req.path
+                                                   : std::string(page ? "page" : "other")](HttpAnswer a) {
     a.headers.emplace_back("traceparent", traceparent);
     if (libre) allow_cross_origin(a);
     requests_.Add({{"endpoint", endpoint}, {"status", std::to_string(a.status)}}).Increment();
@@ -128,17 +161,22 @@ void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
   if (req.method == "POST" && req.path == "/v1/translate") return v1_translate(req, traceparent, answer);
   if (req.method == "POST" && req.path == "/translate") return libre_translate(req, traceparent, answer);
   if (req.method == "POST" && req.path == "/detect") return libre_detect(req, traceparent, answer);
+  if (req.method == "POST" && req.path == "/translate_file") return libre_translate_file(req, traceparent, answer);
+  if ((req.method == "GET" || req.method == "HEAD") && download) return answer(files_.download(req));
   // HEAD: the same answer, whose body libmicrohttpd leaves out.
   if ((req.method == "GET" || req.method == "HEAD") && req.path == "/languages") {
     return answer(json_answer(200, libretranslate_.languages_json()));
   }
-  // Browsers' preflight before a cross-origin POST /translate or /detect.
-  if (req.method == "OPTIONS" && (req.path == "/translate" || req.path == "/detect")) {
+  if (page) return answer(web_answer(*page));
+  // Browsers' preflight before a cross-origin request to LibreTranslate's routes: a POST,
+  // or a GET /languages with a Content-Type header (the npm `libretranslate` client sends one).
+  if (req.method == "OPTIONS" && libre) {
     return answer(json_answer(204, ""));
   }
   answer(json_answer(404, LibreTranslateApi::error_json(
                               "no such endpoint: " + req.method + " " + req.path +
-                              " (POST /v1/translate, POST /translate, POST /detect, GET /languages)")));
+                              " (GET / the web page, POST /v1/translate, POST /translate, POST /detect, "
+                              "GET /languages, POST /translate_file, GET /download_file/NAME)")));
 }
 
 void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparent,
@@ -204,6 +242,17 @@ void HttpApi::libre_detect(const HttpRequest& req, const std::string& traceparen
   }
 }
 
+void HttpApi::libre_translate_file(const HttpRequest& req, const std::string& traceparent,
+                                   HttpFront::Respond respond) {
+  try {
+    Caller caller;
+    LibreTranslateRequest request = libre_request(req, kFile, traceparent, &caller);
+    files_.translate_file(req, std::move(request), std::move(caller), traceparent, respond);
+  } catch (const LibreTranslateError& e) {
+    respond(json_answer(e.status, LibreTranslateApi::error_json(e.message)));
+  }
+}
+
 void HttpApi::libre_translate(const HttpRequest& req, const std::string& traceparent,
                               HttpFront::Respond respond) {
   try {
@@ -216,14 +265,7 @@ void HttpApi::libre_translate(const HttpRequest& req, const std::string& tracepa
         kLibre, std::move(translation), Clock::time_point::max(),
         [this, request = std::move(request), respond](const grpc::Status& status,
                                                       v1::TranslateResponse response) {
-          if (!status.ok()) {
-            const LibreTranslateError e = libretranslate_error(status);
-            HttpAnswer refused = json_answer(e.status, LibreTranslateApi::error_json(e.message));
-            if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-              refused.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(status)));
-            }
-            return respond(std::move(refused));
-          }
+          if (!status.ok()) return respond(libre_refusal(status));
           respond(json_answer(200, libretranslate_.response_json(request, response)));
         },
         std::move(caller), traceparent);

@@ -6,6 +6,7 @@
 //                       status of the gRPC code (400, 401, 404, 429, 503, 504, 500)
 //   POST /translate     LibreTranslate's API (server/http/libretranslate_api.h)
 //   GET  /languages     LibreTranslate's list of languages of the served models
+//   POST /translate_file, GET /download_file/NAME  LibreTranslate's documents (file_api.h)
 // Requests go through the RequestPipeline the gRPC calls use (server/pipeline/): the same
 // validation, limits (server.max_concurrent_calls, the queue), bearer tokens, metrics and
 // log lines as gRPC.
@@ -16,6 +17,8 @@
 #include <string>
 
 #include "server/config/http_limits.h"
+#include "server/documents/document_limits.h"
+#include "server/http/file_api.h"
 #include "server/http/http_front.h"
 #include "server/http/libretranslate_api.h"
 #include "server/observability/metrics.h"
@@ -33,7 +36,8 @@ class HttpApi {
   // its tenant of fair queueing, as gRPC's x-tenant metadata does (identify_caller).
   HttpApi(const std::string& host, int port, const HttpLimits& limits, size_t max_body_bytes,
           RequestPipeline& pipeline, const ModelRegistry& models, const BearerAuth& auth,
-          Metrics& metrics, bool trust_tenant_header = false);
+          Metrics& metrics, bool trust_tenant_header = false,
+          const DocumentLimits& documents = {});
   ~HttpApi();  // stop()
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;
@@ -51,6 +55,8 @@ class HttpApi {
                        HttpFront::Respond respond);
   void libre_detect(const HttpRequest& request, const std::string& traceparent,
                     HttpFront::Respond respond);
+  void libre_translate_file(const HttpRequest& request, const std::string& traceparent,
+                            HttpFront::Respond respond);
   // The parsed LibreTranslate request once its API key passes (else LibreTranslateError),
   // and who sent it (fair queueing, quotas).
   LibreTranslateRequest libre_request(const HttpRequest& request, const char* method,
@@ -59,6 +65,7 @@ class HttpApi {
   RequestPipeline& pipeline_;
   const BearerAuth& auth_;  // main's: SIGHUP reloads its tokens
   const LibreTranslateApi libretranslate_;
+  FileApi files_;
   const size_t max_body_bytes_;
   const bool trust_tenant_header_;
   prometheus::Family<prometheus::Counter>& requests_;

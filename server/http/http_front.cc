@@ -133,17 +133,22 @@ MHD_Result collect_argument(void* cls, MHD_ValueKind, const char* key, const cha
 // pieces (off > 0 continues the field before); a field's later values are dropped.
 struct FormFields {
   std::map<std::string, std::string>* form;
+  std::map<std::string, std::string>* filenames;
   bool taking = false;
   std::string* value = nullptr;
 };
 
-MHD_Result collect_field(void* cls, MHD_ValueKind, const char* key, const char*, const char*,
+MHD_Result collect_field(void* cls, MHD_ValueKind, const char* key, const char* filename, const char*,
                          const char*, const char* data, uint64_t off, size_t size) {
   auto& fields = *static_cast<FormFields*>(cls);
+  // A multipart part without a name: libmicrohttpd hands it over with a null key (found by
+  // fuzz_multipart: taken as a string, it ended the server).
+  if (key == nullptr) return MHD_YES;
   if (off == 0) {
     const auto [it, inserted] = fields.form->emplace(key, std::string());
     fields.taking = inserted;
     fields.value = &it->second;
+    if (inserted && filename) fields.filenames->emplace(key, filename);
   }
   if (fields.taking && size > 0) fields.value->append(data, size);
   return MHD_YES;
@@ -372,7 +377,7 @@ class HttpFront::Impl {
   }
 
   static void parse_form(MHD_Connection* connection, HttpRequest& request) {
-    FormFields fields{&request.form};
+    FormFields fields{&request.form, &request.form_filenames};
     // Null unless the body is url-encoded or multipart/form-data.
     MHD_PostProcessor* parser =
         MHD_create_post_processor(connection, kPostBufferBytes, &collect_field, &fields);

@@ -37,6 +37,8 @@ struct HttpRequest {
   bool body_over_limit = false;                // over max_body_bytes: answer 413
   // The first value of each field of the query, and of a url-encoded or multipart body.
   std::map<std::string, std::string> form;
+  // The file name a multipart field carried (its Content-Disposition `filename`), by field.
+  std::map<std::string, std::string> form_filenames;
 
   std::string header(const std::string& lowercase_name) const;
 };

@@ -124,6 +124,8 @@ LibreTranslateRequest LibreTranslateApi::parse(
     r.target = json_string(parsed, "target");
     r.format = json_string(parsed, "format");
     r.api_key = json_string(parsed, "api_key");
+    // The npm registry's `libretranslate` client sends its key as apiKey (tests/browser).
+    if (r.api_key.empty()) r.api_key = json_string(parsed, "apiKey");
     const auto alt = parsed.find("alternatives");
     if (alt != parsed.end() && !alt->is_null()) {
       // Anything but an integer or a string fails check() as "not a number".

@@ -84,6 +84,37 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.http_limits.body_timeout_seconds, h.body_timeout_seconds);
   EXPECT_EQ(c.http_limits.idle_timeout_seconds, h.idle_timeout_seconds);
   EXPECT_EQ(c.http_limits.threads, h.threads);
+  // And the documents' bounds.
+  const DocumentLimits dl;
+  EXPECT_EQ(c.documents.max_file_bytes, dl.max_file_bytes);
+  EXPECT_EQ(c.documents.max_archive_entries, dl.max_archive_entries);
+  EXPECT_EQ(c.documents.max_decompressed_bytes, dl.max_decompressed_bytes);
+  EXPECT_EQ(c.documents.max_compression_ratio, dl.max_compression_ratio);
+  EXPECT_EQ(c.documents.max_xml_depth, dl.max_xml_depth);
+  EXPECT_EQ(c.documents.store_seconds, dl.store_seconds);
+  EXPECT_EQ(c.documents.store_bytes, dl.store_bytes);
+}
+
+TEST(Config, DocumentKeysFromYamlAndFlags) {
+  const ServerConfig c = parse_config(std::string(kMinimal) + R"(
+documents:
+  max_file_bytes: 1000
+  max_archive_entries: 7
+  max_decompressed_bytes: 5000
+  max_compression_ratio: 20
+  max_xml_depth: 9
+  store_seconds: 2.5
+)", "/etc/nmt", {{"documents-store-mb", "3"}});
+  EXPECT_EQ(c.documents.max_file_bytes, 1000u);
+  EXPECT_EQ(c.documents.max_archive_entries, 7);
+  EXPECT_EQ(c.documents.max_decompressed_bytes, 5000u);
+  EXPECT_EQ(c.documents.max_compression_ratio, 20);
+  EXPECT_EQ(c.documents.max_xml_depth, 9);
+  EXPECT_EQ(c.documents.store_seconds, 2.5);
+  EXPECT_EQ(c.documents.store_bytes, 3u << 20);
+  // Above libxml2's own nesting cap without huge trees.
+  EXPECT_THROW(parse_config(std::string(kMinimal) + "documents:\n  max_xml_depth: 257\n", "/etc/nmt"), ConfigError);
+  EXPECT_THROW(parse_config(std::string(kMinimal) + "documents:\n  max_zip_entries: 3\n", "/etc/nmt"), ConfigError);
 }
 
 TEST(Config, DefaultsWhenSectionsAreAbsent) {
@@ -253,7 +284,7 @@ TEST(Config, YamlErrorsNameTheKey) {
   const std::string m = kMinimal;
   EXPECT_EQ(error_of(m + "server:\n  prot: 1\n"), "unknown key 'server.prot'");
   EXPECT_EQ(error_of(m + "servers:\n  port: 1\n"),
-            "unknown key 'servers' (known: server, http, limits, batching, models, model_repository)");
+            "unknown key 'servers' (known: server, http, limits, batching, documents, models, model_repository)");
   EXPECT_EQ(error_of(m + "server:\n  port: abc\n"), "server.port: expected an integer, got 'abc'");
   EXPECT_EQ(error_of(m + "server:\n  port: 70000\n"),
             "server.port: must be between 1 and 65535, got 70000");

@@ -147,6 +147,15 @@ def libretranslate_checks(port, a, b):
            "a paragraph over max_input_tokens: its sentences translated and joined")
     status, _, headers = http(port, "OPTIONS", "/translate")
     check(status == 204 and headers.get("Access-Control-Allow-Origin") == "*", "CORS preflight: 204, origin *")
+    # The npm `libretranslate` client's GET /languages carries a Content-Type: a preflight.
+    status, _, headers = http(port, "OPTIONS", "/languages")
+    check(status == 204 and headers.get("Access-Control-Allow-Origin") == "*", "CORS preflight of /languages: 204")
+    # The web page (server/web/; tests/browser runs it) needs no API key: its requests do.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=60) as r:
+        page, page_headers = r.read().decode(), r.headers
+    check(page_headers.get("Content-Type") == "text/html; charset=utf-8" and "<title>nmt-serve" in page
+          and "default-src 'none'" in page_headers.get("Content-Security-Policy", ""),
+          "GET /: the web page, as HTML under its Content-Security-Policy")
 
     missing = "Invalid request: missing {} parameter"
     expect(http(port, "POST", "/translate", {"source": "en", "target": "de", "api_key": TOKEN}), 400,
@@ -224,7 +233,8 @@ def limit_checks(server, port):
     expect(http(port, "POST", "/translate", big), 413,
            {"error": "the request body is over 8192 bytes (server.max_message_bytes)"}, "a body over the limit")
     expect(http(port, "GET", "/nothing"), 404,
-           {"error": "no such endpoint: GET /nothing (POST /v1/translate, POST /translate, POST /detect, GET /languages)"},
+           {"error": "no such endpoint: GET /nothing (GET / the web page, POST /v1/translate, POST /translate, POST /detect, "
+                     "GET /languages, POST /translate_file, GET /download_file/NAME)"},
            "an unknown path")
     channel = grpc.insecure_channel(server.target)
     pending = queue.Queue()

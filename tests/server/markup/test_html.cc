@@ -1,0 +1,275 @@
+// The HTML document (server/markup/html.h): blocks and spans, what is kept as it is, entities,
+// fragments and whole documents, the depth bound, and 240 generated snippets translated by a
+// reordering translation with exact alignments (markup_test_support.h), each parsed back
+// with gumbo: no parse error, every element kept exactly once, each block's text the plain
+// translation of the source block, the kept parts unchanged.
+#include <gtest/gtest.h>
+#include <gumbo.h>
+
+#include <algorithm>
+#include <set>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/error.h"
+#include "server/markup/html.h"
+#include "tests/server/markup/markup_test_support.h"
+
+namespace nmt::markup {
+namespace {
+
+using testing::identity;
+using testing::reverse_upper;
+using testing::translate_all;
+
+std::string translated(const std::string& html) {
+  auto doc = parse_html(html, {}, "texts[0]");
+  return doc->render(translate_all(*doc));
+}
+
+std::string unchanged(const std::string& html) {
+  auto doc = parse_html(html, {}, "texts[0]");
+  return doc->render(identity(*doc));
+}
+
+std::vector<std::string> block_texts(const std::string& html) {
+  std::vector<std::string> out;
+  const auto doc = parse_html(html, {}, "texts[0]");
+  for (const Block& b : doc->blocks()) out.push_back(b.text);
+  return out;
+}
+
+TEST(Html, BlocksAreTheRunsOfInlineContentAndTheTranslatedAttributes) {
+  EXPECT_EQ(block_texts("<p>Hello <b>big</b> world</p><div>Two <i>dogs</i><p>play</p> here</div>"),
+            (std::vector<std::string>{"Hello big world", "Two dogs", "play", "here"}));
+  EXPECT_EQ(block_texts("<p title=\"A tip\">Look <img src=\"x.png\" alt=\"a cat\"> here</p>"
+                        "<input placeholder=\"Your name\" value=\"kept\">"),
+            (std::vector<std::string>{"A tip", "a cat", "Look here", "Your name"}));
+  // Whitespace collapses (as HTML renders it); a line break separates words.
+  EXPECT_EQ(block_texts("<p>\n  one\n   two<br>three </p>"), (std::vector<std::string>{"one two three"}));
+  EXPECT_TRUE(block_texts("<p> </p><br><hr>").empty());
+}
+
+TEST(Html, TagsFollowTheirWords) {
+  EXPECT_EQ(translated("<p>Hello <b>big</b> world</p>"), "<p>WORLD <b>BIG</b> HELLO</p>");
+  EXPECT_EQ(translated("<p><a href=\"/x?a=1&amp;b=2\">two dogs</a> play</p>"),
+            "<p>PLAY <a href=\"/x?a=1&amp;b=2\">DOGS TWO</a></p>");
+  EXPECT_EQ(translated("<p>a <b>b <i>c</i></b> d</p>"), "<p>D <b><i>C</i> B</b> A</p>");
+  EXPECT_EQ(unchanged("<p>a <b>b <i>c</i></b> d</p>"), "<p>a <b>b <i>c</i></b> d</p>");
+}
+
+TEST(Html, AttributesAreTranslatedOthersKept) {
+  EXPECT_EQ(translated("<p title=\"a tip\" class=\"x y\">hi there</p>"),
+            "<p title=\"TIP A\" class=\"x y\">THERE HI</p>");
+  EXPECT_EQ(translated("<img src=\"cat.png\" alt=\"a &quot;cat&quot;\">"),
+            "<img src=\"cat.png\" alt=\"&quot;CAT&quot; A\">");
+  EXPECT_EQ(translated("<input type=\"text\" placeholder=\"your name\">"),
+            "<input type=\"text\" placeholder=\"NAME YOUR\">");
+}
+
+TEST(Html, ScriptStyleCodePreAndTranslateNoAreLeftAlone) {
+  EXPECT_EQ(translated("<pre>keep  <b>this</b>\n as is</pre>"), "<pre>keep  <b>this</b>\n as is</pre>");
+  EXPECT_EQ(translated("<script>if (a < b) x = \"<b>\";</script><style>p > b {}</style>"),
+            "<script>if (a < b) x = \"<b>\";</script><style>p > b {}</style>");
+  EXPECT_EQ(translated("<div translate=\"no\" title=\"kept\">Brand <b>name</b></div>"),
+            "<div translate=\"no\" title=\"kept\">Brand <b>name</b></div>");
+  // Inline ones stay where the alignments put them, like void elements.
+  EXPECT_EQ(translated("<p>run <code>ls -l</code> now</p>"), "<p>NOW RUN<code>ls -l</code></p>");
+  EXPECT_EQ(translated("<p>see <span translate=\"NO\">Acme</span> now</p>"),
+            "<p>NOW SEE<span translate=\"NO\">Acme</span></p>");
+  EXPECT_EQ(translated("<p>a<!-- note --> b</p>"), "<p>B A<!-- note --></p>");
+}
+
+TEST(Html, EntitiesAreDecodedForTranslationAndEscapedAgain) {
+  EXPECT_EQ(block_texts("<p>a &lt; b &amp; c&nbsp;d &eacute; &#169;</p>"),
+            (std::vector<std::string>{"a < b & c\u00a0d \u00e9 \u00a9"}));
+  EXPECT_EQ(unchanged("<p>a &lt; b &amp; c&nbsp;d &quot;q&quot; &eacute;</p>"),
+            "<p>a &lt; b &amp; c&nbsp;d \"q\" \u00e9</p>");
+  EXPECT_EQ(translated("<p>x &gt; y</p>"), "<p>Y &gt; X</p>");
+}
+
+TEST(Html, AFragmentStaysAFragmentADocumentADocument) {
+  EXPECT_EQ(translated("hello <b>world</b>"), "<b>WORLD</b> HELLO");
+  EXPECT_EQ(translated("<!DOCTYPE html><html><head><title>my page</title></head>"
+                       "<body><p>hi there</p></body></html>"),
+            "<!DOCTYPE html><html><head><title>PAGE MY</title></head><body><p>THERE HI</p></body></html>");
+}
+
+TEST(Html, UnclosedAndMisnestedTagsAreRepairedAsABrowserWould) {
+  EXPECT_EQ(translated("<p>hello <b>big world"), "<p><b>WORLD BIG</b> HELLO</p>");
+  EXPECT_EQ(unchanged("<p>a <b>b <i>c</b> d</i></p>"), "<p>a <b>b <i>c</i></b> <i>d</i></p>");
+}
+
+TEST(Html, NestingDeeperThanTheBoundIsRefusedWithItsReason) {
+  auto nested = [](int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += "<div>";
+    return s + "deep";
+  };
+  EXPECT_NO_THROW(parse_html(nested(20), {30}, "texts[1]"));
+  try {
+    parse_html(nested(40), {30}, "texts[1]");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_STREQ(e.what(), "texts[1]: HTML elements nest deeper than 30 (limits.max_markup_depth)");
+  }
+  // Far past any bound: refused before gumbo parses it (its tree builder is quadratic in
+  // depth); optional end tags and void elements do not count as nesting.
+  EXPECT_THROW(parse_html(nested(100000), {100}, "texts[0]"), Error);
+  std::string flat;
+  for (int i = 0; i < 300; ++i) flat += "<p>a<br>b<li>c<img src=x>";
+  EXPECT_NO_THROW(parse_html(flat, {30}, "texts[0]"));
+  EXPECT_THROW(parse_html("<b><i>" + nested(30), {30}, "texts[0]"), Error);
+}
+
+// ---- 240 generated snippets ----
+
+struct Generator {
+  std::mt19937 rng{55};
+  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); }
+
+  std::string words() {
+    static const char* w[] = {"two", "dogs", "play", "in", "the", "snow", "a", "man", "rides",
+                              "bike", "caf\u00e9", "na\u00efve", "x&amp;y", "&lt;tag&gt;",
+                              "1&nbsp;kg", "&eacute;t&eacute;", "&#169;", "&#x20AC;5"};
+    std::string s;
+    for (int n = 1 + pick(3); n-- > 0;) s += std::string(s.empty() ? "" : " ") + w[pick(18)];
+    return s;
+  }
+
+  std::string inline_content(int depth, bool in_link = false) {
+    std::string s;
+    for (int n = 1 + pick(4); n-- > 0;) {
+      if (!s.empty() && pick(4)) s += ' ';
+      const int kind = depth > 3 ? 0 : pick(12);
+      static const char* tags[] = {"b", "i", "em", "strong", "u", "sub", "sup", "mark"};
+      switch (kind) {
+        case 0: case 1: case 2: s += words(); break;
+        case 3: case 4: {
+          const std::string t = tags[pick(8)];
+          s += "<" + t + ">" + inline_content(depth + 1, in_link) + "</" + t + ">";
+          break;
+        }
+        case 5:  // links do not nest
+          if (in_link) s += words();
+          else s += "<a href=\"https://x.test/?a=1&amp;b=2\" title=\"go there\">" + inline_content(depth + 1, true) + "</a>";
+          break;
+        case 6: s += "<span class=\"c\" data-x='\"q\"'>" + inline_content(depth + 1, in_link) + "</span>"; break;
+        case 7: {
+          static const char* v[] = {"<br>", "<img src=\"p.png\" alt=\"a small dog\">", "<wbr>",
+                                    "<input placeholder=\"your name\">"};
+          s += v[pick(4)];
+          break;
+        }
+        case 8: s += "<code>x &lt; y</code>"; break;
+        case 9: s += "<span translate=\"no\">Acme <b>Corp</b></span>"; break;
+        case 10: s += "<!-- note -->"; break;
+        default: s += "<abbr title=\"the snow\">" + words() + "</abbr>"; break;
+      }
+    }
+    return s;
+  }
+
+  std::string snippet() {
+    std::string s;
+    for (int n = 1 + pick(3); n-- > 0;) {
+      switch (pick(10)) {
+        case 0: s += "<p>" + inline_content(0) + "</p>"; break;
+        case 1: s += "<div>" + inline_content(0) + "<p>" + inline_content(0) + "</p></div>"; break;
+        case 2: s += "<h2 title=\"a heading\">" + inline_content(0) + "</h2>"; break;
+        case 3: s += "<ul><li>" + inline_content(0) + "</li><li>" + inline_content(0) + "</li></ul>"; break;
+        case 4: s += "<table><tbody><tr><td>" + inline_content(0) + "</td><td>" + inline_content(0) + "</td></tr></tbody></table>"; break;
+        case 5: s += "<blockquote><p>" + inline_content(0) + "</p></blockquote>"; break;
+        case 6: s += "<pre>kept  <b>as</b> is &amp;</pre>"; break;
+        case 7: s += "<script>var a = \"<b>\" && 1;</script><style>p > b { }</style>"; break;
+        case 8: s += "<div translate=\"no\">do <i>not</i> translate</div>"; break;
+        default: s += "<p>" + inline_content(0) + "</p>\n"; break;
+      }
+    }
+    return s;
+  }
+};
+
+struct Parsed {
+  explicit Parsed(const std::string& html) : output(gumbo_parse_with_options(&options(), html.data(), html.size())) {}
+  ~Parsed() { gumbo_destroy_output(&options(), output); }
+  static const GumboOptions& options() {
+    static const GumboOptions o = [] {
+      GumboOptions x = kGumboDefaultOptions;
+      x.fragment_context = GUMBO_TAG_BODY;
+      return x;
+    }();
+    return o;
+  }
+  GumboOutput* output;
+};
+
+bool translated_attribute(const std::string& name) {
+  return name == "alt" || name == "title" || name == "placeholder";
+}
+
+// Every element as "tag attr=value ..." (translated attributes by name only), and each text
+// of what is kept as it is (kept elements move with the alignments: compared as sets).
+void inventory(const GumboNode* n, bool kept, std::multiset<std::string>& elements,
+               std::multiset<std::string>& kept_text) {
+  if (n->type == GUMBO_NODE_TEXT || n->type == GUMBO_NODE_WHITESPACE) {
+    if (kept) kept_text.insert(n->v.text.text);
+    return;
+  }
+  if (n->type != GUMBO_NODE_ELEMENT) return;
+  std::string e = gumbo_normalized_tagname(n->v.element.tag);
+  bool keep = kept || n->v.element.tag == GUMBO_TAG_PRE || n->v.element.tag == GUMBO_TAG_CODE ||
+              n->v.element.tag == GUMBO_TAG_SCRIPT || n->v.element.tag == GUMBO_TAG_STYLE;
+  for (unsigned a = 0; a < n->v.element.attributes.length; ++a) {
+    const auto* attr = static_cast<const GumboAttribute*>(n->v.element.attributes.data[a]);
+    e += std::string(" ") + attr->name;
+    if (!translated_attribute(attr->name) || keep) e += std::string("=") + attr->value;
+    if (std::string(attr->name) == "translate") keep = true;
+  }
+  elements.insert(e);
+  for (unsigned k = 0; k < n->v.element.children.length; ++k)
+    inventory(static_cast<const GumboNode*>(n->v.element.children.data[k]), keep, elements, kept_text);
+}
+
+TEST(Html, GeneratedSnippetsComeBackValidWithEveryTagOnceAndTheTranslatedText) {
+  Generator gen;
+  int blocks = 0, spans = 0;
+  for (int i = 0; i < 240; ++i) {
+    const std::string source = gen.snippet();
+    SCOPED_TRACE("snippet " + std::to_string(i) + ": " + source);
+    auto doc = parse_html(source, {}, "texts[0]");
+    const std::string out = doc->render(translate_all(*doc));
+    SCOPED_TRACE("translated: " + out);
+    Parsed in(source), back(out);
+    ASSERT_EQ(in.output->errors.length, 0u) << "the generator wrote invalid HTML";
+    EXPECT_EQ(back.output->errors.length, 0u) << "the translation does not parse cleanly";
+    std::multiset<std::string> in_elements, out_elements;
+    std::multiset<std::string> in_kept, out_kept;
+    inventory(in.output->root, false, in_elements, in_kept);
+    inventory(back.output->root, false, out_elements, out_kept);
+    EXPECT_EQ(in_elements, out_elements);
+    EXPECT_EQ(in_kept, out_kept);
+    // Parsed again, the translation has the same blocks, each the plain translation of a
+    // source block, with as many spans (attributes move with their elements: as sets).
+    auto again = parse_html(out, {}, "texts[0]");
+    std::multiset<std::pair<std::string, std::size_t>> expected, got;
+    for (const Block& b : doc->blocks()) {
+      expected.insert({reverse_upper(b.text).text, b.spans.size()});
+      spans += static_cast<int>(b.spans.size());
+    }
+    for (const Block& b : again->blocks()) got.insert({b.text, b.spans.size()});
+    EXPECT_EQ(got, expected);
+    blocks += static_cast<int>(doc->blocks().size());
+    // The identity translation gives the source back as the serializer writes it.
+    const std::string same = doc->render(identity(*doc));
+    auto reparsed = parse_html(same, {}, "texts[0]");
+    EXPECT_EQ(reparsed->render(identity(*reparsed)), same);
+  }
+  EXPECT_GT(blocks, 600);
+  EXPECT_GT(spans, 1000);
+}
+
+}  // namespace
+}  // namespace nmt::markup
