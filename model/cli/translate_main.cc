@@ -146,7 +146,7 @@ Sentences split_lines(const std::vector<std::string>& lines, const Args& args,
     if (one_each && sentences.size() != 1) {
       throw nmt::Error(nmt::ErrorCode::kInvalidArgument,
                        "input line " + std::to_string(i + 1) + " has " + std::to_string(sentences.size()) +
-                           " sentences: --num-hypotheses and --scores give one sentence's list; put "
+                           " sentences: --num-hypotheses, --scores and --alignments give one sentence's list; put "
                            "one sentence a line or pass --no-split-sentences");
     }
     out.all.insert(out.all.end(), sentences.begin(), sentences.end());

@@ -64,13 +64,14 @@ struct DecodeState {
   DeviceBuffer<char> step_in;  // the upload, copied by the step's first launch
 };
 
-// What a lane's step in flight needs until it is collected (Engine::submit()).
+// Where StepLane::alignment's argmax ints start after the flag bytes of `rows` padded rows.
 inline size_t alignment_argmax_offset(int rows) { return (size_t(rows) + 15) / 16 * 16; }
 
+// What a lane's step in flight needs until it is collected (Engine::submit()).
 struct StepLane {
   PinnedBuffer in, out;  // its packed upload and the top-k download
   // return_alignments (mapped, as in and out): [padded rows] flag bytes (the row's sentence
-  // asks), then at alignment_argmax() the kernel's [padded rows] argmax source positions.
+  // asks), then at alignment_argmax_offset() the kernel's [padded rows] argmax source positions.
   PinnedBuffer alignment;
   // Repetition controls: the token edits' table (kernels::TokenEditTable, at a fixed address
   // the graphs read) and the arrays it points to (grown as a step needs: [padded rows + 1]

@@ -104,6 +104,13 @@ def sync_checks(nmt_client, pb, server):
         ok = ok and all(h[i].score >= h[i + 1].score for h in nbest for i in range(2))
         check(ok and all(x.token_ids for h in nbest for x in h), "translate_nbest: 3 scored hypotheses, best first")
         check([m.name for m in client.list_models()] == ["m30k"], "list_models")
+        # return_alignments: one Alignment per target token; the demo model's "Hund" from "dog".
+        source = "A dog runs across the yard."
+        text, aligned = client.translate_alignments(source)
+        words = {text.encode()[a.target[0]:a.target[1]].decode(): source[a.source[0]:a.source[1]] for a in aligned}
+        check(text == client.translate(source) and aligned and words.get("Hund") == "dog"
+              and [a.target_token for a in aligned] == list(range(len(aligned))),
+              f"translate_alignments: {text!r}, {words}")
 
         heavy = [f"A man number {i} walks his dog in the park near the river." for i in range(32)]
         try:

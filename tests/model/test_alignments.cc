@@ -124,3 +124,29 @@ TEST(Alignments, TrainedModelAlignsWords) {
   }
   EXPECT_TRUE(found) << h.text;
 }
+
+// The fairseq tokenizers' source ranges (NLLB-200: the language token first, empty): they tile
+// the text but for its spaces, as Marian's do, for every family folder.
+TEST(Alignments, FamilySourceRangesTileTheText) {
+  for (const char* family : {"nllb", "nllb_legacy", "m2m100", "mbart50"}) {
+    TranslatorOptions o;
+    o.device = Device::kCpu;
+    o.precision = Precision::kFloat32;
+    auto tr = Translator::load(test::conformance_dir() + "/families/" + family, o);
+    const std::string source = "A dog runs across the yard.";
+    const std::vector<TextSpan> spans = tr->tokenizer().source_spans(source);
+    ASSERT_EQ(spans.size(), tr->encode_source(source).size()) << family;
+    std::string pieces;
+    size_t last = 0;
+    for (const TextSpan& s : spans) {
+      ASSERT_LE(s.begin, s.end) << family;
+      ASSERT_LE(s.end, source.size()) << family;
+      if (s.end > s.begin) {
+        EXPECT_GE(s.begin, last) << family << ": in order";
+        last = s.end;
+      }
+      pieces += source.substr(s.begin, s.end - s.begin);
+    }
+    EXPECT_EQ(pieces, without_spaces(source)) << family;
+  }
+}

@@ -158,6 +158,13 @@ TEST(TranslateCli, NBestAndScoresFormats) {
   EXPECT_EQ(r.out[0], '-') << "a log-probability score comes first: " << r.out;
 }
 
+// --alignments: the text, then a source-target token index pair per target token (EOS too).
+TEST(TranslateCli, AlignmentsInPharaohFormat) {
+  const Result r = sh("echo 'A dog runs across the yard.' | " + kBin + " --alignments --quiet 2>/dev/null");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "Ein Hund rennt über den Hof. ||| 0-0 1-1 2-2 3-3 4-4 5-5 7-6 7-7\n");
+}
+
 TEST(TranslateCli, ErrorsExitNonZeroWithOneLine) {
   struct Case {
     std::string args, message;

@@ -10,4 +10,6 @@ transformers at the top, so `make_conformance.py --help` works without them.
   marian/                the Marian variants, tokenizer files, models and references
   families/              the NLLB-200 / M2M-100 / mBART-50 variants, tokenizers, models,
                          references, and generate (families/ end to end)
+  controls/              the decoding controls' standalone reference generators (issue 54):
+                         controls/alignments.py writes tests/conformance/controls/alignments
 """
