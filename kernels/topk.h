@@ -22,6 +22,9 @@ namespace nmt::kernels {
 constexpr unsigned char kTopkMaskEos = 1;
 constexpr unsigned char kTopkForceEos = 2;
 constexpr unsigned char kTopkForceToken = 4;  // reads TopkMasks::forced_tokens
+// With kTopkForceToken: the forced token keeps its real log-prob instead of 0 (teacher
+// forcing, StepGroup::teacher_forced); kTopkForceEos still wins with 0.
+constexpr unsigned char kTopkTeacherForced = 8;
 
 struct TopkMasks {
   int pad_id = -1;  // < 0: no pad masking

@@ -397,7 +397,7 @@ class CpuEngine : public Engine {
       if (g.follows >= 0)  // Engine::submit(): only engines that overlap steps follow one
         throw Error(ErrorCode::kInternal, "engine step: the CPU engine computes each step at once and follows none");
       if (g.forced_token >= c_.target_vocab_size)
-        throw Error(ErrorCode::kInvalidArgument, "forced first token id " + std::to_string(g.forced_token) +
+        throw Error(ErrorCode::kInvalidArgument, "forced token id " + std::to_string(g.forced_token) +
                                                      " is outside the vocabulary");
       if (g.position >= c_.max_positions)
         throw Error(ErrorCode::kInvalidArgument,
@@ -449,6 +449,7 @@ class CpuEngine : public Engine {
       const StepGroup& g = in.groups[size_t(row_group_[size_t(r)])];
       // <pad> is banned only where generate() bans it (ModelConfig::mask_pad).
       cpu::RowMasks masks{c_.mask_pad ? c_.pad_id : -1, c_.eos_id, g.mask_eos, g.force_eos, g.forced_token};
+      masks.teacher_forced = g.teacher_forced;
       cpu::row_topk(logits_.data() + r * vocab, vocab, in.running_scores[size_t(r)], masks,
                     int(std::min<int64_t>(g.k, vocab)), row_scores_.data() + r * stride,
                     row_tokens_.data() + r * stride);

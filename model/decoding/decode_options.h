@@ -1,6 +1,7 @@
 #pragma once
 // Per-request decoding options and their validation.
 #include <string>
+#include <vector>
 
 namespace nmt {
 
@@ -19,10 +20,25 @@ struct DecodeOptions {
   // (ModelConfig::forced_bos_id: none for Marian, generation_config's for the others).
   int forced_bos_id = -1;
 
+  // target_prefix (docs/decoding.md, "Target prefix"): target ids the hypotheses continue,
+  // after the forced first token when there is one. They are fed as forced tokens one step
+  // at a time; as transformers' decoder_input_ids they (and the forced first token with them)
+  // are the prompt: their log-probs are not in the score and the length normalisation counts
+  // only the tokens generated after them, while max_decoding_length counts them. Returned
+  // hypotheses include them. No EOS among them.
+  std::vector<int> target_prefix;
+  // Score (teacher forcing, docs/decoding.md "Score"): when set, the sentence is not searched
+  // but scored: its target ids (EOS appended by the search) are forced one step at a time
+  // with their real log-probs (StepGroup::teacher_forced), after the forced first token as
+  // a translation has it. Greedy (beam_size 1); the score is normalised as a hypothesis'.
+  std::vector<int> score_target;
+  bool score = false;
+
   // Throws nmt::Error(kInvalidArgument) naming the option when a value is out of range.
   // max_beam and max_length are the serving limits (the model's position table bounds
   // max_length too).
   void validate(int max_beam, int max_length) const;
+  void validate_prompt() const;  // target_prefix / score (part of validate())
 };
 
 }  // namespace nmt

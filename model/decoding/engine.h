@@ -59,6 +59,10 @@ struct StepGroup {
   // DecodeOptions::forced_bos_id, at position 0), applied after the log-softmax like
   // force_eos; force_eos wins when both are set (transformers applies ForcedEOS last).
   int forced_token = -1;
+  // Teacher forcing (Score, docs/decoding.md): the forced_token's candidate carries its real
+  // log-prob (log_softmax of the logits, no mask) instead of 0; every other token stays -inf.
+  // Read only with forced_token >= 0 and not force_eos (a forced EOS keeps 0).
+  bool teacher_forced = false;
 };
 
 struct StepInput {

@@ -1,0 +1,189 @@
+"""target_prefix and Score references from transformers (docs/decoding.md, "Target prefix",
+"Score"), for tests/conformance/controls/prefix_score/:
+
+  references.jsonl  one record per case: {"model", "kind": "prefix" | "score", ...}
+  meta.json         versions, models, conventions, what was left out
+
+Run from the repository root: python3 -m tools.conformance.controls.prefix_score [--out DIR]
+
+Prefix: generate() with decoder_input_ids = [decoder start] + [language token of the families]
++ prefix, greedy and beam 4, the model's committed generate kwargs (meta.json "generate");
+its hypotheses (ids after the decoder start token: the language token, the prefix, the
+continuation and </s>) and scores. transformers scores only the tokens after the prompt
+(beam search's cur_len + 1 - decoder_prompt_len); the greedy score is the same convention
+over output_logits' log-softmax (a forced token, one finite score, counts 0). Score: one
+forward pass with labels = [language token] + target + [</s>], each label's log-softmax
+(the forced language token 0, as translation forces it), the score their sum over their
+count (length_penalty 1). Float32 on the CPU, one thread, as the other references.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # --root replaces it
+MODELS = [  # (name, folder, references whose sources and hypotheses seed the cases, family)
+    ("demo", "models/m30k-en-de-small", "tests/conformance/demo", False),
+    ("relu_untied", "tests/conformance/models/relu_untied", "tests/conformance/models/relu_untied", False),
+    ("nllb", "tests/conformance/families/nllb", "tests/conformance/families/nllb", True),
+]
+SENTENCES = 8      # records per model
+MIN_MARGIN = 1e-4  # as tools/conformance/search.py: closer greedy choices are left out
+NOISE = {"demo": 2e-5, "relu_untied": 3e-3, "nllb": 3e-3}  # beam perturbation (search.py)
+
+
+def load(folder):
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(os.path.join(ROOT, folder), dtype=torch.float32)
+    return model.eval()
+
+
+def records(refs):
+    out = []
+    with open(os.path.join(ROOT, refs, "references.jsonl")) as f:
+        for line in f:
+            out.append(json.loads(line))
+            if len(out) == SENTENCES:
+                break
+    return out
+
+
+def prefixes(rec, others, lang):
+    """Two prefixes per record: the start of its last 4-best hypothesis (a continuation the
+    search did not prefer) and the start of another record's best (a forced detour)."""
+    skip = 1 if lang is not None else 0
+    body = lambda ids: [t for t in ids[skip:] if t != ids[-1]] if ids else []
+    last = body(rec["nbest4"][-1]["ids"])[:2]
+    other = body(others["beam4"]["ids"])[:3]
+    return [p for p in (last, other) if p]
+
+
+def greedy(model, enc, start, kw, common):
+    import torch
+
+    out = model.generate(**enc, decoder_input_ids=start, **kw["greedy"], **common, output_scores=True,
+                         output_logits=True, return_dict_in_generate=True)
+    prompt = start.shape[1]
+    seq = out.sequences[0].tolist()  # batch 1: no padding
+    gen = seq[prompt:]
+    total, gap, tokens = 0.0, math.inf, []
+    banned = [b[0] for b in common.get("bad_words_ids", [])]
+    for t, tid in enumerate(gen):
+        lp = torch.log_softmax(out.logits[t][0].float(), dim=-1)
+        if torch.isfinite(out.scores[t][0]).sum().item() == 1:
+            tokens.append(0.0)  # forced (</s> at max_length)
+            continue
+        tokens.append(lp[tid].item())
+        total += lp[tid].item()
+        for b in banned:
+            lp[b] = -math.inf
+        top = torch.topk(lp, 2).values
+        gap = min(gap, (top[0] - top[1]).item())
+    ids = seq[1:prompt] + gen
+    return {"ids": ids, "score": total / len(gen), "token_scores": [0.0] * (prompt - 1) + tokens}, gap
+
+
+def beam(model, enc, start, kw, common, eps):
+    import torch
+    from tools.conformance.search import noise_processor
+
+    out = model.generate(**enc, decoder_input_ids=start, **kw["beam4"], **common, output_scores=True,
+                         return_dict_in_generate=True)
+    strip = lambda s: s[1:]  # batch 1, one sequence: no padding
+    ids = strip(out.sequences[0].tolist())
+    moved = False
+    for seed in (1, 2):
+        o = model.generate(**enc, decoder_input_ids=start, **kw["beam4"], **common,
+                           logits_processor=noise_processor(eps, seed))
+        moved |= strip(o[0].tolist()) != ids
+    return {"ids": ids, "score": out.sequences_scores[0].item()}, moved
+
+
+def score(model, enc, start_id, lang, target, eos):
+    import torch
+
+    labels = ([lang] if lang is not None else []) + target + [eos]
+    dec = torch.tensor([[start_id] + labels[:-1]])
+    logits = model(**enc, decoder_input_ids=dec).logits[0].float()
+    lp = torch.log_softmax(logits, dim=-1)
+    tokens = [lp[i, t].item() for i, t in enumerate(labels)]
+    if lang is not None:
+        tokens[0] = 0.0  # forced, as translation forces it
+    return {"ids": labels, "token_scores": tokens, "score": sum(tokens) / len(labels)}
+
+
+def main():
+    global ROOT
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", default=ROOT, help="the repository (models, references)")
+    ap.add_argument("--out", default=None, help="default: ROOT/tests/conformance/controls/prefix_score")
+    args = ap.parse_args()
+    ROOT = os.path.abspath(args.root)
+    sys.path.insert(0, ROOT)
+    args.out = args.out or os.path.join(ROOT, "tests/conformance/controls/prefix_score")
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    os.makedirs(args.out, exist_ok=True)
+    cases, left_out = [], []
+    with torch.no_grad():
+        for name, folder, refs, family in MODELS:
+            meta = json.load(open(os.path.join(ROOT, refs, "meta.json")))
+            kw = meta["generate"]
+            common = dict(kw["common"])
+            max_len = meta["max_decoding_length"]
+            model = load(folder)
+            recs = records(refs)
+            for n, rec in enumerate(recs):
+                lang = rec["beam4"]["ids"][0] if family else None
+                enc = {"input_ids": torch.tensor([rec["source_ids"]])}
+                enc["attention_mask"] = torch.ones_like(enc["input_ids"])
+                base = {"model": name, "model_dir": folder, "max_decoding_length": max_len,
+                        "source_ids": rec["source_ids"], "forced_bos_id": -1 if lang is None else lang}
+                for prefix in prefixes(rec, recs[(n + 1) % len(recs)], lang):
+                    start = torch.tensor([[common["decoder_start_token_id"]] + ([lang] if family else []) + prefix])
+                    g, gap = greedy(model, enc, start, kw, common)
+                    b, moved = beam(model, enc, start, kw, common, NOISE[name])
+                    case = dict(base, kind="prefix", id=rec["id"], target_prefix=prefix, greedy=g, beam4=b)
+                    if gap < MIN_MARGIN or moved:
+                        left_out.append({"model": name, "id": rec["id"], "prefix": prefix,
+                                         "greedy_gap": gap, "beam_moved": moved})
+                        continue
+                    cases.append(case)
+                skip = 1 if family else 0
+                eos = common["eos_token_id"]
+                for target in (rec["beam4"]["ids"][skip:-1], rec["nbest4"][1]["ids"][skip:-1],
+                               recs[(n + 2) % len(recs)]["beam4"]["ids"][skip:-1]):
+                    s = score(model, enc, common["decoder_start_token_id"], lang, target, eos)
+                    cases.append(dict(base, kind="score", id=rec["id"], target=target, **s,
+                                      translation_score=rec["beam4"]["score"] if target == rec["beam4"]["ids"][skip:-1] else None))
+    with open(os.path.join(args.out, "references.jsonl"), "w") as f:
+        for c in cases:
+            f.write(json.dumps(c) + "\n")
+    meta = {"description": __doc__.split("\n\n")[0],
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "python": sys.version.split()[0]},
+            "models": [m[:2] for m in MODELS], "sentences_per_model": SENTENCES, "min_margin": MIN_MARGIN,
+            "beam_step_perturbation": NOISE,
+            "conventions": {
+                "prefix_ids": "hypotheses' ids include the language token (families) and the prefix",
+                "prefix_score": "sum of the log-probs after the prompt / their count (beam search: "
+                                "cur_len + 1 - decoder_prompt_len); prompt token_scores 0",
+                "score": "labels = [language] + target + [</s>]; the language token's log-prob 0; "
+                         "score = sum / len(labels)"},
+            "cases": {"prefix": sum(c["kind"] == "prefix" for c in cases),
+                      "score": sum(c["kind"] == "score" for c in cases)},
+            "left_out": left_out}
+    with open(os.path.join(args.out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1, sort_keys=True)
+    print(f"prefix_score: {meta['cases']} cases, {len(left_out)} left out -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
