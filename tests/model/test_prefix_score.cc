@@ -120,7 +120,7 @@ TEST(PrefixScore, HypothesesContinueTheTextPrefix) {
 TEST(PrefixScore, MixedLoadEqualsLoneTranslations) {
   std::vector<LoopSentence> mixed;
   std::vector<std::vector<int>> sources;
-  for (const auto& s : kSources) sources.push_back(demo().encode_source(s));
+  for (size_t i = 0; i < 2; ++i) sources.push_back(demo().encode_source(kSources[i]));
   const std::vector<int> prefix = demo().encode_target("Ein Mann");
   const std::vector<int> target = demo().encode_target("Ein Hund rennt über den Hof.");
   uint64_t id = 0;
