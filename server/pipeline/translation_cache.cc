@@ -57,6 +57,9 @@ std::string TranslationCache::key(uint64_t generation, const DecodeOptions& o, c
   append(k, o.min_decoding_length);
   append(k, o.return_scores);
   append(k, o.forced_bos_id);
+  // target_prefix: its length, then its ids (a prefix changes the output).
+  append(k, int(o.target_prefix.size()));
+  for (int id : o.target_prefix) append(k, id);
   for (int id : ids) append(k, id);
   return k;
 }

@@ -5,7 +5,7 @@ from typing import List, Optional
 import grpc
 
 from . import _common
-from ._common import Hypothesis, RetryPolicy, Texts
+from ._common import Hypothesis, RetryPolicy, ScoreResult, Texts
 from ._proto import translation_pb2 as pb
 from ._proto import translation_pb2_grpc as pb_grpc
 
@@ -35,6 +35,7 @@ class Client:
                   split_sentences: Optional[bool] = None, length_penalty: Optional[float] = None,
                   max_decoding_length: Optional[int] = None, min_decoding_length: Optional[int] = None,
                   source_language: Optional[str] = None, target_language: Optional[str] = None,
+                  target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
                   timeout: Optional[float] = None):
         """The best translation of each text (a list), or of the one text given as a str (a
         str). Each text is translated sentence by sentence and joined with its own whitespace
@@ -46,7 +47,8 @@ class Client:
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
-            source_language=source_language, target_language=target_language)
+            source_language=source_language, target_language=target_language,
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
         best = _common.best_texts(self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
@@ -56,6 +58,7 @@ class Client:
                         max_decoding_length: Optional[int] = None,
                         min_decoding_length: Optional[int] = None,
                         source_language: Optional[str] = None, target_language: Optional[str] = None,
+                  target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
                         timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         """num_hypotheses hypotheses per text, best first, with scores and token ids (beam_size
         defaults to max(4, num_hypotheses)). A text of several sentences (split, the server's
@@ -66,13 +69,26 @@ class Client:
             return_scores=True, return_token_ids=True, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
-            source_language=source_language, target_language=target_language)
+            source_language=source_language, target_language=target_language,
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
         return _common.nbest(self._call(self._stub.Translate, request, timeout))
 
     def translate_response(self, request: pb.TranslateRequest,
                            timeout: Optional[float] = None) -> pb.TranslateResponse:
         """Sends a TranslateRequest as built by the caller; the whole TranslateResponse."""
         return self._call(self._stub.Translate, request, timeout)
+
+    def score(self, sources: List[str], targets: List[str], model: Optional[str] = None,
+              length_penalty: Optional[float] = None, max_decoding_length: Optional[int] = None,
+              source_language: Optional[str] = None, target_language: Optional[str] = None,
+              timeout: Optional[float] = None) -> List[ScoreResult]:
+        """The model's log-probs of each target given its source (rpc Score): one ScoreResult
+        per pair, its score normalised as a translation's (scoring the model's own best
+        translation gives its score)."""
+        request = _common.score_request(sources, targets, model, length_penalty=length_penalty,
+                                        max_decoding_length=max_decoding_length,
+                                        source_language=source_language, target_language=target_language)
+        return _common.score_results(self._call(self._stub.Score, request, timeout))
 
     def list_models(self, timeout: Optional[float] = None):
         return list(self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout).models)
