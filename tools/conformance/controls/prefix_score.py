@@ -38,7 +38,7 @@ def load(folder):
     from transformers import AutoModelForSeq2SeqLM
 
     model = AutoModelForSeq2SeqLM.from_pretrained(os.path.join(ROOT, folder), dtype=torch.float32)
-    return model.eval()
+    return model.float().eval()  # the demo model's float16 weights upcast, as its references
 
 
 def records(refs):
@@ -56,7 +56,7 @@ def prefixes(rec, others, lang):
     search did not prefer) and the start of another record's best (a forced detour)."""
     skip = 1 if lang is not None else 0
     body = lambda ids: [t for t in ids[skip:] if t != ids[-1]] if ids else []
-    last = body(rec["nbest4"][-1]["ids"])[:2]
+    last = body(rec["nbest4"][-1]["ids"])[:2] if rec.get("nbest4") else []
     other = body(others["beam4"]["ids"])[:3]
     return [p for p in (last, other) if p]
 
@@ -115,6 +115,63 @@ def score(model, enc, start_id, lang, target, eos):
     return {"ids": labels, "token_scores": tokens, "score": sum(tokens) / len(labels)}
 
 
+def model_cases(task):
+    """Every case of one model (in a worker process: one thread each, as the other
+    references): (cases, left out)."""
+    import traceback
+
+    try:
+        return _model_cases(task)
+    except Exception:  # noqa: BLE001 - reported in meta.json, the run goes on with the others
+        return [], [{"model": task[1][0], "error": traceback.format_exc()}]
+
+
+def _model_cases(task):
+    root, (name, folder, refs, family) = task
+    global ROOT
+    ROOT = root
+    sys.path.insert(0, ROOT)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    import torch
+
+    torch.set_num_threads(1)
+    cases, left_out = [], []
+    with torch.no_grad():
+        meta = json.load(open(os.path.join(ROOT, refs, "meta.json")))
+        kw = meta["generate"]
+        common = dict(kw["common"])
+        max_len = meta["max_decoding_length"]
+        model = load(folder)
+        recs = records(refs)
+        for n, rec in enumerate(recs):
+            lang = rec["beam4"]["ids"][0] if family else None
+            enc = {"input_ids": torch.tensor([rec["source_ids"]])}
+            enc["attention_mask"] = torch.ones_like(enc["input_ids"])
+            base = {"model": name, "model_dir": folder, "max_decoding_length": max_len,
+                    "source_ids": rec["source_ids"], "forced_bos_id": -1 if lang is None else lang}
+            for prefix in prefixes(rec, recs[(n + 1) % len(recs)], lang):
+                start = torch.tensor([[common["decoder_start_token_id"]] + ([lang] if family else []) + prefix])
+                g, gap = greedy(model, enc, start, kw, common)
+                b, moved = beam(model, enc, start, kw, common, NOISE[name])
+                if gap < MIN_MARGIN or moved:
+                    left_out.append({"model": name, "id": rec["id"], "prefix": prefix,
+                                     "greedy_gap": gap, "beam_moved": moved})
+                    continue
+                cases.append(dict(base, kind="prefix", id=rec["id"], target_prefix=prefix, greedy=g, beam4=b))
+            skip = 1 if family else 0
+            eos = common["eos_token_id"]
+            best = rec["beam4"]["ids"][skip:-1]
+            second = rec["nbest4"][1]["ids"][skip:-1] if rec.get("nbest4") else []
+            for target in (best, second, recs[(n + 2) % len(recs)]["beam4"]["ids"][skip:-1]):
+                if not target:
+                    continue
+                s = score(model, enc, common["decoder_start_token_id"], lang, target, eos)
+                cases.append(dict(base, kind="score", id=rec["id"], target=target, **s,
+                                  translation_score=rec["beam4"]["score"] if target == best else None))
+    return cases, left_out
+
+
 def main():
     global ROOT
     ap = argparse.ArgumentParser()
@@ -124,45 +181,17 @@ def main():
     ROOT = os.path.abspath(args.root)
     sys.path.insert(0, ROOT)
     args.out = args.out or os.path.join(ROOT, "tests/conformance/controls/prefix_score")
-    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    import multiprocessing
+
     import torch
     import transformers
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
     os.makedirs(args.out, exist_ok=True)
     cases, left_out = [], []
-    with torch.no_grad():
-        for name, folder, refs, family in MODELS:
-            meta = json.load(open(os.path.join(ROOT, refs, "meta.json")))
-            kw = meta["generate"]
-            common = dict(kw["common"])
-            max_len = meta["max_decoding_length"]
-            model = load(folder)
-            recs = records(refs)
-            for n, rec in enumerate(recs):
-                lang = rec["beam4"]["ids"][0] if family else None
-                enc = {"input_ids": torch.tensor([rec["source_ids"]])}
-                enc["attention_mask"] = torch.ones_like(enc["input_ids"])
-                base = {"model": name, "model_dir": folder, "max_decoding_length": max_len,
-                        "source_ids": rec["source_ids"], "forced_bos_id": -1 if lang is None else lang}
-                for prefix in prefixes(rec, recs[(n + 1) % len(recs)], lang):
-                    start = torch.tensor([[common["decoder_start_token_id"]] + ([lang] if family else []) + prefix])
-                    g, gap = greedy(model, enc, start, kw, common)
-                    b, moved = beam(model, enc, start, kw, common, NOISE[name])
-                    case = dict(base, kind="prefix", id=rec["id"], target_prefix=prefix, greedy=g, beam4=b)
-                    if gap < MIN_MARGIN or moved:
-                        left_out.append({"model": name, "id": rec["id"], "prefix": prefix,
-                                         "greedy_gap": gap, "beam_moved": moved})
-                        continue
-                    cases.append(case)
-                skip = 1 if family else 0
-                eos = common["eos_token_id"]
-                for target in (rec["beam4"]["ids"][skip:-1], rec["nbest4"][1]["ids"][skip:-1],
-                               recs[(n + 2) % len(recs)]["beam4"]["ids"][skip:-1]):
-                    s = score(model, enc, common["decoder_start_token_id"], lang, target, eos)
-                    cases.append(dict(base, kind="score", id=rec["id"], target=target, **s,
-                                      translation_score=rec["beam4"]["score"] if target == rec["beam4"]["ids"][skip:-1] else None))
+    with multiprocessing.get_context("spawn").Pool(len(MODELS)) as pool:
+        for c, l in pool.map(model_cases, [(ROOT, m) for m in MODELS]):
+            cases += c
+            left_out += l
     with open(os.path.join(args.out, "references.jsonl"), "w") as f:
         for c in cases:
             f.write(json.dumps(c) + "\n")
@@ -183,6 +212,9 @@ def main():
     with open(os.path.join(args.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True)
     print(f"prefix_score: {meta['cases']} cases, {len(left_out)} left out -> {args.out}")
+    for entry in left_out:
+        if "error" in entry:
+            print(f"{entry['model']}: {entry['error']}")
 
 
 if __name__ == "__main__":
