@@ -28,7 +28,7 @@ TEST(PrefixScoreCuda, MatchesTransformersInFloat32) {
     auto translator = Translator::load(dir, o);
     const test::PrefixScoreComparison r = test::compare_prefix_score(*translator, list);
     std::cout << list[0].model << " cuda float32: " << r.identical << " / " << r.cases
-              << " identical, worst score error " << r.worst_score_error << "\n";
+              << " identical, worst score error " << r.worst_score_error << " (" << r.worst_where << ")\n";
     EXPECT_EQ(r.identical, r.cases) << r.first_difference;
     EXPECT_LE(r.worst_score_error, test::kScoreTolerance) << list[0].model;
   }

@@ -269,9 +269,9 @@ TYPED_TEST(BeamTopkCuda, PerSentenceForcedTokens) {
 // forced without the bit, or not forced, in the same call as usual.
 TYPED_TEST(BeamTopkCuda, PerSentenceTeacherForcedTokens) {
   const Case cases[] = {
-      {64, 1, 8001, 1, false, masks(1, 0, false, false), 7},    // row path, greedy (Score's shape)
+      {64, 4, 8001, 8, true, masks(1, 0, false, false), 7},     // row path
       {3, 4, 58101, 8, true, masks(58100, 0, false, false)},    // two-pass, chunks
-      {9, 1, 32003, 1, false, masks(5, 6, false, false)},       // two-pass, greedy
+      {9, 1, 32003, 1, false, masks(5, 6, false, false)},       // two-pass, greedy (Score's k)
       {130, 4, 16411, 8, true, masks(16410, 0, false, false)},  // one-pass
   };
   expect_every_path(cases);

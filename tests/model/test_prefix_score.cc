@@ -57,7 +57,7 @@ TEST(PrefixScoreConformance, MatchesTransformersOnEveryModel) {
     auto translator = cpu_translator(dir);
     const test::PrefixScoreComparison r = test::compare_prefix_score(*translator, list);
     std::cout << list[0].model << ": " << r.identical << " / " << r.cases << " identical, worst score error "
-              << r.worst_score_error << "\n";
+              << r.worst_score_error << " (" << r.worst_where << ")\n";
     EXPECT_EQ(r.identical, r.cases) << r.first_difference;
     EXPECT_LE(r.worst_score_error, test::kScoreTolerance) << list[0].model;
     for (const auto& c : list) kinds.insert(list[0].model + "/" + c.kind);

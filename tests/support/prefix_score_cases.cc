@@ -106,12 +106,19 @@ PrefixScoreComparison compare_prefix_score(Translator& translator, const std::ve
   while (!loop->idle()) {
     for (FinishedSentence& f : loop->step().finished) got[f.id] = f.translation.hypotheses.at(0);
   }
+  auto note = [&](const PrefixScoreCase& c, const std::string& what, double got, double want) {
+    const double e = relative(got, want);
+    if (e <= r.worst_score_error) return;
+    r.worst_score_error = e;
+    r.worst_where = c.model + " id " + std::to_string(c.id) + " " + what + ": " + std::to_string(got) +
+                    ", transformers " + std::to_string(want);
+  };
   auto check = [&](const PrefixScoreCase& c, const char* what, const Hypothesis& h, const std::vector<int>& ids,
                    double score) {
     ++r.cases;
     if (h.ids == ids) {
       ++r.identical;
-      r.worst_score_error = std::max(r.worst_score_error, relative(h.score, score));
+      note(c, what, h.score, score);
     } else if (r.first_difference.empty()) {
       r.first_difference = c.model + " id " + std::to_string(c.id) + " " + what + ": got " + show(h.ids) +
                            ", transformers " + show(ids);
@@ -131,9 +138,8 @@ PrefixScoreComparison compare_prefix_score(Translator& translator, const std::ve
       continue;
     }
     for (size_t t = 0; t < h.token_scores.size(); ++t)
-      r.worst_score_error = std::max(r.worst_score_error, relative(h.token_scores[t], c.token_scores[t]));
-    if (c.has_translation_score)
-      r.worst_score_error = std::max(r.worst_score_error, relative(h.score, c.translation_score));
+      note(c, "token " + std::to_string(t), h.token_scores[t], c.token_scores[t]);
+    if (c.has_translation_score) note(c, "score of the own best", h.score, c.translation_score);
   }
   return r;
 }

@@ -34,6 +34,7 @@ std::vector<PrefixScoreCase> load_prefix_score_cases();
 struct PrefixScoreComparison {
   int cases = 0, identical = 0;     // hypotheses / scored ids identical
   double worst_score_error = 0;     // relative, as kScoreTolerance
+  std::string worst_where;          // the case and value of the worst error
   std::string first_difference;
 };
 

@@ -14,7 +14,8 @@ continuation and </s>) and scores. transformers scores only the tokens after the
 over output_logits' log-softmax (a forced token, one finite score, counts 0). Score: one
 forward pass with labels = [language token] + target + [</s>], each label's log-softmax
 (the forced language token 0, as translation forces it), the score their sum over their
-count (length_penalty 1). Float32 on the CPU, one thread, as the other references.
+count (length_penalty 1); the forced ones as a translation forces them: the language token
+and an EOS at the maximum length (ForcedEOS) count 0. Float32 on the CPU, one thread, as the other references.
 """
 import argparse
 import json
@@ -102,17 +103,28 @@ def beam(model, enc, start, kw, common, eps):
     return {"ids": ids, "score": out.sequences_scores[0].item()}, moved
 
 
-def score(model, enc, start_id, lang, target, eos):
+def forced_as_translated(labels, tokens, lang, max_len, forced_eos):
+    """The log-probs a translation forces: the language token's 0 (ForcedBOS), and the EOS
+    at the maximum length 0 (ForcedEOS, where the model sets forced_eos_token_id), so that
+    scoring a translation gives its score. Returns (token_scores, score)."""
+    tokens = list(tokens)
+    if lang is not None:
+        tokens[0] = 0.0
+    if forced_eos and len(labels) == max_len:
+        tokens[-1] = 0.0
+    return tokens, sum(tokens) / len(labels)
+
+
+def score(model, enc, start_id, lang, target, eos, max_len, forced_eos):
     import torch
 
     labels = ([lang] if lang is not None else []) + target + [eos]
     dec = torch.tensor([[start_id] + labels[:-1]])
     logits = model(**enc, decoder_input_ids=dec).logits[0].float()
     lp = torch.log_softmax(logits, dim=-1)
-    tokens = [lp[i, t].item() for i, t in enumerate(labels)]
-    if lang is not None:
-        tokens[0] = 0.0  # forced, as translation forces it
-    return {"ids": labels, "token_scores": tokens, "score": sum(tokens) / len(labels)}
+    tokens, total = forced_as_translated(labels, [lp[i, t].item() for i, t in enumerate(labels)], lang,
+                                         max_len, forced_eos)
+    return {"ids": labels, "token_scores": tokens, "score": total}
 
 
 def model_cases(task):
@@ -166,7 +178,8 @@ def _model_cases(task):
             for target in (best, second, recs[(n + 2) % len(recs)]["beam4"]["ids"][skip:-1]):
                 if not target:
                     continue
-                s = score(model, enc, common["decoder_start_token_id"], lang, target, eos)
+                s = score(model, enc, common["decoder_start_token_id"], lang, target, eos, max_len,
+                          "forced_eos_token_id" in common)
                 cases.append(dict(base, kind="score", id=rec["id"], target=target, **s,
                                   translation_score=rec["beam4"]["score"] if target == best else None))
     return cases, left_out
@@ -204,7 +217,8 @@ def main():
                 "prefix_ids": "hypotheses' ids include the language token (families) and the prefix",
                 "prefix_score": "sum of the log-probs after the prompt / their count (beam search: "
                                 "cur_len + 1 - decoder_prompt_len); prompt token_scores 0",
-                "score": "labels = [language] + target + [</s>]; the language token's log-prob 0; "
+                "score": "labels = [language] + target + [</s>]; the language token's log-prob 0, and "
+                         "</s> at max_decoding_length 0 (ForcedEOS), as a translation forces them; "
                          "score = sum / len(labels)"},
             "cases": {"prefix": sum(c["kind"] == "prefix" for c in cases),
                       "score": sum(c["kind"] == "score" for c in cases)},
