@@ -184,9 +184,61 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
                                                    const DecodeOptions& options, BatchStats* stats) {
   options.validate(1 << 10, config_.max_positions);
   options.validate_repetition(config_.target_vocab_size, config_.eos_id);  // repetition controls
+  check_target_ids(options.target_prefix, "target_prefix");
+  return run(source_ids, std::vector<DecodeOptions>(source_ids.size(), options), stats);
+}
+
+void Translator::check_target_ids(const std::vector<int>& ids, const std::string& field) const {
+  for (int id : ids) {
+    if (id == config_.eos_id)
+      throw Error(ErrorCode::kInvalidArgument, field + " holds </s> (id " + std::to_string(id) + "): it ends a hypothesis");
+    if (id < 0 || id >= config_.target_vocab_size)
+      throw Error(ErrorCode::kInvalidArgument, field + " holds id " + std::to_string(id) +
+                                                   ", outside the target vocabulary of " +
+                                                   std::to_string(config_.target_vocab_size));
+  }
+}
+
+std::vector<Hypothesis> Translator::score(const std::vector<std::string>& sources,
+                                          const std::vector<std::string>& targets, const DecodeOptions& options,
+                                          BatchStats* stats, const LanguagePair& languages) {
+  DecodeOptions with_target = options;
+  if (!languages.target.empty() || options.forced_bos_id < 0) with_target.forced_bos_id = target_token(languages.target);
+  std::vector<std::vector<int>> ids, target_ids;
+  for (const auto& s : sources) ids.push_back(encode_source(s, languages.source));
+  for (const auto& t : targets) target_ids.push_back(encode_target(t));
+  return score_ids(ids, target_ids, with_target, stats);
+}
+
+std::vector<Hypothesis> Translator::score_ids(const std::vector<std::vector<int>>& source_ids,
+                                              const std::vector<std::vector<int>>& target_ids,
+                                              const DecodeOptions& options, BatchStats* stats) {
+  if (source_ids.size() != target_ids.size())
+    throw Error(ErrorCode::kInvalidArgument, "targets has " + std::to_string(target_ids.size()) +
+                                                 " entries for " + std::to_string(source_ids.size()) + " sources");
+  std::vector<DecodeOptions> each(source_ids.size(), options);
+  for (size_t i = 0; i < each.size(); ++i) {
+    each[i].beam_size = 1;
+    each[i].num_hypotheses = 1;
+    each[i].min_decoding_length = 0;
+    each[i].score = true;
+    each[i].score_target = target_ids[i];
+    each[i].validate(1 << 10, config_.max_positions);
+    check_target_ids(target_ids[i], "targets[" + std::to_string(i) + "]");
+  }
+  std::vector<Translation> t = run(source_ids, each, stats);
+  std::vector<Hypothesis> out;
+  out.reserve(t.size());
+  for (Translation& x : t) out.push_back(std::move(x.hypotheses.at(0)));
+  return out;
+}
+
+std::vector<Translation> Translator::run(const std::vector<std::vector<int>>& source_ids,
+                                         const std::vector<DecodeOptions>& options, BatchStats* stats) {
   if (source_ids.empty()) return {};
-  int longest = 0;
-  for (const auto& s : source_ids) {
+  int longest = 0, rows = 0;
+  for (size_t i = 0; i < source_ids.size(); ++i) {
+    const auto& s = source_ids[i];
     if (s.empty()) throw Error(ErrorCode::kInvalidArgument, "empty source sentence (no tokens)");
     if (int(s.size()) > config_.max_positions) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -194,15 +246,16 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
                       std::to_string(config_.max_positions));
     }
     longest = std::max(longest, int(s.size()));
+    rows += options[i].beam_size;
   }
   const int n = int(source_ids.size());
-  std::unique_ptr<DecodeLoop> loop = make_loop({n, n * options.beam_size, longest});
+  std::unique_ptr<DecodeLoop> loop = make_loop({n, rows, longest});
 
   BatchStats local;
   BatchStats& st = stats ? *stats : local;
   std::vector<LoopSentence> admitted;
   for (int i = 0; i < n; ++i) {
-    admitted.push_back({uint64_t(i), source_ids[size_t(i)], options});
+    admitted.push_back({uint64_t(i), source_ids[size_t(i)], options[size_t(i)]});
     st.input_tokens += int64_t(source_ids[size_t(i)].size());
   }
   const auto t0 = std::chrono::steady_clock::now();

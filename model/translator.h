@@ -54,6 +54,9 @@ struct Hypothesis {
   float score = 0.f;     // sum of log-probs / length ** length_penalty
   // return_alignments: one per target token of ids, in order; only the best hypothesis has them.
   std::vector<TokenAlignment> alignments;
+  // Per id of `ids`, its log-prob (0 for a forced token: the target language, a
+  // target_prefix token); for Score, the target's tokens' teacher-forced log-probs.
+  std::vector<float> token_scores;
 };
 
 struct Translation {
@@ -115,6 +118,24 @@ class Translator {
   std::vector<Translation> translate_ids(const std::vector<std::vector<int>>& source_ids,
                                          const DecodeOptions& options, BatchStats* stats = nullptr);
 
+  // Score (docs/decoding.md): each target's log-probs given its source, by teacher forcing in
+  // the same decode loop: one hypothesis per pair, its ids the forced language token (if
+  // any), the target's and </s>, its token_scores per id, its score normalised as a
+  // translation's (options' length_penalty, max_decoding_length; beam_size must be 1, the
+  // default here is overridden). Targets are text in the target language, or ids without </s>.
+  std::vector<Hypothesis> score(const std::vector<std::string>& sources, const std::vector<std::string>& targets,
+                                const DecodeOptions& options, BatchStats* stats = nullptr,
+                                const LanguagePair& languages = {});
+  std::vector<Hypothesis> score_ids(const std::vector<std::vector<int>>& source_ids,
+                                    const std::vector<std::vector<int>>& target_ids, const DecodeOptions& options,
+                                    BatchStats* stats = nullptr);
+  // Target text -> its target ids, without language code or </s> (Tokenizer::encode_target):
+  // a target_prefix's or a Score target's.
+  std::vector<int> encode_target(const std::string& text) const { return tokenizer_->encode_target(text); }
+  // Throws nmt::Error(kInvalidArgument) naming `field` when ids hold </s> or an id outside
+  // the target vocabulary.
+  void check_target_ids(const std::vector<int>& ids, const std::string& field) const;
+
   // The source ids of `text` in the requested source language ("" = the model's default).
   // Throws nmt::Error(kInvalidArgument) naming the language and listing the model's.
   std::vector<int> encode_source(const std::string& text, const std::string& source = "") const;
@@ -145,6 +166,9 @@ class Translator {
 
  private:
   Translator() = default;
+  // The decode loop over sentences with options of their own (translations, scores).
+  std::vector<Translation> run(const std::vector<std::vector<int>>& source_ids,
+                               const std::vector<DecodeOptions>& options, BatchStats* stats);
   ModelConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Weights> weights_;  // kept while the engine computes from host memory

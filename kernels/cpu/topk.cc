@@ -25,6 +25,7 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
     const unsigned flags = sentence_flags(masks, s);
     const bool mask_eos = flags & kTopkMaskEos;
     const int forced = (flags & kTopkForceEos) ? masks.eos_id : (flags & kTopkForceToken) ? masks.forced_tokens[s] : -1;
+    const bool teacher = (flags & kTopkTeacherForced) && !(flags & kTopkForceEos);
     for (int b = 0; b < beam; ++b) {
       const int64_t row = s * beam + b;
       const float* x = logits + row * vocab;
@@ -41,7 +42,7 @@ void beam_topk_cpu(const float* logits, const float* bias, const float* running_
         float logp = c[t] - lse;
         if (t == masks.pad_id) logp = neg_inf;
         if (mask_eos && t == masks.eos_id) logp = neg_inf;
-        if (forced >= 0) logp = t != forced ? neg_inf : 0.f;
+        if (forced >= 0) logp = t != forced ? neg_inf : teacher ? c[t] - lse : 0.f;
         c[t] = logp + running_scores[row];
       }
     }

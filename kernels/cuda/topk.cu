@@ -485,6 +485,7 @@ __device__ __forceinline__ float warp_row_lse(const Workspace& ws, int64_t row, 
 struct SentenceMask {
   unsigned flags;
   int forced;
+  bool teacher;  // kTopkTeacherForced: the forced token keeps its real log-prob (not under force EOS)
 };
 __device__ __forceinline__ SentenceMask row_mask(const TopkMasks& masks, int64_t row, int beam) {
   const int64_t sentence = row / beam;
@@ -494,7 +495,8 @@ __device__ __forceinline__ SentenceMask row_mask(const TopkMasks& masks, int64_t
   int forced = -1;
   if (flags & kTopkForceEos) forced = masks.eos_id;
   else if (flags & kTopkForceToken) forced = masks.forced_tokens[sentence];
-  return {flags, forced};
+  const bool teacher = (flags & kTopkTeacherForced) && !(flags & kTopkForceEos) && forced >= 0;
+  return {flags, forced, teacher};
 }
 
 // Repetition controls: a sentence whose rows beam_token_edits_cuda made final log-probs
@@ -511,8 +513,14 @@ __device__ __forceinline__ float final_score(int t, float v, float lse, float ru
                                              const TopkMasks& masks, const SentenceMask& mask) {
   float logp = v - lse;
   if (t == masks.pad_id || ((mask.flags & kTopkMaskEos) && t == masks.eos_id)) logp = -INFINITY;
-  if (mask.forced >= 0) logp = t != mask.forced ? -INFINITY : 0.f;
+  if (mask.forced >= 0) logp = t != mask.forced ? -INFINITY : mask.teacher ? v - lse : 0.f;
   return logp + running;
+}
+
+// The logit (+ bias) of token t of row x, as load_held reads it: a teacher-forced token's key.
+template <typename T>
+__device__ __forceinline__ float logit_of(const T* x, const float* bias, int t) {
+  return to_float(x[t]) + (bias ? bias[t] : 0.f);
 }
 
 // NextRows of one sentence (rows first_row, ...) from its k best (v, i: shared memory, best
@@ -675,7 +683,10 @@ __global__ void __launch_bounds__(kChunkThreads, 4) topk_chunk_kernel(
     ws.scores[slot * kC + r] = v;
     ws.index[slot * kC + r] = i;
   };
-  if (mask.forced >= 0) return select_forced<kC>(held, mask.forced, INFINITY, emit);
+  // a teacher-forced token's key is its logit: topk_merge_kernel's final_score makes its log-prob
+  if (mask.forced >= 0)
+    return select_forced<kC>(held, mask.forced,
+                             mask.teacher ? logit_of(logits + row * row_stride, bias, mask.forced) : INFINITY, emit);
   const float thread_max = mask_held(z, held, masks, mask, mine.m);
   block_select_held<kC>(z, held, thread_max, emit);
 }
@@ -833,7 +844,11 @@ __global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_k
     ws.index[out + r] = i;
   };
   if (mask.forced >= 0)
-    return select_forced<kK>(held, mask.forced, final_score(mask.forced, 0.f, row_lse, running, masks, mask), emit);
+    return select_forced<kK>(held, mask.forced,
+                             final_score(mask.forced,
+                                         mask.teacher ? logit_of(logits + row * row_stride, bias, mask.forced) : 0.f,
+                                         row_lse, running, masks, mask),
+                             emit);
   // final_score(), its masks applied to the one or two tokens they touch; rounding is
   // monotone, so the largest key is the key of the largest logit
   const auto key = [&](float v) { return (v - row_lse) + running; };

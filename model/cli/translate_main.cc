@@ -29,6 +29,9 @@ constexpr const char* kUsage =
     "                     [--no-repeat-ngram-size N] [--repetition-penalty X]\n"
     "                     [--suppress-sequence TEXT]... [--suppress-token-id ID]...\n"
     "                     (repetition controls: docs/decoding.md)\n"
+    "                     [--target-prefix TEXT]  (every translation continues TEXT; one sentence a line)\n"
+    "                     [--score]  (lines 'SOURCE ||| TARGET': prints 'SCORE ||| TARGET', the model's\n"
+    "                                 normalised log-prob of TARGET, as a translation's score)\n"
     "Reads one text per line, splits it into sentences (ICU) and prints one translation per\n"
     "line in input order; --no-split-sentences translates each line as one sentence.\n"
     "With --num-hypotheses > 1 each input gives N lines 'INDEX ||| TEXT ||| SCORE';\n"
@@ -45,6 +48,8 @@ struct Args {
   bool quiet = false;
   bool split_sentences = true;
   std::vector<std::string> suppress_texts;  // repetition controls: tokenized as targets once loaded
+  std::string target_prefix;  // DecodeOptions::target_prefix, as text
+  bool score = false;         // Translator::score on 'SOURCE ||| TARGET' lines
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -75,12 +80,14 @@ Args parse(int argc, char** argv) {
     if (f == "--alignments") { a.decode.return_alignments = true; continue; }
     if (f == "--quiet") { a.quiet = true; continue; }
     if (f == "--no-split-sentences") { a.split_sentences = false; continue; }
+    if (f == "--score") { a.score = true; continue; }
     if (i + 1 >= argc) usage_error("missing value for " + f);
     const std::string v = argv[++i];
     if (f == "--model") a.model = v;
     else if (f == "--input") a.input = v;
     else if (f == "--source-language") a.languages.source = v;
     else if (f == "--target-language") a.languages.target = v;
+    else if (f == "--target-prefix") a.target_prefix = v;
     else if (f == "--device") { if (!nmt::parse_device(v, &a.translator.device)) usage_error("--device must be auto, cpu or cuda"); }
     else if (f == "--precision") { if (!nmt::parse_precision(v, &a.translator.precision)) usage_error("--precision must be float16, float32 or int8"); }
     else if (f == "--beam") a.decode.beam_size = to_int(f, v);
@@ -139,19 +146,41 @@ Sentences split_lines(const std::vector<std::string>& lines, const Args& args,
   const nmt::LanguageInfo info = nmt::describe_language(source);
   const nmt::SentenceSplitter& splitter =
       nmt::SentenceSplitter::for_language(!info.iso639_1.empty() ? info.iso639_1 : info.iso639_3);
-  const bool one_each = args.decode.num_hypotheses > 1 || args.decode.return_scores || args.decode.return_alignments;
+  const bool one_each = args.decode.num_hypotheses > 1 || args.decode.return_scores || args.decode.return_alignments ||
+                        !args.target_prefix.empty();
   for (size_t i = 0; i < lines.size(); ++i) {
     out.lines.push_back(splitter.split(lines[i]));
     const auto& sentences = out.lines.back().sentences;
     if (one_each && sentences.size() != 1) {
       throw nmt::Error(nmt::ErrorCode::kInvalidArgument,
                        "input line " + std::to_string(i + 1) + " has " + std::to_string(sentences.size()) +
-                           " sentences: --num-hypotheses, --scores and --alignments give one sentence's list; put "
+                           " sentences: --num-hypotheses, --scores, --alignments and --target-prefix take one sentence; put "
                            "one sentence a line or pass --no-split-sentences");
     }
     out.all.insert(out.all.end(), sentences.begin(), sentences.end());
   }
   return out;
+}
+
+// --score: one 'SOURCE ||| TARGET' pair a line, 'SCORE ||| TARGET' out.
+void score_lines(const std::vector<std::string>& lines, const Args& args, nmt::Translator& translator) {
+  std::vector<std::string> sources, targets;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const size_t bar = lines[i].find(" ||| ");
+    if (bar == std::string::npos)
+      throw nmt::Error(nmt::ErrorCode::kInvalidArgument,
+                       "input line " + std::to_string(i + 1) + ": --score reads 'SOURCE ||| TARGET'");
+    sources.push_back(lines[i].substr(0, bar));
+    targets.push_back(lines[i].substr(bar + 5));
+  }
+  for (size_t b = 0; b < lines.size(); b += size_t(args.batch_size)) {
+    const size_t end = std::min(lines.size(), b + size_t(args.batch_size));
+    const std::vector<nmt::Hypothesis> scored =
+        translator.score({sources.begin() + long(b), sources.begin() + long(end)},
+                         {targets.begin() + long(b), targets.begin() + long(end)}, args.decode, nullptr, args.languages);
+    for (size_t i = 0; i < scored.size(); ++i) std::cout << scored[i].score << " ||| " << targets[b + i] << "\n";
+  }
+  std::cout.flush();
 }
 
 }  // namespace
@@ -174,6 +203,11 @@ int main(int argc, char** argv) {
         throw nmt::Error(nmt::ErrorCode::kInvalidArgument, "input line " + std::to_string(i + 1) + " is empty");
       }
     }
+    if (args.score) {
+      score_lines(lines, args, *translator);
+      return 0;
+    }
+    if (!args.target_prefix.empty()) args.decode.target_prefix = translator->encode_target(args.target_prefix);
     const Sentences sentences = split_lines(lines, args, *translator);
     const auto start = std::chrono::steady_clock::now();
     nmt::BatchStats stats;

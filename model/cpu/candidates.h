@@ -7,7 +7,8 @@
 // rows. Same semantics as kernels::beam_topk_cpu (the reference it is tested against):
 //   score[t] = (x[t] - lse) + running, pad -> -inf, eos -> -inf when mask_eos, every token
 //   but eos -> -inf and eos -> running when force_eos; likewise for forced_token (the forced
-//   first target token) when >= 0 and not force_eos; best first, equal scores by the lower
+//   first target token) when >= 0 and not force_eos, whose log-prob is its real one under
+//   teacher_forced; best first, equal scores by the lower
 //   index (torch.topk's order).
 #include <cstdint>
 
@@ -24,6 +25,7 @@ struct RowMasks {
   bool force_eos = false;
   int forced_token = -1;  // >= 0: the only token not -inf, with log-prob 0 (below force_eos)
   bool log_probs = false;  // x holds log-probs already: its log-sum-exp is taken as 0
+  bool teacher_forced = false;  // the forced_token keeps its real log-prob (StepGroup::teacher_forced)
 };
 
 // The k (<= n) best candidate scores of one row, best first: scores[i] and tokens[i], from

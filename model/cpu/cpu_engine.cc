@@ -419,7 +419,7 @@ class CpuEngine : public Engine {
       if (g.follows >= 0)  // Engine::submit(): only engines that overlap steps follow one
         throw Error(ErrorCode::kInternal, "engine step: the CPU engine computes each step at once and follows none");
       if (g.forced_token >= c_.target_vocab_size)
-        throw Error(ErrorCode::kInvalidArgument, "forced first token id " + std::to_string(g.forced_token) +
+        throw Error(ErrorCode::kInvalidArgument, "forced token id " + std::to_string(g.forced_token) +
                                                      " is outside the vocabulary");
       if (g.position >= c_.max_positions)
         throw Error(ErrorCode::kInvalidArgument,
@@ -482,6 +482,7 @@ class CpuEngine : public Engine {
                              row_tokens_.data() + r * stride);
         continue;
       }
+      masks.teacher_forced = g.teacher_forced;
       cpu::row_topk(logits_.data() + r * vocab, vocab, in.running_scores[size_t(r)], masks,
                     int(std::min<int64_t>(g.k, vocab)), row_scores_.data() + r * stride,
                     row_tokens_.data() + r * stride);

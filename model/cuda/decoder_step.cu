@@ -77,7 +77,8 @@ void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, Ste
       const int sentence = run.first_sentence + s;
       h.flags[sentence] = real ? (g->mask_eos ? kernels::kTopkMaskEos : 0) |
                                      (g->force_eos ? kernels::kTopkForceEos : 0) |
-                                     (g->forced_token >= 0 ? kernels::kTopkForceToken : 0)
+                                     (g->forced_token >= 0 ? kernels::kTopkForceToken : 0) |
+                                     (g->forced_token >= 0 && g->teacher_forced ? kernels::kTopkTeacherForced : 0)
                                : 0;
       h.forced[sentence] = real ? g->forced_token : -1;
       if (shape.edits && real && sentence_edited(in, row, g->beam))  // repetition controls

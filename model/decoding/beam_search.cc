@@ -67,6 +67,15 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
   parents_.resize(beam);
   std::iota(parents_.begin(), parents_.end(), 0);
   for (const Beam& b : running_) running_scores_.push_back(b.score);
+  if (forced_bos_ >= 0) forced_.push_back(forced_bos_);
+  if (options.score) {
+    teacher_from_ = int(forced_.size());
+    forced_.insert(forced_.end(), options.score_target.begin(), options.score_target.end());
+    forced_.push_back(eos_id_);
+  } else if (!options.target_prefix.empty()) {
+    forced_.insert(forced_.end(), options.target_prefix.begin(), options.target_prefix.end());
+    prompt_ = int(forced_.size());
+  }
 }
 
 int SentenceSearch::k() const { return topk_for_beam(options_.beam_size); }
@@ -78,8 +87,8 @@ bool SentenceSearch::advance(const float* scores, const int* candidates, int voc
   return done;
 }
 
-int SentenceSearch::extend(int node, int token, int source) {
-  tokens_tree_.push_back({token, node, source});
+int SentenceSearch::extend(int node, int token, float score, int source) {
+  tokens_tree_.push_back({token, node, source, score});
   return int(tokens_tree_.size()) - 1;
 }
 
@@ -88,6 +97,16 @@ std::vector<int> SentenceSearch::path(int node) const {
   for (; node >= 0; node = tokens_tree_[size_t(node)].parent) ids.push_back(tokens_tree_[size_t(node)].token);
   std::reverse(ids.begin(), ids.end());
   return ids;
+}
+
+std::vector<float> SentenceSearch::path_scores(int node) const {
+  std::vector<float> scores;
+  for (; node >= 0; node = tokens_tree_[size_t(node)].parent) {
+    const Node& n = tokens_tree_[size_t(node)];
+    scores.push_back(n.score - (n.parent >= 0 ? tokens_tree_[size_t(n.parent)].score : 0.f));
+  }
+  std::reverse(scores.begin(), scores.end());
+  return scores;
 }
 
 std::vector<int> SentenceSearch::sources(int node) const {
@@ -100,11 +119,12 @@ std::vector<int> SentenceSearch::sources(int node) const {
 bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, int vocab, const int* alignments) {
   Beam& b = running_[0];
   const int token = candidates[0] % vocab;
-  b.node = extend(b.node, token, alignments ? alignments[0] : -1);
+  b.node = extend(b.node, token, scores[0], alignments ? alignments[0] : -1);
   b.score = scores[0];
-  const bool done = token == eos_id_ || last_step();
+  // A prompt step (target_prefix) ends nothing: its token is forced, and it is not EOS.
+  const bool done = step_ >= prompt_ && (token == eos_id_ || last_step());
   if (done) {
-    finished_[0] = {b.node, b.score / length_norm(step_ + 1, options_.length_penalty), true};
+    finished_[0] = {b.node, b.score / length_norm(step_ + 1 - prompt_, options_.length_penalty), true};
     return true;
   }
   const int parent = 0;
@@ -117,6 +137,9 @@ bool SentenceSearch::advance_greedy(const float* scores, const int* candidates, 
 bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int vocab, const int* alignments) {
   const int beam = options_.beam_size, k = this->k();
   const bool at_max = last_step();
+  // A prompt step (target_prefix: forced, never EOS nor at the maximum length) only moves the
+  // running beams on, as transformers feeds decoder_input_ids without searching.
+  const bool prompt = step_ < prompt_;
   // Each candidate's beam and token: the quotient through a reciprocal, corrected to the
   // exact one (it is off by at most 1), where an integer division per candidate costs tens
   // of cycles on the step's critical path.
@@ -138,12 +161,25 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
   // Candidate j's tokens: its beam's and its own.
   auto history = [&](int j) {
     const int b = cand_beam_[size_t(j)];
-    return extend(running_[size_t(b)].node, cand_token_[size_t(j)], alignments ? alignments[b] : -1);
+    return extend(running_[size_t(b)].node, cand_token_[size_t(j)], cand_score[j], alignments ? alignments[b] : -1);
   };
-  const float norm = length_norm(step_ + 1, options_.length_penalty);
+  // transformers' cur_len + 1 - decoder_prompt_len: the prompt's tokens do not count.
+  const float norm = prompt ? 1.f : length_norm(step_ + 1 - prompt_, options_.length_penalty);
 
   // Running beams: the best `beam` candidates that did not just stop.
   continuing_beams(cand_score, hits_.data(), k, beam, running_view_.data(), keep_.data());
+  if (prompt) {
+    for (int b = 0; b < beam; ++b) {
+      const int j = keep_[size_t(b)];
+      Beam& r = next_running_[size_t(b)];
+      r.node = history(j);
+      r.score = running_view_[size_t(j)];
+      next_parents_[size_t(b)] = cand_beam_[size_t(j)];
+    }
+    running_.swap(next_running_);
+    set_next_rows(next_parents_.data());
+    return false;
+  }
   // Finished hypotheses: only the top `beam` candidates may enter, length-normalized, and
   // only while the heuristic says an improvement is still possible.
   for (int b = 0; b < beam; ++b) merged_[size_t(b)] = finished_[size_t(b)].score;
@@ -202,6 +238,7 @@ DecodeResult SentenceSearch::result() const {
   for (int h = 0; h < n; ++h) {
     r.ids.push_back(path(finished_[size_t(h)].node));
     r.scores.push_back(finished_[size_t(h)].score);
+    r.token_scores.push_back(path_scores(finished_[size_t(h)].node));
   }
   if (options_.return_alignments) r.alignments = sources(finished_[0].node);
   return r;

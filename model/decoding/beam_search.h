@@ -26,6 +26,7 @@ struct DecodeResult {
   // return_alignments: the best hypothesis' source position per token of ids[0] (the row
   // that produced the token: StepOutput::alignments); empty otherwise.
   std::vector<int> alignments;
+  std::vector<std::vector<float>> token_scores;  // per id of ids, its log-prob
 };
 
 class SentenceSearch {
@@ -43,8 +44,17 @@ class SentenceSearch {
   bool last_step(int ahead = 0) const { return step_ + ahead + 1 >= options_.max_decoding_length; }
   // ... where EOS is also forced (models with forced_eos_token_id).
   bool force_eos(int ahead = 0) const { return forced_eos_ && last_step(ahead); }
-  // The token forced at that step (the first generated one), or -1.
-  int forced_token(int ahead = 0) const { return step_ + ahead == 0 ? forced_bos_ : -1; }
+  // The token forced at that step, or -1: the first generated one (forced_bos), then the
+  // target_prefix's tokens, or a score request's target and its EOS.
+  int forced_token(int ahead = 0) const {
+    const size_t s = size_t(step_ + ahead);
+    return s < forced_.size() ? forced_[s] : -1;
+  }
+  // Whether that step's forced token carries its real log-prob (a score request's target).
+  bool teacher_forced(int ahead = 0) const {
+    const int s = step_ + ahead;
+    return s >= teacher_from_ && size_t(s) < forced_.size();
+  }
 
   // The next step's rows, beam of them: token fed, the beam (row in the sentence) whose
   // history it continues, and the running score.
@@ -75,6 +85,7 @@ class SentenceSearch {
     int token;
     int parent;
     int source = -1;  // return_alignments: the source position the producing row aligned to
+    float score;  // the running score with this token: token_scores are the differences
   };
   struct Beam {
     int node = -1;
@@ -85,9 +96,12 @@ class SentenceSearch {
     float score;
     bool done;  // transformers' is_sent_finished for this slot
   };
-  int extend(int node, int token, int source = -1);  // a new node: `node`'s path and `token`
+  // a new node: `node`'s path and `token`, with its running score and (return_alignments) the
+  // source position the producing row aligned to
+  int extend(int node, int token, float score, int source = -1);
   std::vector<int> sources(int node) const;  // path()'s alignments
   std::vector<int> path(int node) const;
+  std::vector<float> path_scores(int node) const;  // each token's log-prob along path()
   bool advance_greedy(const float* scores, const int* candidates, int vocab, const int* alignments);
   bool advance_beam(const float* scores, const int* candidates, int vocab, const int* alignments);
   void set_next_rows(const int* parents);  // one per running beam
@@ -97,6 +111,12 @@ class SentenceSearch {
   const bool forced_eos_;  // ModelConfig::forced_eos
   const int forced_bos_;   // the first generated token, or -1 (DecodeOptions, else the model's)
   int step_ = 0;
+  // Tokens forced at steps 0, 1, ... (forced_token()); the first prompt_ of them are the
+  // prompt (a target_prefix and the forced first token before it: not scored, not counted in
+  // the length normalisation); from teacher_from_ on they are a score request's target.
+  std::vector<int> forced_;
+  int prompt_ = 0;
+  int teacher_from_ = 1 << 30;
   std::vector<Beam> running_;       // beam_size beams, best first
   std::vector<Finished> finished_;  // beam_size slots, best first
   bool improvable_ = true;          // transformers' is_early_stop_heuristic_unsatisfied

@@ -176,6 +176,7 @@ bool DecodeLoop::submit(StepReport* report) {
         in_.groups.push_back({a->slot, s.position() + ahead, s.beam(), s.k(), s.mask_eos(ahead),
                               s.force_eos(ahead), follows ? a->group : -1, s.forced_token(ahead)});
         in_.groups.back().alignments = s.alignments();  // return_alignments
+        in_.groups.back().teacher_forced = s.teacher_forced(ahead);  // Score (prefix-score)
         for (int b = 0; b < s.beam(); ++b) {
           // a following row's token, parent and running score are the device's: these stand in
           in_.tokens.push_back(s.tokens()[size_t(b)]);
@@ -286,7 +287,11 @@ void DecodeLoop::collect(StepReport* report) {
       done.id = a->id;
       done.steps = a->search.position();
       const DecodeResult r = a->search.result();
-      for (size_t h = 0; h < r.ids.size(); ++h) done.translation.hypotheses.push_back({r.ids[h], "", r.scores[h]});
+      for (size_t h = 0; h < r.ids.size(); ++h) {
+        Hypothesis hyp{r.ids[h], "", r.scores[h]};
+        hyp.token_scores = r.token_scores[h];
+        done.translation.hypotheses.push_back(std::move(hyp));
+      }
       // return_alignments: the token indices; the Translator / the server add the byte ranges.
       for (size_t t = 0; t < r.alignments.size(); ++t)
         done.translation.hypotheses[0].alignments.push_back({int(t), r.alignments[t], 0, 0, 0, 0});

@@ -27,6 +27,33 @@ void DecodeOptions::validate(int max_beam, int max_length) const {
     invalid("min_decoding_length must be between 0 and max_decoding_length - 1 (" +
             std::to_string(max_decoding_length - 1) + "), got " + std::to_string(min_decoding_length));
   }
+  validate_prompt();
+}
+
+// target_prefix and score: the forced tokens must leave room (at least one generated token
+// for a prefix; the target and its EOS within max_decoding_length for a score).
+void DecodeOptions::validate_prompt() const {
+  const int first = forced_bos_id >= 0 ? 1 : 0;
+  if (!target_prefix.empty() && score) invalid("target_prefix cannot be combined with a score request");
+  for (int id : target_prefix) {
+    if (id < 0) invalid("target_prefix has a negative token id " + std::to_string(id));
+  }
+  if (!target_prefix.empty() && int(target_prefix.size()) + first >= max_decoding_length) {
+    invalid("target_prefix has " + std::to_string(target_prefix.size()) + " tokens" +
+            (first ? " (after the target language token)" : "") + ", leaving no room under max_decoding_length (" +
+            std::to_string(max_decoding_length) + ")");
+  }
+  if (score) {
+    if (beam_size != 1) invalid("a score request decodes with beam_size 1, got " + std::to_string(beam_size));
+    for (int id : score_target) {
+      if (id < 0) invalid("targets has a negative token id " + std::to_string(id));
+    }
+    if (int(score_target.size()) + 1 + first > max_decoding_length) {
+      invalid("targets has " + std::to_string(score_target.size()) + " tokens" +
+              (first ? " (after the target language token)" : "") + " and </s>, more than max_decoding_length (" +
+              std::to_string(max_decoding_length) + ")");
+    }
+  }
 }
 
 // Repetition controls: ranges as transformers' processors accept them (a positive n-gram size,

@@ -34,6 +34,20 @@ struct DecodeOptions {
     return no_repeat_ngram_size > 0 || repetition_penalty != 1.f || !suppress_sequences.empty();
   }
 
+  // target_prefix (docs/decoding.md, "Target prefix"): target ids the hypotheses continue,
+  // after the forced first token when there is one. They are fed as forced tokens one step
+  // at a time; as transformers' decoder_input_ids they (and the forced first token with them)
+  // are the prompt: their log-probs are not in the score and the length normalisation counts
+  // only the tokens generated after them, while max_decoding_length counts them. Returned
+  // hypotheses include them. No EOS among them.
+  std::vector<int> target_prefix;
+  // Score (teacher forcing, docs/decoding.md "Score"): when set, the sentence is not searched
+  // but scored: its target ids (EOS appended by the search) are forced one step at a time
+  // with their real log-probs (StepGroup::teacher_forced), after the forced first token as
+  // a translation has it. Greedy (beam_size 1); the score is normalised as a hypothesis'.
+  std::vector<int> score_target;
+  bool score = false;
+
   // Throws nmt::Error(kInvalidArgument) naming the option when a value is out of range.
   // max_beam and max_length are the serving limits (the model's position table bounds
   // max_length too).
@@ -45,6 +59,7 @@ struct DecodeOptions {
   static constexpr int kMaxSuppressSequences = 256;
   static constexpr int kMaxSuppressSequenceTokens = 32;
   void validate_repetition(int target_vocab_size, int eos_id) const;
+  void validate_prompt() const;  // target_prefix / score (part of validate())
 };
 
 }  // namespace nmt

@@ -71,6 +71,10 @@ struct StepGroup {
   // log-probs, after the log-softmax, as its beam search does (true: greedy). A group with
   // edits never follows, and a forced token or EOS wins over them (the host sends none then).
   bool edit_logits = false;
+  // Teacher forcing (Score, docs/decoding.md): the forced_token's candidate carries its real
+  // log-prob (log_softmax of the logits, no mask) instead of 0; every other token stays -inf.
+  // Read only with forced_token >= 0 and not force_eos (a forced EOS keeps 0).
+  bool teacher_forced = false;
 };
 
 struct StepInput {

@@ -1,5 +1,7 @@
 #include "server/grpc/translation_service.h"
 
+#include <future>
+
 #include "server/pipeline/status.h"
 
 #include <deque>
@@ -572,6 +574,23 @@ grpc::Status TranslationService::ListModels(grpc::ServerContext* context, const 
   if (grpc::Status denied = authenticate(*context, "ListModels", call_traceparent(*context)); !denied.ok()) return denied;
   for (const ModelStatus& m : models_.list()) fill_model_info(m, response->add_models());
   return grpc::Status::OK;
+}
+
+grpc::Status TranslationService::Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
+                                       v1::ScoreResponse* response) {
+  const std::string traceparent = call_traceparent(*context);
+  context->AddTrailingMetadata("traceparent", traceparent);
+  Caller caller;
+  if (grpc::Status denied = authenticate(*context, "Score", traceparent, &caller); !denied.ok()) return denied;
+  std::promise<grpc::Status> answered;
+  pipeline_.score(
+      "Score", *request, steady_deadline(*context),
+      [&](const grpc::Status& status, v1::ScoreResponse r) {
+        *response = std::move(r);
+        answered.set_value(status);
+      },
+      std::move(caller), traceparent);
+  return answered.get_future().get();
 }
 
 void fill_model_info(const ModelStatus& m, v1::ModelInfo* info) {

@@ -56,6 +56,11 @@ class TranslationService final : public TranslationServiceBase {
 
   grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
                           v1::ListModelsResponse* response) override;
+  // Score (RequestPipeline::score) on the synchronous API: its handler thread waits for the
+  // pairs' jobs. A scoring client (reranking, quality estimation) sends few large requests,
+  // not the many small ones the asynchronous Translate path is built for.
+  grpc::Status Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
+                     v1::ScoreResponse* response) override;
 
   // Blocks until every Translate and TranslateStream call object is gone (a job's callback
   // may be the last to let go of one). Called once the queue is drained, before the models

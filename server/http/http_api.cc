@@ -14,6 +14,7 @@ namespace {
 
 constexpr const char* kJson = "application/json";
 constexpr const char* kV1 = "HTTP /v1/translate";
+constexpr const char* kV1Score = "HTTP /v1/score";
 constexpr const char* kLibre = "HTTP /translate";
 constexpr const char* kDetect = "HTTP /detect";
 constexpr const char* kFile = "HTTP /translate_file";
@@ -140,7 +141,7 @@ void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
   const bool libre = req.path == "/translate" || req.path == "/detect" || req.path == "/languages" ||
                      req.path == "/translate_file" || download;
   const WebAsset* page = req.method == "GET" || req.method == "HEAD" ? find_web_asset(req.path) : nullptr;
-  const bool known = libre || req.path == "/v1/translate";
+  const bool known = libre || req.path == "/v1/translate" || req.path == "/v1/score";
   // Every answer is counted, and carries the request's traceparent (and LibreTranslate's
   // CORS headers on its routes).
   const std::string traceparent = accept_traceparent(req.header("traceparent"));
@@ -159,6 +160,7 @@ void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
                                        " bytes (server.max_message_bytes)")));
   }
   if (req.method == "POST" && req.path == "/v1/translate") return v1_translate(req, traceparent, answer);
+  if (req.method == "POST" && req.path == "/v1/score") return v1_score(req, traceparent, answer);
   if (req.method == "POST" && req.path == "/translate") return libre_translate(req, traceparent, answer);
   if (req.method == "POST" && req.path == "/detect") return libre_detect(req, traceparent, answer);
   if (req.method == "POST" && req.path == "/translate_file") return libre_translate_file(req, traceparent, answer);
@@ -175,7 +177,7 @@ void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
   }
   answer(json_answer(404, LibreTranslateApi::error_json(
                               "no such endpoint: " + req.method + " " + req.path +
-                              " (GET / the web page, POST /v1/translate, POST /translate, POST /detect, "
+                              " (GET / the web page, POST /v1/translate, POST /v1/score, POST /translate, POST /detect, "
                               "GET /languages, POST /translate_file, GET /download_file/NAME)")));
 }
 
@@ -200,6 +202,36 @@ void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparen
   pipeline_.translate(
       kV1, std::move(request), Clock::time_point::max(),
       [respond = std::move(respond)](const grpc::Status& status, v1::TranslateResponse response) {
+        if (!status.ok()) return respond(v1_error(status));
+        std::string body;
+        google::protobuf::util::MessageToJsonString(response, &body);
+        HttpAnswer answer = json_answer(200, std::move(body));
+        answer.headers.emplace_back("X-Request-Id", response.request_id());
+        respond(std::move(answer));
+      },
+      std::move(caller), traceparent);
+}
+
+// Score's JSON mapping (nmt.v1.ScoreRequest / ScoreResponse), as /v1/translate's.
+void HttpApi::v1_score(const HttpRequest& req, const std::string& traceparent, HttpFront::Respond respond) {
+  if (!auth_.allows_header(req.header("authorization"))) {
+    const grpc::Status denied(grpc::StatusCode::UNAUTHENTICATED,
+                              "missing or wrong bearer token (header 'Authorization: Bearer TOKEN')");
+    pipeline_.record_refused(kV1Score, denied, traceparent);
+    return respond(v1_error(denied));
+  }
+  v1::ScoreRequest request;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(req.body, &request);
+  if (!parsed.ok()) {
+    const grpc::Status bad(grpc::StatusCode::INVALID_ARGUMENT,
+                           "the body is not a JSON nmt.v1.ScoreRequest: " + parsed.ToString());
+    pipeline_.record_refused(kV1Score, bad, traceparent);
+    return respond(v1_error(bad));
+  }
+  Caller caller = identify_caller(auth_.identify_header(req.header("authorization")), req.peer, "", false);
+  pipeline_.score(
+      kV1Score, std::move(request), Clock::time_point::max(),
+      [respond = std::move(respond)](const grpc::Status& status, v1::ScoreResponse response) {
         if (!status.ok()) return respond(v1_error(status));
         std::string body;
         google::protobuf::util::MessageToJsonString(response, &body);

@@ -51,6 +51,7 @@ class HttpApi {
   void handle(const HttpRequest& request, HttpFront::Respond respond);
   void v1_translate(const HttpRequest& request, const std::string& traceparent,
                     HttpFront::Respond respond);
+  void v1_score(const HttpRequest& request, const std::string& traceparent, HttpFront::Respond respond);
   void libre_translate(const HttpRequest& request, const std::string& traceparent,
                        HttpFront::Respond respond);
   void libre_detect(const HttpRequest& request, const std::string& traceparent,

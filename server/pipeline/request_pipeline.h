@@ -131,6 +131,14 @@ class RequestPipeline {
   void translate(const char* method, v1::TranslateRequest request, Clock::time_point deadline,
                  Completion done, Caller caller = {}, const std::string& traceparent = {});
 
+  // A whole Score request (docs/server.md, "Score"), as translate() a Translate one: its
+  // CallPermit, its model, validation (RequestValidator::validate_score), one job a pair on
+  // the model's scheduler (each pair's target forced with its log-probs in the same decode
+  // loops as translations), the response and the record. Never cached.
+  using ScoreCompletion = std::function<void(const grpc::Status& status, v1::ScoreResponse response)>;
+  void score(const char* method, v1::ScoreRequest request, Clock::time_point deadline, ScoreCompletion done,
+             Caller caller = {}, const std::string& traceparent = {});
+
   // The steps, for a frontend that runs them itself.
   //
   // The record of a request received now; its request_id is the request's own, or one made

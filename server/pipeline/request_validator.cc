@@ -78,7 +78,8 @@ bool valid_request_id(const std::string& id) {
 }
 
 ValidRequest RequestValidator::validate(const v1::TranslateRequest& request,
-                                       const TokenizeFn& tokenize, const SplitFn& split) const {
+                                       const TokenizeFn& tokenize, const SplitFn& split,
+                                       const TokenizeFn& tokenize_target) const {
   if (!request.request_id().empty() && !valid_request_id(request.request_id())) {
     invalid("request_id must be 1 to " + std::to_string(kMaxRequestIdBytes) +
             " printable ASCII characters (it is echoed as the x-request-id metadata)");
@@ -87,9 +88,24 @@ ValidRequest RequestValidator::validate(const v1::TranslateRequest& request,
   check_texts(texts);
   ValidRequest valid;
   valid.options = decode_options(request.options());
+  // target_prefix (docs/decoding.md): text or ids, one prefix for every text of the request.
+  if (!request.options().target_prefix().empty()) {
+    if (!tokenize_target) throw Error(ErrorCode::kInternal, "target tokenization is not available here");
+    valid.options.target_prefix = tokenize_target(request.options().target_prefix());
+    if (valid.options.target_prefix.empty()) invalid("options.target_prefix has no tokens");
+  }
   if (splits(request.options())) {
     if (!split) throw Error(ErrorCode::kInternal, "sentence splitting is not available here");
     split_texts(texts, tokenize, split, valid);
+    if (!valid.options.target_prefix.empty()) {
+      for (size_t i = 0; i < valid.split.size(); ++i) {
+        if (valid.split[i].sentences.size() > 1) {
+          invalid("texts[" + std::to_string(i) + "] splits into " + std::to_string(valid.split[i].sentences.size()) +
+                  " sentences: options.target_prefix continues one sentence (send split_sentences false, "
+                  "or the sentence alone)");
+        }
+      }
+    }
     return valid;
   }
   valid.source_ids.reserve(texts.size());
@@ -172,6 +188,12 @@ DecodeOptions RequestValidator::decode_options(const v1::TranslateOptions& reque
   o.min_decoding_length = requested.has_min_decoding_length() ? requested.min_decoding_length() : 0;
   o.return_scores = requested.return_scores();
   o.return_alignments = requested.return_alignments();
+  if (!requested.target_prefix().empty() && requested.target_prefix_ids_size() > 0)
+    invalid("options.target_prefix and options.target_prefix_ids are exclusive: set one");
+  o.target_prefix.assign(requested.target_prefix_ids().begin(), requested.target_prefix_ids().end());
+  for (int id : o.target_prefix) {
+    if (id < 0) invalid("options.target_prefix_ids holds a negative id " + std::to_string(id));
+  }
 
   check_range("beam_size", o.beam_size, 1, limits_.max_beam_size, "limits.max_beam_size");
   check_range("num_hypotheses", o.num_hypotheses, 1, o.beam_size, "options.beam_size");
@@ -226,6 +248,58 @@ void RequestValidator::repetition_controls(const v1::TranslateOptions& requested
               ": no hypothesis could end");
     o->suppress_sequences.push_back({id});
   }
+}
+
+ValidScore RequestValidator::validate_score(const v1::ScoreRequest& request, const TokenizeFn& tokenize,
+                                           const TokenizeFn& tokenize_target) const {
+  if (!request.request_id().empty() && !valid_request_id(request.request_id())) {
+    invalid("request_id must be 1 to " + std::to_string(kMaxRequestIdBytes) +
+            " printable ASCII characters (it is echoed as the x-request-id metadata)");
+  }
+  const v1::TranslateOptions& requested = request.options();
+  // Options of a search, which a score does not run.
+  if (requested.has_beam_size()) invalid("options.beam_size does not apply to Score (it runs no search)");
+  if (requested.has_num_hypotheses()) invalid("options.num_hypotheses does not apply to Score");
+  if (requested.has_min_decoding_length()) invalid("options.min_decoding_length does not apply to Score");
+  if (!requested.target_prefix().empty() || requested.target_prefix_ids_size() > 0)
+    invalid("options.target_prefix does not apply to Score (the target is given whole)");
+  if (requested.has_split_sentences() && requested.split_sentences())
+    invalid("options.split_sentences does not apply to Score (each pair is one sentence)");
+  const std::vector<std::string> sources(request.sources().begin(), request.sources().end());
+  const std::vector<std::string> targets(request.targets().begin(), request.targets().end());
+  if (targets.size() != sources.size()) {
+    invalid("targets has " + std::to_string(targets.size()) + " entries for " + std::to_string(sources.size()) +
+            " sources: one translation per source");
+  }
+  try {
+    check_texts(sources);
+  } catch (const Error& e) {  // the texts' messages, named for this request's field
+    std::string m = e.what();
+    for (size_t at; (at = m.find("texts")) != std::string::npos;) m.replace(at, 5, "sources");
+    invalid(m);
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const std::string where = "targets[" + std::to_string(i) + "]";
+    if (only_whitespace(targets[i])) invalid(where + " is empty (or only whitespace)");
+    if (find_invalid_utf8(targets[i]) != std::string::npos) invalid(where + " is not valid UTF-8");
+  }
+  ValidScore valid;
+  valid.options = decode_options(requested);
+  valid.options.beam_size = 1;
+  valid.options.num_hypotheses = 1;
+  valid.options.score = true;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    valid.source_ids.push_back(tokenize(sources[i]));
+    const size_t tokens = valid.source_ids.back().size();
+    if (tokens > static_cast<size_t>(limits_.max_input_tokens)) {
+      invalid("sources[" + std::to_string(i) + "] has " + std::to_string(tokens) +
+              " tokens, more than limits.max_input_tokens (" + std::to_string(limits_.max_input_tokens) + ")");
+    }
+    valid.input_tokens += static_cast<int64_t>(tokens);
+    valid.target_ids.push_back(tokenize_target(targets[i]));
+    if (valid.target_ids.back().empty()) invalid("targets[" + std::to_string(i) + "] has no tokens");
+  }
+  return valid;
 }
 
 }  // namespace nmt::server

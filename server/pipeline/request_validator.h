@@ -26,6 +26,13 @@ struct ValidRequest {
 };
 
 using TokenizeFn = std::function<std::vector<int>(const std::string& text)>;
+
+// A Score request that passed every check.
+struct ValidScore {
+  std::vector<std::vector<int>> source_ids, target_ids;  // per pair; targets without </s>
+  DecodeOptions options;
+  int64_t input_tokens = 0;
+};
 using SplitFn = std::function<SplitText(const std::string& text)>;
 
 class RequestValidator {
@@ -36,8 +43,17 @@ class RequestValidator {
   // request_id, texts, options, then each text's token length (tokenized with `tokenize`);
   // with split_sentences, each text is cut with `split` and each sentence's length is
   // checked instead.
+  // `tokenize_target` makes options.target_prefix's ids (Translator::encode_target); a
+  // text prefix without it is refused. With split_sentences, a text that splits into several
+  // sentences takes no target_prefix (refused naming it: a prefix continues one sentence).
   ValidRequest validate(const v1::TranslateRequest& request, const TokenizeFn& tokenize,
-                        const SplitFn& split = {}) const;
+                        const SplitFn& split = {}, const TokenizeFn& tokenize_target = {}) const;
+  // A Score request (docs/server.md, "Score"): as many targets as sources, each text
+  // checked as texts are, the options that do not apply refused naming them; its pairs'
+  // source ids (tokenize) and target ids (tokenize_target), and the DecodeOptions every pair
+  // shares (beam 1, score set; each pair's score_target is the caller's to set).
+  ValidScore validate_score(const v1::ScoreRequest& request, const TokenizeFn& tokenize,
+                            const TokenizeFn& tokenize_target) const;
   // Whether the request's texts are split into sentences (its option, else the default).
   bool splits(const v1::TranslateOptions& requested) const {
     return requested.has_split_sentences() ? requested.split_sentences() : limits_.split_sentences;

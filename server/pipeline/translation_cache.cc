@@ -66,6 +66,9 @@ std::string TranslationCache::key(uint64_t generation, const DecodeOptions& o, c
     append(k, int(seq.size()));
     for (int id : seq) append(k, id);
   }
+  // target_prefix: its length, then its ids (a prefix changes the output).
+  append(k, int(o.target_prefix.size()));
+  for (int id : o.target_prefix) append(k, id);
   for (int id : ids) append(k, id);
   return k;
 }

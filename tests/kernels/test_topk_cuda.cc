@@ -264,6 +264,33 @@ TYPED_TEST(BeamTopkCuda, PerSentenceForcedTokens) {
   }
 }
 
+// Teacher forcing (kTopkTeacherForced, Score): the forced token keeps its real log-prob on
+// every path, as the reference computes it; a forced EOS still wins with 0; sentences
+// forced without the bit, or not forced, in the same call as usual.
+TYPED_TEST(BeamTopkCuda, PerSentenceTeacherForcedTokens) {
+  const Case cases[] = {
+      {64, 4, 8001, 8, true, masks(1, 0, false, false), 7},     // row path
+      {3, 4, 58101, 8, true, masks(58100, 0, false, false)},    // two-pass, chunks
+      {9, 1, 32003, 1, false, masks(5, 6, false, false)},       // two-pass, greedy (Score's k)
+      {130, 4, 16411, 8, true, masks(16410, 0, false, false)},  // one-pass
+  };
+  expect_every_path(cases);
+  uint32_t seed = 1709;
+  for (const Case& c : cases) {
+    std::vector<unsigned char> flags(static_cast<size_t>(c.sentences));
+    std::vector<int> forced(flags.size());
+    for (size_t s = 0; s < flags.size(); ++s) {
+      const unsigned char choices[] = {kTopkForceToken | kTopkTeacherForced,
+                                       kTopkForceToken | kTopkTeacherForced | kTopkMaskEos,
+                                       kTopkForceToken | kTopkTeacherForced | kTopkForceEos, kTopkForceToken, 0};
+      flags[s] = choices[s % 5];
+      forced[s] = int((s * 7919 + 13) % size_t(c.vocab));
+    }
+    forced[0] = c.vocab - 1;
+    check<TypeParam>(c, seed += 13, flags, {}, forced);
+  }
+}
+
 TEST(BeamTopkCudaArgs, RejectsBadK) {
   NMT_SKIP_WITHOUT_GPU();
   EXPECT_THROW(beam_topk_cuda<float>(nullptr, nullptr, nullptr, 1, 4, 100, 33, TopkMasks{},

@@ -191,3 +191,22 @@ TEST(TranslateCli, ErrorsExitNonZeroWithOneLine) {
   EXPECT_NE(empty.status, 0);
   EXPECT_EQ(empty.out, "nmt-translate: error: input line 2 is empty\n");
 }
+
+// --target-prefix: every line's translation continues it; --score: 'SOURCE ||| TARGET' lines
+// give the target's score, the own translation's the --scores one.
+TEST(TranslateCli, TargetPrefixAndScore) {
+  Result r = sh("echo 'Two dogs play in the snow.' | " + kBin + " --target-prefix 'Zwei Katzen' 2>/dev/null");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind("Zwei Katzen", 0), 0u) << r.out;
+  const Result scored = sh("echo 'Two dogs play in the snow.' | " + kBin + " --scores 2>/dev/null");
+  ASSERT_EQ(scored.status, 0);
+  const size_t bar = scored.out.find(" ||| ");
+  ASSERT_NE(bar, std::string::npos) << scored.out;
+  const std::string text = scored.out.substr(bar + 5, scored.out.find('\n') - bar - 5);
+  r = sh("echo 'Two dogs play in the snow. ||| " + text + "' | " + kBin + " --score 2>/dev/null");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NEAR(std::stod(r.out), std::stod(scored.out), 1e-4) << r.out << " vs " << scored.out;
+  r = sh("echo 'no bars here' | " + kBin + " --score 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("SOURCE ||| TARGET"), std::string::npos) << r.out;
+}

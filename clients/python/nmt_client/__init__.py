@@ -8,8 +8,8 @@ Client is synchronous, AsyncClient the same on asyncio (grpc.aio). Both retry UN
 and RESOURCE_EXHAUSTED with exponential backoff within the call's deadline; other errors
 raise grpc.RpcError at once.
 """
-from ._common import Alignment, Hypothesis, RetryPolicy
+from ._common import Alignment, Hypothesis, RetryPolicy, ScoreResult
 from .aio import AsyncClient
 from .client import Client
 
-__all__ = ["Alignment", "AsyncClient", "Client", "Hypothesis", "RetryPolicy"]
+__all__ = ["Alignment", "AsyncClient", "Client", "Hypothesis", "RetryPolicy", "ScoreResult"]

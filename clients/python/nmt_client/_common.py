@@ -21,6 +21,15 @@ class Hypothesis:
     text: str
     score: float               # sum(log p) / length ** length_penalty
     token_ids: Tuple[int, ...]  # target ids, EOS included
+    token_scores: Tuple[float, ...] = ()  # per token id, its log-prob (0: forced, a target_prefix's)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreResult:
+    """Score of one (source, target) pair: score normalised as a hypothesis' score."""
+    score: float
+    token_scores: Tuple[float, ...]  # per token id
+    token_ids: Tuple[int, ...]       # the language token (NLLB ...), the target's, </s>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,10 +104,23 @@ def alignments(response: pb.TranslateResponse):
             for t in response.translations]
 
 
+def score_request(sources: Sequence[str], targets: Sequence[str], model: Optional[str],
+                  **options) -> pb.ScoreRequest:
+    """The ScoreRequest of the pairs (sources[i], targets[i]); options left None take the
+    server's defaults."""
+    set_options = {k: v for k, v in options.items() if v is not None}
+    return pb.ScoreRequest(model=model or "", sources=list(sources), targets=list(targets),
+                           options=pb.TranslateOptions(**set_options))
+
+
+def score_results(response: pb.ScoreResponse):
+    return [ScoreResult(r.score, tuple(r.token_scores), tuple(r.token_ids)) for r in response.results]
+
+
 def best_texts(response: pb.TranslateResponse):
     return [t.hypotheses[0].text for t in response.translations]
 
 
 def nbest(response: pb.TranslateResponse):
-    return [[Hypothesis(h.text, h.score, tuple(h.token_ids)) for h in t.hypotheses]
+    return [[Hypothesis(h.text, h.score, tuple(h.token_ids), tuple(h.token_scores)) for h in t.hypotheses]
             for t in response.translations]

@@ -7,7 +7,7 @@ import grpc
 import grpc.aio
 
 from . import _common
-from ._common import Hypothesis, RetryPolicy, Texts
+from ._common import Hypothesis, RetryPolicy, ScoreResult, Texts
 from ._proto import translation_pb2 as pb
 from ._proto import translation_pb2_grpc as pb_grpc
 
@@ -36,6 +36,7 @@ class AsyncClient:
                         source_language: Optional[str] = None, target_language: Optional[str] = None,
                         no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                         suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
+                  target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
                         timeout: Optional[float] = None):
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
@@ -43,7 +44,8 @@ class AsyncClient:
             min_decoding_length=min_decoding_length,
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids)
+            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
         best = _common.best_texts(await self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
@@ -56,6 +58,7 @@ class AsyncClient:
                               source_language: Optional[str] = None, target_language: Optional[str] = None,
                               no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                               suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
+                  target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
                               timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         request, _ = _common.request(
             texts, model, beam_size=beam_size or max(4, num_hypotheses), num_hypotheses=num_hypotheses,
@@ -64,12 +67,25 @@ class AsyncClient:
             min_decoding_length=min_decoding_length,
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids)
+            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
         return _common.nbest(await self._call(self._stub.Translate, request, timeout))
 
     async def translate_response(self, request: pb.TranslateRequest,
                                  timeout: Optional[float] = None) -> pb.TranslateResponse:
         return await self._call(self._stub.Translate, request, timeout)
+
+    async def score(self, sources: List[str], targets: List[str], model: Optional[str] = None,
+              length_penalty: Optional[float] = None, max_decoding_length: Optional[int] = None,
+              source_language: Optional[str] = None, target_language: Optional[str] = None,
+              timeout: Optional[float] = None) -> List[ScoreResult]:
+        """The model's log-probs of each target given its source (rpc Score): one ScoreResult
+        per pair, its score normalised as a translation's (scoring the model's own best
+        translation gives its score)."""
+        request = _common.score_request(sources, targets, model, length_penalty=length_penalty,
+                                        max_decoding_length=max_decoding_length,
+                                        source_language=source_language, target_language=target_language)
+        return _common.score_results(await self._call(self._stub.Score, request, timeout))
 
     async def list_models(self, timeout: Optional[float] = None):
         return list((await self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout)).models)

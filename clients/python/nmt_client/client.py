@@ -5,7 +5,7 @@ from typing import List, Optional
 import grpc
 
 from . import _common
-from ._common import Hypothesis, RetryPolicy, Texts
+from ._common import Hypothesis, RetryPolicy, ScoreResult, Texts
 from ._proto import translation_pb2 as pb
 from ._proto import translation_pb2_grpc as pb_grpc
 
@@ -37,6 +37,7 @@ class Client:
                   source_language: Optional[str] = None, target_language: Optional[str] = None,
                   no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                   suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
+                  target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
                   timeout: Optional[float] = None):
         """The best translation of each text (a list), or of the one text given as a str (a
         str). Each text is translated sentence by sentence and joined with its own whitespace
@@ -50,7 +51,8 @@ class Client:
             min_decoding_length=min_decoding_length,
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids)
+            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
         best = _common.best_texts(self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
@@ -62,6 +64,7 @@ class Client:
                         source_language: Optional[str] = None, target_language: Optional[str] = None,
                         no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                         suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
+                  target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
                         timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         """num_hypotheses hypotheses per text, best first, with scores and token ids (beam_size
         defaults to max(4, num_hypotheses)). A text of several sentences (split, the server's
@@ -74,7 +77,8 @@ class Client:
             min_decoding_length=min_decoding_length,
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids)
+            suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
         return _common.nbest(self._call(self._stub.Translate, request, timeout))
 
     def translate_alignments(self, texts: Texts, model: Optional[str] = None,
@@ -94,6 +98,18 @@ class Client:
                            timeout: Optional[float] = None) -> pb.TranslateResponse:
         """Sends a TranslateRequest as built by the caller; the whole TranslateResponse."""
         return self._call(self._stub.Translate, request, timeout)
+
+    def score(self, sources: List[str], targets: List[str], model: Optional[str] = None,
+              length_penalty: Optional[float] = None, max_decoding_length: Optional[int] = None,
+              source_language: Optional[str] = None, target_language: Optional[str] = None,
+              timeout: Optional[float] = None) -> List[ScoreResult]:
+        """The model's log-probs of each target given its source (rpc Score): one ScoreResult
+        per pair, its score normalised as a translation's (scoring the model's own best
+        translation gives its score)."""
+        request = _common.score_request(sources, targets, model, length_penalty=length_penalty,
+                                        max_decoding_length=max_decoding_length,
+                                        source_language=source_language, target_language=target_language)
+        return _common.score_results(self._call(self._stub.Score, request, timeout))
 
     def list_models(self, timeout: Optional[float] = None):
         return list(self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout).models)

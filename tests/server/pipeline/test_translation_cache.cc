@@ -46,7 +46,7 @@ TEST(TranslationCache, AHitIsTheMissBitForBit) {
 }
 
 TEST(TranslationCache, EveryOptionIsPartOfTheKey) {
-  std::vector<DecodeOptions> variants(8);
+  std::vector<DecodeOptions> variants(11);
   variants[1].beam_size = 2;
   variants[2].num_hypotheses = 2;
   variants[3].length_penalty = 0.5f;
@@ -54,6 +54,9 @@ TEST(TranslationCache, EveryOptionIsPartOfTheKey) {
   variants[5].min_decoding_length = 3;
   variants[6].forced_bos_id = 9;
   variants[7].return_scores = true;
+  variants[8].target_prefix = {5};  // target_prefix: its ids and their count
+  variants[9].target_prefix = {5, 6};
+  variants[10].target_prefix = {6};
   for (size_t i = 0; i < variants.size(); ++i) {
     for (size_t j = 0; j < i; ++j) EXPECT_NE(key(1, 1, variants[i]), key(1, 1, variants[j])) << i << " " << j;
   }
