@@ -80,7 +80,6 @@ class FairseqTokenizer final : public Tokenizer {
   std::vector<int> encode_text(const std::string& text, const std::string& source_language,
                                std::vector<TextSpan>* spans) const override;
   std::vector<int> encode_target(const std::string& text) const override;
-  std::vector<int> encode_target(const std::string& text) const override;
   int piece_id(const std::string& piece) const;
   // SentencePiece's pieces of `text` as ids, appended to `ids`.
   // spans (return_alignments): null, or each piece's byte range, offset by base.
@@ -478,17 +477,6 @@ std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const st
 std::vector<int> FairseqTokenizer::encode_target(const std::string& text) const {
   const std::string& code = !default_source_.empty() ? default_source_ : languages_.empty() ? std::string() : languages_[0];
   std::vector<int> ids = encode_text(text, code, nullptr);
-  if (legacy_) ids.pop_back();  // [pieces, </s>, code]
-  else ids.erase(ids.begin());  // [code, pieces, </s>]
-  ids.pop_back();
-  return ids;
-}
-
-// The families share one SentencePiece model and dictionary between the sides: the source
-// encoding (added tokens included) without its language code and </s>.
-std::vector<int> FairseqTokenizer::encode_target(const std::string& text) const {
-  const std::string& code = !default_source_.empty() ? default_source_ : languages_.empty() ? std::string() : languages_[0];
-  std::vector<int> ids = encode_text(text, code);
   if (legacy_) ids.pop_back();  // [pieces, </s>, code]
   else ids.erase(ids.begin());  // [code, pieces, </s>]
   ids.pop_back();
