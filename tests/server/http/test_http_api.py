@@ -224,7 +224,7 @@ def limit_checks(server, port):
     expect(http(port, "POST", "/translate", big), 413,
            {"error": "the request body is over 8192 bytes (server.max_message_bytes)"}, "a body over the limit")
     expect(http(port, "GET", "/nothing"), 404,
-           {"error": "no such endpoint: GET /nothing (POST /v1/translate, POST /translate, POST /detect, GET /languages)"},
+           {"error": "no such endpoint: GET /nothing (POST /v1/translate, POST /translate, POST /detect, GET /languages, POST /translate_file, GET /download_file/NAME)"},
            "an unknown path")
     channel = grpc.insecure_channel(server.target)
     pending = queue.Queue()
