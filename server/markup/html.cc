@@ -216,8 +216,13 @@ class HtmlDocument final : public MarkupDocument {
     options_ = kGumboDefaultOptions;
     if (fragment_) options_.fragment_context = GUMBO_TAG_BODY;
     output_ = gumbo_parse_with_options(&options_, text_.data(), text_.size());
-    check_depth(bounds, what);
-    collect(output_->document);
+    try {
+      check_depth(bounds, what);
+      collect(output_->document);
+    } catch (...) {  // no destructor runs for a constructor that throws (found by fuzz_documents)
+      gumbo_destroy_output(&options_, output_);
+      throw;
+    }
   }
   ~HtmlDocument() override { gumbo_destroy_output(&options_, output_); }
 

@@ -18,13 +18,31 @@
 
 namespace {
 
-constexpr int kPort = 38517;
+// A loopback port free now (the kernel's choice), for the front to listen on.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    abort();
+  }
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+int port() {
+  static const int p = free_port();
+  return p;
+}
 
 void start_front() {
   static std::unique_ptr<nmt::server::HttpFront> front = [] {
     nmt::server::HttpLimits limits;
     return std::make_unique<nmt::server::HttpFront>(
-        "127.0.0.1", kPort, limits, 1 << 20,
+        "127.0.0.1", port(), limits, 1 << 20,
         [](const nmt::server::HttpRequest& request, nmt::server::HttpFront::Respond respond) {
           nmt::server::HttpAnswer answer;
           for (const auto& [name, value] : request.form) answer.body += name + "=" + std::to_string(value.size()) + ";";
@@ -47,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_port = htons(kPort);
+  address.sin_port = htons(static_cast<uint16_t>(port()));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) abort();
   for (size_t sent = 0; sent < request.size();) {
