@@ -34,12 +34,13 @@ class AsyncClient:
                         max_decoding_length: Optional[int] = None,
                         min_decoding_length: Optional[int] = None,
                         source_language: Optional[str] = None, target_language: Optional[str] = None,
+                        format: Optional[str] = None,
                         timeout: Optional[float] = None):
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
-            source_language=source_language, target_language=target_language)
+            source_language=source_language, target_language=target_language, format=format)
         best = _common.best_texts(await self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 

@@ -35,18 +35,21 @@ class Client:
                   split_sentences: Optional[bool] = None, length_penalty: Optional[float] = None,
                   max_decoding_length: Optional[int] = None, min_decoding_length: Optional[int] = None,
                   source_language: Optional[str] = None, target_language: Optional[str] = None,
+                  format: Optional[str] = None,
                   timeout: Optional[float] = None):
         """The best translation of each text (a list), or of the one text given as a str (a
         str). Each text is translated sentence by sentence and joined with its own whitespace
         (the server's default, limits.split_sentences); split_sentences=False sends each text
         as one sentence.
         source_language / target_language: a multilingual model's languages (deu_Latn, or an
-        alias such as "de"); None takes the model's default."""
+        alias such as "de"); None takes the model's default.
+        format: "html" or "markdown" translates the texts' text and keeps their markup, each
+        tag around the words it covered (README, "Translate HTML and Markdown")."""
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
-            source_language=source_language, target_language=target_language)
+            source_language=source_language, target_language=target_language, format=format)
         best = _common.best_texts(self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
