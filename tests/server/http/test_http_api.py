@@ -189,7 +189,7 @@ def libretranslate_checks(port, a, b):
     expect(http(port, "POST", "/translate", {"target": "de"}), 400,
            {"error": "Please contact the server operator to get an API key (api_key)"},
            "no API key and no q: the key is checked first, as LibreTranslate does")
-    return 8  # successful translations above (alternatives, the paragraph and auto included)
+    return 9  # successful translations above (alternatives, the paragraph, html and auto included)
 
 
 def v1_checks(port, a):

@@ -109,6 +109,9 @@ TEST(Html, NestingDeeperThanTheBoundIsRefusedWithItsReason) {
     return s + "deep";
   };
   EXPECT_NO_THROW(parse_html(nested(20), {30}, "texts[1]"));
+  EXPECT_NO_THROW(parse_html(nested(30), {30}, "texts[1]"));
+  EXPECT_NO_THROW(parse_html("<!DOCTYPE html><html><body>" + nested(30), {30}, "texts[1]"));
+  EXPECT_THROW(parse_html("<!DOCTYPE html><html><body>" + nested(31), {30}, "texts[1]"), Error);
   try {
     parse_html(nested(40), {30}, "texts[1]");
     ADD_FAILURE() << "accepted";
