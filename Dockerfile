@@ -14,8 +14,9 @@ FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
 WORKDIR /src
 COPY scripts/setup.sh scripts/setup.sh
 # NMT_SETUP_TEST_TOOLS=0 leaves out the test-only tools (the Prometheus server). Its libraries
-# (libcld2-dev for language detection, libzip-dev and libxml2-dev for documents among them)
-# reach the runtime stage through ldd below.
+# (libcld2-dev for language detection, libzip-dev and libxml2-dev for documents, libgumbo-dev
+# and libcmark-dev for format html and markdown among them) reach the runtime stage through
+# ldd below.
 RUN NMT_SETUP_TEST_TOOLS=0 bash scripts/setup.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 ARG CUDA_ARCHITECTURES="80;86;89;90"

@@ -13,7 +13,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsentencepiece-dev libyaml-cpp-dev
   nlohmann-json3-dev libdnnl-dev ocl-icd-opencl-dev libgtest-dev libgmock-dev libicu-dev libmicrohttpd-dev
-  libcld2-dev libzip-dev libxml2-dev
+  libcld2-dev libzip-dev libxml2-dev libgumbo-dev libcmark-dev
   python3 python3-grpcio python3-grpc-tools python3-yaml
 )
 # Test-only tools (a real Prometheus for the metrics tests, clang + its runtimes for the

@@ -203,6 +203,9 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) {
          c.limits.max_decoding_length = to_int(n, k, 1, kMaxInt);
        }},
+      {"limits.max_markup_depth", "max-markup-depth",
+       "how deep the elements of an HTML or Markdown text may nest (format html, markdown)",
+       [](ServerConfig& c, N n, K k) { c.limits.max_markup_depth = to_int(n, k, 1, 10000); }},
       {"limits.split_sentences", "split-sentences",
        "default of options.split_sentences: translate each text sentence by sentence (false: each text as one sentence)",
        [](ServerConfig& c, N n, K k) { c.limits.split_sentences = to_bool(n, k); }},

@@ -155,12 +155,10 @@ void LibreTranslateApi::check(LibreTranslateRequest& r) const {
   if (r.target.empty()) bad_request(missing("target"));
   r.alternatives = parse_alternatives(r.alternatives_text);
   if (r.format.empty()) r.format = "text";
-  if (r.format == "html") {
-    bad_request(
-        "html format is not supported by this server: it translates plain text "
-        "(send format=text)");
-  }
-  if (r.format != "text") bad_request(r.format + " format is not supported");
+  // html: the markup kept, each tag around the words it covered (server/markup).
+  if (r.format != "text" && r.format != "html") bad_request(r.format + " format is not supported");
+  if (r.format == "html" && r.alternatives > 0)
+    bad_request("alternatives are not available with format html: send alternatives=0");
 }
 
 void LibreTranslateApi::detect_source(LibreTranslateRequest& r) const {
@@ -236,6 +234,7 @@ v1::TranslateRequest LibreTranslateApi::to_request(const LibreTranslateRequest& 
     request.mutable_options()->set_target_language(r.target);
   }
   for (const std::string& text : r.q) request.add_texts(text);
+  if (r.format == "html") request.mutable_options()->set_format("html");
   // LibreTranslate's texts are paragraphs as often as sentences.
   request.mutable_options()->set_split_sentences(true);
   if (r.alternatives > 0) {

@@ -49,7 +49,7 @@ class LibreTranslateApi {
   LibreTranslateRequest parse(bool is_json, const std::string& body,
                               const std::map<std::string, std::string>& form) const;
   // What LibreTranslate refuses (400): a missing q, source or target, a format other than
-  // text, a non-number alternatives. Fills `alternatives`.
+  // text or html, a non-number alternatives (and alternatives with html). Fills `alternatives`.
   void check(LibreTranslateRequest& request) const;
   // source "auto": the language of q (server/pipeline/language_detection.h) becomes the
   // request's source, unless only one source language reaches its target (then that one).

@@ -243,7 +243,8 @@ class HtmlDocument final : public MarkupDocument {
     while (!stack.empty()) {
       auto [n, depth] = stack.back();
       stack.pop_back();
-      if (depth > bounds.max_depth + (fragment_ ? 1 : 0)) refuse_depth(bounds, what);
+      // The elements gumbo adds around the text (html, and a document's body) do not count.
+      if (element(n) && depth > bounds.max_depth + (fragment_ ? 1 : 2)) refuse_depth(bounds, what);
       const GumboVector* kids = n->type == GUMBO_NODE_DOCUMENT ? &n->v.document.children
                                 : element(n)                  ? &n->v.element.children
                                                               : nullptr;

@@ -120,6 +120,13 @@ std::vector<Unit> units_of(std::string_view source, std::string_view target,
   return units;
 }
 
+// Letters and digits (any byte of a multi-byte UTF-8 character counts as one): what a tag is
+// not put inside of. Punctuation is not: "<b>Schnee</b>." stays so.
+bool word_byte(char c) {
+  const unsigned char u = static_cast<unsigned char>(c);
+  return u >= 0x80 || (u >= '0' && u <= '9') || (u >= 'A' && u <= 'Z') || (u >= 'a' && u <= 'z');
+}
+
 bool blank(std::string_view text) {
   for (char c : text)
     if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f') return false;
@@ -162,6 +169,11 @@ std::size_t place_empty(std::string_view source, std::string_view target, std::s
     if (!gap.empty() && blank(gap))
       while (pos > parent.begin && blank(target.substr(pos - 1, 1))) --pos;
   }
+  // Not inside a word: to its end (within the parent, before a sibling's run).
+  std::size_t stop = parent.end;
+  for (ByteRange r : runs)
+    if (r.begin >= pos && r.begin < stop) stop = r.begin;
+  while (pos > parent.begin && pos < stop && word_byte(target[pos - 1]) && word_byte(target[pos])) ++pos;
   for (ByteRange r : runs) {
     if (r.begin < pos && pos < r.end) pos = (pos - r.begin < r.end - pos) ? r.begin : r.end;
   }
@@ -231,8 +243,19 @@ std::vector<Span> transfer_spans(std::string_view source, const std::vector<Span
       const std::size_t limit = i + 1 < order.size() ? hits[order[i + 1]].front() : hi;
       for (std::size_t u : h)
         if (u < limit) last = u;
-      out[kids[order[i]]].range = {units[h.front()].target.begin, units[last].target.end};
-      runs.push_back(out[kids[order[i]]].range);
+      runs.push_back({units[h.front()].target.begin, units[last].target.end});
+    }
+    // A run that starts or ends inside a word (a subword token of it) takes the whole word,
+    // as far as its neighbours' runs and its parent allow: a tag around "Fahr" of
+    // "Fahrrad" covers "Fahrrad".
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const std::size_t floor = i ? runs[i - 1].end : range.begin;
+      const std::size_t ceiling = i + 1 < runs.size() ? runs[i + 1].begin : range.end;
+      while (runs[i].begin > floor && word_byte(target[runs[i].begin - 1]) && word_byte(target[runs[i].begin]))
+        --runs[i].begin;
+      while (runs[i].end < ceiling && word_byte(target[runs[i].end - 1]) && word_byte(target[runs[i].end]))
+        ++runs[i].end;
+      out[kids[order[i]]].range = runs[i];
     }
     for (std::size_t k = 0; k < kids.size(); ++k) {
       if (!hits[k].empty()) continue;

@@ -16,6 +16,9 @@ struct Limits {
   // models translate one sentence at a time and stop at its end (a paragraph sent whole
   // would come back as its first sentence).
   bool split_sentences = true;
+  // How deep the elements of a text with markup (TranslateOptions.format html, markdown) may
+  // nest: deeper is refused before it is parsed (server/markup/html.h says why).
+  int max_markup_depth = 100;
 };
 
 }  // namespace nmt::server

@@ -166,7 +166,7 @@ void RequestPipeline::admit(const v1::TranslateRequest& request, Clock::time_poi
       });
 }
 
-std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request,
+std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& received,
                                              std::shared_ptr<ServedModel> model,
                                              Clock::time_point deadline, RequestRecord& record,
                                              AdmittedRequest& admitted, JobCallback done,
@@ -174,6 +174,21 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request
   admitted.model = std::move(model);
   record.model = admitted.model->name;
   admitted.scheduler = admitted.model->least_loaded().scheduler.get();
+  // format html / markdown: the texts' blocks are translated as plain texts in their place
+  // (server/markup); the texts are checked (characters, UTF-8) before anything parses them.
+  if (markup::parse_format(received.options().format()) != markup::Format::kText) {
+    validator_.check_texts({received.texts().begin(), received.texts().end()});
+    admitted.markup = markup::plan_markup(received, {validator_.limits().max_markup_depth});
+    if (admitted.markup->inner.texts_size() == 0) {  // only markup: nothing to translate
+      const QuotaVerdict quota = quotas_.charge(caller.key.get(), characters(received));
+      if (!quota.allowed) throw Error(ErrorCode::kResourceExhausted, quota.message);
+      JobResult result;
+      result.ok = true;
+      done(std::move(result));
+      return nullptr;
+    }
+  }
+  const v1::TranslateRequest& request = admitted.markup ? admitted.markup->inner : received;
   // The request against its model: its source and target languages resolve against the
   // model's before anything is tokenized; its texts are tokenized in its source language and
   // split by that language's rules, and its options become the DecodeOptions the model
@@ -215,7 +230,7 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& request
     }
   }
   // Charged once the request is known to be valid: a malformed one costs its key nothing.
-  const QuotaVerdict quota = quotas_.charge(caller.key.get(), characters(request));
+  const QuotaVerdict quota = quotas_.charge(caller.key.get(), characters(received));
   if (!quota.allowed) throw Error(ErrorCode::kResourceExhausted, quota.message);
   return decode(std::move(valid.source_ids), valid.options, *admitted.model, *admitted.scheduler, deadline,
                 std::move(done), caller);
@@ -354,6 +369,13 @@ grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const Job
           if (s.hypotheses_size() > 0) joined->mutable_alignments()->MergeFrom(s.hypotheses(0).alignments());
         }
       }
+    }
+  }
+  if (admitted.markup) {  // the blocks' translations written back into the texts
+    try {
+      markup::apply_markup(*admitted.markup, response);
+    } catch (const Error& e) {
+      return to_grpc_status(e);
     }
   }
   response->set_input_tokens(record.input_tokens);

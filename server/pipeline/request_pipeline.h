@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "nmt/v1/translation.pb.h"
+#include "server/markup/markup_request.h"
 #include "server/observability/metrics.h"
 #include "server/pipeline/limits.h"
 #include "server/pipeline/request_validator.h"
@@ -88,6 +89,9 @@ struct AdmittedRequest {
   bool return_alignments = false;
   std::vector<std::string> sources;
   std::string encode_language;
+  // format html / markdown: the texts' blocks, translated in the request's place
+  // (server/markup/markup_request.h); null for plain text.
+  std::shared_ptr<const markup::MarkupPlan> markup;
 };
 
 class RequestPipeline;

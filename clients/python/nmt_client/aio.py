@@ -37,6 +37,7 @@ class AsyncClient:
                         no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                         suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
+                        format: Optional[str] = None,
                         timeout: Optional[float] = None):
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
@@ -45,7 +46,7 @@ class AsyncClient:
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
-            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids, format=format)
         best = _common.best_texts(await self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 

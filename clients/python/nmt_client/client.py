@@ -38,13 +38,16 @@ class Client:
                   no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                   suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
+                  format: Optional[str] = None,
                   timeout: Optional[float] = None):
         """The best translation of each text (a list), or of the one text given as a str (a
         str). Each text is translated sentence by sentence and joined with its own whitespace
         (the server's default, limits.split_sentences); split_sentences=False sends each text
         as one sentence.
         source_language / target_language: a multilingual model's languages (deu_Latn, or an
-        alias such as "de"); None takes the model's default."""
+        alias such as "de"); None takes the model's default.
+        format: "html" or "markdown" translates the texts' text and keeps their markup, each
+        tag around the words it covered (README, "Translate HTML and Markdown")."""
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
@@ -52,7 +55,7 @@ class Client:
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
-            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids, format=format)
         best = _common.best_texts(self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 

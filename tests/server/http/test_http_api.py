@@ -164,9 +164,15 @@ def libretranslate_checks(port, a, b):
            {"error": missing.format("source")}, "no source")
     expect(http(port, "POST", "/translate", {"q": A, "source": "en", "api_key": TOKEN}), 400,
            {"error": missing.format("target")}, "no target")
-    expect(http(port, "POST", "/translate", {"q": "<p>Hi</p>", **base, "format": "html"}), 400,
-           {"error": "html format is not supported by this server: it translates plain text (send format=text)"},
-           "format html")
+    # format html: the markup kept around the translation (server/markup); the block's text
+    # is the plain translation of the paragraph's text.
+    expect(http(port, "POST", "/translate", {"q": "<p>" + A + "</p>", **base, "format": "html"}), 200,
+           {"translatedText": "<p>" + a + "</p>"}, "format html: the paragraph's translation in its <p>")
+    expect(http(port, "POST", "/translate", {"q": "<p>Hi</p>", **base, "format": "xml"}), 400,
+           {"error": "xml format is not supported"}, "format xml")
+    expect(http(port, "POST", "/translate", {"q": "<p>Hi</p>", **base, "format": "html", "alternatives": 2}), 400,
+           {"error": "alternatives are not available with format html: send alternatives=0"},
+           "format html with alternatives")
     expect(http(port, "POST", "/translate", {"q": A, **base, "source": "auto"}), 200,
            {"translatedText": a, "detectedLanguage": {"confidence": 100.0, "language": "en"}},
            "source auto: the one source language that reaches de, without detection")
@@ -192,7 +198,7 @@ def libretranslate_checks(port, a, b):
     expect(http(port, "POST", "/translate", {"target": "de"}), 400,
            {"error": "Please contact the server operator to get an API key (api_key)"},
            "no API key and no q: the key is checked first, as LibreTranslate does")
-    return 8  # successful translations above (alternatives, the paragraph and auto included)
+    return 9  # successful translations above (alternatives, the paragraph, html and auto included)
 
 
 def v1_checks(port, a):

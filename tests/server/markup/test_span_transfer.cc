@@ -158,6 +158,23 @@ TEST(SpanTransfer, SubwordTokensOfOneWordAreCoveredTogether) {
             "ein <1>grosses</1> Haus");
 }
 
+TEST(SpanTransfer, TagsDoNotCutWords) {
+  // "Fahrrad" as "Fahr" + "rad", only "Fahr" aligned to the tagged "bike": the tag takes the
+  // word, not its piece; punctuation after it stays outside.
+  const std::string src = "a bike.";
+  const std::string tgt = "ein Fahrrad.";
+  const std::vector<AlignmentLink> links = {{{0, 1}, {0, 3}}, {{2, 6}, {4, 8}}, {{0, 1}, {8, 11}},
+                                            {{6, 7}, {11, 12}}};
+  EXPECT_EQ(render(tgt, transfer_spans(src, {{{2, 6}, -1, 1}}, tgt, links)), "ein <1>Fahrrad</1>.");
+  // A void element after "a" lands after the word whose first piece came from "a".
+  EXPECT_EQ(render(tgt, transfer_spans(src, {{{1, 1}, -1, 9}}, tgt, {{{0, 1}, {4, 8}}, {{2, 6}, {8, 11}}})),
+            "ein Fahrrad<9/>.");
+  // Two tags in one word: each keeps its piece (no room to grow).
+  EXPECT_EQ(render(tgt, transfer_spans(src, {{{0, 1}, -1, 1}, {{2, 6}, -1, 2}}, tgt,
+                                       {{{0, 1}, {4, 8}}, {{2, 6}, {8, 11}}})),
+            "ein <1>Fahr</1><2>rad</2>.");
+}
+
 TEST(SpanTransfer, TheFirstPairOfATargetTokenCounts) {
   const std::string src = "a b";
   std::vector<AlignmentLink> links = {{{2, 3}, {0, 1}}, {{0, 1}, {0, 1}}};
