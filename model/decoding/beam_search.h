@@ -7,6 +7,7 @@
 
 #include "model/config/model_config.h"
 #include "model/decoding/decode_options.h"
+#include "model/decoding/sampler.h"
 
 namespace nmt {
 
@@ -28,7 +29,7 @@ class SentenceSearch {
  public:
   SentenceSearch(const DecodeOptions& options, const ModelConfig& config);
 
-  int beam() const { return options_.beam_size; }
+  int beam() const { return options_.rows(); }  // its rows: beams, or samples (DecodeOptions::rows)
   int k() const;         // candidates asked of the engine per step
   int position() const { return step_; }  // decoder position of the next step's tokens
   // The top-k's EOS masks of the step `ahead` steps after the next one (a step submitted
@@ -48,8 +49,16 @@ class SentenceSearch {
   const std::vector<float>& running_scores() const { return running_scores_; }
 
   // Takes the step's k candidates (best first; candidate = beam_row * vocab + token) and
-  // returns true when the sentence is finished.
-  bool advance(const float* scores, const int* candidates, int vocab);
+  // returns true when the sentence is finished. A sampling sentence draws from `logits`
+  // instead (its rows' StepOutput::logits, beam() x vocab) and ignores the candidates.
+  bool advance(const float* scores, const int* candidates, int vocab, const float* logits = nullptr);
+
+  // Sampling (DecodeOptions::samples, sampler.h): each row is an independent sample drawn on
+  // the host, so the engine returns the rows' logits (StepGroup::return_logits).
+  bool samples() const { return samples_; }
+  // The next step needs this sentence's host state (its draws): the loop never lets it follow
+  // a step in flight (StepGroup::follows stays -1).
+  bool host_steps() const { return samples_; }
 
   DecodeResult result() const;  // once finished
 
@@ -74,6 +83,7 @@ class SentenceSearch {
   bool advance_greedy(const float* scores, const int* candidates, int vocab);
   bool advance_beam(const float* scores, const int* candidates, int vocab);
   void set_next_rows(const int* parents);  // one per running beam
+  bool advance_sample(const float* logits, int vocab);  // each unfinished sample draws its token
 
   const DecodeOptions options_;
   const int eos_id_;
@@ -93,6 +103,14 @@ class SentenceSearch {
   std::vector<char> hits_;
   std::vector<float> running_view_, merged_;
   std::vector<int> cand_beam_, cand_token_, keep_, order_, next_parents_;
+
+  // Sampling: the warpers' parameters, the key of the draws, the pad mask the engines apply
+  // (ModelConfig::mask_pad), and the sampler's scratch.
+  const bool samples_;
+  SamplingParams sampling_;
+  uint64_t seed_ = 0;
+  int pad_mask_ = -1;
+  Sampler sampler_;
 };
 
 }  // namespace nmt

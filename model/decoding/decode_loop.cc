@@ -55,15 +55,15 @@ bool DecodeLoop::fits(size_t source_tokens, const DecodeOptions& options, std::s
   if (source_tokens > size_t(capacity_.source_tokens))
     reason = "a sentence of " + std::to_string(source_tokens) + " tokens exceeds the " +
              std::to_string(capacity_.source_tokens) + " tokens a decode slot holds";
-  else if (options.beam_size > capacity_.rows)
-    reason = "beam " + std::to_string(options.beam_size) + " exceeds the " +
+  else if (options.rows() > capacity_.rows)
+    reason = (options.samples() ? "samples " : "beam ") + std::to_string(options.rows()) + " exceeds the " +
              std::to_string(capacity_.rows) + " cache rows of a decode loop";
   if (why) *why = reason;
   return reason.empty();
 }
 
 bool DecodeLoop::can_admit(const DecodeOptions& options) const {
-  return !free_slots_.empty() && int(free_rows_.size()) >= options.beam_size;
+  return !free_slots_.empty() && int(free_rows_.size()) >= options.rows();
 }
 
 void DecodeLoop::admit(std::vector<LoopSentence> sentences) {
@@ -78,7 +78,7 @@ void DecodeLoop::admit(std::vector<LoopSentence> sentences) {
     auto a = std::make_unique<Active>(s.id, s.options, config_);
     a->slot = free_slots_.back();
     free_slots_.pop_back();
-    for (int b = 0; b < s.options.beam_size; ++b) {
+    for (int b = 0; b < s.options.rows(); ++b) {
       a->rows.push_back(free_rows_.back());
       free_rows_.pop_back();
     }
@@ -162,12 +162,14 @@ bool DecodeLoop::submit(StepReport* report) {
       members.clear();
       positions.clear();
       for (const auto& a : active_) {
-        const bool follows = newest && a->newest == newest->number;
+        // A sentence whose next step needs its host state (host_steps: sampling) never follows.
+        const bool follows = newest && a->newest == newest->number && !a->search.host_steps();
         if (a->in_flight > 0 && (!follows || a->last)) continue;
         const int ahead = follows ? 1 : 0;
         const SentenceSearch& s = a->search;
         in_.groups.push_back({a->slot, s.position() + ahead, s.beam(), s.k(), s.mask_eos(ahead),
                               s.force_eos(ahead), follows ? a->group : -1, s.forced_token(ahead)});
+        in_.groups.back().return_logits = s.samples();  // sampling: the host draws from the logits
         for (int b = 0; b < s.beam(); ++b) {
           // a following row's token, parent and running score are the device's: these stand in
           in_.tokens.push_back(s.tokens()[size_t(b)]);
@@ -258,10 +260,20 @@ void DecodeLoop::collect(StepReport* report) {
                                           " candidates for a step that asked " + std::to_string(wanted));
   }
   const int vocab = engine_.vocab_size();
-  size_t offset = 0;
+  // Sampling sentences' rows' logits (StepGroup::return_logits), in group order.
+  size_t logits_wanted = 0;
+  for (const Active* a : f.members) logits_wanted += a->search.samples() ? size_t(a->search.beam()) * size_t(vocab) : 0;
+  if (out_.logits.size() != logits_wanted) {
+    drop_all();
+    throw Error(ErrorCode::kInternal, "decode loop: the engine returned " + std::to_string(out_.logits.size()) +
+                                          " logits for a step that asked " + std::to_string(logits_wanted));
+  }
+  size_t offset = 0, logits_offset = 0;
   for (Active* a : f.members) {
     const int k = a->search.k();
-    if (!a->gone && a->search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab)) {
+    const float* logits = a->search.samples() ? out_.logits.data() + logits_offset : nullptr;
+    if (logits) logits_offset += size_t(a->search.beam()) * size_t(vocab);
+    if (!a->gone && a->search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab, logits)) {
       FinishedSentence done;
       done.id = a->id;
       done.steps = a->search.position();

@@ -1,5 +1,6 @@
 #pragma once
 // Per-request decoding options and their validation.
+#include <cstdint>
 #include <string>
 
 namespace nmt {
@@ -19,10 +20,26 @@ struct DecodeOptions {
   // (ModelConfig::forced_bos_id: none for Marian, generation_config's for the others).
   int forced_bos_id = -1;
 
+  // Sampling (docs/decoding.md, "Sampling"; CTranslate2's names and defaults): a sentence
+  // samples when sampling_topk != 1 and sampling_temperature > 0, with beam_size 1; its
+  // num_hypotheses are that many independent samples (one cache row each). The warpers are
+  // transformers' (temperature, then top-k, then top-p), applied to the masked logits.
+  int sampling_topk = 1;             // 1: greedy; 0: the whole vocabulary; k: the k likeliest (ties kept)
+  float sampling_topp = 1.f;         // (0, 1]: the likeliest tokens until their probability reaches it
+  float sampling_temperature = 1.f;  // >= 0, finite; 0: greedy
+  // The sampler's key (with the hypothesis and the step: model/decoding/sampler.h): a seeded
+  // sentence's samples depend on nothing else. Unseeded: each sentence draws one.
+  bool has_seed = false;
+  uint64_t seed = 0;
+  bool samples() const { return sampling_topk != 1 && sampling_temperature > 0.f; }
+  // Cache rows (beams or samples) a sentence takes in the decode loop.
+  int rows() const { return samples() ? num_hypotheses : beam_size; }
+
   // Throws nmt::Error(kInvalidArgument) naming the option when a value is out of range.
   // max_beam and max_length are the serving limits (the model's position table bounds
   // max_length too).
   void validate(int max_beam, int max_length) const;
+  void validate_sampling(int max_beam) const;  // validate()'s part for a sentence that samples
 };
 
 }  // namespace nmt

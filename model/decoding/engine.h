@@ -59,6 +59,12 @@ struct StepGroup {
   // DecodeOptions::forced_bos_id, at position 0), applied after the log-softmax like
   // force_eos; force_eos wins when both are set (transformers applies ForcedEOS last).
   int forced_token = -1;
+
+  // Sampling (model/decoding/sampler.h): the engine also returns the group's rows' logits
+  // (StepOutput::logits) for the host to sample from; its candidates are computed as for any
+  // group (the top-k path is unchanged) and not used. Such a group never follows (its next
+  // tokens are the host's draws).
+  bool return_logits = false;
 };
 
 struct StepInput {
@@ -79,6 +85,10 @@ struct StepOutput {
   // log p(token), and the candidate as row_in_group * vocab + token.
   std::vector<float> scores;
   std::vector<int> candidates;
+
+  // Per group with return_logits, in group order, beam x vocab each: the output projection
+  // plus final_logits_bias, float32, before any mask (the host applies them: sampler.h).
+  std::vector<float> logits;
 };
 
 class Engine {
