@@ -166,7 +166,7 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
     longest = std::max(longest, int(s.size()));
   }
   const int n = int(source_ids.size());
-  std::unique_ptr<DecodeLoop> loop = make_loop({n, n * options.beam_size, longest});
+  std::unique_ptr<DecodeLoop> loop = make_loop({n, n * options.rows(), longest});
 
   BatchStats local;
   BatchStats& st = stats ? *stats : local;

@@ -1,12 +1,18 @@
 #include "model/decoding/decode_options.h"
 
 #include <cmath>
+#include <sstream>
 
 #include "model/error.h"
 
 namespace nmt {
 namespace {
 [[noreturn]] void invalid(const std::string& msg) { throw Error(ErrorCode::kInvalidArgument, msg); }
+std::string number(float x) {  // as a user wrote it: 1.5, not 1.500000
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
 }  // namespace
 
 void DecodeOptions::validate(int max_beam, int max_length) const {
@@ -21,9 +27,9 @@ void DecodeOptions::validate(int max_beam, int max_length) const {
   }
   if (sampling_topk < 0) invalid("sampling_topk must be >= 0 (0: the whole vocabulary), got " + std::to_string(sampling_topk));
   if (!(sampling_topp > 0.f && sampling_topp <= 1.f))
-    invalid("sampling_topp must be in (0, 1], got " + std::to_string(sampling_topp));
+    invalid("sampling_topp must be in (0, 1], got " + number(sampling_topp));
   if (!(std::isfinite(sampling_temperature) && sampling_temperature >= 0.f))
-    invalid("sampling_temperature must be a finite number >= 0 (0: greedy), got " + std::to_string(sampling_temperature));
+    invalid("sampling_temperature must be a finite number >= 0 (0: greedy), got " + number(sampling_temperature));
   if (forced_bos_id < -1) invalid("forced_bos_id must be a token id or -1, got " + std::to_string(forced_bos_id));
   if (!std::isfinite(length_penalty)) invalid("length_penalty must be a finite number");
   if (max_decoding_length < 1 || max_decoding_length > max_length) {

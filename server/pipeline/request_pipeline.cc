@@ -183,7 +183,7 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
                                              const ServedModel& model, Scheduler& scheduler,
                                              Clock::time_point deadline, JobCallback done, const Caller& caller) {
   const QueueTenant tenant{caller.tenant, caller.weight};
-  if (!cache_.enabled()) return scheduler.submit(std::move(source_ids), options, deadline, std::move(done), tenant);
+  if (!cache_.enabled() || !TranslationCache::cacheable(options)) return scheduler.submit(std::move(source_ids), options, deadline, std::move(done), tenant);
   // Per sentence (after splitting): the hits are answered from the cache, the misses decoded.
   struct Parts {
     std::vector<Translation> translations;  // every sentence's, the hits filled in

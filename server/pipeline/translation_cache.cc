@@ -57,6 +57,12 @@ std::string TranslationCache::key(uint64_t generation, const DecodeOptions& o, c
   append(k, o.min_decoding_length);
   append(k, o.return_scores);
   append(k, o.forced_bos_id);
+  // Sampling: the warpers and the seed (only seeded sampling is cached: cacheable()).
+  append(k, o.sampling_topk);
+  append(k, o.sampling_topp);
+  append(k, o.sampling_temperature);
+  append(k, o.has_seed);
+  append(k, o.seed);
   for (int id : ids) append(k, id);
   return k;
 }

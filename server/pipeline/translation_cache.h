@@ -37,6 +37,9 @@ class TranslationCache {
 
   // The key of one sentence of a model's version.
   static std::string key(uint64_t generation, const DecodeOptions& options, const std::vector<int>& source_ids);
+  // Whether a sentence decoded with these options may be kept: not an unseeded sampled one,
+  // whose output is drawn afresh each time.
+  static bool cacheable(const DecodeOptions& options) { return !(options.samples() && !options.has_seed); }
 
   // The translation kept for `key`, made most recently used; counts a hit or a miss.
   std::optional<Translation> find(const std::string& model, uint64_t generation, const std::string& key);

@@ -34,12 +34,16 @@ class AsyncClient:
                         max_decoding_length: Optional[int] = None,
                         min_decoding_length: Optional[int] = None,
                         source_language: Optional[str] = None, target_language: Optional[str] = None,
+                        sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
+                        sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
                         timeout: Optional[float] = None):
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
-            source_language=source_language, target_language=target_language)
+            source_language=source_language, target_language=target_language,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature, seed=seed)
         best = _common.best_texts(await self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
@@ -50,13 +54,18 @@ class AsyncClient:
                               max_decoding_length: Optional[int] = None,
                               min_decoding_length: Optional[int] = None,
                               source_language: Optional[str] = None, target_language: Optional[str] = None,
+                              sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
+                              sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
                               timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         request, _ = _common.request(
-            texts, model, beam_size=beam_size or max(4, num_hypotheses), num_hypotheses=num_hypotheses,
+            texts, model, beam_size=beam_size or _common.nbest_beam(num_hypotheses, sampling_topk, sampling_temperature),
+            num_hypotheses=num_hypotheses,
             return_scores=True, return_token_ids=True, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
-            source_language=source_language, target_language=target_language)
+            source_language=source_language, target_language=target_language,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature, seed=seed)
         return _common.nbest(await self._call(self._stub.Translate, request, timeout))
 
     async def translate_response(self, request: pb.TranslateRequest,
