@@ -22,6 +22,11 @@ namespace nmt::kernels {
 constexpr unsigned char kTopkMaskEos = 1;
 constexpr unsigned char kTopkForceEos = 2;
 constexpr unsigned char kTopkForceToken = 4;  // reads TopkMasks::forced_tokens
+// Repetition controls (beam_token_edits_cuda): the sentence's rows hold their final, edited
+// log-probs (the bias added, the log-sum-exp taken): the top-k adds no bias and takes their
+// log-sum-exp as 0; its masks still apply.
+constexpr unsigned char kTopkLogProbs = 8;
+constexpr unsigned char kTopkEditLogits = 16;  // with kTopkLogProbs: the edits were on the logits (greedy)
 
 struct TopkMasks {
   int pad_id = -1;  // < 0: no pad masking
@@ -81,6 +86,16 @@ constexpr int kBeamTopkHeldChunkTokens = 4096;  // kTwoPass: the widest chunk a 
 // a rescan.
 int beam_topk_chunk_candidates(int k);
 
+// Repetition controls: each row's token edits (model/decoding/engine.h, StepInput::edit_begin),
+// where the kernel reads them at run time (pinned host memory: one captured graph serves
+// every step): row r's are [begin[r], begin[r + 1]) of tokens / factors (factor 0: -inf;
+// else s < 0 ? s * f : s / f).
+struct TokenEditTable {
+  const int* begin = nullptr;
+  const int* tokens = nullptr;
+  const float* factors = nullptr;
+};
+
 // Scratch bytes beam_topk_cuda needs for this shape.
 size_t beam_topk_workspace_bytes(int64_t sentences, int beam, int vocab, int k);
 
@@ -95,6 +110,15 @@ void beam_topk_cuda(const T* logits, const float* bias, const float* running_sco
                     int64_t sentences, int beam, int vocab, int k, const TopkMasks& masks,
                     float* out_scores, int* out_index, void* workspace, size_t workspace_bytes,
                     cudaStream_t stream, int64_t logits_row_stride = 0, const NextRows* next = nullptr);
+
+// Repetition controls, before beam_topk_cuda on the same rows: each row of a sentence whose
+// flag has kTopkLogProbs becomes its final log-probs in place: z = logits + bias; with
+// kTopkEditLogits the edits on z (greedy search), then z - log_sum_exp(z); else
+// z - log_sum_exp(z), then the edits (beam search, on the log-probs). Rows table_first_row + r
+// of the table's; other sentences are not touched.
+void beam_token_edits_cuda(float* logits, int64_t logits_row_stride, const float* bias, int64_t sentences, int beam,
+                           int vocab, const unsigned char* sentence_flags, const TokenEditTable* table,
+                           int table_first_row, cudaStream_t stream);
 #endif
 
 }  // namespace nmt::kernels

@@ -154,6 +154,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& s
 std::vector<Translation> Translator::translate_ids(const std::vector<std::vector<int>>& source_ids,
                                                    const DecodeOptions& options, BatchStats* stats) {
   options.validate(1 << 10, config_.max_positions);
+  options.validate_repetition(config_.target_vocab_size, config_.eos_id);  // repetition controls
   if (source_ids.empty()) return {};
   int longest = 0;
   for (const auto& s : source_ids) {

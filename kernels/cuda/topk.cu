@@ -497,6 +497,15 @@ __device__ __forceinline__ SentenceMask row_mask(const TopkMasks& masks, int64_t
   return {flags, forced};
 }
 
+// Repetition controls: a sentence whose rows beam_token_edits_cuda made final log-probs
+// (kTopkLogProbs) takes no bias and a log-sum-exp of 0.
+__device__ __forceinline__ const float* row_bias(const float* bias, const SentenceMask& mask) {
+  return (mask.flags & kTopkLogProbs) ? nullptr : bias;
+}
+__device__ __forceinline__ float row_lse(float lse, const SentenceMask& mask) {
+  return (mask.flags & kTopkLogProbs) ? 0.f : lse;
+}
+
 // A token's final score: logit + bias - lse, masked, + running score, exactly as the reference.
 __device__ __forceinline__ float final_score(int t, float v, float lse, float running,
                                              const TopkMasks& masks, const SentenceMask& mask) {
@@ -581,12 +590,12 @@ __global__ void __launch_bounds__(kChunkThreads) topk_score_kernel(
     if (threadIdx.x == 0) s_lse = lse;
   }
   __syncthreads();
-  const float lse = s_lse, running = running_scores[row];
-  const int base = int(row % beam) * vocab;
   const SentenceMask mask = row_mask(masks, row, beam);
+  const float lse = row_lse(s_lse, mask), running = running_scores[row];
+  const int base = int(row % beam) * vocab;
   TopList<kK> list;
   list.clear();
-  for_each_logit(logits + row * row_stride, bias, Chunk(vocab, chunk, blockIdx.x),
+  for_each_logit(logits + row * row_stride, row_bias(bias, mask), Chunk(vocab, chunk, blockIdx.x),
                  [&](int t, float v, bool in) {
                    if (in) list.push(final_score(t, v, lse, running, masks, mask), base + t);
                  });
@@ -655,8 +664,9 @@ __global__ void __launch_bounds__(kChunkThreads, 4) topk_chunk_kernel(
   const int64_t row = blockIdx.y;
   const Chunk c(vocab, chunk, blockIdx.x);
   const HeldTokens<kVec> held{c.begin, c.end, int(row % beam) * vocab};
+  const SentenceMask mask = row_mask(masks, row, beam);
   float z[kPer];
-  load_held(logits + row * row_stride, bias, held, z);
+  load_held(logits + row * row_stride, row_bias(bias, mask), held, z);
   const OnlineLse mine = held_lse(z);
   const OnlineLse total = block_lse(mine);
   const int64_t slot = row * gridDim.x + blockIdx.x;
@@ -665,7 +675,6 @@ __global__ void __launch_bounds__(kChunkThreads, 4) topk_chunk_kernel(
     ws.scores[slot * kC + r] = v;
     ws.index[slot * kC + r] = i;
   };
-  const SentenceMask mask = row_mask(masks, row, beam);
   if (mask.forced >= 0) return select_forced<kC>(held, mask.forced, INFINITY, emit);
   const float thread_max = mask_held(z, held, masks, mask, mine.m);
   block_select_held<kC>(z, held, thread_max, emit);
@@ -706,12 +715,12 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
   const int64_t sentence = blockIdx.x, first_row = sentence * beam;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row_cache_row = sentence_cache_row(next, first_row, beam);
+  const SentenceMask mask = row_mask(masks, first_row, beam);
   for (int r = warp; r < beam; r += kChunkThreads / 32) {
-    const float lse = warp_row_lse(ws, first_row + r, splits);
+    const float lse = row_lse(warp_row_lse(ws, first_row + r, splits), mask);
     if (lane == 0) s_lse[r] = lse;
   }
   __syncthreads();
-  const SentenceMask mask = row_mask(masks, first_row, beam);
   const int64_t first = first_row * splits * kC, count = int64_t(beam) * splits * kC;
   {
     WarpTop<kC> top;
@@ -751,7 +760,8 @@ __global__ void __launch_bounds__(kChunkThreads) topk_merge_kernel(
       for (int t0 = 0; t0 < vocab; t0 += kChunkThreads) {
         const int t = t0 + threadIdx.x;
         const bool in = t < vocab;
-        const float v = in ? to_float(x[t]) + (bias ? bias[t] : 0.f) : 0.f;
+        const float* b = row_bias(bias, mask);
+        const float v = in ? to_float(x[t]) + (b ? b[t] : 0.f) : 0.f;
         top.offer(in ? final_score(t, v, lse, running, masks, mask) : -INFINITY,
                   in ? r * vocab + t : kNoToken);
       }
@@ -798,8 +808,9 @@ __global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_k
   const int splits = gridDim.x;
   const Chunk c(vocab, chunk, blockIdx.x);
   const HeldTokens<kVec> held{c.begin, c.end, int(row % beam) * vocab};
+  const SentenceMask mask = row_mask(masks, row, beam);
   float z[kPer];
-  load_held(logits + row * row_stride, bias, held, z);
+  load_held(logits + row * row_stride, row_bias(bias, mask), held, z);
   __shared__ float s_lse;
   float thread_max;  // of z
   if (splits == 1) {
@@ -815,8 +826,7 @@ __global__ void __launch_bounds__(kChunkThreads, kPer <= 32 ? 3 : 1) topk_held_k
     }
   }
   __syncthreads();
-  const float row_lse = s_lse, running = running_scores[row];
-  const SentenceMask mask = row_mask(masks, row, beam);
+  const float row_lse = cuda::row_lse(s_lse, mask), running = running_scores[row];
   const int64_t out = (row * splits + blockIdx.x) * kK;
   const auto emit = [&](int r, float v, int i) {
     ws.scores[out + r] = v;
@@ -1007,8 +1017,62 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
   }
 }
 
+// ---- Repetition controls: beam_token_edits_cuda ----
+
+// One block a row: the row of a sentence flagged kTopkLogProbs becomes its final, edited
+// log-probs in place (kernels/topk.h). The log-sum-exp in float with expf, as log_softmax
+// computes it; the edits, each token at most once a row, by one thread each.
+__global__ void __launch_bounds__(kChunkThreads) token_edits_kernel(float* logits, int64_t row_stride,
+                                                                    const float* bias, int beam, int vocab,
+                                                                    const unsigned char* flags,
+                                                                    const TokenEditTable* table, int first_row) {
+  pdl_prologue();
+  const int64_t row = blockIdx.x;
+  const unsigned f = flags[row / beam];
+  if (!(f & kTopkLogProbs)) return;
+  float* x = logits + row * row_stride;
+  const TokenEditTable t = *table;
+  const int e0 = t.begin[first_row + row], e1 = t.begin[first_row + row + 1];
+  const bool on_logits = f & kTopkEditLogits;
+  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] += bias ? bias[v] : 0.f;
+  __syncthreads();
+  if (on_logits) {
+    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) {
+      const float factor = t.factors[e];
+      float& s = x[t.tokens[e]];
+      s = factor == 0.f ? -INFINITY : (s < 0.f ? s * factor : s / factor);
+    }
+    __syncthreads();
+  }
+  OnlineLse lse;
+  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) lse.add(x[v]);
+  const OnlineLse total = block_lse(lse);
+  __shared__ float s_lse;
+  if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
+  __syncthreads();
+  const float row_lse = s_lse;
+  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] = x[v] - row_lse;
+  __syncthreads();
+  if (!on_logits) {
+    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) {
+      const float factor = t.factors[e];
+      float& s = x[t.tokens[e]];
+      s = factor == 0.f ? -INFINITY : (s < 0.f ? s * factor : s / factor);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cuda
+
+void beam_token_edits_cuda(float* logits, int64_t logits_row_stride, const float* bias, int64_t sentences, int beam,
+                           int vocab, const unsigned char* sentence_flags, const TokenEditTable* table,
+                           int table_first_row, cudaStream_t stream) {
+  if (sentences <= 0) return;
+  if (logits_row_stride == 0) logits_row_stride = vocab;
+  cuda::launch(&cuda::token_edits_kernel, dim3(unsigned(sentences * beam)), dim3(cuda::kChunkThreads), 0, stream,
+               logits, logits_row_stride, bias, beam, vocab, sentence_flags, table, table_first_row);
+}
 
 template <typename T>
 void beam_topk_cuda(const T* logits, const float* bias, const float* running_scores,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/vector_math.h"
+#include "model/decoding/engine.h"
 
 namespace nmt::cpu {
 namespace {
@@ -71,7 +72,7 @@ void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, i
   // token's log-prob is 0 and every other token's -inf.
   const bool one_hot = masks.force_eos || masks.forced_token >= 0;
   const int64_t only = masks.force_eos ? masks.eos_id : masks.forced_token;
-  const float lse = one_hot ? 0.f : log_sum_exp_given_max(x, n, max_v);
+  const float lse = one_hot || masks.log_probs ? 0.f : log_sum_exp_given_max(x, n, max_v);
   auto score = [&](int64_t t) {
     if (one_hot) return t == only ? 0.f + running : neg_inf;
     if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) return neg_inf;
@@ -90,6 +91,23 @@ void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, i
       insert(scores, tokens, &count, k, s, int(t));
     }
   }
+}
+
+// The edited row in this thread's buffer: the logits, or their log-probs (x - lse, as
+// row_topk subtracts it), with the edits applied; then row_topk over it.
+void row_topk_edited(const float* x, int64_t n, float running, const RowMasks& masks, const RowEdits& edits, int k,
+                     float* scores, int* tokens) {
+  thread_local std::vector<float> row;
+  row.resize(size_t(n));
+  const float lse = edits.on_logits ? 0.f : log_sum_exp(x, n);
+  for (int64_t t = 0; t < n; ++t) row[size_t(t)] = x[t] - lse;
+  for (int e = 0; e < edits.count; ++e) {
+    float& v = row[size_t(edits.tokens[e])];
+    v = edited_score(v, edits.factors[e]);
+  }
+  RowMasks m = masks;
+  m.log_probs = !edits.on_logits;
+  row_topk(row.data(), n, running, m, k, scores, tokens);
 }
 
 void merge_topk(const float* scores, const int* tokens, int rows, int per_row, int64_t stride, int vocab,

@@ -23,11 +23,25 @@ struct RowMasks {
   bool mask_eos = false;
   bool force_eos = false;
   int forced_token = -1;  // >= 0: the only token not -inf, with log-prob 0 (below force_eos)
+  bool log_probs = false;  // x holds log-probs already: its log-sum-exp is taken as 0
 };
 
 // The k (<= n) best candidate scores of one row, best first: scores[i] and tokens[i], from
 // the row's logits `x` (read only).
 void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, int k, float* scores, int* tokens);
+
+// Repetition controls (StepInput's token edits): row_topk of a row with `count` edits, on the
+// logits (on_logits: greedy search) or on the log-probs (beam search: each edited after the
+// log-softmax of the unedited row, row_topk's own); the unedited tokens score exactly as
+// row_topk scores them.
+struct RowEdits {
+  const int* tokens = nullptr;
+  const float* factors = nullptr;  // 0: banned; else the repetition penalty (edited_score())
+  int count = 0;
+  bool on_logits = false;
+};
+void row_topk_edited(const float* x, int64_t n, float running, const RowMasks& masks, const RowEdits& edits, int k,
+                     float* scores, int* tokens);
 
 // The k best of `rows` rows' row_topk lists (`per_row` entries each, at scores/tokens +
 // r * stride), best first; out_index = row * vocab + token (beam_topk_cpu's index).

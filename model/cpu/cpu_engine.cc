@@ -413,6 +413,7 @@ class CpuEngine : public Engine {
           in.parent_rows[r] >= cap_.rows)
         throw Error(ErrorCode::kInternal, "engine step: cache row out of range");
     }
+    check_token_edits(in, rows, c_.target_vocab_size);
     return int64_t(rows);
   }
 
@@ -450,6 +451,16 @@ class CpuEngine : public Engine {
       const StepGroup& g = in.groups[size_t(row_group_[size_t(r)])];
       // <pad> is banned only where generate() bans it (ModelConfig::mask_pad).
       cpu::RowMasks masks{c_.mask_pad ? c_.pad_id : -1, c_.eos_id, g.mask_eos, g.force_eos, g.forced_token};
+      // Repetition controls: a row with token edits takes row_topk_edited (StepInput).
+      const int edits = in.edit_begin.empty() ? 0 : in.edit_begin[size_t(r) + 1] - in.edit_begin[size_t(r)];
+      if (edits > 0) {
+        const size_t at = size_t(in.edit_begin[size_t(r)]);
+        const cpu::RowEdits row_edits{in.edit_tokens.data() + at, in.edit_factors.data() + at, edits, g.edit_logits};
+        cpu::row_topk_edited(logits_.data() + r * vocab, vocab, in.running_scores[size_t(r)], masks, row_edits,
+                             int(std::min<int64_t>(g.k, vocab)), row_scores_.data() + r * stride,
+                             row_tokens_.data() + r * stride);
+        continue;
+      }
       cpu::row_topk(logits_.data() + r * vocab, vocab, in.running_scores[size_t(r)], masks,
                     int(std::min<int64_t>(g.k, vocab)), row_scores_.data() + r * stride,
                     row_tokens_.data() + r * stride);

@@ -237,7 +237,8 @@ void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
     }
     return;
   }
-  const StepShape shape = shape_of(in.groups);
+  StepShape shape = shape_of(in.groups);
+  shape.edits = has_edits(in);
   if (shape.rows > padded_rows_cap_)  // cannot happen: check_step bounds the rows by cap_.rows
     throw Error(ErrorCode::kInternal, "CUDA engine step: padded rows exceed the step buffers");
   int last_position = 0;

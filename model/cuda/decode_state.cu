@@ -58,6 +58,7 @@ void CudaEngine<T>::allocate_state(const EngineCapacity& cap) {
   for (StepLane& lane : lanes_) {
     lane.in.reserve(StepUpload::bytes(rows, rows));
     lane.out.reserve(size_t(2) * rows * kMaxTopk * sizeof(int));
+    lane.edit_table.reserve(sizeof(kernels::TokenEditTable));
   }
   parity_ = 0;
   last_step_rows_.clear();  // nothing to follow in the new state

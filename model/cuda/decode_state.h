@@ -67,6 +67,10 @@ struct DecodeState {
 // What a lane's step in flight needs until it is collected (Engine::submit()).
 struct StepLane {
   PinnedBuffer in, out;  // its packed upload and the top-k download
+  // Repetition controls: the token edits' table (kernels::TokenEditTable, at a fixed address
+  // the graphs read) and the arrays it points to (grown as a step needs: [padded rows + 1]
+  // offsets, then tokens, then factors).
+  PinnedBuffer edit_table, edit_data;
   cudaEvent_t stepped = nullptr;  // the end of its step's own work (not a riding encode)
   cudaEvent_t start = nullptr, end = nullptr;  // NMT_CUDA_PROFILE's
   StepShape pending;       // of the step in flight

@@ -36,6 +36,7 @@ void CudaEngine<T>::check_step(const StepInput& in) const {
                   "forced token id " + std::to_string(g.forced_token) + " is outside the target vocabulary");
     rows += size_t(g.beam);
   }
+  check_token_edits(in, rows, c_.target_vocab_size);  // repetition controls
   if (in.tokens.size() != rows || in.cache_rows.size() != rows || in.parent_rows.size() != rows ||
       in.running_scores.size() != rows)
     throw Error(ErrorCode::kInternal, "CUDA engine step: per-row inputs do not match the sentences' beams");
@@ -79,6 +80,8 @@ void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, Ste
                                      (g->forced_token >= 0 ? kernels::kTopkForceToken : 0)
                                : 0;
       h.forced[sentence] = real ? g->forced_token : -1;
+      if (shape.edits && real && sentence_edited(in, row, g->beam))  // repetition controls
+        h.flags[sentence] |= kernels::kTopkLogProbs | (g->edit_logits ? kernels::kTopkEditLogits : 0);
       for (int b = 0; b < run.beam; ++b, ++r) {
         h.tokens[r] = real ? in.tokens[row] : c_.pad_id;
         h.cache_rows[r] = real ? in.cache_rows[row] : scratch_row();
@@ -93,6 +96,42 @@ void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, Ste
       }
     }
   }
+  if (shape.edits) fill_edits(in, shape, lane);
+}
+
+// Repetition controls: whether any row of the sentence whose first row of `in` is `row` has
+// token edits (then all its rows become final log-probs on the device).
+template <typename T>
+bool CudaEngine<T>::sentence_edited(const StepInput& in, size_t row, int beam) {
+  return in.edit_begin[row + size_t(beam)] > in.edit_begin[row];
+}
+
+// The step's token edits in the lane's pinned arrays, offsets per padded row (padding rows
+// none), and the table the graph reads pointing at them.
+template <typename T>
+void CudaEngine<T>::fill_edits(const StepInput& in, const StepShape& shape, StepLane& lane) {
+  const size_t edits = in.edit_tokens.size();
+  lane.edit_data.reserve((size_t(shape.rows) + 1) * sizeof(int) + edits * (sizeof(int) + sizeof(float)));
+  int* begin = static_cast<int*>(lane.edit_data.get());
+  int* tokens = begin + shape.rows + 1;
+  float* factors = reinterpret_cast<float*>(tokens + edits);
+  std::copy(in.edit_tokens.begin(), in.edit_tokens.end(), tokens);
+  std::copy(in.edit_factors.begin(), in.edit_factors.end(), factors);
+  size_t row = 0;  // of `in`
+  for (const Run& run : shape.runs) {
+    int r = run.first_row;
+    for (int s = 0; s < run.padded; ++s) {
+      for (int b = 0; b < run.beam; ++b, ++r) {
+        begin[r] = in.edit_begin[row];
+        if (s < run.sentences) ++row;
+      }
+    }
+  }
+  begin[shape.rows] = int(edits);
+  auto* table = static_cast<kernels::TokenEditTable*>(lane.edit_table.get());
+  table->begin = begin;
+  table->tokens = tokens;
+  table->factors = factors;
 }
 
 // Everything a step enqueues (its graph): from reading the packed upload to writing the
@@ -132,6 +171,14 @@ void CudaEngine<T>::enqueue_step(const StepShape& shape, const StepLane& lane) {
   for (int l = 0; l < c_.decoder_layers; ++l) enqueue_decoder_layer(l, x, dev, rows, parity);
   if (c_.arch.final_decoder_norm) layers_.final_norm(x, w_.decoder_final_norm, rows);
   layers_.project_logits(x, w_.output_projection, state_.logits.get(), logits_ld(), rows);
+  if (shape.edits) {  // repetition controls: the edited sentences' rows become final log-probs
+    for (const Run& run : shape.runs)
+      kernels::beam_token_edits_cuda(state_.logits.get() + int64_t(run.first_row) * logits_ld(), logits_ld(),
+                                     w_.output_bias.get(), run.padded, run.beam, c_.target_vocab_size,
+                                     dev.flags + run.first_sentence,
+                                     static_cast<const kernels::TokenEditTable*>(lane.edit_table.get()),
+                                     run.first_row, q_.stream);
+  }
   enqueue_topk(shape, dev, static_cast<int*>(lane.out.get()), state_.next_rows[1 - parity]);
 }
 
@@ -220,6 +267,7 @@ template <typename T>
 GraphKey CudaEngine<T>::graph_key(const StepShape& shape, int lane) const {
   GraphKey key{lane, parity_};
   for (const Run& r : shape.runs) key.insert(key.end(), {r.beam, r.k, r.padded});
+  if (shape.edits) key.push_back(-1);  // repetition controls: the token edits' launches
   return key;
 }
 
@@ -296,6 +344,8 @@ void CudaEngine<T>::collect_logits(const StepLane& lane, StepOutput* out) const 
   template StepLane& CudaEngine<T>::step_lane(int);                                                           \
   template GraphKey CudaEngine<T>::graph_key(const StepShape&, int) const;                                    \
   template void CudaEngine<T>::launch_step(const StepShape&, const std::vector<StepGroup>&, int);             \
+  template bool CudaEngine<T>::sentence_edited(const StepInput&, size_t, int);                                \
+  template void CudaEngine<T>::fill_edits(const StepInput&, const StepShape&, StepLane&);                     \
   template void CudaEngine<T>::collect_output(const StepShape&, const StepLane&, StepOutput*) const;         \
   template void CudaEngine<T>::enqueue_logits_download(const StepInput&, const StepShape&, StepLane&);       \
   template void CudaEngine<T>::collect_logits(const StepLane&, StepOutput*) const;

@@ -27,4 +27,8 @@ StepShape shape_of(const std::vector<StepGroup>& groups) {
   return s;
 }
 
+bool has_edits(const StepInput& in) {
+  return !in.edit_begin.empty() && in.edit_begin.back() > 0;
+}
+
 }  // namespace nmt::cuda

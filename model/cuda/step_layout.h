@@ -31,9 +31,13 @@ struct Run {
 struct StepShape {
   std::vector<Run> runs;
   int rows = 0, sentences = 0, outputs = 0;  // padded totals
+  // Repetition controls: some row has token edits (StepInput::edit_begin), so the step runs
+  // kernels::beam_token_edits_cuda before each top-k (a graph of its own).
+  bool edits = false;
 };
 
 StepShape shape_of(const std::vector<StepGroup>& groups);
+bool has_edits(const StepInput& in);  // StepShape::edits
 
 // The packed per-step upload over `rows` padded rows and `sentences` padded sentences: eight
 // [rows] arrays of 4-byte values (`writes`: the cache token each row's position goes to),

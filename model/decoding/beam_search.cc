@@ -48,6 +48,7 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
       eos_id_(config.eos_id),
       forced_eos_(config.forced_eos),
       forced_bos_(options.forced_bos_id >= 0 ? options.forced_bos_id : config.forced_bos_id),
+      start_id_(config.decoder_start_id),
       samples_(options.samples()) {
   const size_t beam = size_t(options.rows());
   running_.assign(beam, Beam{});
@@ -207,8 +208,19 @@ bool SentenceSearch::advance_sample(const float* logits, int vocab) {
   for (size_t h = 0; h < running_.size(); ++h) {
     Finished& f = finished_[h];
     if (f.done) continue;
-    const Sample s = sampler_.draw(logits + h * size_t(vocab), vocab, masks, sampling_,
-                                   sample_uniform(seed_, int(h), step_));
+    const float* row = logits + h * size_t(vocab);
+    if (options_.repetition_controls()) {
+      edit_tokens_.clear();
+      edit_factors_.clear();
+      token_edits(int(h), &edit_tokens_, &edit_factors_);
+      if (!edit_tokens_.empty()) {
+        edited_.assign(row, row + vocab);
+        for (size_t e = 0; e < edit_tokens_.size(); ++e)
+          edited_[size_t(edit_tokens_[e])] = edited_score(edited_[size_t(edit_tokens_[e])], edit_factors_[e]);
+        row = edited_.data();
+      }
+    }
+    const Sample s = sampler_.draw(row, vocab, masks, sampling_, sample_uniform(seed_, int(h), step_));
     Beam& b = running_[h];
     b.node = extend(b.node, s.token);
     b.score += s.logprob;
@@ -242,6 +254,16 @@ DecodeResult SentenceSearch::result() const {
     r.scores.push_back(finished_[size_t(h)].score);
   }
   return r;
+}
+
+void SentenceSearch::token_edits(int b, std::vector<int>* tokens, std::vector<float>* factors) {
+  if (force_eos() || forced_token() >= 0) return;
+  history_.clear();
+  for (int node = running_[size_t(b)].node; node >= 0; node = tokens_tree_[size_t(node)].parent)
+    history_.push_back(tokens_tree_[size_t(node)].token);
+  history_.push_back(start_id_);
+  std::reverse(history_.begin(), history_.end());
+  edits_.append(history_, options_, tokens, factors);
 }
 
 }  // namespace nmt

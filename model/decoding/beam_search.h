@@ -8,6 +8,7 @@
 #include "model/config/model_config.h"
 #include "model/decoding/decode_options.h"
 #include "model/decoding/sampler.h"
+#include "model/decoding/token_edits.h"
 
 namespace nmt {
 
@@ -56,11 +57,18 @@ class SentenceSearch {
   // Sampling (DecodeOptions::samples, sampler.h): each row is an independent sample drawn on
   // the host, so the engine returns the rows' logits (StepGroup::return_logits).
   bool samples() const { return samples_; }
-  // The next step needs this sentence's host state (its draws): the loop never lets it follow
-  // a step in flight (StepGroup::follows stays -1).
-  bool host_steps() const { return samples_; }
 
   DecodeResult result() const;  // once finished
+
+  // Whether the next step's inputs depend on this sentence's host state beyond its beams'
+  // tokens, parents and scores (the repetition controls' edits, from each beam's history;
+  // sampling's draws): such a sentence never follows a step in flight (StepGroup::follows
+  // stays -1), and a decode loop that holds one keeps a single step in flight (DecodeLoop,
+  // docs/decoding.md).
+  bool host_steps() const { return options_.repetition_controls() || samples_; }
+  // Appends beam b's token edits for the next step (StepInput::edit_tokens / edit_factors);
+  // none at a step whose token is forced (a forced token wins over them).
+  void token_edits(int b, std::vector<int>* tokens, std::vector<float>* factors);
 
  private:
   // A hypothesis's tokens are a path in tokens_tree_: its last token's node, whose parents
@@ -104,6 +112,12 @@ class SentenceSearch {
   std::vector<float> running_view_, merged_;
   std::vector<int> cand_beam_, cand_token_, keep_, order_, next_parents_;
 
+  // Repetition controls: the decoder start token (every beam's first, as transformers'
+  // input_ids), the edits' marks and a beam's history, reused.
+  const int start_id_;
+  TokenEdits edits_;
+  std::vector<int> history_;
+
   // Sampling: the warpers' parameters, the key of the draws, the pad mask the engines apply
   // (ModelConfig::mask_pad), and the sampler's scratch.
   const bool samples_;
@@ -111,6 +125,10 @@ class SentenceSearch {
   uint64_t seed_ = 0;
   int pad_mask_ = -1;
   Sampler sampler_;
+  // With repetition controls: a row's edits and its logits edited (as transformers' _sample
+  // applies its processors to the logits before the warpers).
+  std::vector<int> edit_tokens_;
+  std::vector<float> edit_factors_, edited_;
 };
 
 }  // namespace nmt

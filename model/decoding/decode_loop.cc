@@ -101,7 +101,9 @@ StepReport DecodeLoop::step() {
     while (!flights_.empty()) collect(&report);
   }
   // Two steps in flight while following pays, else one (the host's rows for each step).
-  const bool follow = follow_rows_ > 0 && active_rows() >= follow_rows_;
+  // A sentence that steps from its host state (SentenceSearch::host_steps()) holds the loop
+  // to one step in flight (docs/decoding.md, "Repetition controls").
+  const bool follow = follow_rows_ > 0 && active_rows() >= follow_rows_ && !holds_host_steps();
   while (flights_.size() >= (follow ? size_t(Engine::kStepLanes) : 1u)) collect(&report);
   const bool submitted = submit(&report);
   if (follow && submitted && flights_.size() == 1) {
@@ -159,10 +161,16 @@ bool DecodeLoop::submit(StepReport* report) {
       in_.cache_rows.clear();
       in_.parent_rows.clear();
       in_.running_scores.clear();
+      // Repetition controls: edits only where a sentence steps from its host state.
+      in_.edit_begin.clear();
+      in_.edit_tokens.clear();
+      in_.edit_factors.clear();
+      const bool edits = holds_host_steps();
       members.clear();
       positions.clear();
       for (const auto& a : active_) {
-        // A sentence whose next step needs its host state (host_steps: sampling) never follows.
+        // A sentence whose next step needs its host state (host_steps: repetition edits,
+        // sampling's draws) never follows.
         const bool follows = newest && a->newest == newest->number && !a->search.host_steps();
         if (a->in_flight > 0 && (!follows || a->last)) continue;
         const int ahead = follows ? 1 : 0;
@@ -177,9 +185,21 @@ bool DecodeLoop::submit(StepReport* report) {
           in_.parent_rows.push_back(a->rows[size_t(follows ? b : s.parents()[size_t(b)])]);
           in_.running_scores.push_back(follows ? 0.f : s.running_scores()[size_t(b)]);
         }
+        if (edits) {  // repetition controls: each row's edits from its beam's history
+          in_.groups.back().edit_logits = s.beam() == 1;
+          for (int b = 0; b < s.beam(); ++b) {
+            in_.edit_begin.push_back(int(in_.edit_tokens.size()));
+            // a sampling sentence's edits apply on the host, to the logits it draws from
+            if (a->search.host_steps() && !s.samples()) a->search.token_edits(b, &in_.edit_tokens, &in_.edit_factors);
+          }
+        }
         members.push_back(a.get());
         positions.push_back(s.position() + ahead);
       }
+      if (edits) in_.edit_begin.push_back(int(in_.edit_tokens.size()));
+      // No row has an edit (the host-stepping sentences sample, or have none this step): the
+      // engines' path without edits (StepInput::edit_begin).
+      if (in_.edit_tokens.empty()) in_.edit_begin.clear();
       // A step that grows the caches takes no encode along (the newcomers wait one step):
       // if the growth runs out of memory, nothing has run and the step can be repeated.
       const int furthest = positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
@@ -292,6 +312,16 @@ void DecodeLoop::collect(StepReport* report) {
                                   return true;
                                 }),
                  leaving_.end());
+}
+
+// Repetition controls: whether a sentence that steps (or is about to) needs its host state.
+bool DecodeLoop::holds_host_steps() const {
+  for (const ActiveList* list : {&active_, &encoding_}) {
+    for (const auto& a : *list) {
+      if (!a->gone && a->search.host_steps()) return true;
+    }
+  }
+  return false;
 }
 
 void DecodeLoop::join(ActiveList& from, ActiveList& into) {

@@ -53,4 +53,33 @@ void DecodeOptions::validate_sampling(int max_beam) const {
             " (each sample takes a cache row, as a beam), got " + std::to_string(num_hypotheses));
 }
 
+// Repetition controls: ranges as transformers' processors accept them (a positive n-gram size,
+// a positive penalty), ids inside the target vocabulary, bounded lists (every beam's step
+// matches every sequence against its history on the host).
+void DecodeOptions::validate_repetition(int target_vocab_size, int eos_id) const {
+  if (no_repeat_ngram_size < 0 || no_repeat_ngram_size > kMaxNoRepeatNgramSize)
+    invalid("no_repeat_ngram_size must be between 0 (off) and " + std::to_string(kMaxNoRepeatNgramSize) +
+            ", got " + std::to_string(no_repeat_ngram_size));
+  if (!std::isfinite(repetition_penalty) || !(repetition_penalty > 0.f))
+    invalid("repetition_penalty must be a finite number above 0 (1: off), got " + std::to_string(repetition_penalty));
+  if (suppress_sequences.size() > size_t(kMaxSuppressSequences))
+    invalid("suppress_sequences holds " + std::to_string(suppress_sequences.size()) + " sequences; at most " +
+            std::to_string(kMaxSuppressSequences) + " are accepted");
+  for (size_t i = 0; i < suppress_sequences.size(); ++i) {
+    const std::vector<int>& seq = suppress_sequences[i];
+    const std::string which = "suppress_sequences[" + std::to_string(i) + "]";
+    if (seq.empty()) invalid(which + " is empty (a sequence needs at least one token)");
+    if (seq.size() > size_t(kMaxSuppressSequenceTokens))
+      invalid(which + " has " + std::to_string(seq.size()) + " tokens; at most " +
+              std::to_string(kMaxSuppressSequenceTokens) + " are accepted");
+    for (int id : seq) {
+      if (id < 0 || id >= target_vocab_size)
+        invalid(which + " holds token id " + std::to_string(id) + ", outside the target vocabulary (0.." +
+                std::to_string(target_vocab_size - 1) + ")");
+    }
+    if (seq.size() == 1 && seq[0] == eos_id)
+      invalid(which + " is the end-of-sentence token alone: no hypothesis could end");
+  }
+}
+
 }  // namespace nmt

@@ -2,6 +2,7 @@
 // Per-request decoding options and their validation.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace nmt {
 
@@ -19,6 +20,17 @@ struct DecodeOptions {
   // The Translator sets it from the requested target language; -1: the model's default
   // (ModelConfig::forced_bos_id: none for Marian, generation_config's for the others).
   int forced_bos_id = -1;
+
+  // Repetition controls (docs/decoding.md, "Repetition controls"): transformers'
+  // NoRepeatNGram-, RepetitionPenalty- and NoBadWordsLogitsProcessor over each beam's tokens,
+  // the decoder start token first (transformers' decoder input_ids). A sentence with any of
+  // them set steps from its host state (SentenceSearch::host_steps()).
+  int no_repeat_ngram_size = 0;    // > 0: no n-gram of this many tokens occurs twice in a beam
+  float repetition_penalty = 1.f;  // != 1: a token the beam holds scores s < 0 ? s * p : s / p
+  std::vector<std::vector<int>> suppress_sequences;  // token ids; none is ever produced whole
+  bool repetition_controls() const {
+    return no_repeat_ngram_size > 0 || repetition_penalty != 1.f || !suppress_sequences.empty();
+  }
 
   // Sampling (docs/decoding.md, "Sampling"; CTranslate2's names and defaults): a sentence
   // samples when sampling_topk != 1 and sampling_temperature > 0, with beam_size 1; its
@@ -39,6 +51,13 @@ struct DecodeOptions {
   // max_beam and max_length are the serving limits (the model's position table bounds
   // max_length too).
   void validate(int max_beam, int max_length) const;
+  // The repetition controls' checks against the target vocabulary (ids) and limits (the
+  // constants below); throws like validate(). eos_id: a sequence of EOS alone is refused
+  // (it would never let a hypothesis end).
+  static constexpr int kMaxNoRepeatNgramSize = 32;
+  static constexpr int kMaxSuppressSequences = 256;
+  static constexpr int kMaxSuppressSequenceTokens = 32;
+  void validate_repetition(int target_vocab_size, int eos_id) const;
   void validate_sampling(int max_beam) const;  // validate()'s part for a sentence that samples
 };
 

@@ -60,6 +60,13 @@ struct StepGroup {
   // force_eos; force_eos wins when both are set (transformers applies ForcedEOS last).
   int forced_token = -1;
 
+  // Repetition controls (DecodeOptions; docs/decoding.md, "Repetition controls"): whether the
+  // token edits of the group's rows (StepInput::edit_begin) apply to the logits, as
+  // transformers' greedy search (_sample) applies its logits processors, or to the
+  // log-probs, after the log-softmax, as its beam search does (true: greedy). A group with
+  // edits never follows, and a forced token or EOS wins over them (the host sends none then).
+  bool edit_logits = false;
+
   // Sampling (model/decoding/sampler.h): the engine also returns the group's rows' logits
   // (StepOutput::logits) for the host to sample from; its candidates are computed as for any
   // group (the top-k path is unchanged) and not used. Such a group never follows (its next
@@ -78,7 +85,29 @@ struct StepInput {
   // step. On the GPU the encoder's launches then overlap the step's device work instead of
   // delaying every active sentence by an encode between two steps.
   const std::vector<EncodeItem>* encode = nullptr;
+
+  // Repetition controls: per row, token edits applied before the top-k ranks (to the logits
+  // or the log-probs: StepGroup::edit_logits). Row r's edits are entries [edit_begin[r],
+  // edit_begin[r + 1]) of edit_tokens / edit_factors, each token at most once per row;
+  // factor 0 bans the token (-inf), else f scores s < 0 ? s * f : s / f (transformers'
+  // RepetitionPenaltyLogitsProcessor). edit_begin empty: no row has any, and the step takes
+  // the engines' path without edits; else it has rows + 1 entries.
+  std::vector<int> edit_begin;
+  std::vector<int> edit_tokens;
+  std::vector<float> edit_factors;
 };
+
+// Throws nmt::Error(kInternal) unless the step's token edits are well formed: edit_begin empty
+// or rows + 1 non-decreasing offsets into edit_tokens / edit_factors (of equal size), tokens
+// inside the vocabulary, factors finite and >= 0, no edits in a group that follows
+// (model/decoding/token_edits.cc).
+void check_token_edits(const StepInput& in, size_t rows, int vocab);
+
+// A token's score after its edit (StepInput::edit_factors), on the host as on the device.
+inline float edited_score(float s, float factor) {
+  if (factor == 0.f) return -__builtin_inff();
+  return s < 0.f ? s * factor : s / factor;
+}
 
 struct StepOutput {
   // Per group, k entries each, concatenated in group order, best first: running score +

@@ -32,6 +32,9 @@ class Tokenizer {
   // Target ids -> text, as transformers' decode(ids, skip_special_tokens=True): the specials
   // and language codes are dropped. Throws nmt::Error for an id outside the vocabulary.
   virtual std::string decode(const std::vector<int>& ids) const = 0;
+  // Target text -> target ids of its pieces, as transformers' tokenizer(text_target=text)
+  // without its specials (no language code, no </s>): a target_prefix, a Score target.
+  virtual std::vector<int> encode_target(const std::string& text) const = 0;
   virtual int vocab_size() const = 0;         // the source vocabulary that encode() maps into
   virtual int target_vocab_size() const = 0;  // the target vocabulary that decode() reads
 

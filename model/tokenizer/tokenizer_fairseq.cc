@@ -78,6 +78,7 @@ class FairseqTokenizer final : public Tokenizer {
 
  private:
   std::vector<int> encode_text(const std::string& text, const std::string& source_language) const override;
+  std::vector<int> encode_target(const std::string& text) const override;
   int piece_id(const std::string& piece) const;
   // SentencePiece's pieces of `text` as ids, appended to `ids`.
   void encode_pieces(const std::string& text, std::vector<int>* ids) const;
@@ -461,6 +462,17 @@ std::vector<int> FairseqTokenizer::encode_text(const std::string& text, const st
   encode_pieces(text.substr(start), &ids);
   ids.push_back(eos_id_);
   if (legacy_) ids.push_back(lang);
+  return ids;
+}
+
+// The families share one SentencePiece model and dictionary between the sides: the source
+// encoding (added tokens included) without its language code and </s>.
+std::vector<int> FairseqTokenizer::encode_target(const std::string& text) const {
+  const std::string& code = !default_source_.empty() ? default_source_ : languages_.empty() ? std::string() : languages_[0];
+  std::vector<int> ids = encode_text(text, code);
+  if (legacy_) ids.pop_back();  // [pieces, </s>, code]
+  else ids.erase(ids.begin());  // [code, pieces, </s>]
+  ids.pop_back();
   return ids;
 }
 

@@ -64,6 +64,7 @@ class MarianTokenizer final : public Tokenizer {
  public:
   MarianTokenizer(const std::string& model_dir, const ModelConfig& config, const nlohmann::json& tokenizer_config);
   std::string decode(const std::vector<int>& ids) const override;
+  std::vector<int> encode_target(const std::string& text) const override;
   int vocab_size() const override { return int(source_vocab_.id_to_piece.size()); }
   int target_vocab_size() const override { return int(target_vocab_.id_to_piece.size()); }
 
@@ -153,6 +154,17 @@ std::vector<int> MarianTokenizer::encode_text(const std::string& text, const std
   ids.reserve(ids.size() + pieces.size() + 1);
   for (const auto& p : pieces) ids.push_back(source_id(p));
   ids.push_back(source_eos_id_);
+  return ids;
+}
+
+// MarianTokenizer in target mode: the target SentencePiece model and the target vocabulary
+// (<unk> for a piece it lacks).
+std::vector<int> MarianTokenizer::encode_target(const std::string& text) const {
+  std::vector<std::string> pieces;
+  target_.Encode(text, &pieces);
+  std::vector<int> ids;
+  ids.reserve(pieces.size());
+  for (const auto& p : pieces) ids.push_back(target_vocab_.id(p, target_unk_id_));
   return ids;
 }
 
