@@ -286,3 +286,19 @@ TEST(SamplingSearch, ASeededSentenceEqualsItsLoneRunInAMixedLoop) {
     }
   }
 }
+
+// With a repetition control, a sampling sentence's edits apply on the host to the logits it
+// draws from (transformers' _sample: processors, then warpers): no_repeat_ngram_size 1 never
+// draws a token its sample holds, whatever the seed (the scripted engine applies no edits).
+TEST(SamplingSearch, RepetitionEditsApplyToTheDraws) {
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    ScriptedEngine e;
+    DecodeOptions o = sampling(2, seed, 0, 1.f, 2.f);
+    o.no_repeat_ngram_size = 1;
+    const auto r = run(e, {20}, o);
+    for (const Hypothesis& h : r.at(0).translation.hypotheses) {
+      std::set<int> seen;
+      for (int id : h.ids) EXPECT_TRUE(seen.insert(id).second) << "seed " << seed << ": token " << id << " drawn twice";
+    }
+  }
+}
