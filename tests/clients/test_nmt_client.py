@@ -79,7 +79,8 @@ def sampling_checks(nmt_client, pb, server):
         draws = {client.translate(text, sampling_topk=0, sampling_temperature=1.5, seed=s) for s in range(6)}
         check(len(draws) > 1, f"sampling: seeds draw different translations ({len(draws)} of 6)")
         greedy = client.translate(text, beam_size=1)
-        check(client.translate(text, sampling_topk=1, seed=3) == greedy, "sampling_topk 1 is greedy")
+        check(client.translate(text, beam_size=1, sampling_topk=1, seed=3) == greedy,
+              "sampling_topk 1 does not sample: with beam_size 1, greedy")
         samples = client.translate_nbest(text, num_hypotheses=4, sampling_topk=20, sampling_topp=0.9, seed=11)[0]
         check(len(samples) == 4 and all(samples[i].score >= samples[i + 1].score for i in range(3)),
               "sampling: num_hypotheses 4 independent samples, best first")
