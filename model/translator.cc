@@ -246,7 +246,7 @@ std::vector<Translation> Translator::run(const std::vector<std::vector<int>>& so
                       std::to_string(config_.max_positions));
     }
     longest = std::max(longest, int(s.size()));
-    rows += options[i].beam_size;
+    rows += options[i].rows();
   }
   const int n = int(source_ids.size());
   std::unique_ptr<DecodeLoop> loop = make_loop({n, rows, longest});

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ constexpr const char* kUsage =
     "                     [--target-prefix TEXT]  (every translation continues TEXT; one sentence a line)\n"
     "                     [--score]  (lines 'SOURCE ||| TARGET': prints 'SCORE ||| TARGET', the model's\n"
     "                                 normalised log-prob of TARGET, as a translation's score)\n"
+    "                     [--sampling-topk K] [--sampling-topp P] [--sampling-temperature T] [--seed N]\n"
+    "                     (K 0: the whole vocabulary, 1: greedy (default); sampling: beam 1,\n"
+    "                     --num-hypotheses independent samples; docs/decoding.md)\n"
     "Reads one text per line, splits it into sentences (ICU) and prints one translation per\n"
     "line in input order; --no-split-sentences translates each line as one sentence.\n"
     "With --num-hypotheses > 1 each input gives N lines 'INDEX ||| TEXT ||| SCORE';\n"
@@ -50,6 +54,7 @@ struct Args {
   std::vector<std::string> suppress_texts;  // repetition controls: tokenized as targets once loaded
   std::string target_prefix;  // DecodeOptions::target_prefix, as text
   bool score = false;         // Translator::score on 'SOURCE ||| TARGET' lines
+  bool beam_set = false;  // --beam given (sampling's beam is 1 otherwise)
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -65,6 +70,16 @@ int to_int(const std::string& flag, const std::string& v) {
   } catch (const std::exception&) {
   }
   usage_error(flag + " expects an integer, got '" + v + "'");
+}
+
+float to_float(const std::string& flag, const std::string& v) {
+  try {
+    size_t pos = 0;
+    const float x = std::stof(v, &pos);
+    if (pos == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  usage_error(flag + " expects a number, got '" + v + "'");
 }
 
 Args parse(int argc, char** argv) {
@@ -90,7 +105,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--target-prefix") a.target_prefix = v;
     else if (f == "--device") { if (!nmt::parse_device(v, &a.translator.device)) usage_error("--device must be auto, cpu or cuda"); }
     else if (f == "--precision") { if (!nmt::parse_precision(v, &a.translator.precision)) usage_error("--precision must be float16, float32 or int8"); }
-    else if (f == "--beam") a.decode.beam_size = to_int(f, v);
+    else if (f == "--beam") { a.decode.beam_size = to_int(f, v); a.beam_set = true; }
     else if (f == "--batch-size") a.batch_size = to_int(f, v);
     else if (f == "--threads") a.translator.threads = to_int(f, v);
     else if (f == "--num-hypotheses") a.decode.num_hypotheses = to_int(f, v);
@@ -102,10 +117,21 @@ Args parse(int argc, char** argv) {
     else if (f == "--repetition-penalty") {
       try { a.decode.repetition_penalty = std::stof(v); } catch (const std::exception&) { usage_error("--repetition-penalty expects a number"); }
     }
-    else if (f == "--length-penalty") {
+    else if (f == "--sampling-topk") a.decode.sampling_topk = to_int(f, v);
+    else if (f == "--sampling-topp") a.decode.sampling_topp = to_float(f, v);
+    else if (f == "--sampling-temperature") a.decode.sampling_temperature = to_float(f, v);
+    else if (f == "--seed") {
+      try {
+        size_t pos = 0;
+        a.decode.seed = std::stoull(v, &pos);
+        if (pos != v.size() || v.front() == '-') throw std::invalid_argument(v);
+      } catch (const std::exception&) { usage_error("--seed expects an unsigned integer, got '" + v + "'"); }
+      a.decode.has_seed = true;
+    } else if (f == "--length-penalty") {
       try { a.decode.length_penalty = std::stof(v); } catch (const std::exception&) { usage_error("--length-penalty expects a number"); }
     } else usage_error("unknown option " + f);
   }
+  if (a.decode.samples() && !a.beam_set) a.decode.beam_size = 1;
   if (a.batch_size < 1) usage_error("--batch-size must be at least 1");
   if (a.translator.threads < 0) usage_error("--threads must be 0 (all cores) or more");
   return a;

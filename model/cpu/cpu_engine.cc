@@ -266,6 +266,7 @@ class CpuEngine : public Engine {
     out->scores.clear();
     out->candidates.clear();
     out->alignments.clear();
+    out->logits.clear();
     if (rows == 0) return;
     row_slot_.clear();
     for (const StepGroup& g : in.groups) row_slot_.insert(row_slot_.end(), size_t(g.beam), g.slot);
@@ -497,6 +498,15 @@ class CpuEngine : public Engine {
       cpu::merge_topk(row_scores_.data() + first * stride, row_tokens_.data() + first * stride, g.beam,
                       int(std::min<int64_t>(g.k, vocab)), stride, int(vocab), g.k, out->scores.data() + at,
                       out->candidates.data() + at);
+      first += g.beam;
+    }
+    // Sampling groups' rows go to the host sampler whole (StepGroup::return_logits).
+    first = 0;
+    for (const StepGroup& g : in.groups) {
+      if (g.return_logits) {
+        const float* from = logits_.data() + first * vocab;
+        out->logits.insert(out->logits.end(), from, from + int64_t(g.beam) * vocab);
+      }
       first += g.beam;
     }
   }

@@ -90,6 +90,9 @@ void CudaEngine<T>::init(const Weights& w) {
   check_cublas(cublasSetWorkspace(encode_q_.cublas, encode_workspace_.get(), kCublasWorkspace),
                "cublasSetWorkspace");
   w_.upload(&alloc_, c_, w, logits_ld());
+  // The host adds final_logits_bias to the logits a sampling group gets (StepOutput::logits),
+  // as the top-k kernel adds it on the device.
+  if (!w.output_bias_is_zero()) output_bias_host_ = w.output_bias().data;
 }
 
 // One sentence through encode and a step: CUDA loads kernels lazily and cuBLAS sets up on
@@ -249,6 +252,7 @@ void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
   if (in.encode) check_cuda(cudaEventRecord(before_encode_, q_.stream), "encode");
   if (profile_) cudaEventRecord(lane.start, q_.stream);
   launch_step(shape, in.groups, lane_index);
+  enqueue_logits_download(in, shape, lane);
   if (profile_) cudaEventRecord(lane.end, q_.stream);
   check_cuda(cudaEventRecord(lane.stepped, q_.stream), "decode step");
   lane.pending = shape;
@@ -266,11 +270,13 @@ void CudaEngine<T>::collect(int lane_index, StepOutput* out) {
   out->scores.clear();
   out->candidates.clear();
   out->alignments.clear();
+  out->logits.clear();
   if (!lane.in_flight) return;
   const auto wall0 = std::chrono::steady_clock::now();
   lane.in_flight = false;
   check_cuda(cudaEventSynchronize(lane.stepped), "decode step");
   collect_output(lane.pending, lane, out);
+  collect_logits(lane, out);
   if (profile_) {
     float ms = 0;
     cudaEventElapsedTime(&ms, lane.start, lane.end);

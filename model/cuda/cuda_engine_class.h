@@ -158,6 +158,11 @@ class CudaEngine final : public Engine {
   GraphKey graph_key(const StepShape& shape, int lane) const;
   void launch_step(const StepShape& shape, const std::vector<StepGroup>& groups, int lane);
   void collect_output(const StepShape& shape, const StepLane& lane, StepOutput* out) const;
+  // Sampling (StepGroup::return_logits): the groups' rows of the step's logits into the
+  // lane's pinned buffer, after the step's graph on the stream (outside it: the graphs stay
+  // those of the shape), and into StepOutput::logits with final_logits_bias at collect().
+  void enqueue_logits_download(const StepInput& in, const StepShape& shape, StepLane& lane);
+  void collect_logits(const StepLane& lane, StepOutput* out) const;
 
   const ModelConfig c_;
   const int device_;
@@ -209,6 +214,7 @@ class CudaEngine final : public Engine {
   GraphCache step_graphs_, encode_graphs_;
   const bool profile_;
   StepProfile profile_stats_;
+  std::vector<float> output_bias_host_;  // final_logits_bias for collect_logits (empty: zero)
 };
 
 }  // namespace nmt::cuda

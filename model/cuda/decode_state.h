@@ -82,6 +82,10 @@ struct StepLane {
   StepShape pending;       // of the step in flight
   bool in_flight = false;  // a step to collect (an encode-only submit leaves none)
   double submit_wall_ms = 0;
+  // Sampling groups' rows' logits (StepGroup::return_logits), copied from the device after
+  // the step's graph, in group order; logits_floats of them (0: none).
+  PinnedBuffer logits;
+  size_t logits_floats = 0;
 };
 
 // What an encode of up to `sentences` sentences and `rows` token rows runs on.

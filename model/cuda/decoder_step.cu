@@ -317,6 +317,40 @@ void CudaEngine<T>::collect_output(const StepShape& shape, const StepLane& lane,
     out->alignments.insert(out->alignments.end(), argmax + run.first_row, argmax + run.first_row + run.sentences * run.beam);
 }
 
+// Each sampling group's rows are consecutive on the device (its run's first row + its place
+// in the run x beam); one 2-D copy per group drops the logits' row padding (logits_ld()).
+template <typename T>
+void CudaEngine<T>::enqueue_logits_download(const StepInput& in, const StepShape& shape, StepLane& lane) {
+  const size_t vocab = size_t(c_.target_vocab_size);
+  lane.logits_floats = 0;
+  for (const StepGroup& g : in.groups) lane.logits_floats += g.return_logits ? size_t(g.beam) * vocab : 0;
+  if (lane.logits_floats == 0) return;
+  lane.logits.reserve(lane.logits_floats * sizeof(float));  // the lane's last step was waited for
+  float* host = static_cast<float*>(lane.logits.get());
+  size_t group = 0;
+  for (const Run& run : shape.runs) {
+    for (int s = 0; s < run.sentences; ++s, ++group) {
+      const StepGroup& g = in.groups[group];
+      if (!g.return_logits) continue;
+      const float* rows = state_.logits.get() + int64_t(run.first_row + s * run.beam) * logits_ld();
+      check_cuda(cudaMemcpy2DAsync(host, vocab * sizeof(float), rows, size_t(logits_ld()) * sizeof(float),
+                                   vocab * sizeof(float), size_t(g.beam), cudaMemcpyDeviceToHost, q_.stream),
+                 "sampling logits download");
+      host += size_t(g.beam) * vocab;
+    }
+  }
+}
+
+template <typename T>
+void CudaEngine<T>::collect_logits(const StepLane& lane, StepOutput* out) const {
+  if (lane.logits_floats == 0) return;
+  const float* host = static_cast<const float*>(lane.logits.get());
+  out->logits.assign(host, host + lane.logits_floats);
+  if (output_bias_host_.empty()) return;
+  const size_t vocab = output_bias_host_.size();
+  for (size_t i = 0; i < out->logits.size(); ++i) out->logits[i] += output_bias_host_[i % vocab];
+}
+
 #define NMT_DECODER_STEP(T)                                                                                   \
   template void CudaEngine<T>::check_step(const StepInput&) const;                                            \
   template void CudaEngine<T>::fill_upload(const StepInput&, const StepShape&, StepLane&);                    \
@@ -328,7 +362,9 @@ void CudaEngine<T>::collect_output(const StepShape& shape, const StepLane& lane,
   template void CudaEngine<T>::launch_step(const StepShape&, const std::vector<StepGroup>&, int);             \
   template bool CudaEngine<T>::sentence_edited(const StepInput&, size_t, int);                                \
   template void CudaEngine<T>::fill_edits(const StepInput&, const StepShape&, StepLane&);                     \
-  template void CudaEngine<T>::collect_output(const StepShape&, const StepLane&, StepOutput*) const;
+  template void CudaEngine<T>::collect_output(const StepShape&, const StepLane&, StepOutput*) const;         \
+  template void CudaEngine<T>::enqueue_logits_download(const StepInput&, const StepShape&, StepLane&);       \
+  template void CudaEngine<T>::collect_logits(const StepLane&, StepOutput*) const;
 NMT_DECODER_STEP(float)
 NMT_DECODER_STEP(__half)
 #undef NMT_DECODER_STEP

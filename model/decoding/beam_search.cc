@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "model/decoding/engine.h"
+#include "model/error.h"
 
 namespace nmt {
 namespace {
@@ -46,10 +48,17 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
       eos_id_(config.eos_id),
       forced_eos_(config.forced_eos),
       forced_bos_(options.forced_bos_id >= 0 ? options.forced_bos_id : config.forced_bos_id),
-      start_id_(config.decoder_start_id) {
-  const size_t beam = size_t(options.beam_size);
+      start_id_(config.decoder_start_id),
+      samples_(options.samples()) {
+  const size_t beam = size_t(options.rows());
   running_.assign(beam, Beam{});
-  for (size_t b = 1; b < beam; ++b) running_[b].score = kNeg;  // one live beam at first
+  // one live beam at first; every sample is live
+  for (size_t b = 1; b < beam && !samples_; ++b) running_[b].score = kNeg;
+  if (samples_) {
+    sampling_ = {options.sampling_topk, options.sampling_topp, options.sampling_temperature};
+    seed_ = options.has_seed ? options.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    pad_mask_ = config.mask_pad ? config.pad_id : -1;
+  }
   finished_.assign(beam, Finished{-1, kNeg, false});
   next_running_.assign(beam, Beam{});
   next_finished_.assign(beam, Finished{-1, kNeg, false});
@@ -78,11 +87,13 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
   }
 }
 
-int SentenceSearch::k() const { return topk_for_beam(options_.beam_size); }
+int SentenceSearch::k() const { return topk_for_beam(beam()); }
 
-bool SentenceSearch::advance(const float* scores, const int* candidates, int vocab, const int* alignments) {
-  const bool done = options_.beam_size == 1 ? advance_greedy(scores, candidates, vocab, alignments)
-                                            : advance_beam(scores, candidates, vocab, alignments);
+bool SentenceSearch::advance(const float* scores, const int* candidates, int vocab, const int* alignments,
+                             const float* logits) {
+  const bool done = samples_                    ? advance_sample(logits, vocab)
+                    : options_.beam_size == 1 ? advance_greedy(scores, candidates, vocab, alignments)
+                                              : advance_beam(scores, candidates, vocab, alignments);
   ++step_;
   return done;
 }
@@ -232,10 +243,60 @@ void SentenceSearch::set_next_rows(const int* parents) {
   }
 }
 
+// Sample h draws with the key (seed, h, step) from its own row's logits: nothing else in the
+// loop, nor the other samples' draws, changes its tokens. A finished sample's row is still
+// computed (a sentence's rows step together) and its draw skipped.
+bool SentenceSearch::advance_sample(const float* logits, int vocab) {
+  if (!logits) throw Error(ErrorCode::kInternal, "decode loop: a sampling sentence got no logits from the engine");
+  const bool at_max = last_step();
+  const SampleMasks masks{pad_mask_, eos_id_, mask_eos(), force_eos(), forced_token()};
+  const float norm = length_norm(step_ + 1, options_.length_penalty);
+  bool all_done = true;
+  for (size_t h = 0; h < running_.size(); ++h) {
+    Finished& f = finished_[h];
+    if (f.done) continue;
+    const float* row = logits + h * size_t(vocab);
+    if (options_.repetition_controls()) {
+      edit_tokens_.clear();
+      edit_factors_.clear();
+      token_edits(int(h), &edit_tokens_, &edit_factors_);
+      if (!edit_tokens_.empty()) {
+        edited_.assign(row, row + vocab);
+        for (size_t e = 0; e < edit_tokens_.size(); ++e)
+          edited_[size_t(edit_tokens_[e])] = edited_score(edited_[size_t(edit_tokens_[e])], edit_factors_[e]);
+        row = edited_.data();
+      }
+    }
+    const Sample s = sampler_.draw(row, vocab, masks, sampling_, sample_uniform(seed_, int(h), step_));
+    Beam& b = running_[h];
+    b.node = extend(b.node, s.token);
+    b.score += s.logprob;
+    if (s.token == eos_id_ || at_max) {
+      f = {b.node, b.score / norm, true};
+    } else {
+      all_done = false;
+    }
+  }
+  if (all_done) return true;
+  for (size_t h = 0; h < running_.size(); ++h) {
+    tokens_[h] = tokens_tree_[size_t(running_[h].node)].token;
+    parents_[h] = int(h);
+    running_scores_[h] = running_[h].score;
+  }
+  return false;
+}
+
 DecodeResult SentenceSearch::result() const {
   DecodeResult r;
-  const int n = options_.beam_size == 1 ? 1 : options_.num_hypotheses;
-  for (int h = 0; h < n; ++h) {
+  const int n = samples_ ? beam() : options_.beam_size == 1 ? 1 : options_.num_hypotheses;
+  std::vector<int> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  // Samples best score first (ties: the lower sample); the beam's slots are ranked already.
+  if (samples_) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return finished_[size_t(a)].score > finished_[size_t(b)].score; });
+  }
+  for (int h : order) {
     r.ids.push_back(path(finished_[size_t(h)].node));
     r.scores.push_back(finished_[size_t(h)].score);
     r.token_scores.push_back(path_scores(finished_[size_t(h)].node));

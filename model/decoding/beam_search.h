@@ -7,6 +7,7 @@
 
 #include "model/config/model_config.h"
 #include "model/decoding/decode_options.h"
+#include "model/decoding/sampler.h"
 #include "model/decoding/token_edits.h"
 
 namespace nmt {
@@ -33,7 +34,7 @@ class SentenceSearch {
  public:
   SentenceSearch(const DecodeOptions& options, const ModelConfig& config);
 
-  int beam() const { return options_.beam_size; }
+  int beam() const { return options_.rows(); }  // its rows: beams, or samples (DecodeOptions::rows)
   int k() const;         // candidates asked of the engine per step
   bool alignments() const { return options_.return_alignments; }  // StepGroup::alignments
   int position() const { return step_; }  // decoder position of the next step's tokens
@@ -64,16 +65,24 @@ class SentenceSearch {
 
   // Takes the step's k candidates (best first; candidate = beam_row * vocab + token) and
   // returns true when the sentence is finished. `alignments` (return_alignments): the step's
-  // StepOutput::alignments of this sentence's rows, kept with each token the row produced.
-  bool advance(const float* scores, const int* candidates, int vocab, const int* alignments = nullptr);
+  // StepOutput::alignments of this sentence's rows, kept with each token the row produced. A
+  // sampling sentence draws from `logits` instead (its rows' StepOutput::logits, beam() x
+  // vocab) and ignores the candidates.
+  bool advance(const float* scores, const int* candidates, int vocab, const int* alignments = nullptr,
+               const float* logits = nullptr);
+
+  // Sampling (DecodeOptions::samples, sampler.h): each row is an independent sample drawn on
+  // the host, so the engine returns the rows' logits (StepGroup::return_logits).
+  bool samples() const { return samples_; }
 
   DecodeResult result() const;  // once finished
 
   // Whether the next step's inputs depend on this sentence's host state beyond its beams'
-  // tokens, parents and scores (the repetition controls' edits, from each beam's history):
-  // such a sentence never follows a step in flight (StepGroup::follows stays -1), and a decode
-  // loop that holds one keeps a single step in flight (DecodeLoop, docs/decoding.md).
-  bool host_steps() const { return options_.repetition_controls(); }
+  // tokens, parents and scores (the repetition controls' edits, from each beam's history;
+  // sampling's draws): such a sentence never follows a step in flight (StepGroup::follows
+  // stays -1), and a decode loop that holds one keeps a single step in flight (DecodeLoop,
+  // docs/decoding.md).
+  bool host_steps() const { return options_.repetition_controls() || samples_; }
   // Appends beam b's token edits for the next step (StepInput::edit_tokens / edit_factors);
   // none at a step whose token is forced (a forced token wins over them).
   void token_edits(int b, std::vector<int>* tokens, std::vector<float>* factors);
@@ -105,6 +114,7 @@ class SentenceSearch {
   bool advance_greedy(const float* scores, const int* candidates, int vocab, const int* alignments);
   bool advance_beam(const float* scores, const int* candidates, int vocab, const int* alignments);
   void set_next_rows(const int* parents);  // one per running beam
+  bool advance_sample(const float* logits, int vocab);  // each unfinished sample draws its token
 
   const DecodeOptions options_;
   const int eos_id_;
@@ -136,6 +146,18 @@ class SentenceSearch {
   const int start_id_;
   TokenEdits edits_;
   std::vector<int> history_;
+
+  // Sampling: the warpers' parameters, the key of the draws, the pad mask the engines apply
+  // (ModelConfig::mask_pad), and the sampler's scratch.
+  const bool samples_;
+  SamplingParams sampling_;
+  uint64_t seed_ = 0;
+  int pad_mask_ = -1;
+  Sampler sampler_;
+  // With repetition controls: a row's edits and its logits edited (as transformers' _sample
+  // applies its processors to the logits before the warpers).
+  std::vector<int> edit_tokens_;
+  std::vector<float> edit_factors_, edited_;
 };
 
 }  // namespace nmt

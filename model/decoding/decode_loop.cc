@@ -55,15 +55,15 @@ bool DecodeLoop::fits(size_t source_tokens, const DecodeOptions& options, std::s
   if (source_tokens > size_t(capacity_.source_tokens))
     reason = "a sentence of " + std::to_string(source_tokens) + " tokens exceeds the " +
              std::to_string(capacity_.source_tokens) + " tokens a decode slot holds";
-  else if (options.beam_size > capacity_.rows)
-    reason = "beam " + std::to_string(options.beam_size) + " exceeds the " +
+  else if (options.rows() > capacity_.rows)
+    reason = (options.samples() ? "samples " : "beam ") + std::to_string(options.rows()) + " exceeds the " +
              std::to_string(capacity_.rows) + " cache rows of a decode loop";
   if (why) *why = reason;
   return reason.empty();
 }
 
 bool DecodeLoop::can_admit(const DecodeOptions& options) const {
-  return !free_slots_.empty() && int(free_rows_.size()) >= options.beam_size;
+  return !free_slots_.empty() && int(free_rows_.size()) >= options.rows();
 }
 
 void DecodeLoop::admit(std::vector<LoopSentence> sentences) {
@@ -78,7 +78,7 @@ void DecodeLoop::admit(std::vector<LoopSentence> sentences) {
     auto a = std::make_unique<Active>(s.id, s.options, config_);
     a->slot = free_slots_.back();
     free_slots_.pop_back();
-    for (int b = 0; b < s.options.beam_size; ++b) {
+    for (int b = 0; b < s.options.rows(); ++b) {
       a->rows.push_back(free_rows_.back());
       free_rows_.pop_back();
     }
@@ -169,6 +169,8 @@ bool DecodeLoop::submit(StepReport* report) {
       members.clear();
       positions.clear();
       for (const auto& a : active_) {
+        // A sentence whose next step needs its host state (host_steps: repetition edits,
+        // sampling's draws) never follows.
         const bool follows = newest && a->newest == newest->number && !a->search.host_steps();
         if (a->in_flight > 0 && (!follows || a->last)) continue;
         const int ahead = follows ? 1 : 0;
@@ -177,6 +179,7 @@ bool DecodeLoop::submit(StepReport* report) {
                               s.force_eos(ahead), follows ? a->group : -1, s.forced_token(ahead)});
         in_.groups.back().alignments = s.alignments();  // return_alignments
         in_.groups.back().teacher_forced = s.teacher_forced(ahead);  // Score (prefix-score)
+        in_.groups.back().return_logits = s.samples();  // sampling: the host draws from the logits
         for (int b = 0; b < s.beam(); ++b) {
           // a following row's token, parent and running score are the device's: these stand in
           in_.tokens.push_back(s.tokens()[size_t(b)]);
@@ -188,13 +191,17 @@ bool DecodeLoop::submit(StepReport* report) {
           in_.groups.back().edit_logits = s.beam() == 1;
           for (int b = 0; b < s.beam(); ++b) {
             in_.edit_begin.push_back(int(in_.edit_tokens.size()));
-            if (a->search.host_steps()) a->search.token_edits(b, &in_.edit_tokens, &in_.edit_factors);
+            // a sampling sentence's edits apply on the host, to the logits it draws from
+            if (a->search.host_steps() && !s.samples()) a->search.token_edits(b, &in_.edit_tokens, &in_.edit_factors);
           }
         }
         members.push_back(a.get());
         positions.push_back(s.position() + ahead);
       }
       if (edits) in_.edit_begin.push_back(int(in_.edit_tokens.size()));
+      // No row has an edit (the host-stepping sentences sample, or have none this step): the
+      // engines' path without edits (StepInput::edit_begin).
+      if (in_.edit_tokens.empty()) in_.edit_begin.clear();
       // A step that grows the caches takes no encode along (the newcomers wait one step):
       // if the growth runs out of memory, nothing has run and the step can be repeated.
       const int furthest = positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
@@ -275,14 +282,24 @@ void DecodeLoop::collect(StepReport* report) {
                                           " candidates for a step that asked " + std::to_string(wanted));
   }
   const int vocab = engine_.vocab_size();
-  size_t offset = 0;
+  // Sampling sentences' rows' logits (StepGroup::return_logits), in group order.
+  size_t logits_wanted = 0;
+  for (const Active* a : f.members) logits_wanted += a->search.samples() ? size_t(a->search.beam()) * size_t(vocab) : 0;
+  if (out_.logits.size() != logits_wanted) {
+    drop_all();
+    throw Error(ErrorCode::kInternal, "decode loop: the engine returned " + std::to_string(out_.logits.size()) +
+                                          " logits for a step that asked " + std::to_string(logits_wanted));
+  }
+  size_t offset = 0, logits_offset = 0;
   size_t row = 0;  // the sentence's first row in the step (StepOutput::alignments)
   for (Active* a : f.members) {
     const int k = a->search.k();
     const int* alignments = a->search.alignments() ? aligned_rows(row, a->search.beam()) : nullptr;
     row += size_t(a->search.beam());
+    const float* logits = a->search.samples() ? out_.logits.data() + logits_offset : nullptr;
+    if (logits) logits_offset += size_t(a->search.beam()) * size_t(vocab);
     if (!a->gone && a->search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab,
-                                      alignments)) {
+                                      alignments, logits)) {
       FinishedSentence done;
       done.id = a->id;
       done.steps = a->search.position();

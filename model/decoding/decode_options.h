@@ -1,5 +1,6 @@
 #pragma once
 // Per-request decoding options and their validation.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,21 @@ struct DecodeOptions {
   std::vector<int> score_target;
   bool score = false;
 
+  // Sampling (docs/decoding.md, "Sampling"; CTranslate2's names and defaults): a sentence
+  // samples when sampling_topk != 1 and sampling_temperature > 0, with beam_size 1; its
+  // num_hypotheses are that many independent samples (one cache row each). The warpers are
+  // transformers' (temperature, then top-k, then top-p), applied to the masked logits.
+  int sampling_topk = 1;             // 1: greedy; 0: the whole vocabulary; k: the k likeliest (ties kept)
+  float sampling_topp = 1.f;         // (0, 1]: the likeliest tokens until their probability reaches it
+  float sampling_temperature = 1.f;  // >= 0, finite; 0: greedy
+  // The sampler's key (with the hypothesis and the step: model/decoding/sampler.h): a seeded
+  // sentence's samples depend on nothing else. Unseeded: each sentence draws one.
+  bool has_seed = false;
+  uint64_t seed = 0;
+  bool samples() const { return sampling_topk != 1 && sampling_temperature > 0.f; }
+  // Cache rows (beams or samples) a sentence takes in the decode loop.
+  int rows() const { return samples() ? num_hypotheses : beam_size; }
+
   // Throws nmt::Error(kInvalidArgument) naming the option when a value is out of range.
   // max_beam and max_length are the serving limits (the model's position table bounds
   // max_length too).
@@ -60,6 +76,7 @@ struct DecodeOptions {
   static constexpr int kMaxSuppressSequenceTokens = 32;
   void validate_repetition(int target_vocab_size, int eos_id) const;
   void validate_prompt() const;  // target_prefix / score (part of validate())
+  void validate_sampling(int max_beam) const;  // validate()'s part for a sentence that samples
 };
 
 }  // namespace nmt

@@ -75,6 +75,12 @@ struct StepGroup {
   // log-prob (log_softmax of the logits, no mask) instead of 0; every other token stays -inf.
   // Read only with forced_token >= 0 and not force_eos (a forced EOS keeps 0).
   bool teacher_forced = false;
+
+  // Sampling (model/decoding/sampler.h): the engine also returns the group's rows' logits
+  // (StepOutput::logits) for the host to sample from; its candidates are computed as for any
+  // group (the top-k path is unchanged) and not used. Such a group never follows (its next
+  // tokens are the host's draws).
+  bool return_logits = false;
 };
 
 struct StepInput {
@@ -123,6 +129,10 @@ struct StepOutput {
   // cross-attention probabilities (the first of equal maxima, as torch.argmax); -1 in the
   // rows of groups that do not ask. Empty when no group asks.
   std::vector<int> alignments;
+
+  // Per group with return_logits, in group order, beam x vocab each: the output projection
+  // plus final_logits_bias, float32, before any mask (the host applies them: sampler.h).
+  std::vector<float> logits;
 };
 
 class Engine {

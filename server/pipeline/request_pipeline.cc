@@ -249,7 +249,7 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
       throw;
     }
   };
-  if (!cache_.enabled()) return submit(std::move(source_ids), std::move(done));
+  if (!cache_.enabled() || !TranslationCache::cacheable(options)) return submit(std::move(source_ids), std::move(done));
   // Per sentence (after splitting): the hits are answered from the cache, the misses decoded.
   struct Parts {
     std::vector<Translation> translations;  // every sentence's, the hits filled in

@@ -195,8 +195,39 @@ DecodeOptions RequestValidator::decode_options(const v1::TranslateOptions& reque
     if (id < 0) invalid("options.target_prefix_ids holds a negative id " + std::to_string(id));
   }
 
+  // Sampling (DecodeOptions::samples, docs/decoding.md "Sampling"): CTranslate2's defaults
+  // (top-k 1 = greedy); a sampling request's beam defaults to 1, and its num_hypotheses are
+  // independent samples, a cache row each, as many as a beam may have.
+  o.sampling_topk = requested.has_sampling_topk() ? requested.sampling_topk() : 1;
+  o.sampling_topp = requested.has_sampling_topp() ? requested.sampling_topp() : 1.f;
+  o.sampling_temperature = requested.has_sampling_temperature() ? requested.sampling_temperature() : 1.f;
+  o.has_seed = requested.has_seed();
+  o.seed = requested.seed();
+  if (o.sampling_topk < 0)
+    invalid("options.sampling_topk must be >= 0 (0: the whole vocabulary, 1: greedy), got " +
+            std::to_string(o.sampling_topk));
+  if (!(o.sampling_topp > 0.f && o.sampling_topp <= 1.f)) {
+    std::ostringstream value;
+    value << o.sampling_topp;
+    invalid("options.sampling_topp must be in (0, 1], got " + value.str());
+  }
+  if (!(std::isfinite(o.sampling_temperature) && o.sampling_temperature >= 0.f)) {
+    std::ostringstream value;
+    value << o.sampling_temperature;
+    invalid("options.sampling_temperature must be a finite number >= 0 (0: greedy), got " + value.str());
+  }
+  if (o.samples() && !requested.has_beam_size()) o.beam_size = 1;
+  if (o.samples() && o.beam_size != 1)
+    invalid("options.beam_size must be 1 when sampling (sampling_topk != 1 and sampling_temperature > 0), got " +
+            std::to_string(o.beam_size) + ": num_hypotheses gives independent samples");
+
   check_range("beam_size", o.beam_size, 1, limits_.max_beam_size, "limits.max_beam_size");
-  check_range("num_hypotheses", o.num_hypotheses, 1, o.beam_size, "options.beam_size");
+  if (o.samples()) {
+    check_range("num_hypotheses", o.num_hypotheses, 1, limits_.max_beam_size,
+                "limits.max_beam_size: the samples take a cache row each");
+  } else {
+    check_range("num_hypotheses", o.num_hypotheses, 1, o.beam_size, "options.beam_size");
+  }
   if (!std::isfinite(o.length_penalty)) {
     std::ostringstream value;
     value << o.length_penalty;

@@ -69,6 +69,12 @@ std::string TranslationCache::key(uint64_t generation, const DecodeOptions& o, c
   // target_prefix: its length, then its ids (a prefix changes the output).
   append(k, int(o.target_prefix.size()));
   for (int id : o.target_prefix) append(k, id);
+  // Sampling: the warpers and the seed (only seeded sampling is cached: cacheable()).
+  append(k, o.sampling_topk);
+  append(k, o.sampling_topp);
+  append(k, o.sampling_temperature);
+  append(k, o.has_seed);
+  append(k, o.seed);
   for (int id : ids) append(k, id);
   return k;
 }

@@ -9,7 +9,7 @@
 // the miss's Translation as the decode loop produced it (ids, text, scores bit for bit), and
 // costs no decoder step. Least recently used entries go first once the entries' bytes (keys,
 // ids, texts and bookkeeping) pass the bound; a model's entries of an older version go as
-// soon as a newer one is seen. Metrics: nmt_cache_hits_total, nmt_cache_misses_total,
+// soon as a newer one is seen. An unseeded sampled sentence is never kept (cacheable()). Metrics: nmt_cache_hits_total, nmt_cache_misses_total,
 // nmt_cache_evictions_total, nmt_cache_bytes. Safe from any thread (one lock, held for a
 // lookup or an insert).
 #include <prometheus/counter.h>
@@ -37,6 +37,9 @@ class TranslationCache {
 
   // The key of one sentence of a model's version.
   static std::string key(uint64_t generation, const DecodeOptions& options, const std::vector<int>& source_ids);
+  // Whether a sentence decoded with these options may be kept: not an unseeded sampled one,
+  // whose output is drawn afresh each time.
+  static bool cacheable(const DecodeOptions& options) { return !(options.samples() && !options.has_seed); }
 
   // The translation kept for `key`, made most recently used; counts a hit or a miss.
   std::optional<Translation> find(const std::string& model, uint64_t generation, const std::string& key);

@@ -271,7 +271,7 @@ const AdmissionSnapshot& Scheduler::snapshot_locked() {
   admission_.active_sentences = active_.load();
   admission_.queue.clear();  // keeps its capacity: no allocation once the queue has been this long
   for (const auto& [tag, w] : queue_) {
-    admission_.queue.push_back({w.job->options.beam_size, int64_t(w.job->source_ids[w.index].size())});
+    admission_.queue.push_back({w.job->options.rows(), int64_t(w.job->source_ids[w.index].size())});
   }
   return admission_;
 }
@@ -291,7 +291,7 @@ std::vector<Scheduler::Waiting> Scheduler::take_admissible(int index, int steps_
   for (size_t i = 0; i < decision.admit; ++i) {
     const auto front = queue_.begin();
     own.sentences += 1;
-    own.rows += front->second.job->options.beam_size;
+    own.rows += front->second.job->options.rows();
     fair_.served(front->second.job->tenant.id, front->first.first);
     taken.push_back(std::move(front->second));
     queue_.erase(front);

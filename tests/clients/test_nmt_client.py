@@ -57,6 +57,7 @@ def main():
     try:
         server.wait_serving(health_pb2, health_pb2_grpc)
         sync_checks(nmt_client, pb, server)
+        sampling_checks(nmt_client, pb, server)
         asyncio.run(async_checks(nmt_client, server))
         retry_checks(nmt_client, server)
     except Exception as e:  # a crash of the test is a failure with its reason
@@ -64,6 +65,36 @@ def main():
     finally:
         harness.stop_and_report(check, server)
     check.exit()
+
+
+def sampling_checks(nmt_client, pb, server):
+    """Sampling through the client and grpcurl-style JSON: a seed reproduces (and a seed
+    equals its JSON form, a decimal string), n samples come back best first, top-k 1 is the
+    greedy translation, a bad value is refused naming the field."""
+    with nmt_client.Client(server.target) as client:
+        text = SENTENCES[0]
+        a = client.translate(text, sampling_topk=0, sampling_temperature=1.5, seed=7)
+        b = client.translate(text, sampling_topk=0, sampling_temperature=1.5, seed=7)
+        check(a == b and a, f"sampling: a seed reproduces ({a!r})")
+        draws = {client.translate(text, sampling_topk=0, sampling_temperature=1.5, seed=s) for s in range(6)}
+        check(len(draws) > 1, f"sampling: seeds draw different translations ({len(draws)} of 6)")
+        greedy = client.translate(text, beam_size=1)
+        check(client.translate(text, beam_size=1, sampling_topk=1, seed=3) == greedy,
+              "sampling_topk 1 does not sample: with beam_size 1, greedy")
+        samples = client.translate_nbest(text, num_hypotheses=4, sampling_topk=20, sampling_topp=0.9, seed=11)[0]
+        check(len(samples) == 4 and all(samples[i].score >= samples[i + 1].score for i in range(3)),
+              "sampling: num_hypotheses 4 independent samples, best first")
+        request = json_format.Parse(
+            '{"texts": ["%s"], "options": {"samplingTopk": 0, "samplingTemperature": 1.5, "seed": "7"}}' % text,
+            pb.TranslateRequest())
+        check(client.translate_response(request).translations[0].hypotheses[0].text == a,
+              "sampling: the JSON request with its seed as a string draws the same")
+        try:
+            client.translate(text, sampling_topk=5, sampling_topp=1.5)
+            check(False, "sampling_topp 1.5 is refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "sampling_topp" in e.details(),
+                  f"sampling_topp 1.5 is refused naming it: {e.details()[:60]}")
 
 
 def sync_checks(nmt_client, pb, server):

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -163,6 +164,32 @@ TEST(TranslateCli, AlignmentsInPharaohFormat) {
   const Result r = sh("echo 'A dog runs across the yard.' | " + kBin + " --alignments --quiet 2>/dev/null");
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.out, "Ein Hund rennt über den Hof. ||| 0-0 1-1 2-2 3-3 4-4 5-5 7-6 7-7\n");
+}
+
+// Sampling flags: a seed reproduces (two equal lines of one run draw alike), another seed
+// draws differently, --sampling-topk 1 is the search of --beam (greedy at 1), the n samples
+// print as an n-best list, a bad value is refused naming the option.
+TEST(TranslateCli, SamplingFlags) {
+  const std::string line = "Two dogs play in the deep snow near a red house.";
+  const std::string twice = "printf '" + line + "\\n" + line + "\\n' | " + kBin;
+  const std::string once = "echo '" + line + "' | " + kBin;
+  const std::string sampled = " --sampling-topk 0 --sampling-temperature 1.5 --seed ";
+  const Result a = sh(twice + sampled + "5 2>/dev/null");
+  ASSERT_EQ(a.status, 0);
+  const size_t first_end = a.out.find('\n') + 1;
+  ASSERT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 2) << a.out;
+  EXPECT_EQ(a.out.substr(0, first_end), a.out.substr(first_end)) << "one seed, one draw";
+  EXPECT_NE(sh(once + sampled + "6 2>/dev/null").out, a.out.substr(0, first_end)) << "seeds 5 and 6 drew alike";
+  EXPECT_EQ(sh(once + " --beam 1 --sampling-topk 1 --seed 3 2>/dev/null").out, sh(once + " --beam 1 2>/dev/null").out);
+  const Result n = sh(once + " --sampling-topk 10 --num-hypotheses 3 --seed 1 2>/dev/null");
+  ASSERT_EQ(n.status, 0);
+  EXPECT_EQ(std::count(n.out.begin(), n.out.end(), '\n'), 3) << n.out;
+  const Result bad = sh(once + " --sampling-topk 5 --sampling-topp 1.5 2>&1 >/dev/null");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_EQ(bad.out, "nmt-translate: error: sampling_topp must be in (0, 1], got 1.5\n");
+  const Result beam = sh(once + " --sampling-topk 5 --beam 4 2>&1 >/dev/null");
+  EXPECT_NE(beam.status, 0);
+  EXPECT_NE(beam.out.find("beam_size must be 1 when sampling"), std::string::npos) << beam.out;
 }
 
 TEST(TranslateCli, ErrorsExitNonZeroWithOneLine) {

@@ -136,7 +136,7 @@ std::vector<Translation> decode_ids(Engine& engine, const ModelConfig& config,
   int longest = 0, rows = 0;
   for (size_t i = 0; i < sources.size(); ++i) {
     longest = std::max(longest, int(sources[i].size()));
-    rows += options.at(i).beam_size;
+    rows += options.at(i).rows();  // beams or samples
   }
   DecodeLoop loop(engine, config, {int(sources.size()), rows, longest});
   std::vector<LoopSentence> admitted;

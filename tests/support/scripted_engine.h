@@ -122,6 +122,7 @@ class ScriptedEngine : public Engine {
     }
     out->scores.clear();
     out->candidates.clear();
+    out->logits.clear();
     size_t first = 0;
     for (const StepGroup& g : in.groups) {
       std::vector<float> s(size_t(g.beam) * kVocab);
@@ -129,6 +130,9 @@ class ScriptedEngine : public Engine {
         const size_t r = first + size_t(b);
         const std::vector<float> lp = log_probs(g, in.tokens[r], eos_step_[size_t(g.slot)]);
         for (int t = 0; t < kVocab; ++t) s[size_t(b * kVocab + t)] = lp[size_t(t)] + in.running_scores[r];
+        // Sampling groups (StepGroup::return_logits): the row's scores as its logits, masks
+        // already applied (the host's masks then change nothing).
+        if (g.return_logits) out->logits.insert(out->logits.end(), lp.begin(), lp.end());
       }
       std::vector<int> order(s.size());
       std::iota(order.begin(), order.end(), 0);

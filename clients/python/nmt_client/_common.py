@@ -117,6 +117,13 @@ def score_results(response: pb.ScoreResponse):
     return [ScoreResult(r.score, tuple(r.token_scores), tuple(r.token_ids)) for r in response.results]
 
 
+def nbest_beam(num_hypotheses: int, sampling_topk: Optional[int], sampling_temperature: Optional[float]):
+    """translate_nbest's default beam: max(4, num_hypotheses) for beam search; None (the
+    server's 1) when sampling, whose hypotheses are independent samples."""
+    sampling = sampling_topk not in (None, 1) and sampling_temperature != 0
+    return None if sampling else max(4, num_hypotheses)
+
+
 def best_texts(response: pb.TranslateResponse):
     return [t.hypotheses[0].text for t in response.translations]
 

@@ -38,6 +38,8 @@ class AsyncClient:
                         suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
                         format: Optional[str] = None,
+                        sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
+                        sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
                         timeout: Optional[float] = None):
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
@@ -46,7 +48,9 @@ class AsyncClient:
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
-            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids, format=format)
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids, format=format,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature, seed=seed)
         best = _common.best_texts(await self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
@@ -60,16 +64,21 @@ class AsyncClient:
                               no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                               suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
+                              sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
+                              sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
                               timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         request, _ = _common.request(
-            texts, model, beam_size=beam_size or max(4, num_hypotheses), num_hypotheses=num_hypotheses,
+            texts, model, beam_size=beam_size or _common.nbest_beam(num_hypotheses, sampling_topk, sampling_temperature),
+            num_hypotheses=num_hypotheses,
             return_scores=True, return_token_ids=True, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
-            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature, seed=seed)
         return _common.nbest(await self._call(self._stub.Translate, request, timeout))
 
     async def translate_response(self, request: pb.TranslateRequest,

@@ -39,6 +39,8 @@ class Client:
                   suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
                   format: Optional[str] = None,
+                  sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
+                  sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
                   timeout: Optional[float] = None):
         """The best translation of each text (a list), or of the one text given as a str (a
         str). Each text is translated sentence by sentence and joined with its own whitespace
@@ -47,7 +49,10 @@ class Client:
         source_language / target_language: a multilingual model's languages (deu_Latn, or an
         alias such as "de"); None takes the model's default.
         format: "html" or "markdown" translates the texts' text and keeps their markup, each
-        tag around the words it covered (README, "Translate HTML and Markdown")."""
+        tag around the words it covered (README, "Translate HTML and Markdown").
+        Sampling (CTranslate2's names): sampling_topk 0 (the whole vocabulary) or k > 1 samples
+        instead of searching (1, the default, is greedy), with sampling_topp (0, 1] and
+        sampling_temperature (> 0; 0 is greedy); seed makes it reproducible."""
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
@@ -55,7 +60,9 @@ class Client:
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
-            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids, format=format)
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids, format=format,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature, seed=seed)
         best = _common.best_texts(self._call(self._stub.Translate, request, timeout))
         return best[0] if single else best
 
@@ -68,20 +75,26 @@ class Client:
                         no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                         suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
+                        sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
+                        sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
                         timeout: Optional[float] = None) -> List[List[Hypothesis]]:
         """num_hypotheses hypotheses per text, best first, with scores and token ids (beam_size
-        defaults to max(4, num_hypotheses)). A text of several sentences (split, the server's
+        defaults to max(4, num_hypotheses); when sampling, to 1: the hypotheses are then
+        num_hypotheses independent samples). A text of several sentences (split, the server's
         default) has one joined hypothesis: use translate_response() for the per-sentence
         n-best, or split_sentences=False."""
         request, _ = _common.request(
-            texts, model, beam_size=beam_size or max(4, num_hypotheses), num_hypotheses=num_hypotheses,
+            texts, model, beam_size=beam_size or _common.nbest_beam(num_hypotheses, sampling_topk, sampling_temperature),
+            num_hypotheses=num_hypotheses,
             return_scores=True, return_token_ids=True, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length,
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
-            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids)
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature, seed=seed)
         return _common.nbest(self._call(self._stub.Translate, request, timeout))
 
     def translate_alignments(self, texts: Texts, model: Optional[str] = None,

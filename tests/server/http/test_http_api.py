@@ -226,11 +226,20 @@ def v1_checks(port, a):
             "options.beam_size must be between 1 and 16 (limits.max_beam_size), got 0", "beam 0")
     refused({"texts": [A], "model": "de-en"}, auth, 404, "NOT_FOUND",
             "model 'de-en' is not served here (models: m30k)", "an unknown model")
+    # Sampling through the JSON mapping: a seed (number or decimal string) reproduces; a bad
+    # value is refused naming it.
+    sampled = [http(port, "POST", "/v1/translate", {"texts": [A], "options": {
+        "sampling_topk": 0, "sampling_temperature": 1.5, "seed": seed}}, auth) for seed in (7, "7")]
+    check(all(r[0] == 200 for r in sampled)
+          and sampled[0][1]["translations"] == sampled[1][1]["translations"],
+          f"/v1/translate with sampling and a seed reproduces ({[r[0] for r in sampled]})")
+    refused({"texts": [A], "options": {"sampling_topk": 5, "sampling_topp": 0}}, auth, 400, "INVALID_ARGUMENT",
+            "options.sampling_topp must be in (0, 1], got 0", "sampling_topp 0")
     got = http(port, "POST", "/v1/translate", {"texts": [A], "colour": "blue"}, auth)
     check(got[0] == 400 and got[1]["code"] == "INVALID_ARGUMENT"
           and got[1]["error"].startswith("the body is not a JSON nmt.v1.TranslateRequest"),
           f"/v1/translate, an unknown field: 400 ({got[1]})")
-    return 2
+    return 4  # the OK requests: two above, two sampled
 
 
 def limit_checks(server, port):

@@ -71,6 +71,27 @@ TEST(TranslationCache, ReturnAlignmentsIsPartOfTheKey) {
   EXPECT_NE(key(1, 1, plain), key(1, 1, aligned));
 }
 
+// Sampling: every warper and the seed change the key; an unseeded sampled sentence is never
+// kept (its output is drawn afresh), a seeded one is.
+TEST(TranslationCache, SamplingOptionsAreKeyedAndUnseededSamplingIsNotCached) {
+  DecodeOptions base;
+  base.beam_size = 1;
+  base.sampling_topk = 0;
+  base.has_seed = true;
+  std::vector<DecodeOptions> variants(6, base);
+  variants[1].sampling_topk = 5;
+  variants[2].sampling_topp = 0.9f;
+  variants[3].sampling_temperature = 0.7f;
+  variants[4].seed = 1;
+  variants[5].has_seed = false;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(key(1, 1, variants[i]), key(1, 1, variants[j])) << i << " " << j;
+  }
+  EXPECT_TRUE(TranslationCache::cacheable(base));
+  EXPECT_FALSE(TranslationCache::cacheable(variants[5]));
+  EXPECT_TRUE(TranslationCache::cacheable(DecodeOptions{}));  // beam search
+}
+
 TEST(TranslationCache, StaysWithinItsBytesEvictingTheLeastRecentlyUsed) {
   TranslationCache probe(1 << 20);
   probe.insert("m", 1, key(0), translation("x", 0));

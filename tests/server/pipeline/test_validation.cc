@@ -133,6 +133,48 @@ TEST(Validation, OptionErrors) {
 
 // A request_id is echoed as gRPC metadata, where a control character makes gRPC abort the
 // process (found by tests/reliability: "a\n..." crashed the server).
+// Sampling: CTranslate2's defaults (top-k 1: greedy), the beam defaulting to 1 when sampling,
+// num_hypotheses as samples up to limits.max_beam_size, each bad value named.
+TEST(Validation, SamplingOptions) {
+  using O = nmt::v1::TranslateOptions;
+  RequestValidator v(limits());
+  O o;
+  nmt::DecodeOptions d = v.decode_options(o);
+  EXPECT_FALSE(d.samples());
+  EXPECT_EQ(d.sampling_topk, 1);
+  EXPECT_EQ(d.sampling_topp, 1.f);
+  EXPECT_EQ(d.sampling_temperature, 1.f);
+  EXPECT_FALSE(d.has_seed);
+  o.set_sampling_topk(0);
+  o.set_sampling_topp(0.9f);
+  o.set_sampling_temperature(0.7f);
+  o.set_seed(0);  // an explicit 0 is a seed
+  o.set_num_hypotheses(8);
+  d = v.decode_options(o);
+  EXPECT_TRUE(d.samples());
+  EXPECT_EQ(d.beam_size, 1);
+  EXPECT_EQ(d.rows(), 8);
+  EXPECT_TRUE(d.has_seed);
+  EXPECT_EQ(d.sampling_topp, 0.9f);
+  o.set_sampling_temperature(0.f);  // greedy: beam search's rules again
+  EXPECT_EQ(refusal([&] { v.decode_options(o); }),
+            "options.num_hypotheses must be between 1 and 4 (options.beam_size), got 8");
+  EXPECT_EQ(options_refusal([](O& x) { x.set_sampling_topk(-2); }),
+            "options.sampling_topk must be >= 0 (0: the whole vocabulary, 1: greedy), got -2");
+  EXPECT_EQ(options_refusal([](O& x) { x.set_sampling_topp(0.f); }), "options.sampling_topp must be in (0, 1], got 0");
+  EXPECT_EQ(options_refusal([](O& x) { x.set_sampling_topp(1.5f); }), "options.sampling_topp must be in (0, 1], got 1.5");
+  EXPECT_EQ(options_refusal([](O& x) { x.set_sampling_temperature(-1.f); }),
+            "options.sampling_temperature must be a finite number >= 0 (0: greedy), got -1");
+  EXPECT_EQ(options_refusal([](O& x) { x.set_sampling_temperature(INFINITY); }),
+            "options.sampling_temperature must be a finite number >= 0 (0: greedy), got inf");
+  EXPECT_EQ(options_refusal([](O& x) { x.set_sampling_topk(5); x.set_beam_size(4); }),
+            "options.beam_size must be 1 when sampling (sampling_topk != 1 and sampling_temperature > 0), got 4: "
+            "num_hypotheses gives independent samples");
+  EXPECT_EQ(options_refusal([](O& x) { x.set_sampling_topk(5); x.set_num_hypotheses(9); }),
+            "options.num_hypotheses must be between 1 and 8 (limits.max_beam_size: the samples take a cache row "
+            "each), got 9");
+}
+
 TEST(Validation, RequestIdMustBeEchoable) {
   EXPECT_TRUE(valid_request_id("req-42_ABC.x:y/z"));
   EXPECT_TRUE(valid_request_id(std::string(kMaxRequestIdBytes, 'a')));
