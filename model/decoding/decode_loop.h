@@ -140,7 +140,7 @@ class DecodeLoop {
   bool shed_furthest(const std::vector<Active*>& members, const std::vector<int>& positions, const Error& e,
                      StepReport* report);
   static void join(ActiveList& from, ActiveList& into);  // in beam order
-  // Repetition controls: an active or encoding sentence steps from its host state
+  // Repetition controls: an active, encoding or admitted sentence steps from its host state
   // (SentenceSearch::host_steps()): the loop keeps one step in flight.
   bool holds_host_steps() const;
 
