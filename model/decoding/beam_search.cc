@@ -269,8 +269,8 @@ bool SentenceSearch::advance_sample(const float* logits, int vocab) {
     }
     const Sample s = sampler_.draw(row, vocab, masks, sampling_, sample_uniform(seed_, int(h), step_));
     Beam& b = running_[h];
-    b.node = extend(b.node, s.token);
     b.score += s.logprob;
+    b.node = extend(b.node, s.token, b.score);
     if (s.token == eos_id_ || at_max) {
       f = {b.node, b.score / norm, true};
     } else {

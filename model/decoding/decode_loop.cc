@@ -339,8 +339,11 @@ const int* DecodeLoop::aligned_rows(size_t row, int beam) {
 }
 
 // Repetition controls: whether a sentence that steps (or is about to) needs its host state.
+// Admitted ones count too: a submit encodes and steps them at once when the loop is idle, and
+// a following step submitted right after would leave them out (the CUDA engine's key-row
+// tables need every active sentence's rows in every step).
 bool DecodeLoop::holds_host_steps() const {
-  for (const ActiveList* list : {&active_, &encoding_}) {
+  for (const ActiveList* list : {&active_, &encoding_, &joining_}) {
     for (const auto& a : *list) {
       if (!a->gone && a->search.host_steps()) return true;
     }

@@ -141,7 +141,7 @@ class DecodeLoop {
                      StepReport* report);
   static void join(ActiveList& from, ActiveList& into);  // in beam order
   const int* aligned_rows(size_t row, int beam);  // return_alignments: out_'s rows of a sentence
-  // Repetition controls: an active or encoding sentence steps from its host state
+  // Repetition controls: an active, encoding or admitted sentence steps from its host state
   // (SentenceSearch::host_steps()): the loop keeps one step in flight.
   bool holds_host_steps() const;
 

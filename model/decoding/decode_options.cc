@@ -78,6 +78,11 @@ void DecodeOptions::validate_sampling(int max_beam) const {
   if (num_hypotheses < 1 || num_hypotheses > max_beam)
     invalid("num_hypotheses (the samples) must be between 1 and " + std::to_string(max_beam) +
             " (each sample takes a cache row, as a beam), got " + std::to_string(num_hypotheses));
+  // The draws keep no prompt or alignment bookkeeping (SentenceSearch::advance_sample): the
+  // combinations are refused rather than answered without what they ask.
+  if (!target_prefix.empty()) invalid("target_prefix cannot be combined with sampling");
+  if (score) invalid("a score request cannot sample");
+  if (return_alignments) invalid("return_alignments cannot be combined with sampling");
 }
 
 // Repetition controls: ranges as transformers' processors accept them (a positive n-gram size,

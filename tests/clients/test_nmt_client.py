@@ -143,6 +143,20 @@ def sync_checks(nmt_client, pb, server):
               and [a.target_token for a in aligned] == list(range(len(aligned))),
               f"translate_alignments: {text!r}, {words}")
 
+        # Repetition controls (README: the same outputs as nmt-translate on the demo model).
+        dog = "A dog runs across the yard and the dog barks at the other dog."
+        got = client.translate(dog, split_sentences=False, no_repeat_ngram_size=1)
+        check(got == "Ein Hund rennt über den Hof und der Hunde bellt dabei zu, wie ein anderer Mann zusieht.",
+              f"no_repeat_ngram_size=1: no token twice: {got!r}")
+        got = client.translate("A dog runs across the yard.", suppress_sequences=["Hund"])
+        check(got == "Ein Hunde rennt über den Hof.", f"suppress_sequences=['Hund']: {got!r}")
+        try:
+            client.translate("A dog runs.", repetition_penalty=0.0)
+            check(False, "repetition_penalty 0 is refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "repetition_penalty" in e.details(),
+                  f"repetition_penalty 0 is refused naming the field: {e.details()[:70]}")
+
         heavy = [f"A man number {i} walks his dog in the park near the river." for i in range(32)]
         try:
             client.translate(heavy, beam_size=8, timeout=0.05)

@@ -12,7 +12,7 @@ set -uo pipefail
 out=${1:-${OUT:-/tmp/repetition-step}}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../../.." && pwd)
+repo=${NMT_REPO:-$(cd "$here/../../.." && pwd)}  # NMT_REPO: the script run from a copy
 model=$repo/models/m30k-en-de-small
 log=$out/results.jsonl
 rounds=${ROUNDS:-3}

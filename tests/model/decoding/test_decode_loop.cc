@@ -426,6 +426,19 @@ TEST(DecodeLoop, HostStepsSentenceHoldsTheLoopToOneStepInFlight) {
     for (int lane : e.lanes()) EXPECT_EQ(lane, 0) << "one step in flight: every submit finds the lanes free";
     EXPECT_EQ(r.size(), 2u);
   }
+  {  // admitted together with a sentence without controls: that one follows no step either
+     // (a following step would leave the controlled one, in flight, out of it)
+    ScriptedEngine e;
+    e.overlapping = true;
+    DecodeLoop loop(e, kConfig, {4, 16, 4});
+    loop.set_follow_rows(1);
+    loop.admit({{1, {5, kEos}, beam(2)}, {2, {9, kEos}, controlled}});  // the controlled one lasts
+    const std::map<uint64_t, Translation> done = finish_all(loop);
+    EXPECT_EQ(e.followed_groups.load(), 0);
+    ASSERT_EQ(done.size(), 2u);
+    expect_same(done.at(1), alone(5, beam(2)), 1);
+    expect_same(done.at(2), alone(9, controlled), 2);
+  }
   ScriptedEngine e;
   e.overlapping = true;
   DecodeLoop loop(e, kConfig, {4, 16, 4});

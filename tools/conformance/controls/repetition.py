@@ -30,23 +30,24 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 from conformance.records import versions, write_json, write_jsonl  # noqa: E402
 from conformance.search import MIN_MARGIN, PERTURBATION, PERTURBATION_SEEDS, _strip, _worker_init  # noqa: E402
 
-# (name, model folder, references the sources come from, kind, perturbation of a beam step)
+# (name, model folder, references the sources come from, kind, perturbation of a beam step,
+# sentences: the first N of its references). The demo model decodes up to 255 tokens, so it
+# takes fewer sentences and no boosting penalty (p < 1 makes a trained model loop to the limit).
 MODELS = (
     ("demo", "models/m30k-en-de-small", "tests/conformance/demo/references.jsonl", "marian",
-     PERTURBATION["demo"]),
-    ("swish_tied", "tests/conformance/models/swish_tied", None, "marian", PERTURBATION["variants"]),
-    ("relu_untied", "tests/conformance/models/relu_untied", None, "marian", PERTURBATION["variants"]),
-    ("nllb", "tests/conformance/families/nllb", None, "nllb", PERTURBATION["variants"]),
+     PERTURBATION["demo"], 4),
+    ("swish_tied", "tests/conformance/models/swish_tied", None, "marian", PERTURBATION["variants"], 8),
+    ("relu_untied", "tests/conformance/models/relu_untied", None, "marian", PERTURBATION["variants"], 8),
+    ("nllb", "tests/conformance/families/nllb", None, "nllb", PERTURBATION["variants"], 8),
 )
-SENTENCES = 8  # per model: the first N of its references
 SEARCHES = {"greedy": 1, "beam4": 4}
 
 
-def settings(plain):
+def settings(plain, boost=True):
     """The control settings tried for one sentence, from its plain greedy ids (EOS last)."""
     body = plain[:-1]
     out = [{"no_repeat_ngram_size": 1}, {"no_repeat_ngram_size": 2}, {"no_repeat_ngram_size": 3},
-           {"repetition_penalty": 1.5}, {"repetition_penalty": 0.7}]
+           {"repetition_penalty": 1.5}] + ([{"repetition_penalty": 0.7}] if boost else [])
     if body:
         seqs = [[body[-1]]]
         if len(body) >= 3:
@@ -82,7 +83,7 @@ def run_model(task):
 
 
 def run_model_records(task):
-    name, folder, refs, kind, eps = task
+    name, folder, refs, kind, eps, count = task
     _worker_init()
     import torch
     from conformance.search import noise_processor
@@ -99,7 +100,7 @@ def run_model_records(task):
                                        "meta.json")))
     max_length = meta["max_decoding_length"] + 1
     with open(os.path.join(REPO, refs) if refs else os.path.join(path, "references.jsonl")) as f:
-        sources = [json.loads(line) for line in f][:SENTENCES]
+        sources = [json.loads(line) for line in f][:count]
     records, left_out, unchanged = [], [], 0
     with torch.no_grad():
         for src in sources:
@@ -110,13 +111,16 @@ def run_model_records(task):
             if kind != "marian":
                 forced = src["greedy"]["ids"][0]  # the target language's token
                 extra["forced_bos_token_id"] = forced
-            for controls in settings(src["greedy"]["ids"]):
+            plain_of = {}
+            for search, beams in SEARCHES.items():
+                plain = model.generate(**enc, **generate_kwargs(kind, cfg, max_length, {}, beams), **extra)
+                plain_of[search] = _strip(plain[0].tolist(), cfg["pad_token_id"])
+            for controls in settings(src["greedy"]["ids"], boost=name != "demo"):
                 for search, beams in SEARCHES.items():
                     kw = generate_kwargs(kind, cfg, max_length, controls, beams)
                     out = model.generate(**enc, **kw, **extra, output_scores=True, return_dict_in_generate=True)
                     ids = _strip(out.sequences[0].tolist(), cfg["pad_token_id"])
-                    plain = model.generate(**enc, **generate_kwargs(kind, cfg, max_length, {}, beams), **extra)
-                    plain_ids = _strip(plain[0].tolist(), cfg["pad_token_id"])
+                    plain_ids = plain_of[search]
                     why = None
                     if beams == 1:  # the processed scores' top-2 margin at each unforced step
                         for s in out.scores:
