@@ -12,7 +12,9 @@ demo/ (references.jsonl, meta.json for models/m30k-en-de-small on all of sentenc
 refused/<name>/ (models the loader must refuse, with meta.json naming the field), and
 families/<variant>/ with the families' refused/ cases (NLLB-200, M2M-100, mBART-50: written by
 tools/conformance/families/generate.py; --only-families writes those alone, --skip-families
-leaves them out). tests/conformance/README.md describes every file; tools/conformance/__init__.py
+leaves them out), and controls/<control>/ (the decoding controls' references, each written by
+its generator in tools/conformance/controls/ from the committed models; --only-controls,
+--skip-controls). tests/conformance/README.md describes every file; tools/conformance/__init__.py
 lists the modules.
 
 Everything is deterministic, so running it twice gives identical files: the SentencePiece
@@ -62,6 +64,10 @@ def main():
                          " time and does not depend on the variants' init)")
     ap.add_argument("--skip-families", action="store_true",
                     help="leave out families/ and the families' refused/ cases")
+    ap.add_argument("--only-controls", action="store_true",
+                    help="write controls/ only: the decoding controls' references, each by its"
+                         " own generator (tools/conformance/controls/), from the committed models")
+    ap.add_argument("--skip-controls", action="store_true", help="leave out controls/")
     ap.add_argument("--only-families", action="store_true",
                     help="write families/ and the families' refused/ cases only (NLLB-200,"
                          " M2M-100, mBART-50; tools/conformance/families/generate.py)")
@@ -79,6 +85,8 @@ def main():
     variant_ids = sorted(set(range(0, len(sentences), 6)) | set(VARIANT_EXTRA_IDS))
     plain_items = [(i, sentences[i]) for i in variant_ids]
     out = os.path.abspath(args.out)
+    if args.only_controls:
+        return finish({"controls": write_controls(out)}, [])
     if args.only_families:
         return finish(*write_families(out, sentences, plain_items, args))
     rng = random.Random(SEED)
@@ -209,6 +217,8 @@ def main():
         family_summary, family_problems = write_families(out, sentences, family_items, args)
         summary.update(family_summary)
         problems += family_problems
+    if not args.skip_controls:
+        summary["controls"] = write_controls(out)
     finish(summary, problems)
 
 
@@ -220,6 +230,21 @@ def write_families(out, sentences, plain_items, args):
     if args.limit:
         plain_items = plain_items[:args.limit]
     return conformance_families.write_families(out, sentences, plain_items, args.jobs, log_path)
+
+
+CONTROLS = ("alignments", "prefix_score", "repetition")  # tools/conformance/controls/<name>.py
+
+
+def write_controls(out):
+    """Each control's standalone generator into OUT/controls/<name>/. They read the committed
+    models (tests/conformance, models/), which the rest of this script reproduces byte for
+    byte, so they run after it or alone (--only-controls)."""
+    import subprocess
+    here = os.path.join(REPO, "tools", "conformance", "controls")
+    for name in CONTROLS:
+        subprocess.run([sys.executable, os.path.join(here, name + ".py"),
+                        "--out", os.path.join(out, "controls", name)], check=True)
+    return list(CONTROLS)
 
 
 def finish(summary, problems):
