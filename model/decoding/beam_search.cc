@@ -179,7 +179,8 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
 
   // Running beams: the best `beam` candidates that did not just stop.
   continuing_beams(cand_score, hits_.data(), k, beam, running_view_.data(), keep_.data());
-  if (prompt) {
+  // The next running beams (and the rows they continue) from the kept candidates.
+  auto next_beams = [&] {
     for (int b = 0; b < beam; ++b) {
       const int j = keep_[size_t(b)];
       Beam& r = next_running_[size_t(b)];
@@ -187,6 +188,9 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
       r.score = running_view_[size_t(j)];
       next_parents_[size_t(b)] = cand_beam_[size_t(j)];
     }
+  };
+  if (prompt) {
+    next_beams();
     running_.swap(next_running_);
     set_next_rows(next_parents_.data());
     return false;
@@ -213,13 +217,7 @@ bool SentenceSearch::advance_beam(const float* cand_score, const int* cand, int 
       f.done = hits_[size_t(j)] && j < beam;
     }
   }
-  for (int b = 0; b < beam; ++b) {
-    const int j = keep_[size_t(b)];
-    Beam& r = next_running_[size_t(b)];
-    r.node = history(j);
-    r.score = running_view_[size_t(j)];
-    next_parents_[size_t(b)] = cand_beam_[size_t(j)];
-  }
+  next_beams();
   finished_.swap(next_finished_);
   running_.swap(next_running_);
   // Early-stop heuristic (early_stopping=False): can the best running beam, normalized by

@@ -181,22 +181,31 @@ void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
                               "GET /languages, POST /translate_file, GET /download_file/NAME)")));
 }
 
+// A /v1 call's bearer token and its JSON body (the message's proto3 JSON mapping): false when
+// either is refused, which is then recorded and answered.
+template <typename Message>
+bool HttpApi::read_v1(const HttpRequest& req, const char* endpoint, const std::string& traceparent,
+                      HttpFront::Respond& respond, Message* request) {
+  grpc::Status refused;
+  if (!auth_.allows_header(req.header("authorization"))) {
+    refused = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                           "missing or wrong bearer token (header 'Authorization: Bearer TOKEN')");
+  } else {
+    const auto parsed = google::protobuf::util::JsonStringToMessage(req.body, request);
+    if (parsed.ok()) return true;
+    refused = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the body is not a JSON " +
+                                                                   Message::descriptor()->full_name() + ": " +
+                                                                   parsed.ToString());
+  }
+  pipeline_.record_refused(endpoint, refused, traceparent);
+  respond(v1_error(refused));
+  return false;
+}
+
 void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparent,
                            HttpFront::Respond respond) {
-  if (!auth_.allows_header(req.header("authorization"))) {
-    const grpc::Status denied(grpc::StatusCode::UNAUTHENTICATED,
-                              "missing or wrong bearer token (header 'Authorization: Bearer TOKEN')");
-    pipeline_.record_refused(kV1, denied, traceparent);
-    return respond(v1_error(denied));
-  }
   v1::TranslateRequest request;
-  const auto parsed = google::protobuf::util::JsonStringToMessage(req.body, &request);
-  if (!parsed.ok()) {
-    const grpc::Status bad(grpc::StatusCode::INVALID_ARGUMENT,
-                           "the body is not a JSON nmt.v1.TranslateRequest: " + parsed.ToString());
-    pipeline_.record_refused(kV1, bad, traceparent);
-    return respond(v1_error(bad));
-  }
+  if (!read_v1(req, kV1, traceparent, respond, &request)) return;
   Caller caller = identify_caller(auth_.identify_header(req.header("authorization")), req.peer,
                                   req.header("x-tenant"), trust_tenant_header_);
   pipeline_.translate(
@@ -214,20 +223,8 @@ void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparen
 
 // Score's JSON mapping (nmt.v1.ScoreRequest / ScoreResponse), as /v1/translate's.
 void HttpApi::v1_score(const HttpRequest& req, const std::string& traceparent, HttpFront::Respond respond) {
-  if (!auth_.allows_header(req.header("authorization"))) {
-    const grpc::Status denied(grpc::StatusCode::UNAUTHENTICATED,
-                              "missing or wrong bearer token (header 'Authorization: Bearer TOKEN')");
-    pipeline_.record_refused(kV1Score, denied, traceparent);
-    return respond(v1_error(denied));
-  }
   v1::ScoreRequest request;
-  const auto parsed = google::protobuf::util::JsonStringToMessage(req.body, &request);
-  if (!parsed.ok()) {
-    const grpc::Status bad(grpc::StatusCode::INVALID_ARGUMENT,
-                           "the body is not a JSON nmt.v1.ScoreRequest: " + parsed.ToString());
-    pipeline_.record_refused(kV1Score, bad, traceparent);
-    return respond(v1_error(bad));
-  }
+  if (!read_v1(req, kV1Score, traceparent, respond, &request)) return;
   Caller caller = identify_caller(auth_.identify_header(req.header("authorization")), req.peer, "", false);
   pipeline_.score(
       kV1Score, std::move(request), Clock::time_point::max(),

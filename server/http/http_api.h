@@ -52,6 +52,9 @@ class HttpApi {
   void v1_translate(const HttpRequest& request, const std::string& traceparent,
                     HttpFront::Respond respond);
   void v1_score(const HttpRequest& request, const std::string& traceparent, HttpFront::Respond respond);
+  template <typename Message>
+  bool read_v1(const HttpRequest& request, const char* endpoint, const std::string& traceparent,
+               HttpFront::Respond& respond, Message* message);  // the token and the JSON body
   void libre_translate(const HttpRequest& request, const std::string& traceparent,
                        HttpFront::Respond respond);
   void libre_detect(const HttpRequest& request, const std::string& traceparent,
