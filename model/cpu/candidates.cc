@@ -74,7 +74,7 @@ void row_topk(const float* x, int64_t n, float running, const RowMasks& masks, i
   const int64_t only = masks.force_eos ? masks.eos_id : masks.forced_token;
   // Teacher forcing (Score): the forced token's real log-prob, so the log-sum-exp is needed.
   const bool teacher = masks.teacher_forced && !masks.force_eos && masks.forced_token >= 0;
-  const float lse = one_hot || masks.log_probs && !teacher ? 0.f : log_sum_exp_given_max(x, n, max_v);
+  const float lse = (one_hot && !teacher) || masks.log_probs ? 0.f : log_sum_exp_given_max(x, n, max_v);
   auto score = [&](int64_t t) {
     if (one_hot) return t == only ? (teacher ? x[t] - lse : 0.f) + running : neg_inf;
     if (t == masks.pad_id || (masks.mask_eos && t == masks.eos_id)) return neg_inf;
