@@ -29,7 +29,7 @@ constexpr unsigned char kTopkLogProbs = 8;
 constexpr unsigned char kTopkEditLogits = 16;  // with kTopkLogProbs: the edits were on the logits (greedy)
 // With kTopkForceToken: the forced token keeps its real log-prob instead of 0 (teacher
 // forcing, StepGroup::teacher_forced); kTopkForceEos still wins with 0.
-constexpr unsigned char kTopkTeacherForced = 8;
+constexpr unsigned char kTopkTeacherForced = 32;
 
 struct TopkMasks {
   int pad_id = -1;  // < 0: no pad masking
