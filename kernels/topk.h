@@ -30,6 +30,10 @@ constexpr unsigned char kTopkEditLogits = 16;  // with kTopkLogProbs: the edits 
 // With kTopkForceToken: the forced token keeps its real log-prob instead of 0 (teacher
 // forcing, StepGroup::teacher_forced); kTopkForceEos still wins with 0.
 constexpr unsigned char kTopkTeacherForced = 32;
+// Each flag its own bit (two changes once gave two flags the same one).
+static_assert(kTopkMaskEos + kTopkForceEos + kTopkForceToken + kTopkLogProbs + kTopkEditLogits + kTopkTeacherForced ==
+                  (kTopkMaskEos | kTopkForceEos | kTopkForceToken | kTopkLogProbs | kTopkEditLogits | kTopkTeacherForced),
+              "the top-k's sentence flags share a bit");
 
 struct TopkMasks {
   int pad_id = -1;  // < 0: no pad masking
