@@ -383,7 +383,7 @@ TEST(FamilyEngine, PreNormForwardMatchesThePlainComputation) {
         ADD_FAILURE() << "a forced token outside the vocabulary was taken";
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-        EXPECT_HAS(e.what(), "forced first token id 20 is outside the vocabulary");
+        EXPECT_HAS(e.what(), "forced token id 20 is outside the vocabulary");
       }
     }
   }
