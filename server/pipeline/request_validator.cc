@@ -94,6 +94,19 @@ ValidRequest RequestValidator::validate(const v1::TranslateRequest& request,
     valid.options.target_prefix = tokenize_target(request.options().target_prefix());
     if (valid.options.target_prefix.empty()) invalid("options.target_prefix has no tokens");
   }
+  // What DecodeOptions::validate refuses of a prefix, named as the request spells it: a prefix
+  // leaves a token to generate, and the draws of sampling keep no prompt or alignments.
+  const int forced_first = valid.options.forced_bos_id >= 0 ? 1 : 0;
+  if (!valid.options.target_prefix.empty() &&
+      int(valid.options.target_prefix.size()) + forced_first >= valid.options.max_decoding_length) {
+    invalid("options.target_prefix has " + std::to_string(valid.options.target_prefix.size()) +
+            " tokens: it leaves no token to generate under max_decoding_length " +
+            std::to_string(valid.options.max_decoding_length));
+  }
+  if (valid.options.samples() && !valid.options.target_prefix.empty())
+    invalid("options.target_prefix cannot be combined with sampling");
+  if (valid.options.samples() && valid.options.return_alignments)
+    invalid("options.return_alignments cannot be combined with sampling");
   if (splits(request.options())) {
     if (!split) throw Error(ErrorCode::kInternal, "sentence splitting is not available here");
     split_texts(texts, tokenize, split, valid);

@@ -57,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     valid = validator().validate(
         request, [](const std::string& text) { return tokenizer().encode(text); },
-        [](const std::string& text) { return nmt::SentenceSplitter::for_language("en").split(text); });
+        [](const std::string& text) { return nmt::SentenceSplitter::for_language("en").split(text); },
+        [](const std::string& text) { return tokenizer().encode_target(text); });
   } catch (const nmt::Error& e) {
     if (e.code() != nmt::ErrorCode::kInvalidArgument) __builtin_trap();
     return 0;
