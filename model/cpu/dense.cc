@@ -69,6 +69,29 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   }
 }
 
+// One head's softmax numerators over the keys into e[0, keys), returning their sum:
+// kernels::softmax_cpu's arithmetic (max of the scaled scores in float, exp and sum in
+// double), each exp computed once and kept. `at`: the head's offset in a key row.
+[[gnu::always_inline]] static inline double head_exps(const float* qh, const float* const* rows, int64_t at, int64_t keys, int64_t head_dim,
+                        float scale, double* e) {
+  float max_s = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* kj = rows[j] + at;
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
+    const float s = dot * scale;
+    e[j] = s;
+    max_s = std::max(max_s, s);
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < keys; ++j) {
+    e[j] = std::exp(double(float(e[j]) - max_s));
+    sum += e[j];
+  }
+  return sum;
+}
+
 NMT_CPU_CLONES void attend_row(const float* q, const float* const* rows, int64_t offset, int64_t value_offset,
                                float* out, int64_t keys, int64_t heads, int64_t head_dim,
                                std::vector<double>* scratch) {
@@ -77,23 +100,7 @@ NMT_CPU_CLONES void attend_row(const float* q, const float* const* rows, int64_t
   const float scale = 1.f / std::sqrt(float(head_dim));
   for (int64_t h = 0; h < heads; ++h) {
     const float* qh = q + h * head_dim;
-    // kernels::softmax_cpu's arithmetic (max of the scaled scores in float, exp and sum in
-    // double), each exp computed once and kept.
-    float max_s = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < keys; ++j) {
-      const float* kj = rows[j] + offset + h * head_dim;
-      float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
-      const float s = dot * scale;
-      e[j] = s;
-      max_s = std::max(max_s, s);
-    }
-    double sum = 0.0;
-    for (int64_t j = 0; j < keys; ++j) {
-      e[j] = std::exp(double(float(e[j]) - max_s));
-      sum += e[j];
-    }
+    const double sum = head_exps(qh, rows, offset + h * head_dim, keys, head_dim, scale, e);
     float* oh = out + h * head_dim;
     std::fill(oh, oh + head_dim, 0.f);
     for (int64_t j = 0; j < keys; ++j) {
@@ -114,21 +121,7 @@ int attention_argmax(const float* q, const float* const* rows, int64_t offset, i
   const float scale = 1.f / std::sqrt(float(head_dim));
   for (int64_t h = 0; h < heads; ++h) {
     const float* qh = q + h * head_dim;
-    float max_s = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < keys; ++j) {
-      const float* kj = rows[j] + offset + h * head_dim;
-      float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
-      const float s = dot * scale;
-      e[j] = s;
-      max_s = std::max(max_s, s);
-    }
-    double sum = 0.0;
-    for (int64_t j = 0; j < keys; ++j) {
-      e[j] = std::exp(double(float(e[j]) - max_s));
-      sum += e[j];
-    }
+    const double sum = head_exps(qh, rows, offset + h * head_dim, keys, head_dim, scale, e);
     for (int64_t j = 0; j < keys; ++j) mean[j] += double(float(e[j] / sum));
   }
   int64_t best = 0;

@@ -181,6 +181,19 @@ void HttpApi::handle(const HttpRequest& req, HttpFront::Respond respond) {
                               "GET /languages, POST /translate_file, GET /download_file/NAME)")));
 }
 
+// A /v1 call's answer: the response's JSON mapping with its request id, or the error.
+template <typename Response>
+auto v1_answer(HttpFront::Respond respond) {
+  return [respond = std::move(respond)](const grpc::Status& status, Response response) {
+    if (!status.ok()) return respond(v1_error(status));
+    std::string body;
+    google::protobuf::util::MessageToJsonString(response, &body);
+    HttpAnswer answer = json_answer(200, std::move(body));
+    answer.headers.emplace_back("X-Request-Id", response.request_id());
+    respond(std::move(answer));
+  };
+}
+
 // A /v1 call's bearer token and its JSON body (the message's proto3 JSON mapping): false when
 // either is refused, which is then recorded and answered.
 template <typename Message>
@@ -210,14 +223,7 @@ void HttpApi::v1_translate(const HttpRequest& req, const std::string& traceparen
                                   req.header("x-tenant"), trust_tenant_header_);
   pipeline_.translate(
       kV1, std::move(request), Clock::time_point::max(),
-      [respond = std::move(respond)](const grpc::Status& status, v1::TranslateResponse response) {
-        if (!status.ok()) return respond(v1_error(status));
-        std::string body;
-        google::protobuf::util::MessageToJsonString(response, &body);
-        HttpAnswer answer = json_answer(200, std::move(body));
-        answer.headers.emplace_back("X-Request-Id", response.request_id());
-        respond(std::move(answer));
-      },
+      v1_answer<v1::TranslateResponse>(std::move(respond)),
       std::move(caller), traceparent);
 }
 
@@ -228,14 +234,7 @@ void HttpApi::v1_score(const HttpRequest& req, const std::string& traceparent, H
   Caller caller = identify_caller(auth_.identify_header(req.header("authorization")), req.peer, "", false);
   pipeline_.score(
       kV1Score, std::move(request), Clock::time_point::max(),
-      [respond = std::move(respond)](const grpc::Status& status, v1::ScoreResponse response) {
-        if (!status.ok()) return respond(v1_error(status));
-        std::string body;
-        google::protobuf::util::MessageToJsonString(response, &body);
-        HttpAnswer answer = json_answer(200, std::move(body));
-        answer.headers.emplace_back("X-Request-Id", response.request_id());
-        respond(std::move(answer));
-      },
+      v1_answer<v1::ScoreResponse>(std::move(respond)),
       std::move(caller), traceparent);
 }
 
