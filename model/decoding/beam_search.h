@@ -7,8 +7,8 @@
 
 #include "model/config/model_config.h"
 #include "model/decoding/decode_options.h"
-#include "model/decoding/sampler.h"
-#include "model/decoding/token_edits.h"
+#include "model/decoding/controls/sampler.h"
+#include "model/decoding/controls/token_edits.h"
 
 namespace nmt {
 

@@ -56,7 +56,7 @@ struct DecodeOptions {
   int sampling_topk = 1;             // 1: greedy; 0: the whole vocabulary; k: the k likeliest (ties kept)
   float sampling_topp = 1.f;         // (0, 1]: the likeliest tokens until their probability reaches it
   float sampling_temperature = 1.f;  // >= 0, finite; 0: greedy
-  // The sampler's key (with the hypothesis and the step: model/decoding/sampler.h): a seeded
+  // The sampler's key (with the hypothesis and the step: model/decoding/controls/sampler.h): a seeded
   // sentence's samples depend on nothing else. Unseeded: each sentence draws one.
   bool has_seed = false;
   uint64_t seed = 0;

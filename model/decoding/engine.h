@@ -76,7 +76,7 @@ struct StepGroup {
   // Read only with forced_token >= 0 and not force_eos (a forced EOS keeps 0).
   bool teacher_forced = false;
 
-  // Sampling (model/decoding/sampler.h): the engine also returns the group's rows' logits
+  // Sampling (model/decoding/controls/sampler.h): the engine also returns the group's rows' logits
   // (StepOutput::logits) for the host to sample from; its candidates are computed as for any
   // group (the top-k path is unchanged) and not used. Such a group never follows (its next
   // tokens are the host's draws).
@@ -109,7 +109,7 @@ struct StepInput {
 // Throws nmt::Error(kInternal) unless the step's token edits are well formed: edit_begin empty
 // or rows + 1 non-decreasing offsets into edit_tokens / edit_factors (of equal size), tokens
 // inside the vocabulary, factors finite and >= 0, no edits in a group that follows
-// (model/decoding/token_edits.cc).
+// (model/decoding/controls/token_edits.cc).
 void check_token_edits(const StepInput& in, size_t rows, int vocab);
 
 // A token's score after its edit (StepInput::edit_factors), on the host as on the device.

@@ -99,7 +99,7 @@ struct ServerConfig {
   // when a request carries one: only behind a proxy that sets it (a client could otherwise
   // claim any tenant).
   bool trust_tenant_header = false;
-  // Translated sentences kept for repeats (server/pipeline/translation_cache.h), MiB; 0 = off.
+  // Translated sentences kept for repeats (server/cache/translation_cache.h), MiB; 0 = off.
   int translation_cache_mb = 64;
   ConnectionLimits connections;  // server.max_streams_per_connection ... max_ping_strikes
   Limits limits;

@@ -69,8 +69,11 @@ class TranslationService final : public TranslationServiceBase {
   void wait_for_calls();
 
  private:
-  class UnaryCall;   // one Translate call, on the asynchronous API
-  class StreamCall;  // one TranslateStream call, on the asynchronous API
+  class UnaryCall;   // one Translate call, on the asynchronous API (translation_service.cc)
+  class StreamCall;  // one TranslateStream call, on the asynchronous API (stream_call.cc)
+
+  // Offers TranslateStream calls `places` places on the queue (stream_call.cc).
+  void offer_stream_places(int places);
 
   void call_started() { live_.fetch_add(1, std::memory_order_relaxed); }
   void call_done();

@@ -29,7 +29,7 @@
 #include "server/pipeline/limits.h"
 #include "server/pipeline/request_validator.h"
 #include "model/text/sentence_splitter.h"
-#include "server/pipeline/translation_cache.h"
+#include "server/cache/translation_cache.h"
 #include "server/repository/model_registry.h"
 #include "server/tenants/api_keys.h"
 #include "server/tenants/quotas.h"

@@ -72,6 +72,12 @@ size_t count_characters(const std::string& text) {
   }));
 }
 
+size_t count_characters(const v1::TranslateRequest& request) {
+  size_t n = 0;
+  for (const std::string& text : request.texts()) n += count_characters(text);
+  return n;
+}
+
 bool valid_request_id(const std::string& id) {
   if (id.empty() || id.size() > kMaxRequestIdBytes) return false;
   return std::all_of(id.begin(), id.end(), [](unsigned char c) { return c >= 0x20 && c <= 0x7e; });

@@ -95,5 +95,8 @@ constexpr size_t kMaxRequestIdBytes = 128;
 size_t find_invalid_utf8(const std::string& text);
 // Unicode code points of valid UTF-8 `text`: what limits.max_characters_per_request counts.
 size_t count_characters(const std::string& text);
+// A request's texts' code points together, as LibreTranslate counts them (Python's len): what
+// the API keys' character quotas charge.
+size_t count_characters(const v1::TranslateRequest& request);
 
 }  // namespace nmt::server

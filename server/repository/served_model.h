@@ -33,7 +33,7 @@ struct Replica {
 };
 
 // A number no other loaded version of any model had before: the translation cache's key
-// (server/pipeline/translation_cache.h), so a reload is never served the old version's output.
+// (server/cache/translation_cache.h), so a reload is never served the old version's output.
 uint64_t next_model_generation();
 
 struct ServedModel {

@@ -10,7 +10,7 @@
 #include "model/config/model_config.h"
 #include "model/decoding/decode_options.h"
 #include "model/decoding/engine.h"
-#include "model/decoding/sampler.h"
+#include "model/decoding/controls/sampler.h"
 #include "tests/support/conformance.h"
 
 namespace nmt::test {

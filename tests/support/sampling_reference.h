@@ -2,7 +2,7 @@
 // What the sampling tests compare the sampler's draws with: transformers' warpers written
 // out as its Python does them (TemperatureLogitsWarper, TopKLogitsWarper with torch.topk's
 // k-th value, TopPLogitsWarper's ascending sort and cumulative sum), independently of
-// model/decoding/sampler.cc's order and shortcuts, and a chi-square goodness-of-fit test.
+// model/decoding/controls/sampler.cc's order and shortcuts, and a chi-square goodness-of-fit test.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -10,7 +10,7 @@
 #include <numeric>
 #include <vector>
 
-#include "model/decoding/sampler.h"
+#include "model/decoding/controls/sampler.h"
 
 namespace nmt::test {
 

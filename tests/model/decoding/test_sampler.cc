@@ -1,4 +1,4 @@
-// Sampling (model/decoding/sampler.h, SentenceSearch's sampling rows): the draws' frequencies
+// Sampling (model/decoding/controls/sampler.h, SentenceSearch's sampling rows): the draws' frequencies
 // against the warped softmax (chi-square over fixed seeds: deterministic, and failing where
 // the distribution is wrong), top-k and top-p never leaving their sets, the masks, greedy at
 // top-k 1 / temperature 0, and through the decode loop: a seed reproduces, a seeded sentence
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "model/decoding/decode_options.h"
-#include "model/decoding/sampler.h"
+#include "model/decoding/controls/sampler.h"
 #include "model/error.h"
 #include "tests/model/decoding/scripted_loop.h"
 #include "tests/support/sampling_reference.h"

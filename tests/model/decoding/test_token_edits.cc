@@ -1,6 +1,6 @@
-// The repetition controls' token edits (model/decoding/token_edits.h) against hand-worked
+// The repetition controls' token edits (model/decoding/controls/token_edits.h) against hand-worked
 // cases of transformers' NoRepeatNGram, NoBadWords and RepetitionPenalty processors.
-#include "model/decoding/token_edits.h"
+#include "model/decoding/controls/token_edits.h"
 
 #include <gtest/gtest.h>
 

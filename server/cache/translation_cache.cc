@@ -1,4 +1,4 @@
-#include "server/pipeline/translation_cache.h"
+#include "server/cache/translation_cache.h"
 
 #include <cstring>
 

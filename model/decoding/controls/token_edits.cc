@@ -1,4 +1,4 @@
-#include "model/decoding/token_edits.h"
+#include "model/decoding/controls/token_edits.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "model/decoding/sampler.h"
+#include "model/decoding/controls/sampler.h"
 
 #include <algorithm>
 #include <cmath>

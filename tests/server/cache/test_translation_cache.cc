@@ -1,4 +1,4 @@
-// The translation cache (server/pipeline/translation_cache.h): a hit is the miss's
+// The translation cache (server/cache/translation_cache.h): a hit is the miss's
 // translation bit for bit, the byte bound, least-recently-used eviction, a newer version of
 // a model drops the older one's entries, every option is part of the key.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/pipeline/translation_cache.h"
+#include "server/cache/translation_cache.h"
 
 using namespace nmt;
 using namespace nmt::server;
