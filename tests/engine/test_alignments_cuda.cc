@@ -1,5 +1,5 @@
 // return_alignments on the CUDA engine in float32: transformers' cross-attention argmax per
-// token (tests/support/alignment_references.h), and sentences that ask sharing following
+// token (tests/support/conformance/alignment_references.h), and sentences that ask sharing following
 // steps with sentences that do not, each as it is alone. Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "model/cuda_engine.h"
 #include "model/decoding/decode_loop.h"
 #include "model/translator.h"
-#include "tests/support/alignment_references.h"
+#include "tests/support/conformance/alignment_references.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;

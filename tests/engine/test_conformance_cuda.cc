@@ -20,8 +20,8 @@
 #include "model/config/weights.h"
 #include "model/cuda_engine.h"
 #include "model/translator.h"
-#include "tests/support/conformance.h"
-#include "tests/support/conformance_cases.h"
+#include "tests/support/conformance/conformance.h"
+#include "tests/support/conformance/conformance_cases.h"
 
 using namespace nmt;
 using test::Search;

@@ -1,6 +1,6 @@
 // target_prefix and Score on the CUDA engine in float32 (docs/decoding.md): the references of
 // tests/conformance/controls/prefix_score token-identical with scores within kScoreTolerance,
-// as on the CPU (tests/model/test_prefix_score.cc), every case of a model in one decode loop
+// as on the CPU (tests/model/conformance/test_prefix_score.cc), every case of a model in one decode loop
 // whose steps follow each other on the device (StepGroup::follows). Skips, saying why,
 // without a visible CUDA device.
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 
 #include "model/cuda_engine.h"
 #include "model/translator.h"
-#include "tests/support/conformance_cases.h"
-#include "tests/support/prefix_score_cases.h"
+#include "tests/support/conformance/conformance_cases.h"
+#include "tests/support/conformance/prefix_score_cases.h"
 
 using namespace nmt;
 

@@ -1,7 +1,7 @@
 // The repetition controls on the CUDA engine in float32: transformers' ids for every case of
 // tests/conformance/controls/repetition, in one decode loop per model beside sentences without
 // controls (the edited and unedited sentences share the top-k launches), each equal to its lone
-// decode (tests/support/repetition_cases.h). Skips without a CUDA device.
+// decode (tests/support/conformance/repetition_cases.h). Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -10,7 +10,7 @@
 #include "model/config/weights.h"
 #include "model/cuda_engine.h"
 #include "model/translator.h"
-#include "tests/support/repetition_cases.h"
+#include "tests/support/conformance/repetition_cases.h"
 
 using namespace nmt;
 

@@ -18,7 +18,7 @@
 #include "model/cpu_engine.h"
 #include "model/cuda_engine.h"
 #include "model/translator.h"
-#include "tests/support/conformance.h"
+#include "tests/support/conformance/conformance.h"
 #include "tests/support/golden.h"
 #include "tests/support/sampling_checks.h"
 #include "tests/support/sampling_reference.h"

@@ -19,7 +19,7 @@
 #include "model/cpu_engine.h"
 #include "model/error.h"
 #include "tests/model/family_config.h"
-#include "tests/support/conformance.h"
+#include "tests/support/conformance/conformance.h"
 
 namespace fs = std::filesystem;
 using namespace nmt;

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/support/conformance.h"
+#include "tests/support/conformance/conformance.h"
 #include "tests/support/golden.h"
 
 namespace {

@@ -11,7 +11,7 @@
 #include "model/decoding/decode_options.h"
 #include "model/decoding/engine.h"
 #include "model/decoding/controls/sampler.h"
-#include "tests/support/conformance.h"
+#include "tests/support/conformance/conformance.h"
 
 namespace nmt::test {
 

@@ -13,7 +13,7 @@
 #include "model/config/model_config.h"
 #include "model/config/weights.h"
 #include "model/cpu_engine.h"
-#include "tests/support/conformance.h"
+#include "tests/support/conformance/conformance.h"
 #include "tests/support/golden.h"
 #include "tests/support/sampling_checks.h"
 #include "tests/support/sampling_reference.h"

@@ -1,4 +1,4 @@
-#include "tests/support/conformance.h"
+#include "tests/support/conformance/conformance.h"
 
 #include <algorithm>
 #include <cmath>

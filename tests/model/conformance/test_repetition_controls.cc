@@ -2,7 +2,7 @@
 // repetition_penalty and suppress_sequences give transformers' ids (greedy and beam 4, the
 // references of tests/conformance/controls/repetition), every model's cases sharing one
 // decode loop with each other and with sentences without controls, each equal to its lone
-// decode (tests/support/repetition_cases.h).
+// decode (tests/support/conformance/repetition_cases.h).
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -10,7 +10,7 @@
 
 #include "model/config/weights.h"
 #include "model/cpu_engine.h"
-#include "tests/support/repetition_cases.h"
+#include "tests/support/conformance/repetition_cases.h"
 
 using namespace nmt;
 

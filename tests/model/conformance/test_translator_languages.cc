@@ -13,7 +13,7 @@
 #include "model/error.h"
 #include "model/tokenizer/languages.h"
 #include "model/translator.h"
-#include "tests/support/conformance.h"
+#include "tests/support/conformance/conformance.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;

@@ -1,4 +1,4 @@
-#include "tests/support/repetition_cases.h"
+#include "tests/support/conformance/repetition_cases.h"
 
 #include <fstream>
 #include <map>
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/support/conformance.h"
+#include "tests/support/conformance/conformance.h"
 #include "tests/support/golden.h"
 
 namespace nmt::test {

@@ -1,5 +1,5 @@
 // return_alignments on the CPU engine: transformers' cross-attention argmax per token
-// (tests/support/alignment_references.h), the byte ranges of the tokens in the texts, and a
+// (tests/support/conformance/alignment_references.h), the byte ranges of the tokens in the texts, and a
 // sentence that asks sharing decode steps with one that does not, each as it is alone.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "model/decoding/decode_loop.h"
 #include "model/translator.h"
-#include "tests/support/alignment_references.h"
+#include "tests/support/conformance/alignment_references.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;

@@ -13,9 +13,9 @@
 #include "model/decoding/decode_loop.h"
 #include "model/error.h"
 #include "model/translator.h"
-#include "tests/support/conformance_cases.h"
+#include "tests/support/conformance/conformance_cases.h"
 #include "tests/support/golden.h"
-#include "tests/support/prefix_score_cases.h"
+#include "tests/support/conformance/prefix_score_cases.h"
 
 using namespace nmt;
 

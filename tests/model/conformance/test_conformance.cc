@@ -16,8 +16,8 @@
 #include "model/cpu_engine.h"
 #include "model/error.h"
 #include "model/translator.h"
-#include "tests/support/conformance.h"
-#include "tests/support/conformance_cases.h"
+#include "tests/support/conformance/conformance.h"
+#include "tests/support/conformance/conformance_cases.h"
 
 using namespace nmt;
 using test::Search;

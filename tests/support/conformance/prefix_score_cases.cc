@@ -1,4 +1,4 @@
-#include "tests/support/prefix_score_cases.h"
+#include "tests/support/conformance/prefix_score_cases.h"
 
 #include <algorithm>
 #include <cmath>

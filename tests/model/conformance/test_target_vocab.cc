@@ -14,7 +14,7 @@
 #include "model/config/safetensors.h"
 #include "model/config/weights.h"
 #include "model/translator.h"
-#include "tests/support/conformance.h"
+#include "tests/support/conformance/conformance.h"
 #include "tests/support/golden.h"
 
 namespace fs = std::filesystem;
