@@ -10,6 +10,7 @@
 #include <string>
 
 #include "model/cuda/cuda_engine_class.h"
+#include "model/cuda/device/capture_gate.h"
 #include "model/cuda/device/device_stream.h"
 #include "model/cuda_engine.h"
 #include "model/error.h"
@@ -139,6 +140,7 @@ CudaEngine<T>::~CudaEngine() {
 // The stream is the device's (device_stream()): not ours to destroy.
 template <typename T>
 void CudaEngine<T>::release_handles() {
+  const DeviceWideScope scope;  // cublasDestroy synchronizes (device/capture_gate.h)
   cublasDestroy(q_.cublas);
   cublasDestroy(encode_q_.cublas);
   cudaEventDestroy(enc_uploaded_);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "model/cuda/device/capture_gate.h"
 #include "model/error.h"
 
 namespace nmt::cuda {
@@ -23,6 +24,7 @@ const T* DeviceWeights<T>::upload(const std::vector<float>& host) {
   std::vector<T> conv(host.size());
   for (size_t i = 0; i < host.size(); ++i) conv[i] = T(host[i]);
   buffers_.emplace_back(alloc_, conv.size());
+  const DeviceWideScope scope;  // a synchronous copy (device/capture_gate.h)
   check_cuda(cudaMemcpy(buffers_.back().get(), conv.data(), conv.size() * sizeof(T), cudaMemcpyHostToDevice),
              "weight upload");
   return buffers_.back().get();
@@ -116,10 +118,12 @@ void DeviceWeights<T>::upload(DeviceAllocator* alloc, const ModelConfig& c, cons
   if (!w.output_bias_is_zero()) {
     const std::vector<float>& bias = w.output_bias().data;
     output_bias = DeviceBuffer<float>(alloc_, bias.size());
+    const DeviceWideScope scope;  // device/capture_gate.h
     check_cuda(cudaMemcpy(output_bias.get(), bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice),
                "bias upload");
   }
   uploaded_.clear();
+  const DeviceWideScope scope;  // device/capture_gate.h
   check_cuda(cudaDeviceSynchronize(), "weight upload");
 }
 

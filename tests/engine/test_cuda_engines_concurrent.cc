@@ -5,9 +5,12 @@
 // translation must equal the sentence translated alone (float32: same tokens, same score).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "model/cuda_engine.h"
@@ -81,6 +84,64 @@ TEST(CudaEnginesConcurrent, TwoEnginesOnOneDeviceTranslateAsAlone) {
   b.join();
   for (const auto* f : {&failures_first, &failures_second})
     for (const std::string& line : *f) ADD_FAILURE() << line;
+}
+
+// A model loading and unloading beside a running one, as a server's model reload does: the
+// new engine's weight upload (synchronous copies, a device synchronize) and the old one's frees
+// must not fall inside the running engine's graph captures, which CUDA would invalidate
+// (model/cuda/device/capture_gate.h). The running engine sees new step shapes all along
+// (beams 1-5, 1-6 sentences, each shape twice: the second sight captures), and each of its
+// translations must equal the sentence's at that beam translated before.
+TEST(CudaEnginesConcurrent, ALoadAndUnloadBesideARunningEngineFailsNoStep) {
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible (CPU-only build or no GPU): the CUDA engine is not tested here";
+  auto running = load();
+  const size_t n = kSentences.size();
+  std::map<std::pair<int, size_t>, std::vector<int>> alone;  // (beam, sentence) -> ids
+  auto options = [](int beam) {
+    DecodeOptions d;
+    d.beam_size = beam;
+    return d;
+  };
+  for (int beam = 1; beam <= 5; ++beam)
+    for (size_t i = 0; i < n; ++i) alone[{beam, i}] = running->translate({kSentences[i]}, options(beam)).at(0).hypotheses.at(0).ids;
+
+  std::atomic<bool> done{false};
+  std::vector<std::string> failures, reload_failures;
+  int reloads = 0;
+  std::thread reloader([&] {
+    while (!done.load()) {
+      try {
+        auto fresh = load();  // uploads its weights while the other engine steps
+        fresh->translate({kSentences[0]}, options(2));
+        ++reloads;
+      } catch (const std::exception& e) {
+        reload_failures.push_back(e.what());
+        return;
+      }  // and frees them here
+    }
+  });
+  for (int beam = 1; beam <= 5 && failures.empty(); ++beam) {
+    for (size_t count = 2; count <= n && failures.empty(); ++count) {
+      for (int sight = 0; sight < 2; ++sight) {
+        std::vector<std::string> batch(kSentences.begin(), kSentences.begin() + long(count));
+        try {
+          const std::vector<Translation> got = running->translate(batch, options(beam));
+          for (size_t i = 0; i < count; ++i)
+            if (got.at(i).hypotheses.at(0).ids != alone[{beam, i}])
+              failures.push_back("beam " + std::to_string(beam) + ", " + std::to_string(count) + " sentences: \"" +
+                                 batch[i] + "\" -> \"" + got[i].hypotheses[0].text + "\", not as alone");
+        } catch (const std::exception& e) {
+          failures.push_back("beam " + std::to_string(beam) + ", " + std::to_string(count) + " sentences: " + e.what());
+        }
+      }
+    }
+  }
+  done = true;
+  reloader.join();
+  for (const std::string& line : failures) ADD_FAILURE() << line;
+  for (const std::string& line : reload_failures) ADD_FAILURE() << "the model loaded beside: " << line;
+  EXPECT_GT(reloads, 0) << "no load and unload overlapped the running engine's steps";
 }
 
 }  // namespace

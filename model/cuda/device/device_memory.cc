@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "model/cuda/device/capture_gate.h"
 #include "model/error.h"
 
 namespace nmt::cuda {
@@ -31,6 +32,7 @@ void check_cublas(int status, const char* what) {
 
 DeviceAllocator::~DeviceAllocator() {
   trim();
+  const DeviceWideScope scope;  // capture_gate.h
   for (auto& [ptr, size] : in_use_) cudaFree(ptr);
 }
 
@@ -59,11 +61,15 @@ void* DeviceAllocator::allocate(size_t bytes) {
                     mib(held_) + " and needs " + mib(size) + " more");
   }
   void* ptr = nullptr;
-  cudaError_t status = cudaMalloc(&ptr, size);
+  auto device_malloc = [&] {
+    const DeviceWideScope scope;  // capture_gate.h
+    return cudaMalloc(&ptr, size);
+  };
+  cudaError_t status = device_malloc();
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     trim();
-    status = cudaMalloc(&ptr, size);
+    status = device_malloc();
   }
   if (status != cudaSuccess) {
     cudaGetLastError();
@@ -99,6 +105,7 @@ void DeviceAllocator::trim() {
   bool any = false;
   for (auto& [size, blocks] : free_) any = any || !blocks.empty();
   if (!any) return;
+  const DeviceWideScope scope;  // capture_gate.h
   cudaDeviceSynchronize();  // cached blocks may still be read by enqueued work
   for (auto& [size, blocks] : free_) {
     for (void* p : blocks) {
@@ -110,11 +117,13 @@ void DeviceAllocator::trim() {
 }
 
 PinnedBuffer::~PinnedBuffer() {
+  const DeviceWideScope scope;  // capture_gate.h
   if (ptr_) cudaFreeHost(ptr_);
 }
 
 void PinnedBuffer::reserve(size_t bytes) {
   if (bytes <= bytes_) return;
+  const DeviceWideScope scope;  // capture_gate.h
   if (ptr_) cudaFreeHost(ptr_);
   ptr_ = nullptr;
   bytes_ = 0;

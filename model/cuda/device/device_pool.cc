@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
+#include "model/cuda/device/capture_gate.h"
 #include "model/error.h"
 
 namespace nmt::cuda {
@@ -112,6 +114,7 @@ void DevicePool::grow(size_t bytes) {
   if (size == need) alloc_->charge(size, true);
   const CUmemAllocationProp p = device_memory(device_);
   const CUdeviceptr at = base_ + backed_;
+  std::optional<DeviceWideScope> scope(std::in_place);  // capture_gate.h; before check_cu throws
   CUmemGenericAllocationHandle h = 0;
   CUresult status = driver().create(&h, size, &p, 0);
   if (status == CUDA_ERROR_OUT_OF_MEMORY && size > need) {
@@ -133,6 +136,7 @@ void DevicePool::grow(size_t bytes) {
       driver().release(h);
     }
   }
+  scope.reset();
   if (status != CUDA_SUCCESS) {
     alloc_->uncharge(size);
     check_cu(status, "device pool growth");
@@ -146,8 +150,11 @@ void DevicePool::shrink(size_t bytes) {
     const Piece piece = pieces_.back();
     pieces_.pop_back();
     backed_ -= piece.bytes;
-    driver().unmap(base_ + backed_, piece.bytes);
-    driver().release(piece.handle);
+    {
+      const DeviceWideScope scope;  // capture_gate.h
+      driver().unmap(base_ + backed_, piece.bytes);
+      driver().release(piece.handle);
+    }
     alloc_->uncharge(piece.bytes);
   }
 }
@@ -169,6 +176,7 @@ void DevicePool::trim(size_t bytes, Clock::time_point now, Clock::duration retai
 void DevicePool::reset() noexcept {
   if (!base_) return;
   shrink(0);
+  const DeviceWideScope scope;  // capture_gate.h
   driver().free(base_, reserved_);
   base_ = 0;
   reserved_ = 0;

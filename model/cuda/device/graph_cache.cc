@@ -1,11 +1,13 @@
 #include "model/cuda/device/graph_cache.h"
 
+#include "model/cuda/device/capture_gate.h"
 #include "model/cuda/device/device_memory.h"
 
 namespace nmt::cuda {
 namespace {
 
 cudaGraphExec_t capture(DeviceQueue& q, cudaStream_t capture_stream, const std::function<void()>& enqueue) {
+  const CaptureScope no_device_wide_calls;  // capture_gate.h
   cudaGraph_t graph = nullptr;
   const cudaStream_t shared = q.stream;
   auto end_capture = [&] {
