@@ -48,7 +48,7 @@ mkdir -p "$out"
 cache=$repo/.devbundle-cache
 bundle=${BUNDLE:-.devbundle}
 for b in base new lib; do
-  for f in "$repo"/$bundle-$b/*.tar.xz; do [ -f "$f" ] && mkdir -p "$cache/$b" && tar xJf "$f" -C "$cache/$b"; done
+  for f in "$repo/$bundle-$b"/*.tar.xz; do [ -f "$f" ] && mkdir -p "$cache/$b" && tar xJf "$f" -C "$cache/$b"; done
 done
 base=$cache/base new=$cache/new
 export LD_LIBRARY_PATH=$cache/lib/lib:${LD_LIBRARY_PATH:-}
