@@ -279,7 +279,9 @@ class Connections {
 // is a repeat when frac(n x golden ratio) < F (a low-discrepancy sequence: the repeats are
 // spread evenly and make F of any stretch of sentences): one of the first repeat_pool lines,
 // else line pool + n mod (lines - pool) of pass n / (lines - pool), which from the second
-// pass on ends with " (pass)": two different n never give the same fresh sentence.
+// pass on starts with "(pass) ": two different n never give the same fresh sentence. At the
+// front, not the end: a server that splits texts into sentences (split_sentences) would cut
+// "A man rides. (2)" into the line itself, a hit, and "(2)".
 std::string sentence_text(const Options& o, const std::vector<std::string>& sentences, size_t n) {
   if (o.repeat_fraction <= 0) return sentences[n % sentences.size()];
   const size_t pool = static_cast<size_t>(o.repeat_pool);
@@ -287,7 +289,7 @@ std::string sentence_text(const Options& o, const std::vector<std::string>& sent
   const size_t fresh = sentences.size() - pool;
   const size_t pass = n / fresh;
   const std::string& line = sentences[pool + n % fresh];
-  return pass == 0 ? line : line + " (" + std::to_string(pass) + ")";
+  return pass == 0 ? line : "(" + std::to_string(pass) + ") " + line;
 }
 
 // The next Translate request: the next sentences of the input, in turn across clients.

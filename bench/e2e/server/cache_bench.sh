@@ -12,7 +12,9 @@
 #
 # usage: bench/e2e/server/cache_bench.sh OUT_DIR
 #   with nmt-server and nmt-loadgen on PATH (or NMT_SERVER, NMT_LOADGEN) and the Multi30k
-#   test2016 source in $NMT_SHARED (default ../shared).
+#   test2016 source in $NMT_SHARED (default ../shared); INPUT=FILE[.gz] another source (bar 1's
+#   fresh half cycles through the lines after the first 100, so a short input makes a pass
+#   wrap: nmt-loadgen then suffixes them, but Multi30k's train.en.gz keeps them plain).
 #   BEFORE_SERVER=PATH an older nmt-server for bar 2 (omitted: bar 2 is not measured);
 #   BEFORE_CONFIG=FILE its config (default: this tree's configs/default.yaml);
 #   BEFORE_NO_CACHE_ARGS its flags that turn the cache off (default --translation-cache-mb 0;
@@ -39,8 +41,9 @@ clients=${CLIENTS:-64 256}
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-src=$work/test2016.en
-gzip -dc "$shared/data/multi30k/test_2016_flickr.en.gz" > "$src"
+src=$work/source.en
+input=${INPUT:-$shared/data/multi30k/test_2016_flickr.en.gz}
+case $input in *.gz) gzip -dc "$input" > "$src" ;; *) cp "$input" "$src" ;; esac
 device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 [ -n "$device_name" ] || device_name="cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 commit=${NMT_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)}

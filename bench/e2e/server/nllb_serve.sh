@@ -62,7 +62,11 @@ nmt-bench-e2e --ids-model "$model" --precision float16 --batches "$clients" --sr
 echo "=== served, $clients clients, targets $languages"
 port=50950
 config=$work/serve.yaml
-sed -e "s|^  - name: .*|  - name: nllb|" -e "s|path: ../models/.*|path: $model|" "$repo/configs/default.yaml" > "$config"
+# The model repository (configs/default.yaml's ../models, relative to the config) an empty
+# folder of its own: from $work, ../models is no folder and the server refuses to start.
+mkdir -p "$work/repository"
+sed -e "s|^  - name: .*|  - name: nllb|" -e "s|path: ../models/.*|path: $model|" \
+  -e "s|^  path: ../models\$|  path: $work/repository|" "$repo/configs/default.yaml" > "$config"
 # Without the translation cache: the decode path's figures (the input repeats sentences).
 nmt-server --config "$config" --device cuda --precision float16 --host 127.0.0.1 --port $port \
   --metrics-port $((port + 1)) --translation-cache-mb 0 > "$out/server.log" 2>&1 &
