@@ -14,7 +14,7 @@
 #           beside the engine offline at batch 64;
 #   serve:  server/serve_bench.sh with each build's server (2 decode loops, OFFLINE=0),
 #           ROUNDS interleaved passes;
-#   soak:   server/soak_mixed.py with the after build (default config, SOAK_SECONDS, 510);
+#   soak:   server/soak_mixed.py with the after build (default config, SOAK_SECONDS, 510; SOAK_ARGS: more of its flags, e.g. --reload-every 15);
 #   cache:  server/cache_bench.sh: the after build's cache on/off at half repeats over
 #           Multi30k's train.en.gz (CACHE_INPUT), and its cache off against the before build's
 #           server (BEFORE_CONFIG, default .devbundle-base/default.yaml; the before build has no
@@ -112,7 +112,7 @@ for part in $parts; do
     soak)
       # the server logs every failed request (millions in 9 minutes on a GPU): its tail comes back
       PATH=$new/bin:$PATH timeout 590 python3 "$here/server/soak_mixed.py" /tmp/soak --device cuda \
-        --duration "${SOAK_SECONDS:-510}" > "$out/soak.txt" 2>&1
+        --duration "${SOAK_SECONDS:-510}" ${SOAK_ARGS:-} > "$out/soak.txt" 2>&1
       echo "soak_mixed.py rc=$? $(grep -c '"pass": false' "$out/soak.txt") failing RESULT lines"
       mkdir -p "$out/soak" && cp /tmp/soak/samples.jsonl "$out/soak/" && tail -c 2000000 /tmp/soak/server.log > "$out/soak/server-tail.log"
       grep -v -E '\[(warning|info)\] request' /tmp/soak/server.log | tail -c 2000000 > "$out/soak/server-other.log"
