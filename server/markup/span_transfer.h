@@ -62,9 +62,9 @@ struct Apart {
 // The spaces a serializer writes beside such a span placed at `pos` of `target` (an empty
 // span of transfer_spans) so that it stays apart where the source had it apart: a space
 // before it where the source had whitespace before it and the target has a word right
-// before `pos`, likewise after; none at the text's ends (the block's own leading and
-// trailing whitespace is the serializer's) and none where the target already has one, so
-// a space is never lost nor doubled. Placing moves a span to the other side of a word
+// before `pos`, likewise after; none before it at the text's start nor after it at its end
+// (the block's own leading and trailing whitespace is the serializer's) and none where the
+// target already has one, so a space is never lost nor doubled. Placing moves a span to the other side of a word
 // ("run <code>ls</code> now" -> "NOW RUN" + code at its end) and this keeps it apart there.
 Apart spaces_beside(std::string_view target, std::size_t pos, Apart source);
 
