@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """LibreTranslate's POST /translate_file of the real nmt-server, with documents made here by
-Debian's tools: python3-docx (.docx), python3-odf (.odt); .pptx is written by hand with
-zipfile (python-pptx is not packaged by Debian 12), .txt, .srt, .html and .md as text. Each is uploaded
+Debian's tools: python3-docx (.docx), python3-odf (.odt; and an .odp that LibreOffice's
+headless soffice, libreoffice-impress-nogui, converts to the .pptx: python-pptx is not packaged
+by Debian 12), .txt, .srt, .html and .md as text. Each is uploaded
 as a multipart form, its translatedFileUrl downloaded, opened again with the same tool, and
 checked: every paragraph equals /translate's plain translation of it, and the bold and
 italic runs are still there, each holding a proper part of it. Then each bound refused with
@@ -15,7 +16,10 @@ import io
 import json
 import os
 import random
+import shutil
+import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 import uuid
@@ -24,8 +28,9 @@ import zipfile
 
 import docx
 from odf import teletype
-from odf.opendocument import OpenDocumentText, load as load_odt
-from odf.style import Style, TextProperties
+from odf.draw import Frame, Page, TextBox
+from odf.opendocument import OpenDocumentPresentation, OpenDocumentText, load as load_odt
+from odf.style import MasterPage, PageLayout, PageLayoutProperties, Style, TextProperties
 from odf.text import P, Span
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
@@ -50,7 +55,7 @@ def request(port, method, path, body=None, headers=None):
         return e.code, e.read(), e.headers
 
 
-def upload(port, filename, data, source="en", target="de", api_key=TOKEN):
+def upload(port, filename, data, source="en", target="de", api_key=TOKEN, headers=None):
     """POST /translate_file as a browser's multipart form: (status, parsed JSON, headers)."""
     boundary = uuid.uuid4().hex
     parts = []
@@ -62,7 +67,7 @@ def upload(port, filename, data, source="en", target="de", api_key=TOKEN):
                      f'Content-Type: application/octet-stream\r\n\r\n'.encode() + data + b"\r\n")
     body = b"".join(parts) + f"--{boundary}--\r\n".encode()
     status, raw, headers = request(port, "POST", "/translate_file", body,
-                                   {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+                                   {"Content-Type": f"multipart/form-data; boundary={boundary}", **(headers or {})})
     try:
         return status, json.loads(raw), headers
     except ValueError:
@@ -148,20 +153,49 @@ def odt_checks(port):
 
 
 def pptx_bytes(slides):
-    """A minimal presentation: each slide a list of paragraphs, each a list of (text, bold)."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>')
-        z.writestr("ppt/presentation.xml", '<?xml version="1.0"?><p:presentation xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"/>')
-        for n, paragraphs in enumerate(slides, 1):
-            bold = ' b="1"'
-            body = "".join("<a:p>" + "".join(f'<a:r><a:rPr lang="en-US"{bold if b else ""}/><a:t>{t}</a:t></a:r>' for t, b in runs)
-                           + '<a:endParaRPr lang="en-US"/></a:p>' for runs in paragraphs)
-            z.writestr(f"ppt/slides/slide{n}.xml",
-                       f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><p:sld xmlns:a="{DML}" '
-                       'xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"><p:cSld><p:spTree>'
-                       f'<p:sp><p:txBody><a:bodyPr/>{body}</p:txBody></p:sp></p:spTree></p:cSld></p:sld>')
-    return buf.getvalue()
+    """A presentation as PowerPoint writes it (masters, layouts, theme, runs with their full
+    properties): an .odp made with python3-odf, each slide one text box of paragraphs, each a
+    list of (text, bold), converted by LibreOffice (soffice --headless --convert-to pptx)."""
+    soffice = shutil.which("soffice")
+    if soffice is None:
+        raise SystemExit("FAIL: soffice not found: scripts/setup.sh installs libreoffice-impress-nogui, "
+                         "which makes the .pptx of this test")
+    doc = OpenDocumentPresentation()
+    layout = PageLayout(name="Layout")
+    layout.addElement(PageLayoutProperties(margin="0cm", pagewidth="28cm", pageheight="21cm",
+                                           printorientation="landscape"))
+    doc.automaticstyles.addElement(layout)
+    master = MasterPage(name="Default", pagelayoutname=layout)
+    doc.masterstyles.addElement(master)
+    bold = Style(name="Bold", family="text")
+    bold.addElement(TextProperties(fontweight="bold"))
+    doc.automaticstyles.addElement(bold)
+    for paragraphs in slides:
+        page = Page(masterpagename=master)
+        doc.presentation.addElement(page)
+        frame = Frame(width="24cm", height="8cm", x="2cm", y="2cm")
+        page.addElement(frame)
+        box = TextBox()
+        frame.addElement(box)
+        for runs in paragraphs:
+            p = P()
+            for text, b in runs:
+                if b:
+                    p.addElement(Span(stylename=bold, text=text))
+                else:
+                    p.addText(text)
+            box.addElement(p)
+    with tempfile.TemporaryDirectory(prefix="nmt-pptx-") as work:
+        doc.save(os.path.join(work, "deck.odp"))
+        # A profile of its own (HOME): no user's settings, no lock held by another soffice.
+        done = subprocess.run([soffice, "--headless", "--convert-to", "pptx", "--outdir", work,
+                               os.path.join(work, "deck.odp")], env={**os.environ, "HOME": work},
+                              capture_output=True, text=True, timeout=180)
+        out = os.path.join(work, "deck.pptx")
+        if done.returncode != 0 or not os.path.exists(out):
+            raise SystemExit(f"FAIL: soffice did not convert the .odp (rc {done.returncode}): {done.stderr[-500:]}")
+        with open(out, "rb") as f:
+            return f.read()
 
 
 def pptx_checks(port):
@@ -183,6 +217,16 @@ def pptx_checks(port):
     bold = [t for t, b in slides[0][0] if b]
     check(len(bold) == 1 and proper_part(bold[0], texts[0]), f".pptx: one bold run, a part of its paragraph ({bold})")
     check(all(last == "endParaRPr" for _, last in slides), ".pptx: a:endParaRPr still ends each paragraph")
+
+
+def forwarded_checks(port):
+    # server.trust_forwarded_headers is off here: a client's X-Forwarded-* change nothing
+    # (the trusted case: tests/server/http/test_download_base.cc).
+    status, body, _ = upload(port, "notes.txt", f"{A}\n".encode(),
+                             headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.test"})
+    url = body.get("translatedFileUrl", "")
+    check(status == 200 and url.startswith(f"http://127.0.0.1:{port}/download_file/"),
+          f"untrusted X-Forwarded-Proto/-Host ignored: http:// and the Host header ({status} {body})")
 
 
 def text_checks(port):
@@ -316,6 +360,7 @@ def main():
         odt_checks(port)
         pptx_checks(port)
         text_checks(port)
+        forwarded_checks(port)
         markup_checks(port)
         bound_checks(port)
         served = harness.metric(server.metrics(), 'nmt_http_requests_total{endpoint="/download_file",status="200"}')
