@@ -20,8 +20,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 import uuid
 import xml.etree.ElementTree as ET
 import zipfile
@@ -47,12 +45,7 @@ DML = "http://schemas.openxmlformats.org/drawingml/2006/main"
 
 def request(port, method, path, body=None, headers=None):
     """(status, body bytes, headers) of one request."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read(), r.headers
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), e.headers
+    return harness.http_request(port, method, path, body, headers)
 
 
 def upload(port, filename, data, source="en", target="de", api_key=TOKEN, headers=None):
@@ -340,22 +333,9 @@ def bound_checks(port):
 
 def main():
     repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
-    tmp = harness.temp_dir("nmt-documents-")
-    harness.generate_stubs(repo, tmp)
-    import health_pb2
-    import health_pb2_grpc
-
-    tokens = os.path.join(tmp, "tokens.txt")
-    with open(tokens, "w") as f:
-        f.write(TOKEN + "\n")
-    port = harness.free_port()
-    config = os.path.join(tmp, "config.yaml")
-    harness.write_config(config, os.path.join(repo, "models/m30k-en-de-small"), server={"auth_token_file": tokens})
-    server = harness.Server(binary, config, extra_args=[
-        "--http-host", "127.0.0.1", "--http-port", str(port), "--documents-max-file-bytes", "1000000",
-        "--documents-store-mb", "1"])
+    server, port, _, _ = harness.http_server(repo, binary, "nmt-documents-", TOKEN, extra_args=[
+        "--documents-max-file-bytes", "1000000", "--documents-store-mb", "1"])
     try:
-        server.wait_serving(health_pb2, health_pb2_grpc)
         docx_checks(port)
         odt_checks(port)
         pptx_checks(port)
