@@ -109,17 +109,19 @@ void FileApi::translate_file(const HttpRequest& http, LibreTranslateRequest requ
   }
   const std::string base = download_base(http, trust_forwarded_);
   // The upload's share of what the uploads in flight may hold, given back when the last
-  // copy of `held` goes (the answer written, or a refusal thrown below).
-  // A file over documents.max_file_bytes is refused by read_document before anything is
-  // inflated, with that bound's name: it is charged nothing.
+  // copy of `held` goes (the answer written, or a refusal thrown below). A file over
+  // documents.max_file_bytes is refused by read_document before anything is inflated, with
+  // that bound's name: it is charged nothing.
   const size_t charge = file->second.size() > limits_.max_file_bytes
                             ? 0
                             : upload_charge(filename->second, file->second.size(), limits_);
   const double mib = static_cast<double>(1u << 20);
   if (uploads_.never_fits(charge)) {
-    throw LibreTranslateError{413, "this file may hold " + std::to_string(std::lround(std::ceil(charge / mib))) +
-                                       " MiB while it is translated, over documents.max_concurrent_mb (" +
-                                       std::to_string(uploads_.max_bytes() >> 20) + ")"};
+    const std::string message = "this file may hold " + std::to_string(std::lround(std::ceil(charge / mib))) +
+                                " MiB while it is translated, over documents.max_concurrent_mb (" +
+                                std::to_string(uploads_.max_bytes() >> 20) + ")";
+    pipeline_.record_refused(kMethod, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message), traceparent);
+    throw LibreTranslateError{413, message};
   }
   if (!uploads_.take(charge)) {
     HttpAnswer busy = error_answer(429, "Slowdown: the files being translated hold documents.max_concurrent_mb (" +

@@ -7,7 +7,7 @@ as a multipart form, its translatedFileUrl downloaded, opened again with the sam
 checked: every paragraph equals /translate's plain translation of it, and the bold and
 italic runs are still there, each holding a proper part of it. Then each bound refused with
 its reason through the server (a zip bomb, too many entries, deep XML, a billion-laughs DTD,
-the file size, an unsupported extension, a full store), the API key, the download's errors.
+the file size, an unsupported extension, a full store, an archive over documents.max_concurrent_mb), the API key, the download's errors.
 
     test_translate_file.py REPO_ROOT NMT_SERVER
 """
@@ -331,6 +331,24 @@ def bound_checks(port):
           f"a second while the first waits: 429 naming documents.store_bytes, Retry-After ({second[0]} {second[1]})")
 
 
+def concurrent_bound_checks(repo, binary):
+    """documents.max_concurrent_mb through a server of its own with a 1 MiB bound: an archive
+    charged more than that alone (20 KB that may inflate 100-fold) is refused whole with 413
+    naming the key, a small .txt beside it translated. (A second upload refused while a first
+    holds its share is UploadBudget's unit test: no timing here.)"""
+    server, port, _, _ = harness.http_server(repo, binary, "nmt-documents-bound-", TOKEN,
+                                             extra_args=["--documents-max-concurrent-mb", "1"])
+    try:
+        para = f'<w:document xmlns:w="{W[1:-1]}"><w:body><w:p><w:r><w:t>{A}</w:t></w:r></w:p></w:body></w:document>'
+        noise = [("word/media/image1.bin", random.Random(5).randbytes(20_000))]
+        refused(port, "an archive charged over documents.max_concurrent_mb", "photo.docx", docx_with(para, noise), 413,
+                "MiB while it is translated, over documents.max_concurrent_mb (1)")
+        status, body, _ = upload(port, "notes.txt", f"{A}\n".encode())
+        check(status == 200 and "translatedFileUrl" in body, f"a small .txt under the same bound: 200 ({status} {body})")
+    finally:
+        harness.stop_and_report(check, server, "nmt-server (max_concurrent_mb 1)")
+
+
 def main():
     repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
     server, port, _, _ = harness.http_server(repo, binary, "nmt-documents-", TOKEN, extra_args=[
@@ -347,6 +365,7 @@ def main():
         check(served is not None and served >= 7, f"downloads counted under one endpoint label ({served})")
     finally:
         harness.stop_and_report(check, server)
+    concurrent_bound_checks(repo, binary)
     check.exit()
 
 
