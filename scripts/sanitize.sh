@@ -18,12 +18,13 @@ case "$mode" in
     # The soak's and the stream flow-control test's bars are resident memory, which ASan's
     # quarantine and shadow make meaningless (flow control under ASan: +76 MB, bar 64); they
     # run natively in the main suite.
-    # The document round trip (label documents) runs once, in the main suite: its parsers
-    # are under ASan in their unit tests and the fuzzers.
-    select=(-E 'GoldenCpu|deploy_|Golden|reliability\.(soak|streams\.stream_flow_control)|server\.documents\.translate_file')
-    # The browser tests (label browser: chromium, npm clients) test the page and the clients,
-    # not the server's memory: the main suite runs them once.
-    select+=(-LE browser)
+    select=(-E 'GoldenCpu|deploy_|Golden|reliability\.(soak|streams\.stream_flow_control)')
+    # Run once, in the main suite: the browser tests (label browser: chromium, npm clients)
+    # test the page and the clients, not the server's memory; the document round trip (label
+    # documents) and format html/markdown through the real server (label markup) translate
+    # many blocks through the binary, and their parsers are under ASan in their unit tests
+    # and the fuzzers.
+    select+=(-LE '^(browser|documents|markup)$')
     export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     ;;

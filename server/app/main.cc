@@ -138,7 +138,8 @@ int serve(const ServerConfig& config) {
     try {
       http = std::make_unique<HttpApi>(config.http_host, config.http_port, config.http_limits,
                                        static_cast<size_t>(config.max_message_bytes), pipeline,
-                                       *models, auth, metrics, config.trust_tenant_header, config.documents);
+                                       *models, auth, metrics, config.trust_tenant_header, config.documents,
+                                       config.trust_forwarded_headers);
     } catch (const std::exception& e) {
       log_event(spdlog::level::critical, "cannot serve the HTTP API", {{"error", e.what()}});
       return 1;

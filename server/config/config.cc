@@ -232,6 +232,11 @@ const std::vector<Setting>& settings() {
        [](ServerConfig& c, N n, K k) {
          c.documents.store_bytes = static_cast<size_t>(to_int(n, k, 1, 1 << 20)) << 20;
        }},
+      {"documents.max_concurrent_mb", "documents-max-concurrent-mb",
+       "MiB the uploads being read and translated may hold, all together",
+       [](ServerConfig& c, N n, K k) {
+         c.documents.max_concurrent_bytes = static_cast<size_t>(to_int(n, k, 1, 1 << 20)) << 20;
+       }},
       {"batching.max_active_sentences", "max-active-sentences",
        "sentences one decode loop decodes at once (its sentence slots)",
        [](ServerConfig& c, N n, K k) {
@@ -271,6 +276,9 @@ const std::vector<Setting>& settings() {
       {"server.trust_tenant_header", "trust-tenant-header",
        "take the tenant of fair queueing from the x-tenant metadata/header (a trusted proxy sets it)",
        [](ServerConfig& c, N n, K k) { c.trust_tenant_header = to_bool(n, k); }},
+      {"server.trust_forwarded_headers", "trust-forwarded-headers",
+       "take translatedFileUrl's scheme and host from X-Forwarded-Proto/-Host (a trusted proxy sets them)",
+       [](ServerConfig& c, N n, K k) { c.trust_forwarded_headers = to_bool(n, k); }},
       {"server.translation_cache_mb", "translation-cache-mb",
        "MiB of translated sentences kept for repeats (0 = no cache)",
        [](ServerConfig& c, N n, K k) { c.translation_cache_mb = to_int(n, k, 0, 1 << 20); }},

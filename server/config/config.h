@@ -99,6 +99,10 @@ struct ServerConfig {
   // when a request carries one: only behind a proxy that sets it (a client could otherwise
   // claim any tenant).
   bool trust_tenant_header = false;
+  // With trust_forwarded_headers, POST /translate_file's translatedFileUrl takes its scheme
+  // and host from X-Forwarded-Proto and X-Forwarded-Host (a TLS-terminating proxy's), else
+  // http:// and the Host header: only behind a proxy that sets them (server/http/file_api.h).
+  bool trust_forwarded_headers = false;
   // Translated sentences kept for repeats (server/cache/translation_cache.h), MiB; 0 = off.
   int translation_cache_mb = 64;
   ConnectionLimits connections;  // server.max_streams_per_connection ... max_ping_strikes

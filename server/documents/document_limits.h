@@ -24,6 +24,8 @@ struct DocumentLimits {
   // Translated files kept for download: how long each, and their bytes together.
   double store_seconds = 1800;
   size_t store_bytes = 256u << 20;
+  // What the uploads being read and translated hold together (upload_budget.h).
+  size_t max_concurrent_bytes = 256u << 20;
 };
 
 // A refusal of a document: the HTTP status (400, 413) and what was wrong, naming the bound.

@@ -1,5 +1,6 @@
 #include "server/http/file_api.h"
 
+#include <cctype>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,9 @@ namespace {
 
 constexpr const char* kMethod = "HTTP /translate_file";
 constexpr const char* kDownloadPrefix = "/download_file/";
+// An upload is translated in seconds (its texts are bounded like /translate's): a client
+// refused for the uploads in flight tries again after this.
+constexpr int kUploadRetrySeconds = 2;
 
 HttpAnswer json_answer(int status, std::string body) {
   HttpAnswer answer;
@@ -41,15 +45,57 @@ std::vector<TranslatedText> translations_of(const v1::TranslateResponse& respons
   return out;
 }
 
+// A header's first value (proxies append theirs after a comma), without spaces at its ends.
+std::string first_value(const std::string& header) {
+  std::string v = header.substr(0, header.find(','));
+  const size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : v.substr(b, e - b + 1);
+}
+
+// A host and optional port as a URL's authority may hold them: letters, digits, "-._:",
+// and a bracketed IPv6 address; nothing that would change the URL ("/", "@", "?", "#").
+bool valid_host(const std::string& host) {
+  if (host.empty() || host.size() > 255) return false;
+  for (char c : host) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
+                    c == ':' || c == '[' || c == ']';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
+std::string download_base(const HttpRequest& http, bool trust_forwarded) {
+  std::string scheme = "http";
+  std::string host = http.header("host").empty() ? std::string("localhost") : http.header("host");
+  if (!trust_forwarded) return scheme + "://" + host;
+  if (const std::string proto = first_value(http.header("x-forwarded-proto")); !proto.empty()) {
+    std::string lower;
+    for (char c : proto) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower != "http" && lower != "https")
+      throw LibreTranslateError{400, "Invalid request: X-Forwarded-Proto must be http or https, got \"" + proto +
+                                         "\" (server.trust_forwarded_headers is on)"};
+    scheme = lower;
+  }
+  if (const std::string forwarded = first_value(http.header("x-forwarded-host")); !forwarded.empty()) {
+    if (!valid_host(forwarded))
+      throw LibreTranslateError{400, "Invalid request: X-Forwarded-Host is not a host[:port]: \"" + forwarded +
+                                         "\" (server.trust_forwarded_headers is on)"};
+    host = forwarded;
+  }
+  return scheme + "://" + host;
+}
+
 FileApi::FileApi(RequestPipeline& pipeline, const LibreTranslateApi& libretranslate, const DocumentLimits& limits,
-                 Refusal refusal)
+                 Refusal refusal, bool trust_forwarded)
     : pipeline_(pipeline),
       libretranslate_(libretranslate),
       limits_(limits),
       refusal_(std::move(refusal)),
-      store_(limits.store_seconds, limits.store_bytes) {}
+      trust_forwarded_(trust_forwarded),
+      store_(limits.store_seconds, limits.store_bytes),
+      uploads_(limits.max_concurrent_bytes) {}
 
 void FileApi::translate_file(const HttpRequest& http, LibreTranslateRequest request, Caller caller,
                              const std::string& traceparent, HttpFront::Respond respond) {
@@ -61,6 +107,31 @@ void FileApi::translate_file(const HttpRequest& http, LibreTranslateRequest requ
   if (file == http.form.end() || filename == http.form_filenames.end()) {
     throw LibreTranslateError{400, "Invalid request: missing file parameter (a multipart file field)"};
   }
+  const std::string base = download_base(http, trust_forwarded_);
+  // The upload's share of what the uploads in flight may hold, given back when the last
+  // copy of `held` goes (the answer written, or a refusal thrown below). A file over
+  // documents.max_file_bytes is refused by read_document before anything is inflated, with
+  // that bound's name: it is charged nothing.
+  const size_t charge = file->second.size() > limits_.max_file_bytes
+                            ? 0
+                            : upload_charge(filename->second, file->second.size(), limits_);
+  const double mib = static_cast<double>(1u << 20);
+  if (uploads_.never_fits(charge)) {
+    const std::string message = "this file may hold " + std::to_string(std::lround(std::ceil(charge / mib))) +
+                                " MiB while it is translated, over documents.max_concurrent_mb (" +
+                                std::to_string(uploads_.max_bytes() >> 20) + ")";
+    pipeline_.record_refused(kMethod, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message), traceparent);
+    throw LibreTranslateError{413, message};
+  }
+  if (!uploads_.take(charge)) {
+    HttpAnswer busy = error_answer(429, "Slowdown: the files being translated hold documents.max_concurrent_mb (" +
+                                            std::to_string(uploads_.max_bytes() >> 20) + " MiB); retry after " +
+                                            std::to_string(kUploadRetrySeconds) + " s");
+    busy.headers.emplace_back("Retry-After", std::to_string(kUploadRetrySeconds));
+    pipeline_.record_refused(kMethod, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, busy.body), traceparent);
+    return respond(std::move(busy));
+  }
+  std::shared_ptr<void> held(nullptr, [this, charge](void*) { uploads_.give_back(charge); });
   std::shared_ptr<Document> document;
   try {
     document = read_document(filename->second, file->second, limits_);
@@ -68,8 +139,7 @@ void FileApi::translate_file(const HttpRequest& http, LibreTranslateRequest requ
     pipeline_.record_refused(kMethod, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, e.what()), traceparent);
     throw LibreTranslateError{e.status(), e.what()};
   }
-  const std::string host = http.header("host").empty() ? std::string("localhost") : http.header("host");
-  auto finish = [this, document, name = filename->second, host](const v1::TranslateResponse& response) {
+  auto finish = [this, document, held, name = filename->second, base](const v1::TranslateResponse& response) {
     std::string bytes;
     try {
       bytes = document->write(translations_of(response));
@@ -89,7 +159,7 @@ void FileApi::translate_file(const HttpRequest& http, LibreTranslateRequest requ
       busy.headers.emplace_back("Retry-After", std::to_string(seconds));
       return busy;
     }
-    return json_answer(200, nlohmann::json{{"translatedFileUrl", "http://" + host + kDownloadPrefix + stored.name}}.dump());
+    return json_answer(200, nlohmann::json{{"translatedFileUrl", base + kDownloadPrefix + stored.name}}.dump());
   };
   if (document->texts().empty()) return respond(finish(v1::TranslateResponse()));  // nothing to translate
   request.q = document->texts();

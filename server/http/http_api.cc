@@ -113,11 +113,11 @@ std::vector<LanguageModel> language_models(const ModelRegistry& models) {
 HttpApi::HttpApi(const std::string& host, int port, const HttpLimits& limits,
                  size_t max_body_bytes, RequestPipeline& pipeline, const ModelRegistry& models,
                  const BearerAuth& auth, Metrics& metrics, bool trust_tenant_header,
-                 const DocumentLimits& documents)
+                 const DocumentLimits& documents, bool trust_forwarded_headers)
     : pipeline_(pipeline),
       auth_(auth),
       libretranslate_(language_models(models)),
-      files_(pipeline, libretranslate_, documents, libre_refusal),
+      files_(pipeline, libretranslate_, documents, libre_refusal, trust_forwarded_headers),
       max_body_bytes_(max_body_bytes),
       trust_tenant_header_(trust_tenant_header),
       requests_(prometheus::BuildCounter()

@@ -33,11 +33,13 @@ class HttpApi {
   // Binds host:port (throws std::runtime_error naming the address when it cannot) and serves
   // on its own threads within `limits`. Bodies over max_body_bytes are refused with 413.
   // With `trust_tenant_header` (server.trust_tenant_header) a request's x-tenant header names
-  // its tenant of fair queueing, as gRPC's x-tenant metadata does (identify_caller).
+  // its tenant of fair queueing, as gRPC's x-tenant metadata does (identify_caller). With
+  // `trust_forwarded_headers` (server.trust_forwarded_headers) translatedFileUrl follows
+  // X-Forwarded-Proto and X-Forwarded-Host (FileApi).
   HttpApi(const std::string& host, int port, const HttpLimits& limits, size_t max_body_bytes,
           RequestPipeline& pipeline, const ModelRegistry& models, const BearerAuth& auth,
           Metrics& metrics, bool trust_tenant_header = false,
-          const DocumentLimits& documents = {});
+          const DocumentLimits& documents = {}, bool trust_forwarded_headers = false);
   ~HttpApi();  // stop()
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;

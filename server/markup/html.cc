@@ -195,9 +195,15 @@ int tag_depth(std::string_view text) {
 }
 
 // One run of inline content: consecutive children of one parent, translated as a block.
+// Comments, code, translate="no" and void elements: written as they are, not around words.
+bool written_as_is(const GumboNode* n) {
+  return !element(n) || kept_as_is(n) || void_tag(n->v.element.tag);
+}
+
 struct Run {
   std::vector<const GumboNode*> nodes;
   std::vector<const GumboNode*> span_nodes;  // by span id
+  std::vector<Apart> apart;                  // by span id: whitespace beside it as written
   std::string lead, trail;                   // the whitespace at the run's ends, as written
   std::size_t block = 0;
 };
@@ -322,6 +328,8 @@ class HtmlDocument final : public MarkupDocument {
     run.nodes = nodes;
     Block block;
     std::string raw;  // the run's text as written, for the whitespace at its ends
+    // By span id: raw's size before and after the span.
+    std::vector<std::size_t> raw_begin, raw_end;
     auto walk = [&](auto& self, const GumboNode* n, int parent) -> void {
       if (n->type == GUMBO_NODE_TEXT || n->type == GUMBO_NODE_WHITESPACE ||
           n->type == GUMBO_NODE_CDATA) {
@@ -334,6 +342,9 @@ class HtmlDocument final : public MarkupDocument {
       }
       const int id = static_cast<int>(run.span_nodes.size());
       run.span_nodes.push_back(n);
+      run.apart.push_back({!raw.empty() && is_space(raw.back()), false});
+      raw_begin.push_back(raw.size());
+      raw_end.push_back(0);
       block.spans.push_back({{block.text.size(), block.text.size()}, parent, id});
       if (element(n) && !kept_as_is(n)) {
         add_attributes(n);
@@ -342,6 +353,7 @@ class HtmlDocument final : public MarkupDocument {
           self(self, static_cast<const GumboNode*>(kids->data[k]), id);
       }
       block.spans[id].range.end = block.text.size();
+      raw_end[id] = raw.size();
       // A line break separates words like the whitespace it usually stands for.
       if (element(n) && n->v.element.tag == GUMBO_TAG_BR && !block.text.empty() && block.text.back() != ' ')
         block.text += ' ';
@@ -349,11 +361,22 @@ class HtmlDocument final : public MarkupDocument {
     // Attribute blocks of the run's elements come before the run's own block: number the run
     // after the walk.
     for (const GumboNode* n : nodes) walk(walk, n, -1);
+    for (std::size_t id = 0; id < raw_end.size(); ++id)
+      run.apart[id].after = raw_end[id] < raw.size() && is_space(raw[raw_end[id]]);
     const auto first = std::find_if(raw.begin(), raw.end(), [](char c) { return !is_space(c); });
     if (first == raw.end()) return;  // nothing to translate: written as it is
-    run.lead.assign(raw.begin(), first);
+    // The run's own whitespace at its ends: not what lies between an element written as it is
+    // and the words (that is the element's, Run::apart).
+    std::size_t lead_end = first - raw.begin();
     const auto last = std::find_if(raw.rbegin(), raw.rend(), [](char c) { return !is_space(c); });
-    run.trail.assign(last.base(), raw.end());
+    std::size_t trail_begin = last.base() - raw.begin();
+    for (std::size_t id = 0; id < raw_end.size(); ++id) {
+      if (!written_as_is(run.span_nodes[id])) continue;
+      lead_end = std::min(lead_end, raw_begin[id]);
+      trail_begin = std::max(trail_begin, raw_end[id]);
+    }
+    run.lead = raw.substr(0, lead_end);
+    run.trail = raw.substr(trail_begin);
     // Collapsing leaves at most one space at each end: trim it, spans clamped (a monotone map
     // keeps them nested and apart).
     const std::size_t cut = block.text.front() == ' ' ? 1 : 0;
@@ -468,14 +491,18 @@ class HtmlDocument final : public MarkupDocument {
         const ByteRange r = placed[c].range;
         escape_into(std::string_view(text).substr(at, r.begin - at), false, out);
         const GumboNode* n = run.span_nodes[placed[c].id];
-        if (!element(n) || kept_as_is(n)) {
-          node(n);  // comments, code, translate="no": as they were
+        if (written_as_is(n)) {
+          // Comments, code, translate="no" as they were, and void elements: apart from the
+          // words beside them where they were in the source.
+          const Apart spaces = spaces_beside(text, r.begin, run.apart[placed[c].id]);
+          if (spaces.before) out += ' ';
+          if (!element(n) || kept_as_is(n)) node(n);
+          else start_tag(n);
+          if (spaces.after) out += ' ';
         } else {
           start_tag(n);
-          if (!void_tag(n->v.element.tag)) {
-            spans(run, placed, text, c, r.begin, r.end);
-            out += "</" + tag_name(n) + ">";
-          }
+          spans(run, placed, text, c, r.begin, r.end);
+          out += "</" + tag_name(n) + ">";
         }
         at = r.end;
       }

@@ -24,10 +24,44 @@ bool leaf(cmark_node_type t) {
   }
 }
 
-// Spans whose content is translated; any other inline node is kept as it is (a void span).
+// Spans whose content is translated in the sentence; any other inline node is kept as it is
+// (a void span). An image's description is not words of the sentence but its own text (its
+// alt, as HTML's alt attribute is): the image is a void span and its alt a block of its own.
 bool spanning(cmark_node_type t) {
-  return t == CMARK_NODE_EMPH || t == CMARK_NODE_STRONG || t == CMARK_NODE_LINK ||
-         t == CMARK_NODE_IMAGE;
+  return t == CMARK_NODE_EMPH || t == CMARK_NODE_STRONG || t == CMARK_NODE_LINK;
+}
+
+// Text appended with whitespace collapsed to one space, none at the start.
+void append_collapsed(std::string& out, const char* p) {
+  for (; *p; ++p) {
+    if (!is_space(*p)) out += *p;
+    else if (!out.empty() && out.back() != ' ') out += ' ';
+  }
+}
+
+// An image's description as plain text (what CommonMark renders as its alt).
+std::string alt_text(cmark_node* image) {
+  std::string alt;
+  cmark_iter* it = cmark_iter_new(image);
+  for (cmark_event_type ev; (ev = cmark_iter_next(it)) != CMARK_EVENT_DONE;) {
+    cmark_node* n = cmark_iter_get_node(it);
+    const cmark_node_type t = cmark_node_get_type(n);
+    if (ev != CMARK_EVENT_ENTER) continue;
+    if (t == CMARK_NODE_TEXT || t == CMARK_NODE_CODE) append_collapsed(alt, cmark_node_get_literal(n));
+    if ((t == CMARK_NODE_SOFTBREAK || t == CMARK_NODE_LINEBREAK) && !alt.empty() && alt.back() != ' ') alt += ' ';
+  }
+  cmark_iter_free(it);
+  if (!alt.empty() && alt.back() == ' ') alt.pop_back();
+  return alt;
+}
+
+// Whether inline node `n` is followed by whitespace in the source.
+bool space_after(cmark_node* n) {
+  cmark_node* next = cmark_node_next(n);
+  if (!next) return false;
+  const cmark_node_type t = cmark_node_get_type(next);
+  if (t == CMARK_NODE_SOFTBREAK || t == CMARK_NODE_LINEBREAK) return true;
+  return t == CMARK_NODE_TEXT && is_space(*cmark_node_get_literal(next));
 }
 
 struct NodeFree {
@@ -39,11 +73,21 @@ Tree parse(const std::string& text) {
   return Tree(cmark_parse_document(text.data(), text.size(), CMARK_OPT_DEFAULT));
 }
 
-// A paragraph or heading: its block and the inline node of each span id.
+// A link's or image's title, an image's alt: translated as a block of its own.
+struct Attribute {
+  cmark_node* node = nullptr;
+  bool alt = false;  // else the title
+  Block block;
+};
+
+// A paragraph or heading: its block, the inline node of each span id, whether each void span
+// stood apart from its words (span_transfer.h, spaces_beside), its attributes' blocks.
 struct Found {
   cmark_node* container = nullptr;
   Block block;
   std::vector<cmark_node*> span_nodes;
+  std::vector<Apart> apart;
+  std::vector<Attribute> attributes;
   // A raw HTML start tag's span: its end tag (cmark keeps them as two nodes; they move
   // together, around what was between them).
   std::map<cmark_node*, cmark_node*> html_end;
@@ -87,6 +131,7 @@ void walk_siblings(cmark_node* first, cmark_node* stop, int parent, Found& f) {
     }
     const int id = static_cast<int>(f.span_nodes.size());
     f.span_nodes.push_back(c);
+    f.apart.push_back({});
     f.html_end[c] = end;
     f.block.spans.push_back({{f.block.text.size(), f.block.text.size()}, parent, id});
     walk_siblings(cmark_node_next(c), end, id, f);
@@ -98,10 +143,7 @@ void walk_siblings(cmark_node* first, cmark_node* stop, int parent, Found& f) {
 void walk(cmark_node* n, int parent, Found& f) {
   const cmark_node_type t = cmark_node_get_type(n);
   if (t == CMARK_NODE_TEXT) {
-    for (const char* p = cmark_node_get_literal(n); *p; ++p) {
-      if (!is_space(*p)) f.block.text += *p;
-      else if (!f.block.text.empty() && f.block.text.back() != ' ') f.block.text += ' ';
-    }
+    append_collapsed(f.block.text, cmark_node_get_literal(n));
     return;
   }
   if (t == CMARK_NODE_SOFTBREAK) {
@@ -110,7 +152,18 @@ void walk(cmark_node* n, int parent, Found& f) {
   }
   const int id = static_cast<int>(f.span_nodes.size());
   f.span_nodes.push_back(n);
+  f.apart.push_back({!f.block.text.empty() && f.block.text.back() == ' ', space_after(n)});
   f.block.spans.push_back({{f.block.text.size(), f.block.text.size()}, parent, id});
+  if (t == CMARK_NODE_LINK || t == CMARK_NODE_IMAGE) {
+    if (t == CMARK_NODE_IMAGE) {
+      Attribute alt{n, true, {alt_text(n), {}}};
+      if (!alt.block.text.empty()) f.attributes.push_back(std::move(alt));
+    }
+    Attribute title{n, false, {}};
+    append_collapsed(title.block.text, cmark_node_get_title(n));
+    if (!title.block.text.empty() && title.block.text.back() == ' ') title.block.text.pop_back();
+    if (!title.block.text.empty()) f.attributes.push_back(std::move(title));
+  }
   if (spanning(t)) walk_siblings(cmark_node_first_child(n), nullptr, id, f);
   f.block.spans[id].range.end = f.block.text.size();
   // A hard line break separates words like the whitespace it stands for.
@@ -132,7 +185,7 @@ std::vector<Found> find_blocks(cmark_node* root) {
     if (!text.empty() && text.back() == ' ') text.pop_back();
     for (Span& s : f.block.spans)
       s.range = {std::min(s.range.begin, text.size()), std::min(s.range.end, text.size())};
-    if (!text.empty()) found.push_back(std::move(f));
+    if (!text.empty() || !f.attributes.empty()) found.push_back(std::move(f));
   }
   cmark_iter_free(it);
   return found;
@@ -144,13 +197,17 @@ cmark_node* text_node(std::string_view text) {
   return n;
 }
 
-// A copy of inline node `n` without its children.
+// A copy of inline node `n` without its children (an image with its alt as one text).
 cmark_node* shallow_copy(cmark_node* n) {
   const cmark_node_type t = cmark_node_get_type(n);
   cmark_node* c = cmark_node_new(t);
   if (t == CMARK_NODE_LINK || t == CMARK_NODE_IMAGE) {
     cmark_node_set_url(c, cmark_node_get_url(n));
     cmark_node_set_title(c, cmark_node_get_title(n));
+  }
+  if (t == CMARK_NODE_IMAGE) {
+    const std::string alt = alt_text(n);
+    if (!alt.empty()) cmark_node_append_child(c, text_node(alt));
   } else if (t == CMARK_NODE_CODE || t == CMARK_NODE_HTML_INLINE) {
     cmark_node_set_literal(c, cmark_node_get_literal(n));
   }
@@ -211,10 +268,16 @@ void build(cmark_node* into, const Found& f, const std::vector<Span>& placed, st
       cmark_node_append_child(into, html_node(em ? "<em>" : "<strong>"));
       build(into, f, placed, text, c, r.begin, r.end, html_emphasis);
       cmark_node_append_child(into, html_node(em ? "</em>" : "</strong>"));
-    } else {
+    } else if (spanning(t)) {
       cmark_node* copy = shallow_copy(original);
-      if (spanning(t)) build(copy, f, placed, text, c, r.begin, r.end, html_emphasis);
+      build(copy, f, placed, text, c, r.begin, r.end, html_emphasis);
       cmark_node_append_child(into, copy);
+    } else {
+      // Kept as it is: apart from the words beside it where it was in the source.
+      const Apart spaces = spaces_beside(text, r.begin, f.apart[placed[c].id]);
+      if (spaces.before) cmark_node_append_child(into, text_node(" "));
+      cmark_node_append_child(into, shallow_copy(original));
+      if (spaces.after) cmark_node_append_child(into, text_node(" "));
     }
     last = t;
     at = r.end;
@@ -228,7 +291,10 @@ class MarkdownDocument final : public MarkupDocument {
       : text_(text) {
     Tree tree = parse(text_);
     check_depth(tree.get(), bounds, what);
-    for (Found& f : find_blocks(tree.get())) blocks_.push_back(std::move(f.block));
+    for (Found& f : find_blocks(tree.get())) {
+      if (!f.block.text.empty()) blocks_.push_back(std::move(f.block));
+      for (Attribute& a : f.attributes) blocks_.push_back(std::move(a.block));
+    }
   }
 
   std::string render(const std::vector<TranslatedBlock>& translated) const override {
@@ -238,9 +304,22 @@ class MarkdownDocument final : public MarkupDocument {
     // A fresh tree of the same text: the same blocks in the same order, changed in place.
     Tree tree = parse(text_);
     std::vector<Found> found = find_blocks(tree.get());
+    std::size_t next = 0;  // translated[] in the order of blocks_
     for (std::size_t i = 0; i < found.size(); ++i) {
+      const TranslatedBlock* sentence = found[i].block.text.empty() ? nullptr : &translated[next++];
+      // Attributes first: the paragraph's new inlines copy titles and alts from the originals.
+      for (const Attribute& a : found[i].attributes) {
+        const std::string& text = translated[next++].text;
+        if (!a.alt) {
+          cmark_node_set_title(a.node, text.c_str());
+          continue;
+        }
+        while (cmark_node* old = cmark_node_first_child(a.node)) cmark_node_free(old);
+        cmark_node_append_child(a.node, text_node(text));
+      }
+      if (!sentence) continue;
       const std::vector<Span> placed =
-          transfer_spans(found[i].block.text, found[i].block.spans, translated[i].text, translated[i].links);
+          transfer_spans(found[i].block.text, found[i].block.spans, sentence->text, sentence->links);
       Census expected;
       for (cmark_node* n : found[i].span_nodes) {
         expected[cmark_node_get_type_string(n)] += found[i].html_end.count(n) ? 2 : 1;
@@ -250,7 +329,7 @@ class MarkdownDocument final : public MarkupDocument {
       for (bool html_emphasis : {false, true}) {
         if (fresh) cmark_node_free(fresh);
         fresh = cmark_node_new(CMARK_NODE_PARAGRAPH);
-        build(fresh, found[i], placed, translated[i].text, -1, 0, translated[i].text.size(), html_emphasis);
+        build(fresh, found[i], placed, sentence->text, -1, 0, sentence->text.size(), html_emphasis);
         char* written = cmark_render_commonmark(fresh, CMARK_OPT_DEFAULT, 0);
         Tree back = parse(written);
         free(written);

@@ -182,6 +182,16 @@ std::size_t place_empty(std::string_view source, std::string_view target, std::s
 
 }  // namespace
 
+Apart spaces_beside(std::string_view target, std::size_t pos, Apart source) {
+  if (pos > target.size())
+    invalid("a span at " + std::to_string(pos) + " lies outside the target text of " +
+            std::to_string(target.size()) + " bytes");
+  Apart out;
+  out.before = source.before && pos > 0 && !blank(target.substr(pos - 1, 1));
+  out.after = source.after && pos < target.size() && !blank(target.substr(pos, 1));
+  return out;
+}
+
 std::vector<int> children_in_order(const std::vector<Span>& spans, int parent) {
   std::vector<int> out;
   for (std::size_t i = 0; i < spans.size(); ++i)

@@ -51,6 +51,23 @@ std::vector<Span> transfer_spans(std::string_view source, const std::vector<Span
                                  std::string_view target,
                                  const std::vector<AlignmentLink>& links);
 
+// Whether a span written as it is (a void element, code, translate="no", an image) stood
+// apart from the words beside it in the source: whitespace before it, after it.
+struct Apart {
+  bool before = false;
+  bool after = false;
+  bool operator==(const Apart& o) const { return before == o.before && after == o.after; }
+};
+
+// The spaces a serializer writes beside such a span placed at `pos` of `target` (an empty
+// span of transfer_spans) so that it stays apart where the source had it apart: a space
+// before it where the source had whitespace before it and the target has a word right
+// before `pos`, likewise after; none before it at the text's start nor after it at its end
+// (the block's own leading and trailing whitespace is the serializer's) and none where the
+// target already has one, so a space is never lost nor doubled. Placing moves a span to the other side of a word
+// ("run <code>ls</code> now" -> "NOW RUN" + code at its end) and this keeps it apart there.
+Apart spaces_beside(std::string_view target, std::size_t pos, Apart source);
+
 // Children of a span (or of the top, parent -1) in the order they appear in the target:
 // by begin, then end (an empty span before a nonempty one that starts where it is), then
 // index. The serializers of markup (server/markup, the documents) write tags in this order.

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """LibreTranslate's POST /translate_file of the real nmt-server, with documents made here by
-Debian's tools: python3-docx (.docx), python3-odf (.odt); .pptx is written by hand with
-zipfile (python-pptx is not packaged by Debian 12), .txt, .srt, .html and .md as text. Each is uploaded
+Debian's tools: python3-docx (.docx), python3-odf (.odt; and an .odp that LibreOffice's
+headless soffice, libreoffice-impress-nogui, converts to the .pptx: python-pptx is not packaged
+by Debian 12), .txt, .srt, .html and .md as text. Each is uploaded
 as a multipart form, its translatedFileUrl downloaded, opened again with the same tool, and
 checked: every paragraph equals /translate's plain translation of it, and the bold and
 italic runs are still there, each holding a proper part of it. Then each bound refused with
 its reason through the server (a zip bomb, too many entries, deep XML, a billion-laughs DTD,
-the file size, an unsupported extension, a full store), the API key, the download's errors.
+the file size, an unsupported extension, a full store, an archive over documents.max_concurrent_mb), the API key, the download's errors.
 
     test_translate_file.py REPO_ROOT NMT_SERVER
 """
@@ -15,17 +16,19 @@ import io
 import json
 import os
 import random
+import shutil
+import subprocess
 import sys
-import urllib.error
-import urllib.request
+import tempfile
 import uuid
 import xml.etree.ElementTree as ET
 import zipfile
 
 import docx
 from odf import teletype
-from odf.opendocument import OpenDocumentText, load as load_odt
-from odf.style import Style, TextProperties
+from odf.draw import Frame, Page, TextBox
+from odf.opendocument import OpenDocumentPresentation, OpenDocumentText, load as load_odt
+from odf.style import MasterPage, PageLayout, PageLayoutProperties, Style, TextProperties
 from odf.text import P, Span
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
@@ -42,15 +45,10 @@ DML = "http://schemas.openxmlformats.org/drawingml/2006/main"
 
 def request(port, method, path, body=None, headers=None):
     """(status, body bytes, headers) of one request."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read(), r.headers
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), e.headers
+    return harness.http_request(port, method, path, body, headers)
 
 
-def upload(port, filename, data, source="en", target="de", api_key=TOKEN):
+def upload(port, filename, data, source="en", target="de", api_key=TOKEN, headers=None):
     """POST /translate_file as a browser's multipart form: (status, parsed JSON, headers)."""
     boundary = uuid.uuid4().hex
     parts = []
@@ -62,7 +60,7 @@ def upload(port, filename, data, source="en", target="de", api_key=TOKEN):
                      f'Content-Type: application/octet-stream\r\n\r\n'.encode() + data + b"\r\n")
     body = b"".join(parts) + f"--{boundary}--\r\n".encode()
     status, raw, headers = request(port, "POST", "/translate_file", body,
-                                   {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+                                   {"Content-Type": f"multipart/form-data; boundary={boundary}", **(headers or {})})
     try:
         return status, json.loads(raw), headers
     except ValueError:
@@ -148,20 +146,49 @@ def odt_checks(port):
 
 
 def pptx_bytes(slides):
-    """A minimal presentation: each slide a list of paragraphs, each a list of (text, bold)."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>')
-        z.writestr("ppt/presentation.xml", '<?xml version="1.0"?><p:presentation xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"/>')
-        for n, paragraphs in enumerate(slides, 1):
-            bold = ' b="1"'
-            body = "".join("<a:p>" + "".join(f'<a:r><a:rPr lang="en-US"{bold if b else ""}/><a:t>{t}</a:t></a:r>' for t, b in runs)
-                           + '<a:endParaRPr lang="en-US"/></a:p>' for runs in paragraphs)
-            z.writestr(f"ppt/slides/slide{n}.xml",
-                       f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><p:sld xmlns:a="{DML}" '
-                       'xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"><p:cSld><p:spTree>'
-                       f'<p:sp><p:txBody><a:bodyPr/>{body}</p:txBody></p:sp></p:spTree></p:cSld></p:sld>')
-    return buf.getvalue()
+    """A presentation as PowerPoint writes it (masters, layouts, theme, runs with their full
+    properties): an .odp made with python3-odf, each slide one text box of paragraphs, each a
+    list of (text, bold), converted by LibreOffice (soffice --headless --convert-to pptx)."""
+    soffice = shutil.which("soffice")
+    if soffice is None:
+        raise SystemExit("FAIL: soffice not found: scripts/setup.sh installs libreoffice-impress-nogui, "
+                         "which makes the .pptx of this test")
+    doc = OpenDocumentPresentation()
+    layout = PageLayout(name="Layout")
+    layout.addElement(PageLayoutProperties(margin="0cm", pagewidth="28cm", pageheight="21cm",
+                                           printorientation="landscape"))
+    doc.automaticstyles.addElement(layout)
+    master = MasterPage(name="Default", pagelayoutname=layout)
+    doc.masterstyles.addElement(master)
+    bold = Style(name="Bold", family="text")
+    bold.addElement(TextProperties(fontweight="bold"))
+    doc.automaticstyles.addElement(bold)
+    for paragraphs in slides:
+        page = Page(masterpagename=master)
+        doc.presentation.addElement(page)
+        frame = Frame(width="24cm", height="8cm", x="2cm", y="2cm")
+        page.addElement(frame)
+        box = TextBox()
+        frame.addElement(box)
+        for runs in paragraphs:
+            p = P()
+            for text, b in runs:
+                if b:
+                    p.addElement(Span(stylename=bold, text=text))
+                else:
+                    p.addText(text)
+            box.addElement(p)
+    with tempfile.TemporaryDirectory(prefix="nmt-pptx-") as work:
+        doc.save(os.path.join(work, "deck.odp"))
+        # A profile of its own (HOME): no user's settings, no lock held by another soffice.
+        done = subprocess.run([soffice, "--headless", "--convert-to", "pptx", "--outdir", work,
+                               os.path.join(work, "deck.odp")], env={**os.environ, "HOME": work},
+                              capture_output=True, text=True, timeout=180)
+        out = os.path.join(work, "deck.pptx")
+        if done.returncode != 0 or not os.path.exists(out):
+            raise SystemExit(f"FAIL: soffice did not convert the .odp (rc {done.returncode}): {done.stderr[-500:]}")
+        with open(out, "rb") as f:
+            return f.read()
 
 
 def pptx_checks(port):
@@ -183,6 +210,16 @@ def pptx_checks(port):
     bold = [t for t, b in slides[0][0] if b]
     check(len(bold) == 1 and proper_part(bold[0], texts[0]), f".pptx: one bold run, a part of its paragraph ({bold})")
     check(all(last == "endParaRPr" for _, last in slides), ".pptx: a:endParaRPr still ends each paragraph")
+
+
+def forwarded_checks(port):
+    # server.trust_forwarded_headers is off here: a client's X-Forwarded-* change nothing
+    # (the trusted case: tests/server/http/test_download_base.cc).
+    status, body, _ = upload(port, "notes.txt", f"{A}\n".encode(),
+                             headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.test"})
+    url = body.get("translatedFileUrl", "")
+    check(status == 200 and url.startswith(f"http://127.0.0.1:{port}/download_file/"),
+          f"untrusted X-Forwarded-Proto/-Host ignored: http:// and the Host header ({status} {body})")
 
 
 def text_checks(port):
@@ -294,34 +331,41 @@ def bound_checks(port):
           f"a second while the first waits: 429 naming documents.store_bytes, Retry-After ({second[0]} {second[1]})")
 
 
+def concurrent_bound_checks(repo, binary):
+    """documents.max_concurrent_mb through a server of its own with a 1 MiB bound: an archive
+    charged more than that alone (20 KB that may inflate 100-fold) is refused whole with 413
+    naming the key, a small .txt beside it translated. (A second upload refused while a first
+    holds its share is UploadBudget's unit test: no timing here.)"""
+    server, port, _, _ = harness.http_server(repo, binary, "nmt-documents-bound-", TOKEN,
+                                             extra_args=["--documents-max-concurrent-mb", "1"])
+    try:
+        para = f'<w:document xmlns:w="{W[1:-1]}"><w:body><w:p><w:r><w:t>{A}</w:t></w:r></w:p></w:body></w:document>'
+        noise = [("word/media/image1.bin", random.Random(5).randbytes(20_000))]
+        refused(port, "an archive charged over documents.max_concurrent_mb", "photo.docx", docx_with(para, noise), 413,
+                "MiB while it is translated, over documents.max_concurrent_mb (1)")
+        status, body, _ = upload(port, "notes.txt", f"{A}\n".encode())
+        check(status == 200 and "translatedFileUrl" in body, f"a small .txt under the same bound: 200 ({status} {body})")
+    finally:
+        harness.stop_and_report(check, server, "nmt-server (max_concurrent_mb 1)")
+
+
 def main():
     repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
-    tmp = harness.temp_dir("nmt-documents-")
-    harness.generate_stubs(repo, tmp)
-    import health_pb2
-    import health_pb2_grpc
-
-    tokens = os.path.join(tmp, "tokens.txt")
-    with open(tokens, "w") as f:
-        f.write(TOKEN + "\n")
-    port = harness.free_port()
-    config = os.path.join(tmp, "config.yaml")
-    harness.write_config(config, os.path.join(repo, "models/m30k-en-de-small"), server={"auth_token_file": tokens})
-    server = harness.Server(binary, config, extra_args=[
-        "--http-host", "127.0.0.1", "--http-port", str(port), "--documents-max-file-bytes", "1000000",
-        "--documents-store-mb", "1"])
+    server, port, _, _ = harness.http_server(repo, binary, "nmt-documents-", TOKEN, extra_args=[
+        "--documents-max-file-bytes", "1000000", "--documents-store-mb", "1"])
     try:
-        server.wait_serving(health_pb2, health_pb2_grpc)
         docx_checks(port)
         odt_checks(port)
         pptx_checks(port)
         text_checks(port)
+        forwarded_checks(port)
         markup_checks(port)
         bound_checks(port)
         served = harness.metric(server.metrics(), 'nmt_http_requests_total{endpoint="/download_file",status="200"}')
         check(served is not None and served >= 7, f"downloads counted under one endpoint label ({served})")
     finally:
         harness.stop_and_report(check, server)
+    concurrent_bound_checks(repo, binary)
     check.exit()
 
 

@@ -9,12 +9,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "model/translator.h"
 #include "nmt/v1/translation.grpc.pb.h"
-#include "tests/server/support/server_process.h"
+#include "tests/server/support/loopback_server.h"
 #include "tests/server/support/test_sentences.h"
 #include "tools/loadgen/sentence_source.h"
 
@@ -42,67 +43,43 @@ class ServerTest : public ::testing::Test {
     }
   }
   static void start() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("nmt-server-test-" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
-    const fs::path config = *dir_ / "config.yaml";
     // Without the translation cache: these tests time and cancel decodes of repeated
     // requests, which it would answer at once (its tests: server.keys_and_cache).
-    std::ofstream(config) << "server:\n  log_format: json\n  shutdown_grace_seconds: 10\n"
-                          << "  translation_cache_mb: 0\n"
-                          << "limits:\n  max_characters_per_request: " << kMaxCharacters
-                          << "\n  max_input_tokens: " << kMaxInputTokens
-                          << "\n  max_beam_size: " << kMaxBeam
-                          << "\n  max_decoding_length: " << kMaxLength << "\n"
-                          << "batching:\n  max_queue_sentences: 256\n"
-                          << "models:\n  - name: m30k\n    path: " << kModelDir << "\n";
-    port_ = nmt::test::free_port();
-    metrics_port_ = nmt::test::free_port();
-    server_ = new nmt::test::ServerProcess(
-        NMT_SERVER_BIN,
-        {"--config", config.string(), "--device", "cpu", "--host", "127.0.0.1", "--port",
-         std::to_string(port_), "--metrics-host", "127.0.0.1", "--metrics-port",
-         std::to_string(metrics_port_), "--unix-socket", socket_path()},
-        (*dir_ / "server.log").string());
-    channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+    std::ostringstream config;
+    config << "server:\n  log_format: json\n  shutdown_grace_seconds: 10\n"
+           << "  translation_cache_mb: 0\n"
+           << "limits:\n  max_characters_per_request: " << kMaxCharacters
+           << "\n  max_input_tokens: " << kMaxInputTokens
+           << "\n  max_beam_size: " << kMaxBeam
+           << "\n  max_decoding_length: " << kMaxLength << "\n"
+           << "batching:\n  max_queue_sentences: 256\n"
+           << "models:\n  - name: m30k\n    path: " << kModelDir << "\n";
+    server_ = new nmt::test::LoopbackServer(kPrefix, config.str(), {"--unix-socket", socket_path()});
     nmt::TranslatorOptions options;
     options.device = nmt::Device::kCpu;
     engine_ = nmt::Translator::load(kModelDir, options).release();
   }
   static void TearDownTestSuite() {
     if (server_) {
-      const int rc = server_->stop(SIGTERM, 30);
-      EXPECT_EQ(rc, 0) << "nmt-server did not exit 0 on SIGTERM\n" << server_->log();
+      const int rc = server_->process().stop(SIGTERM, 30);
+      EXPECT_EQ(rc, 0) << "nmt-server did not exit 0 on SIGTERM\n" << server_->process().log();
     }
     delete server_;
-    delete channel_;
     delete engine_;
-    if (dir_) fs::remove_all(*dir_);
-    delete dir_;
   }
 
   void SetUp() override {
     ASSERT_TRUE(setup_error_.empty()) << setup_error_;
     // Bounded wait for SERVING (model load included).
-    auto health = grpc::health::v1::Health::NewStub(*channel_);
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-    while (std::chrono::steady_clock::now() < end && server_->running()) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(500));
-      grpc::health::v1::HealthCheckResponse response;
-      if (health->Check(&ctx, {}, &response).ok() &&
-          response.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
-        return;
-      }
-      std::this_thread::sleep_for(milliseconds(100));
-    }
-    FAIL() << "nmt-server never became SERVING\n" << server_->log();
+    const std::string why = server_->wait_serving();
+    ASSERT_TRUE(why.empty()) << why;
   }
 
-  static std::string socket_path() { return (*dir_ / "grpc.sock").string(); }
+  static constexpr const char* kPrefix = "nmt-server-test-";
+  static std::string socket_path() { return (nmt::test::LoopbackServer::dir_for(kPrefix) / "grpc.sock").string(); }
 
   static std::unique_ptr<nmt::v1::TranslationService::Stub> stub() {
-    return nmt::v1::TranslationService::NewStub(*channel_);
+    return nmt::v1::TranslationService::NewStub(server_->channel());
   }
 
   // Translate over `channel` (the server's TCP port when null).
@@ -111,7 +88,7 @@ class ServerTest : public ::testing::Test {
                            const std::shared_ptr<grpc::Channel>& channel = nullptr) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(deadline_ms));
-    return nmt::v1::TranslationService::NewStub(channel ? channel : *channel_)->Translate(&ctx, request, response);
+    return nmt::v1::TranslationService::NewStub(channel ? channel : server_->channel())->Translate(&ctx, request, response);
   }
 
   static nmt::v1::TranslateRequest request(const std::vector<std::string>& texts, int beam,
@@ -135,7 +112,7 @@ class ServerTest : public ::testing::Test {
     return engine_->translate(texts, o);
   }
 
-  static std::string scrape() { return nmt::test::http_get(metrics_port_, "/metrics"); }
+  static std::string scrape() { return nmt::test::http_get(server_->metrics_port(), "/metrics"); }
 
   static void expect_equal(const nmt::v1::TranslateResponse& got,
                            const std::vector<nmt::Translation>& want) {
@@ -153,19 +130,12 @@ class ServerTest : public ::testing::Test {
     }
   }
 
-  static fs::path* dir_;
-  static int port_, metrics_port_;
-  static nmt::test::ServerProcess* server_;
-  static std::shared_ptr<grpc::Channel>* channel_;
+  static nmt::test::LoopbackServer* server_;
   static nmt::Translator* engine_;
   static std::string setup_error_;  // why SetUpTestSuite could not start the server
 };
 
-fs::path* ServerTest::dir_ = nullptr;
-int ServerTest::port_ = 0;
-int ServerTest::metrics_port_ = 0;
-nmt::test::ServerProcess* ServerTest::server_ = nullptr;
-std::shared_ptr<grpc::Channel>* ServerTest::channel_ = nullptr;
+nmt::test::LoopbackServer* ServerTest::server_ = nullptr;
 nmt::Translator* ServerTest::engine_ = nullptr;
 std::string ServerTest::setup_error_;
 
@@ -340,7 +310,7 @@ TEST_F(ServerTest, DeadlineExceeded) {
     expired = metric_value(scrape(), R"(nmt_requests_total{code="DEADLINE_EXCEEDED",model="m30k"})");
     std::this_thread::sleep_for(milliseconds(50));
   }
-  EXPECT_GE(expired, 1) << server_->log();
+  EXPECT_GE(expired, 1) << server_->process().log();
   ASSERT_TRUE(call(request({"A cat."}, 1), &response).ok());
 }
 
@@ -372,7 +342,7 @@ TEST_F(ServerTest, ClientCancellation) {
     cancelled = metric_value(scrape(), R"(nmt_requests_total{code="CANCELLED",model="m30k"})");
     std::this_thread::sleep_for(milliseconds(50));
   }
-  EXPECT_GE(cancelled, 1) << server_->log();
+  EXPECT_GE(cancelled, 1) << server_->process().log();
   ASSERT_TRUE(call(request({"A cat."}, 1), &response).ok());
 }
 
@@ -389,7 +359,7 @@ TEST_F(ServerTest, ThirtyTwoConcurrentClients) {
       grpc::ChannelArguments args;
       args.SetInt("grpc.use_local_subchannel_pool", 1);
       auto s = nmt::v1::TranslationService::NewStub(grpc::CreateCustomChannel(
-          "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials(), args));
+          "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials(), args));
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
       // A fresh channel's first connect can fail transiently on a loaded machine (seen:
@@ -457,7 +427,7 @@ TEST_F(ServerTest, ListModels) {
 TEST_F(ServerTest, HealthAnswersCheckAndWatch) {
   using grpc::health::v1::HealthCheckRequest;
   using grpc::health::v1::HealthCheckResponse;
-  auto health = grpc::health::v1::Health::NewStub(*channel_);
+  auto health = grpc::health::v1::Health::NewStub(server_->channel());
   for (const char* name : {"", "nmt.v1.TranslationService"}) {
     grpc::ClientContext ctx;
     HealthCheckRequest request;
@@ -544,7 +514,7 @@ TEST_F(ServerTest, OneJsonLogLinePerRequestWithItsId) {
   r.set_request_id("log-check-2");
   r.mutable_options()->set_beam_size(0);
   ASSERT_FALSE(call(r, &response).ok());
-  const std::string log = server_->log();
+  const std::string log = server_->process().log();
   std::istringstream lines(log);
   std::string line;
   int ok_lines = 0, error_lines = 0;

@@ -13,7 +13,6 @@ import queue
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -34,12 +33,7 @@ def http(port, method, path, body=None, headers=None):
     if isinstance(body, dict):
         body = json.dumps(body).encode()
         headers.setdefault("Content-Type", "application/json")
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            raw, status, h = r.read(), r.status, r.headers
-    except urllib.error.HTTPError as e:
-        raw, status, h = e.read(), e.code, e.headers
+    status, raw, h = harness.http_request(port, method, path, body, headers, timeout=60)
     try:
         return status, json.loads(raw) if raw else None, h
     except ValueError:
@@ -59,25 +53,13 @@ def expect(got, status, body, what):
 
 def main():
     repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
-    tmp = harness.temp_dir("nmt-http-")
-    harness.generate_stubs(repo, tmp)
-    import health_pb2
-    import health_pb2_grpc
+    server, port, _, config = harness.http_server(
+        repo, binary, "nmt-http-", TOKEN, limits={"max_input_tokens": 48},
+        server={"max_concurrent_calls": 1, "max_message_bytes": 8192})
     from nmt.v1 import translation_pb2 as pb
     from nmt.v1 import translation_pb2_grpc as pb_grpc
 
-    tokens = os.path.join(tmp, "tokens.txt")
-    with open(tokens, "w") as f:
-        f.write(TOKEN + "\n")
-    port = harness.free_port()
-    config = os.path.join(tmp, "config.yaml")
-    harness.write_config(config, os.path.join(repo, "models/m30k-en-de-small"),
-                         limits={"max_input_tokens": 48},
-                         server={"auth_token_file": tokens, "max_concurrent_calls": 1,
-                                 "max_message_bytes": 8192})
-    server = harness.Server(binary, config, extra_args=["--http-host", "127.0.0.1", "--http-port", str(port)])
     try:
-        server.wait_serving(health_pb2, health_pb2_grpc)
         with grpc.insecure_channel(server.target) as channel:
             stub = pb_grpc.TranslationServiceStub(channel)
             auth = (("authorization", f"Bearer {TOKEN}"),)

@@ -76,10 +76,26 @@ TEST(Html, ScriptStyleCodePreAndTranslateNoAreLeftAlone) {
   EXPECT_EQ(translated("<div translate=\"no\" title=\"kept\">Brand <b>name</b></div>"),
             "<div translate=\"no\" title=\"kept\">Brand <b>name</b></div>");
   // Inline ones stay where the alignments put them, like void elements.
-  EXPECT_EQ(translated("<p>run <code>ls -l</code> now</p>"), "<p>NOW RUN<code>ls -l</code></p>");
+  EXPECT_EQ(translated("<p>run <code>ls -l</code> now</p>"), "<p>NOW RUN <code>ls -l</code></p>");
   EXPECT_EQ(translated("<p>see <span translate=\"NO\">Acme</span> now</p>"),
-            "<p>NOW SEE<span translate=\"NO\">Acme</span></p>");
+            "<p>NOW SEE <span translate=\"NO\">Acme</span></p>");
   EXPECT_EQ(translated("<p>a<!-- note --> b</p>"), "<p>B A<!-- note --></p>");
+}
+
+// Elements kept as they are keep the whitespace beside them where the placing moves them
+// (span_transfer.h, spaces_beside): never glued to a word they were apart from, never a
+// space doubled, and an element glued to its word stays glued.
+TEST(Html, KeptElementsKeepTheirSpacing) {
+  for (const char* html : {"<p>run <code>ls -l</code> now</p>", "<p>run<code>ls</code> now</p>",
+                           "<p>run <code>ls</code>now</p>", "<p>a <span translate=\"no\">X</span> b</p>",
+                           "<p>a <img src=\"x.png\"> b <!-- c --> d</p>", "<p><code>a</code> b <code>c</code></p>",
+                           "<p>see <b>the <code>x</code> key</b> now</p>"}) {
+    auto doc = parse_html(html, {}, "texts[0]");
+    EXPECT_EQ(doc->render(identity(*doc)), html);
+  }
+  EXPECT_EQ(translated("<p>a <img src=\"x.png\"> b</p>"), "<p>B A <img src=\"x.png\"></p>");
+  EXPECT_EQ(translated("<p>see <b>the <code>x</code> key</b> now</p>"),
+            "<p>NOW <b>KEY THE <code>x</code></b> SEE</p>");
 }
 
 TEST(Html, EntitiesAreDecodedForTranslationAndEscapedAgain) {

@@ -39,7 +39,11 @@ TEST(Markdown, BlocksAreParagraphsAndHeadingsWithoutTheirCode) {
                         "[a link](http://x.test/?a=1&b=2 \"T\") here\nsoft.\n\n```\ncode *x*\n```\n\n"
                         "- item one\n- item two\n"),
             (std::vector<std::string>{"A title", "Some bold nested text and and a link here soft.",
-                                      "item one", "item two"}));
+                                      "T", "item one", "item two"}));
+  // An image's alt and title are blocks of their own, after the sentence; the image is a
+  // void span in it.
+  EXPECT_EQ(block_texts("a ![small *cat*](c.png \"my  pet\") b\n\n![only `alt`](x.png)\n"),
+            (std::vector<std::string>{"a b", "small cat", "my pet", "only alt"}));
   EXPECT_TRUE(block_texts("```\nonly code\n```\n\n    indented code\n\n---\n").empty());
 }
 
@@ -47,17 +51,45 @@ TEST(Markdown, EmphasisAndLinksFollowTheirWords) {
   EXPECT_EQ(translated("hello *big* world\n"), "WORLD *BIG* HELLO\n");
   EXPECT_EQ(translated("two **dogs _play_** here\n"), "HERE ***PLAY* DOGS** TWO\n");
   EXPECT_EQ(translated("see [the docs](https://x.test/a_b?c=1 \"Docs\") now\n"),
-            "NOW [DOCS THE](https://x.test/a_b?c=1 \"Docs\") SEE\n");
+            "NOW [DOCS THE](https://x.test/a_b?c=1 \"DOCS\") SEE\n");
   EXPECT_EQ(translated("## my *page*\n"), "## *PAGE* MY\n");
-  EXPECT_EQ(translated("a ![small cat](cat.png) b\n"), "B ![CAT SMALL](cat.png) A\n");
+  EXPECT_EQ(translated("a ![small cat](cat.png) b\n"), "B A ![CAT SMALL](cat.png)\n");
+}
+
+TEST(Markdown, TitlesAndAltsAreTranslated) {
+  EXPECT_EQ(translated("see [it](http://x.test \"the \\\"best\\\" docs\") now\n"),
+            "NOW [IT](http://x.test \"DOCS \\\"BEST\\\" THE\") SEE\n");
+  EXPECT_EQ(translated("![a small cat](cat.png \"my pet\")\n"), "![CAT SMALL A](cat.png \"PET MY\")\n");
+  EXPECT_EQ(translated("[![the logo](l.png)](http://x.test \"home page\")\n"),
+            "[![LOGO THE](l.png)](http://x.test \"PAGE HOME\")\n");
+  // Text that reads as markup once translated is escaped: "]" in an alt, a quote in a title.
+  auto doc = parse_markdown("![a](x.png \"t\")\n", {}, "texts[0]");
+  ASSERT_EQ(doc->blocks().size(), 2u);
+  const std::string out = doc->render({{"a] [b", {}}, {"say \"hi\"", {}}});
+  auto back = parse_markdown(out, {}, "texts[0]");
+  ASSERT_EQ(back->blocks().size(), 2u) << out;
+  EXPECT_EQ(back->blocks()[0].text, "a] [b") << out;
+  EXPECT_EQ(back->blocks()[1].text, "say \"hi\"") << out;
+}
+
+// Elements kept as they are keep the whitespace beside them where the placing moves them
+// (span_transfer.h, spaces_beside): never glued to a word they were apart from, never a
+// space doubled, and an element glued to its word stays glued.
+TEST(Markdown, KeptElementsKeepTheirSpacing) {
+  for (const char* md : {"run `ls -l` now\n", "run`ls -l` now\n", "run `ls -l`now\n",
+                         "a <br/> b <!-- c --> d\n", "see ![x](y.png) here\n", "`a` b `c`\n"}) {
+    auto doc = parse_markdown(md, {}, "texts[0]");
+    EXPECT_EQ(doc->render(identity(*doc)), md);
+  }
+  EXPECT_EQ(translated("`a` b `c`\n"), "`a` B `c`\n");  // placed by the one word they sit beside
 }
 
 TEST(Markdown, CodeUrlsAndRawHtmlAreKept) {
-  EXPECT_EQ(translated("run `ls -l` now\n"), "NOW RUN`ls -l`\n");
+  EXPECT_EQ(translated("run `ls -l` now\n"), "NOW RUN `ls -l`\n");
   EXPECT_EQ(translated("```python\nx = \"*a*\"\n```\n"), "``` python\nx = \"*a*\"\n```\n");
   // Raw HTML's start and end tags move together around what was between them.
   EXPECT_EQ(translated("a <b>raw</b> b\n"), "B <b>RAW</b> A\n");
-  EXPECT_EQ(translated("a <br/> b <!-- c --> d\n"), "D B <!-- c -->A<br/>\n");
+  EXPECT_EQ(translated("a <br/> b <!-- c --> d\n"), "D B <!-- c --> A <br/>\n");
   // Text that reads as markup once translated is escaped by cmark's renderer.
   auto doc = parse_markdown("a b\n", {}, "texts[0]");
   EXPECT_EQ(doc->render({{"*x* [y]", {{{0, 1}, {0, 3}}, {{2, 3}, {4, 7}}}}}), "\\*x\\* \\[y\\]\n");

@@ -18,53 +18,26 @@
 #include "server/markup/html.h"
 #include "server/markup/markdown.h"
 #include "tests/server/markup/html_snippets.h"
-#include "tests/server/support/server_process.h"
+#include "tests/server/support/loopback_server.h"
 
-namespace fs = std::filesystem;
-using std::chrono::milliseconds;
 
 namespace {
 
 class MarkupServer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("nmt-markup-" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
-    const fs::path config = *dir_ / "config.yaml";
-    std::ofstream(config) << "server:\n  translation_cache_mb: 0\n"
-                          << "limits:\n  max_markup_depth: 30\n"
-                          << "models:\n  - name: m30k\n    path: " << NMT_REPO_ROOT
-                          << "/models/m30k-en-de-small\n";
-    port_ = nmt::test::free_port();
-    server_ = new nmt::test::ServerProcess(
-        NMT_SERVER_BIN,
-        {"--config", config.string(), "--device", "cpu", "--host", "127.0.0.1", "--port",
-         std::to_string(port_), "--metrics-host", "127.0.0.1", "--metrics-port",
-         std::to_string(nmt::test::free_port())},
-        (*dir_ / "server.log").string());
-    channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+    server_ = new nmt::test::LoopbackServer(
+        "nmt-markup-", std::string("server:\n  translation_cache_mb: 0\n") + "limits:\n  max_markup_depth: 30\n" +
+                           "models:\n  - name: m30k\n    path: " + NMT_REPO_ROOT + "/models/m30k-en-de-small\n");
   }
   static void TearDownTestSuite() {
-    if (server_) EXPECT_EQ(server_->stop(SIGTERM, 30), 0) << server_->log();
+    if (server_) EXPECT_EQ(server_->process().stop(SIGTERM, 30), 0) << server_->process().log();
     delete server_;
-    delete channel_;
-    fs::remove_all(*dir_);
-    delete dir_;
+    server_ = nullptr;
   }
   void SetUp() override {
-    auto health = grpc::health::v1::Health::NewStub(*channel_);
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-    while (std::chrono::steady_clock::now() < end && server_->running()) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(500));
-      grpc::health::v1::HealthCheckResponse response;
-      if (health->Check(&ctx, {}, &response).ok() &&
-          response.status() == grpc::health::v1::HealthCheckResponse::SERVING)
-        return;
-      std::this_thread::sleep_for(milliseconds(100));
-    }
-    FAIL() << "nmt-server never became SERVING\n" << server_->log();
+    const std::string why = server_->wait_serving();
+    ASSERT_TRUE(why.empty()) << why;
   }
 
   static grpc::Status translate(const std::vector<std::string>& texts, const std::string& format,
@@ -75,7 +48,7 @@ class MarkupServer : public ::testing::Test {
     if (num_hypotheses) request.mutable_options()->set_num_hypotheses(num_hypotheses);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
-    return nmt::v1::TranslationService::NewStub(*channel_)->Translate(&ctx, request, response);
+    return nmt::v1::TranslationService::NewStub(server_->channel())->Translate(&ctx, request, response);
   }
 
   // The plain translations (format text) of `texts`, whitespace collapsed as a block's is.
@@ -108,10 +81,7 @@ class MarkupServer : public ::testing::Test {
     return out;
   }
 
-  static inline fs::path* dir_ = nullptr;
-  static inline int port_ = 0;
-  static inline nmt::test::ServerProcess* server_ = nullptr;
-  static inline std::shared_ptr<grpc::Channel>* channel_ = nullptr;
+  static inline nmt::test::LoopbackServer* server_ = nullptr;
 };
 
 using nmt::markup::Block;
@@ -206,10 +176,12 @@ TEST_F(MarkupServer, MarkdownKeepsItsStructureCodeAndUrls) {
     const auto doc = nmt::markup::parse_markdown(docs[i], {}, "texts[0]");
     std::vector<std::string> texts;
     for (const Block& b : doc->blocks()) texts.push_back(b.text);
+    // Without whitespace: a code span keeps the space beside it where the placing moves it
+    // ("im Hintergrund `snow`." reads back as "im Hintergrund .").
     std::multiset<std::string> expected, got;
-    for (const std::string& t : plain(texts)) expected.insert(t);
+    for (const std::string& t : plain(texts)) expected.insert(ink(t));
     const auto again = nmt::markup::parse_markdown(out, {}, "texts[0]");
-    for (const Block& b : again->blocks()) got.insert(collapse(b.text));
+    for (const Block& b : again->blocks()) got.insert(ink(b.text));
     EXPECT_EQ(got, expected);
   }
 }

@@ -131,6 +131,24 @@ TEST(SpanTransfer, VoidElementsFollowTheWordBeforeThem) {
   EXPECT_EQ(transfer(src, nested, "B A", {{0, 1}, {1, 0}}), "<1>B A<9/></1>");
 }
 
+// The spaces a serializer writes beside an element kept as it is: where the source had it
+// apart from its words and the target has a word right beside its place; never at the text's
+// ends, never where a space already is.
+TEST(SpanTransfer, SpacesBesideAKeptElementKeepItApart) {
+  const Apart both{true, true}, none{false, false}, before{true, false}, after{false, true};
+  EXPECT_EQ(spaces_beside("NOW RUN", 7, both), before);     // at the end: nothing after it
+  EXPECT_EQ(spaces_beside("NOW RUN", 0, both), after);      // at the start: nothing before
+  EXPECT_EQ(spaces_beside("NOW RUN", 3, both), before);     // "NOW| RUN": a space after already
+  EXPECT_EQ(spaces_beside("NOW RUN", 4, both), after);      // "NOW |RUN": a space before already
+  EXPECT_EQ(spaces_beside("NOW RUN", 2, both), both);       // inside a word
+  EXPECT_EQ(spaces_beside("NOW RUN", 5, before), before);
+  EXPECT_EQ(spaces_beside("NOW RUN", 5, after), after);
+  EXPECT_EQ(spaces_beside("NOW RUN", 5, none), none);       // glued in the source: glued
+  EXPECT_EQ(spaces_beside("", 0, both), none);
+  EXPECT_EQ(spaces_beside("a\tb", 1, both), before);        // any whitespace counts
+  EXPECT_THROW(spaces_beside("ab", 3, both), Error);
+}
+
 TEST(SpanTransfer, ASpanWhoseWordsWereDroppedIsKeptEmpty) {
   const std::string src = "a b c";
   // b aligned to nothing in the target: its tag stays, empty, after the word of a and the

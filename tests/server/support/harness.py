@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import grpc
@@ -135,3 +136,40 @@ class Checks:
     def exit(self):
         print(f"\n{len(self.failures)} failed checks")
         sys.exit(1 if self.failures else 0)
+
+
+def http_request(port, method, path, body=None, headers=None, timeout=120):
+    """(status, body bytes, headers) of one request to the HTTP API on loopback; an error
+    status is an answer like any other."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read(), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers
+
+
+def http_server(repo, binary, prefix, token, limits=None, server=None, extra_args=()):
+    """The demo model's nmt-server with its HTTP API on a free loopback port and one API key
+    (`token`, server.auth_token_file), SERVING: (Server, HTTP port, temp dir, config path).
+    `limits` and `server` go to write_config (server.auth_token_file added), `extra_args` to
+    the command line. The stubs are generated in the temp dir (on sys.path after this)."""
+    tmp = temp_dir(prefix)
+    generate_stubs(repo, tmp)
+    import health_pb2
+    import health_pb2_grpc
+
+    tokens = os.path.join(tmp, "tokens.txt")
+    with open(tokens, "w") as f:
+        f.write(token + "\n")
+    port = free_port()
+    config = os.path.join(tmp, "config.yaml")
+    write_config(config, os.path.join(repo, "models/m30k-en-de-small"), limits=limits,
+                 server={"auth_token_file": tokens, **(server or {})})
+    process = Server(binary, config, extra_args=["--http-host", "127.0.0.1", "--http-port", str(port), *extra_args])
+    try:
+        process.wait_serving(health_pb2, health_pb2_grpc)
+    except Exception:
+        process.stop()
+        raise
+    return process, port, tmp, config
