@@ -182,10 +182,21 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& s
 
 std::vector<Translation> Translator::translate_ids(const std::vector<std::vector<int>>& source_ids,
                                                    const DecodeOptions& options, BatchStats* stats) {
-  options.validate(1 << 10, config_.max_positions);
-  options.validate_repetition(config_.target_vocab_size, config_.eos_id);  // repetition controls
-  check_target_ids(options.target_prefix, "target_prefix");
-  return run(source_ids, std::vector<DecodeOptions>(source_ids.size(), options), stats);
+  return translate_ids(source_ids, std::vector<DecodeOptions>(source_ids.size(), options), stats);
+}
+
+std::vector<Translation> Translator::translate_ids(const std::vector<std::vector<int>>& source_ids,
+                                                   const std::vector<DecodeOptions>& each, BatchStats* stats) {
+  if (each.size() != source_ids.size())
+    throw Error(ErrorCode::kInvalidArgument, std::to_string(each.size()) + " decoding options for " +
+                                                 std::to_string(source_ids.size()) + " sentences");
+  for (const DecodeOptions& options : each) {
+    options.validate(1 << 10, config_.max_positions);
+    options.validate_repetition(config_.target_vocab_size, config_.eos_id);  // repetition controls
+    check_target_ids(options.target_prefix, "target_prefix");
+    for (const std::vector<int>& phrase : options.glossary_phrases) check_target_ids(phrase, "glossary");
+  }
+  return run(source_ids, each, stats);
 }
 
 void Translator::check_target_ids(const std::vector<int>& ids, const std::string& field) const {

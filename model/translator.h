@@ -117,6 +117,10 @@ class Translator {
                                      const LanguagePair& languages = {});
   std::vector<Translation> translate_ids(const std::vector<std::vector<int>>& source_ids,
                                          const DecodeOptions& options, BatchStats* stats = nullptr);
+  // Each sentence with options of its own (a glossary's phrases are per sentence: the
+  // entries whose source term it holds), in one decode loop.
+  std::vector<Translation> translate_ids(const std::vector<std::vector<int>>& source_ids,
+                                         const std::vector<DecodeOptions>& each, BatchStats* stats = nullptr);
 
   // Score (docs/decoding.md): each target's log-probs given its source, by teacher forcing in
   // the same decode loop: one hypothesis per pair, its ids the forced language token (if
