@@ -4,12 +4,13 @@ glossary (glossary.tsv in its folder) and a request's (TranslateOptions.glossary
 required target term into every hypothesis where the source term occurs (whole words,
 case-sensitive); a sentence where no source term occurs gets exactly the plain translation
 (ids and scores); HTTP /v1/translate takes the glossary in the proto's JSON mapping; the
-refusals name the field; the cache keys on the terms; SIGHUP after glossary.tsv changes
+refusals name the field; the cache keys on the terms; the Python client (clients/python)
+sends a glossary as a dict; SIGHUP after glossary.tsv changes
 reloads the model, and new requests get the new term.
 
 The model folder is a copy of links to models/m30k-en-de-small plus a glossary.tsv.
 
-    test_glossary_server.py REPO_ROOT NMT_SERVER
+    test_glossary_server.py REPO_ROOT NMT_SERVER PYTHON_CLIENT_DIR
 """
 import json
 import os
@@ -41,7 +42,7 @@ def series(text, name):
 
 
 def main():
-    repo, binary = os.path.abspath(sys.argv[1]), sys.argv[2]
+    repo, binary, client_dir = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
     tmp = harness.temp_dir("nmt-glossary-")
     harness.generate_stubs(repo, tmp)
     import health_pb2
@@ -159,6 +160,15 @@ def main():
                 got = json.loads(resp.read())
             check("Grünanlage" in got["translations"][0]["hypotheses"][0]["text"],
                   f"/v1/translate with a glossary: {got['translations'][0]['hypotheses'][0]['text']}")
+
+            # The Python client: a dict of terms.
+            sys.path.insert(0, client_dir)
+            import nmt_client
+            with nmt_client.Client(server.target) as client:
+                got = client.translate(PARK, glossary={"park": "Grünanlage"})
+                best = client.translate_nbest([PARK], 3, glossary={"park": "Grünanlage"})[0]
+            check("Grünanlage" in got and len(best) == 3 and all("Grünanlage" in h.text for h in best),
+                  f"Client.translate / translate_nbest with glossary: {got!r}")
 
             # SIGHUP: glossary.tsv changed -> the model reloads, new requests get the new term.
             with open(glossary, "w") as f:
