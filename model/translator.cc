@@ -164,14 +164,20 @@ void set_alignment_spans(const Tokenizer& tokenizer, const std::string& source, 
 
 std::vector<Translation> Translator::translate(const std::vector<std::string>& sources,
                                                const DecodeOptions& options, BatchStats* stats,
-                                               const LanguagePair& languages) {
+                                               const LanguagePair& languages,
+                                               const std::vector<std::vector<std::vector<int>>>& glossary) {
   DecodeOptions with_target = options;
   // A caller that set the forced token itself keeps it unless it also names a target.
   if (!languages.target.empty() || options.forced_bos_id < 0) with_target.forced_bos_id = target_token(languages.target);
   std::vector<std::vector<int>> ids;
   ids.reserve(sources.size());
   for (const auto& s : sources) ids.push_back(encode_source(s, languages.source));
-  std::vector<Translation> out = translate_ids(ids, with_target, stats);
+  if (!glossary.empty() && glossary.size() != sources.size())
+    throw Error(ErrorCode::kInvalidArgument, "a glossary for " + std::to_string(glossary.size()) + " of " +
+                                                 std::to_string(sources.size()) + " sentences");
+  std::vector<DecodeOptions> each(sources.size(), with_target);
+  for (size_t i = 0; i < glossary.size(); ++i) each[i].glossary_phrases = glossary[i];
+  std::vector<Translation> out = translate_ids(ids, each, stats);
   if (options.return_alignments) {
     for (size_t i = 0; i < out.size(); ++i) {
       for (Hypothesis& h : out[i].hypotheses) set_alignment_spans(sources[i], languages.source, &h);
