@@ -50,12 +50,20 @@ void DecodeOptions::validate(int max_beam, int max_length) const {
 // a constraint bank beside the plain one. The phrases and EOS must fit max_decoding_length
 // (after the forced first token): no term is ever dropped for want of room.
 void DecodeOptions::validate_glossary() const {
+  validate_glossary_use();
+  validate_glossary_phrases();
+}
+
+void DecodeOptions::validate_glossary_use() const {
   if (samples()) invalid("glossary cannot be combined with sampling");
   if (score) invalid("glossary does not apply to a score request");
   if (!target_prefix.empty()) invalid("glossary cannot be combined with target_prefix");
   if (repetition_controls())
     invalid("glossary cannot be combined with no_repeat_ngram_size, repetition_penalty or suppress_sequences");
   if (beam_size < 2) invalid("glossary needs beam search: beam_size must be at least 2, got " + std::to_string(beam_size));
+}
+
+void DecodeOptions::validate_glossary_phrases() const {
   if (glossary_phrases.size() > size_t(kMaxGlossaryPhrases))
     invalid("glossary: " + std::to_string(glossary_phrases.size()) + " entries apply to one sentence; at most " +
             std::to_string(kMaxGlossaryPhrases) + " can be required at once");

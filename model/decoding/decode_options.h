@@ -68,7 +68,9 @@ struct DecodeOptions {
   std::vector<std::vector<int>> glossary_phrases;
   bool constrained() const { return !glossary_phrases.empty(); }
   static constexpr int kMaxGlossaryPhrases = 64;  // PhraseConstraints::kMaxPhrases
-  void validate_glossary() const;  // validate()'s part for a constrained sentence
+  void validate_glossary() const;  // validate()'s part for a constrained sentence: the two below
+  void validate_glossary_use() const;      // the other options it cannot be combined with
+  void validate_glossary_phrases() const;  // the phrases: count, ids, length
 
   // Cache rows (beams or samples) a sentence takes in the decode loop.
   int rows() const { return samples() ? num_hypotheses : beam_size; }

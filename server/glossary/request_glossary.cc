@@ -71,4 +71,29 @@ std::vector<std::vector<std::vector<int>>> sentence_phrases(const std::vector<Gl
   return out;
 }
 
+std::vector<std::vector<std::vector<int>>> request_phrases(const v1::TranslateRequest& request,
+                                                           const std::vector<SplitText>& split,
+                                                           const std::vector<GlossaryEntry>& model, const Limits& limits,
+                                                           const EncodeTargetFn& encode_target,
+                                                           const DecodeOptions& options) {
+  const std::vector<GlossaryEntry> entries = request_glossary(request.options(), limits);
+  if (!entries.empty()) {  // refused whether or not a term occurs: the answer does not hang on the texts
+    try {
+      options.validate_glossary_use();
+    } catch (const Error& e) {
+      invalid("options." + std::string(e.what()));
+    }
+  }
+  const bool with_model = !model.empty() && !request.options().ignore_model_glossary();
+  if (entries.empty() && !with_model) return {};
+  std::vector<std::string> sentences;
+  if (split.empty()) {
+    sentences.assign(request.texts().begin(), request.texts().end());
+  } else {
+    for (const SplitText& t : split) sentences.insert(sentences.end(), t.sentences.begin(), t.sentences.end());
+  }
+  static const std::vector<GlossaryEntry> kNone;
+  return sentence_phrases(with_model ? model : kNone, entries, sentences, encode_target, options);
+}
+
 }  // namespace nmt::server

@@ -10,6 +10,7 @@
 
 #include "model/decoding/decode_options.h"
 #include "model/text/glossary.h"
+#include "model/text/sentence_splitter.h"
 #include "nmt/v1/translation.pb.h"
 #include "server/pipeline/limits.h"
 
@@ -34,5 +35,15 @@ std::vector<std::vector<std::vector<int>>> sentence_phrases(const std::vector<Gl
                                                             const std::vector<std::string>& sentences,
                                                             const EncodeTargetFn& encode_target,
                                                             const DecodeOptions& options);
+
+// The whole of it for a request: its entries (request_glossary), refused with options the search
+// cannot honour (DecodeOptions::validate_glossary_use, named options.glossary), then
+// sentence_phrases over its sentences (the texts, or `split`'s sentences in order) with the
+// model's entries unless options.ignore_model_glossary.
+std::vector<std::vector<std::vector<int>>> request_phrases(const v1::TranslateRequest& request,
+                                                           const std::vector<SplitText>& split,
+                                                           const std::vector<GlossaryEntry>& model, const Limits& limits,
+                                                           const EncodeTargetFn& encode_target,
+                                                           const DecodeOptions& options);
 
 }  // namespace nmt::server

@@ -209,30 +209,9 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& receive
   }
   // Glossary (server/glossary): the request's entries and the model's, per sentence the target
   // terms of those whose source occurs in it (the sentences as split, in source_ids' order).
-  const std::vector<GlossaryEntry> glossary = request_glossary(request.options(), validator_.limits());
-  if (!glossary.empty() && (valid.options.samples() || !valid.options.target_prefix.empty() ||
-                            valid.options.repetition_controls() || valid.options.beam_size < 2)) {
-    DecodeOptions o = valid.options;
-    o.glossary_phrases = {{0}};
-    try {
-      o.validate_glossary();
-    } catch (const Error& e) {
-      throw Error(ErrorCode::kInvalidArgument, "options." + std::string(e.what()));
-    }
-  }
-  std::vector<std::vector<std::vector<int>>> phrases;
-  if (!glossary.empty() || (!admitted.model->glossary.empty() && !request.options().ignore_model_glossary())) {
-    std::vector<std::string> sentences;
-    if (valid.split.empty()) {
-      sentences.assign(request.texts().begin(), request.texts().end());
-    } else {
-      for (const SplitText& t : valid.split) sentences.insert(sentences.end(), t.sentences.begin(), t.sentences.end());
-    }
-    static const std::vector<GlossaryEntry> kNone;
-    phrases = sentence_phrases(request.options().ignore_model_glossary() ? kNone : admitted.model->glossary,
-                               glossary, sentences, [&](const std::string& text) { return tokenizer.encode_target(text); },
-                               valid.options);
-  }
+  std::vector<std::vector<std::vector<int>>> phrases = request_phrases(
+      request, valid.split, admitted.model->glossary, validator_.limits(),
+      [&](const std::string& text) { return tokenizer.encode_target(text); }, valid.options);
   record.input_tokens = valid.input_tokens;
   record.sentences = valid.source_ids.size();
   admitted.return_scores = request.options().return_scores();
