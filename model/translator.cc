@@ -164,14 +164,20 @@ void set_alignment_spans(const Tokenizer& tokenizer, const std::string& source, 
 
 std::vector<Translation> Translator::translate(const std::vector<std::string>& sources,
                                                const DecodeOptions& options, BatchStats* stats,
-                                               const LanguagePair& languages) {
+                                               const LanguagePair& languages,
+                                               const std::vector<std::vector<std::vector<int>>>& glossary) {
   DecodeOptions with_target = options;
   // A caller that set the forced token itself keeps it unless it also names a target.
   if (!languages.target.empty() || options.forced_bos_id < 0) with_target.forced_bos_id = target_token(languages.target);
   std::vector<std::vector<int>> ids;
   ids.reserve(sources.size());
   for (const auto& s : sources) ids.push_back(encode_source(s, languages.source));
-  std::vector<Translation> out = translate_ids(ids, with_target, stats);
+  if (!glossary.empty() && glossary.size() != sources.size())
+    throw Error(ErrorCode::kInvalidArgument, "a glossary for " + std::to_string(glossary.size()) + " of " +
+                                                 std::to_string(sources.size()) + " sentences");
+  std::vector<DecodeOptions> each(sources.size(), with_target);
+  for (size_t i = 0; i < glossary.size(); ++i) each[i].glossary_phrases = glossary[i];
+  std::vector<Translation> out = translate_ids(ids, each, stats);
   if (options.return_alignments) {
     for (size_t i = 0; i < out.size(); ++i) {
       for (Hypothesis& h : out[i].hypotheses) set_alignment_spans(sources[i], languages.source, &h);
@@ -182,10 +188,21 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& s
 
 std::vector<Translation> Translator::translate_ids(const std::vector<std::vector<int>>& source_ids,
                                                    const DecodeOptions& options, BatchStats* stats) {
-  options.validate(1 << 10, config_.max_positions);
-  options.validate_repetition(config_.target_vocab_size, config_.eos_id);  // repetition controls
-  check_target_ids(options.target_prefix, "target_prefix");
-  return run(source_ids, std::vector<DecodeOptions>(source_ids.size(), options), stats);
+  return translate_ids(source_ids, std::vector<DecodeOptions>(source_ids.size(), options), stats);
+}
+
+std::vector<Translation> Translator::translate_ids(const std::vector<std::vector<int>>& source_ids,
+                                                   const std::vector<DecodeOptions>& each, BatchStats* stats) {
+  if (each.size() != source_ids.size())
+    throw Error(ErrorCode::kInvalidArgument, std::to_string(each.size()) + " decoding options for " +
+                                                 std::to_string(source_ids.size()) + " sentences");
+  for (const DecodeOptions& options : each) {
+    options.validate(1 << 10, config_.max_positions);
+    options.validate_repetition(config_.target_vocab_size, config_.eos_id);  // repetition controls
+    check_target_ids(options.target_prefix, "target_prefix");
+    for (const std::vector<int>& phrase : options.glossary_phrases) check_target_ids(phrase, "glossary");
+  }
+  return run(source_ids, each, stats);
 }
 
 void Translator::check_target_ids(const std::vector<int>& ids, const std::string& field) const {

@@ -112,11 +112,18 @@ class Translator {
   // `languages` picks the source-language token and, for M2M-100 / NLLB / mBART-50, the
   // target language (options.forced_bos_id); a bilingual Marian model refuses a language
   // other than its own pair (where its tokenizer_config.json names it).
+  // `glossary`: empty, or per source its DecodeOptions::glossary_phrases (the target terms,
+  // as target ids, of the glossary entries whose source term it holds: model/text/glossary.h).
   std::vector<Translation> translate(const std::vector<std::string>& sources,
                                      const DecodeOptions& options, BatchStats* stats = nullptr,
-                                     const LanguagePair& languages = {});
+                                     const LanguagePair& languages = {},
+                                     const std::vector<std::vector<std::vector<int>>>& glossary = {});
   std::vector<Translation> translate_ids(const std::vector<std::vector<int>>& source_ids,
                                          const DecodeOptions& options, BatchStats* stats = nullptr);
+  // Each sentence with options of its own (a glossary's phrases are per sentence: the
+  // entries whose source term it holds), in one decode loop.
+  std::vector<Translation> translate_ids(const std::vector<std::vector<int>>& source_ids,
+                                         const std::vector<DecodeOptions>& each, BatchStats* stats = nullptr);
 
   // Score (docs/decoding.md): each target's log-probs given its source, by teacher forcing in
   // the same decode loop: one hypothesis per pair, its ids the forced language token (if

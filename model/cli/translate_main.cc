@@ -3,6 +3,7 @@
 // split_sentences) and its translations joined with the line's own whitespace, since the
 // models stop at the end of a sentence; --no-split-sentences translates each line whole.
 // Progress and timing go to stderr; errors exit non-zero with one line.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "model/error.h"
+#include "model/text/glossary.h"
 #include "model/text/sentence_splitter.h"
 #include "model/tokenizer/languages.h"
 #include "model/translator.h"
@@ -33,6 +35,9 @@ constexpr const char* kUsage =
     "                     [--target-prefix TEXT]  (every translation continues TEXT; one sentence a line)\n"
     "                     [--score]  (lines 'SOURCE ||| TARGET': prints 'SCORE ||| TARGET', the model's\n"
     "                                 normalised log-prob of TARGET, as a translation's score)\n"
+    "                     [--glossary FILE] [--ignore-model-glossary]  (lines 'SOURCE<TAB>TARGET': where\n"
+    "                     SOURCE occurs (whole words, case-sensitive) the translation holds TARGET; the\n"
+    "                     model folder's glossary.tsv applies too; docs/decoding.md, \"Glossary\")\n"
     "                     [--sampling-topk K] [--sampling-topp P] [--sampling-temperature T] [--seed N]\n"
     "                     (K 0: the whole vocabulary, 1: greedy (default); sampling: beam 1,\n"
     "                     --num-hypotheses independent samples; docs/decoding.md)\n"
@@ -55,6 +60,8 @@ struct Args {
   std::string target_prefix;  // DecodeOptions::target_prefix, as text
   bool score = false;         // Translator::score on 'SOURCE ||| TARGET' lines
   bool beam_set = false;  // --beam given (sampling's beam is 1 otherwise)
+  std::string glossary;  // --glossary FILE (model/text/glossary.h's format)
+  bool ignore_model_glossary = false;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -96,6 +103,7 @@ Args parse(int argc, char** argv) {
     if (f == "--quiet") { a.quiet = true; continue; }
     if (f == "--no-split-sentences") { a.split_sentences = false; continue; }
     if (f == "--score") { a.score = true; continue; }
+    if (f == "--ignore-model-glossary") { a.ignore_model_glossary = true; continue; }
     if (i + 1 >= argc) usage_error("missing value for " + f);
     const std::string v = argv[++i];
     if (f == "--model") a.model = v;
@@ -103,6 +111,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--source-language") a.languages.source = v;
     else if (f == "--target-language") a.languages.target = v;
     else if (f == "--target-prefix") a.target_prefix = v;
+    else if (f == "--glossary") a.glossary = v;
     else if (f == "--device") { if (!nmt::parse_device(v, &a.translator.device)) usage_error("--device must be auto, cpu or cuda"); }
     else if (f == "--precision") { if (!nmt::parse_precision(v, &a.translator.precision)) usage_error("--precision must be float16, float32 or int8"); }
     else if (f == "--beam") { a.decode.beam_size = to_int(f, v); a.beam_set = true; }
@@ -188,6 +197,43 @@ Sentences split_lines(const std::vector<std::string>& lines, const Args& args,
   return out;
 }
 
+// The model folder's glossary.tsv (unless --ignore-model-glossary), then --glossary's entries.
+std::vector<nmt::GlossaryEntry> load_glossaries(const Args& args) {
+  std::vector<nmt::GlossaryEntry> out;
+  const std::string model_glossary = args.model + "/glossary.tsv";
+  std::vector<std::string> files;
+  if (!args.ignore_model_glossary && std::ifstream(model_glossary).good()) files.push_back(model_glossary);
+  if (!args.glossary.empty()) files.push_back(args.glossary);
+  for (const std::string& file : files) {
+    try {
+      for (nmt::GlossaryEntry& e : nmt::load_glossary_file(file)) out.push_back(std::move(e));
+    } catch (const std::runtime_error& e) {
+      throw nmt::Error(nmt::ErrorCode::kInvalidArgument, std::string("--glossary: ") + e.what());
+    }
+  }
+  return out;
+}
+
+// Per sentence, the target terms (target ids) of the entries whose source it holds; empty when
+// none applies to any (every sentence takes plain beam search).
+std::vector<std::vector<std::vector<int>>> glossary_phrases(const std::vector<nmt::GlossaryEntry>& glossary,
+                                                            const std::vector<std::string>& sentences,
+                                                            const nmt::Translator& translator) {
+  std::vector<std::vector<std::vector<int>>> out(sentences.size());
+  bool any = false;
+  for (size_t s = 0; s < sentences.size(); ++s) {
+    for (size_t i : nmt::glossary_matches(glossary, sentences[s])) {
+      std::vector<int> ids = translator.encode_target(glossary[i].target);
+      if (ids.empty())
+        throw nmt::Error(nmt::ErrorCode::kInvalidArgument, "--glossary: the target term '" + glossary[i].target + "' has no tokens");
+      if (std::find(out[s].begin(), out[s].end(), ids) == out[s].end()) out[s].push_back(std::move(ids));
+      any = true;
+    }
+  }
+  if (!any) out.clear();
+  return out;
+}
+
 // --score: one 'SOURCE ||| TARGET' pair a line, 'SCORE ||| TARGET' out.
 void score_lines(const std::vector<std::string>& lines, const Args& args, nmt::Translator& translator) {
   std::vector<std::string> sources, targets;
@@ -235,6 +281,7 @@ int main(int argc, char** argv) {
     }
     if (!args.target_prefix.empty()) args.decode.target_prefix = translator->encode_target(args.target_prefix);
     const Sentences sentences = split_lines(lines, args, *translator);
+    const std::vector<nmt::GlossaryEntry> glossary = load_glossaries(args);
     const auto start = std::chrono::steady_clock::now();
     nmt::BatchStats stats;
     const std::vector<std::string>& todo = sentences.all;
@@ -244,7 +291,9 @@ int main(int argc, char** argv) {
     for (size_t b = 0; b < todo.size(); b += size_t(args.batch_size)) {
       const size_t end = std::min(todo.size(), b + size_t(args.batch_size));
       const std::vector<std::string> batch(todo.begin() + long(b), todo.begin() + long(end));
-      for (auto& t : translator->translate(batch, args.decode, &stats, args.languages)) results.push_back(std::move(t));
+      const auto phrases = glossary_phrases(glossary, batch, *translator);
+      for (auto& t : translator->translate(batch, args.decode, &stats, args.languages, phrases))
+        results.push_back(std::move(t));
       if (progress) std::cerr << "\rtranslated " << end << "/" << todo.size() << std::flush;
     }
     size_t next = 0;  // into results, a line's sentences after the line before's

@@ -9,16 +9,15 @@
 #include "model/error.h"
 
 namespace nmt {
-namespace {
 
-// transformers marks impossible scores with -1e9 rather than -inf; the same constant keeps
-// the comparisons (and so the chosen hypotheses) identical.
-constexpr float kNeg = -1.0e9f;
+using search_detail::kNeg;
+using search_detail::length_norm;
+using search_detail::top_n;
 
-// The indices of the n best of scores[0, size) into order[0, n): descending, the lower
-// index first on ties, as torch.topk (and a stable sort). An insertion into a prefix of at
-// most n: a step ranks 3 x beam values, and a sort's buffers cost more than the ranking.
-void top_n(const float* scores, int size, int n, int* order) {
+// Descending, the lower index first on ties, as torch.topk (and a stable sort). An insertion
+// into a prefix of at most n: a step ranks 3 x beam values, and a sort's buffers cost more
+// than the ranking.
+void search_detail::top_n(const float* scores, int size, int n, int* order) {
   int filled = 0;
   for (int i = 0; i < size; ++i) {
     int at = filled;
@@ -32,11 +31,9 @@ void top_n(const float* scores, int size, int n, int* order) {
 
 // transformers divides by generated ** length_penalty in Python floats: with the default
 // penalty 1 that is the length itself, without a powf per sentence and step.
-float length_norm(int generated, float penalty) {
+float search_detail::length_norm(int generated, float penalty) {
   return penalty == 1.f ? float(generated) : std::pow(float(generated), penalty);
 }
-
-}  // namespace
 
 void continuing_beams(const float* scores, const char* hits, int k, int beam, float* running, int* keep) {
   for (int j = 0; j < k; ++j) running[j] = scores[j] + (hits[j] ? kNeg : 0.f);
@@ -85,6 +82,11 @@ SentenceSearch::SentenceSearch(const DecodeOptions& options, const ModelConfig& 
     forced_.insert(forced_.end(), options.target_prefix.begin(), options.target_prefix.end());
     prompt_ = int(forced_.size());
   }
+  if (options.constrained()) {
+    constraints_ = std::make_unique<const PhraseConstraints>(options.glossary_phrases);
+    states_.assign(beam, PhraseConstraints::State{});
+    pad_mask_ = config.mask_pad ? config.pad_id : -1;
+  }
 }
 
 int SentenceSearch::k() const { return topk_for_beam(beam()); }
@@ -92,6 +94,7 @@ int SentenceSearch::k() const { return topk_for_beam(beam()); }
 bool SentenceSearch::advance(const float* scores, const int* candidates, int vocab, const int* alignments,
                              const float* logits) {
   const bool done = samples_                    ? advance_sample(logits, vocab)
+                    : constrained()             ? advance_constrained(logits, vocab, alignments)
                     : options_.beam_size == 1 ? advance_greedy(scores, candidates, vocab, alignments)
                                               : advance_beam(scores, candidates, vocab, alignments);
   ++step_;
@@ -295,6 +298,9 @@ DecodeResult SentenceSearch::result() const {
                      [&](int a, int b) { return finished_[size_t(a)].score > finished_[size_t(b)].score; });
   }
   for (int h : order) {
+    // A constrained search's slot that no hypothesis holding every term reached stays empty
+    // rather than returning one without them (controls/glossary_search.cc).
+    if (constrained() && finished_[size_t(h)].node < 0) continue;
     r.ids.push_back(path(finished_[size_t(h)].node));
     r.scores.push_back(finished_[size_t(h)].score);
     r.token_scores.push_back(path_scores(finished_[size_t(h)].node));
@@ -304,7 +310,7 @@ DecodeResult SentenceSearch::result() const {
 }
 
 void SentenceSearch::token_edits(int b, std::vector<int>* tokens, std::vector<float>* factors) {
-  if (force_eos() || forced_token() >= 0) return;
+  if (!options_.repetition_controls() || force_eos() || forced_token() >= 0) return;
   history_.clear();
   for (int node = running_[size_t(b)].node; node >= 0; node = tokens_tree_[size_t(node)].parent)
     history_.push_back(tokens_tree_[size_t(node)].token);

@@ -3,14 +3,26 @@
 // for beam 1 and the vectorized beam search (with its early-stop heuristic,
 // early_stopping=False) otherwise. The engine does the per-step math; this class only keeps
 // the sentence's hypotheses, so that each sentence of a decode loop advances on its own.
+#include <memory>
 #include <vector>
 
 #include "model/config/model_config.h"
 #include "model/decoding/decode_options.h"
+#include "model/decoding/controls/phrase_constraints.h"
 #include "model/decoding/controls/sampler.h"
 #include "model/decoding/controls/token_edits.h"
 
 namespace nmt {
+
+// What beam_search.cc and controls/glossary_search.cc (both SentenceSearch's) share.
+namespace search_detail {
+// transformers marks impossible scores with -1e9 rather than -inf; the same constant keeps
+// the comparisons (and so the chosen hypotheses) identical.
+constexpr float kNeg = -1.0e9f;
+float length_norm(int generated, float penalty);  // generated ** length_penalty
+// The indices of the n best of scores[0, size) into order[0, n), the lower index first on ties.
+void top_n(const float* scores, int size, int n, int* order);
+}  // namespace search_detail
 
 // The beams a sentence goes on with after a step of beam search (transformers' running beams):
 // the `beam` best of its k candidates once those that end a hypothesis (hits[j]: EOS, or any
@@ -74,6 +86,11 @@ class SentenceSearch {
   // Sampling (DecodeOptions::samples, sampler.h): each row is an independent sample drawn on
   // the host, so the engine returns the rows' logits (StepGroup::return_logits).
   bool samples() const { return samples_; }
+  // Glossary (DecodeOptions::glossary_phrases): constrained beam search on the host from the
+  // rows' logits (controls/glossary_search.cc).
+  bool constrained() const { return constraints_ != nullptr; }
+  // The engine returns this sentence's rows' logits (StepGroup::return_logits).
+  bool returns_logits() const { return samples_ || constrained(); }
 
   DecodeResult result() const;  // once finished
 
@@ -82,7 +99,7 @@ class SentenceSearch {
   // sampling's draws): such a sentence never follows a step in flight (StepGroup::follows
   // stays -1), and a decode loop that holds one keeps a single step in flight (DecodeLoop,
   // docs/decoding.md).
-  bool host_steps() const { return options_.repetition_controls() || samples_; }
+  bool host_steps() const { return options_.repetition_controls() || samples_ || constrained(); }
   // Appends beam b's token edits for the next step (StepInput::edit_tokens / edit_factors);
   // none at a step whose token is forced (a forced token wins over them).
   void token_edits(int b, std::vector<int>* tokens, std::vector<float>* factors);
@@ -115,6 +132,8 @@ class SentenceSearch {
   bool advance_beam(const float* scores, const int* candidates, int vocab, const int* alignments);
   void set_next_rows(const int* parents);  // one per running beam
   bool advance_sample(const float* logits, int vocab);  // each unfinished sample draws its token
+  // Glossary: the step's candidates from the rows' logits (controls/glossary_search.cc).
+  bool advance_constrained(const float* logits, int vocab, const int* alignments);
 
   const DecodeOptions options_;
   const int eos_id_;
@@ -158,6 +177,19 @@ class SentenceSearch {
   // applies its processors to the logits before the warpers).
   std::vector<int> edit_tokens_;
   std::vector<float> edit_factors_, edited_;
+
+  // Glossary: the sentence's phrases, each running beam's state against them, and the
+  // constrained step's scratch (controls/glossary_search.cc).
+  struct Candidate {
+    float score;
+    int beam, token;
+    PhraseConstraints::State state;
+  };
+  std::unique_ptr<const PhraseConstraints> constraints_;
+  std::vector<PhraseConstraints::State> states_;
+  std::vector<float> logp_;
+  std::vector<int> row_tokens_;
+  std::vector<Candidate> continuing_, ending_;
 };
 
 }  // namespace nmt

@@ -179,7 +179,8 @@ bool DecodeLoop::submit(StepReport* report) {
                               s.force_eos(ahead), follows ? a->group : -1, s.forced_token(ahead)});
         in_.groups.back().alignments = s.alignments();  // return_alignments
         in_.groups.back().teacher_forced = s.teacher_forced(ahead);  // Score (prefix-score)
-        in_.groups.back().return_logits = s.samples();  // sampling: the host draws from the logits
+        // sampling draws from the logits, a glossary sentence's search ranks them on the host
+        in_.groups.back().return_logits = s.returns_logits();
         for (int b = 0; b < s.beam(); ++b) {
           // a following row's token, parent and running score are the device's: these stand in
           in_.tokens.push_back(s.tokens()[size_t(b)]);
@@ -282,9 +283,10 @@ void DecodeLoop::collect(StepReport* report) {
                                           " candidates for a step that asked " + std::to_string(wanted));
   }
   const int vocab = engine_.vocab_size();
-  // Sampling sentences' rows' logits (StepGroup::return_logits), in group order.
+  // Sampling and glossary sentences' rows' logits (StepGroup::return_logits), in group order.
   size_t logits_wanted = 0;
-  for (const Active* a : f.members) logits_wanted += a->search.samples() ? size_t(a->search.beam()) * size_t(vocab) : 0;
+  for (const Active* a : f.members)
+    logits_wanted += a->search.returns_logits() ? size_t(a->search.beam()) * size_t(vocab) : 0;
   if (out_.logits.size() != logits_wanted) {
     drop_all();
     throw Error(ErrorCode::kInternal, "decode loop: the engine returned " + std::to_string(out_.logits.size()) +
@@ -296,7 +298,7 @@ void DecodeLoop::collect(StepReport* report) {
     const int k = a->search.k();
     const int* alignments = a->search.alignments() ? aligned_rows(row, a->search.beam()) : nullptr;
     row += size_t(a->search.beam());
-    const float* logits = a->search.samples() ? out_.logits.data() + logits_offset : nullptr;
+    const float* logits = a->search.returns_logits() ? out_.logits.data() + logits_offset : nullptr;
     if (logits) logits_offset += size_t(a->search.beam()) * size_t(vocab);
     if (!a->gone && a->search.advance(out_.scores.data() + offset, out_.candidates.data() + offset, vocab,
                                       alignments, logits)) {

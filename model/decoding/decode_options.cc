@@ -41,6 +41,45 @@ void DecodeOptions::validate(int max_beam, int max_length) const {
             std::to_string(max_decoding_length - 1) + "), got " + std::to_string(min_decoding_length));
   }
   validate_prompt();
+  if (constrained()) validate_glossary();
+}
+
+// Glossary: constrained beam search over the phrases, from the host (SentenceSearch). What it
+// cannot honour is refused: sampling draws its tokens, a score forces them, a prefix or the
+// repetition edits would need their own bookkeeping in the banks, and one beam cannot hold
+// a constraint bank beside the plain one. The phrases and EOS must fit max_decoding_length
+// (after the forced first token): no term is ever dropped for want of room.
+void DecodeOptions::validate_glossary() const {
+  validate_glossary_use();
+  validate_glossary_phrases();
+}
+
+void DecodeOptions::validate_glossary_use() const {
+  if (samples()) invalid("glossary cannot be combined with sampling");
+  if (score) invalid("glossary does not apply to a score request");
+  if (!target_prefix.empty()) invalid("glossary cannot be combined with target_prefix");
+  if (repetition_controls())
+    invalid("glossary cannot be combined with no_repeat_ngram_size, repetition_penalty or suppress_sequences");
+  if (beam_size < 2) invalid("glossary needs beam search: beam_size must be at least 2, got " + std::to_string(beam_size));
+}
+
+void DecodeOptions::validate_glossary_phrases() const {
+  if (glossary_phrases.size() > size_t(kMaxGlossaryPhrases))
+    invalid("glossary: " + std::to_string(glossary_phrases.size()) + " entries apply to one sentence; at most " +
+            std::to_string(kMaxGlossaryPhrases) + " can be required at once");
+  size_t tokens = 0;
+  for (size_t i = 0; i < glossary_phrases.size(); ++i) {
+    if (glossary_phrases[i].empty()) invalid("glossary: the target term of entry " + std::to_string(i) + " has no tokens");
+    for (int id : glossary_phrases[i]) {
+      if (id < 0) invalid("glossary: a target term has a negative token id " + std::to_string(id));
+    }
+    tokens += glossary_phrases[i].size();
+  }
+  const size_t first = forced_bos_id >= 0 ? 1 : 0;
+  if (tokens + first + 1 > size_t(max_decoding_length))
+    invalid("glossary: the required target terms of a sentence take " + std::to_string(tokens) + " tokens" +
+            (first ? " (after the target language token)" : "") + " and </s>, more than max_decoding_length (" +
+            std::to_string(max_decoding_length) + ")");
 }
 
 // target_prefix and score: the forced tokens must leave room (at least one generated token

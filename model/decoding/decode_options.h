@@ -61,6 +61,17 @@ struct DecodeOptions {
   bool has_seed = false;
   uint64_t seed = 0;
   bool samples() const { return sampling_topk != 1 && sampling_temperature > 0.f; }
+  // Glossary (docs/decoding.md, "Glossary"): this sentence's required target phrases (the
+  // target terms, as target token ids, of the glossary entries whose source term occurs in
+  // it). Non-empty: constrained beam search from the host (SentenceSearch::host_steps()),
+  // every hypothesis holds each phrase, EOS only once all are in. Empty: plain beam search.
+  std::vector<std::vector<int>> glossary_phrases;
+  bool constrained() const { return !glossary_phrases.empty(); }
+  static constexpr int kMaxGlossaryPhrases = 64;  // PhraseConstraints::kMaxPhrases
+  void validate_glossary() const;  // validate()'s part for a constrained sentence: the two below
+  void validate_glossary_use() const;      // the other options it cannot be combined with
+  void validate_glossary_phrases() const;  // the phrases: count, ids, length
+
   // Cache rows (beams or samples) a sentence takes in the decode loop.
   int rows() const { return samples() ? num_hypotheses : beam_size; }
 

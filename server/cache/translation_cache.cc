@@ -75,6 +75,14 @@ std::string TranslationCache::key(uint64_t generation, const DecodeOptions& o, c
   append(k, o.sampling_temperature);
   append(k, o.has_seed);
   append(k, o.seed);
+  // Glossary: the sentence's required phrases themselves (the terms of the entries that apply,
+  // a model's glossary.tsv's with them: editing that file reloads the model, a new generation
+  // above); none is the plain search's key, whose output it is.
+  append(k, int(o.glossary_phrases.size()));
+  for (const std::vector<int>& phrase : o.glossary_phrases) {
+    append(k, int(phrase.size()));
+    for (int id : phrase) append(k, id);
+  }
   for (int id : ids) append(k, id);
   return k;
 }

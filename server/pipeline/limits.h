@@ -19,6 +19,12 @@ struct Limits {
   // How deep the elements of a text with markup (TranslateOptions.format html, markdown) may
   // nest: deeper is refused before it is parsed (server/markup/html.h says why).
   int max_markup_depth = 100;
+  // Glossary (TranslateOptions.glossary, a model's glossary.tsv): entries a request may send,
+  // and the characters of each term. Every entry's source term is looked for in every
+  // sentence, and the entries that apply become the constrained search's phrases (at most
+  // 64 a sentence: PhraseConstraints::kMaxPhrases).
+  int max_glossary_entries = 256;
+  int max_glossary_term_characters = 100;
 };
 
 }  // namespace nmt::server

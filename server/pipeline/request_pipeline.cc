@@ -8,6 +8,7 @@
 #include <random>
 #include <utility>
 
+#include "server/glossary/request_glossary.h"
 #include "server/observability/logging.h"
 #include "server/observability/trace_context.h"
 #include "server/pipeline/request_languages.h"
@@ -206,6 +207,11 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& receive
                                                                              "options.target_prefix");
     valid.options.validate_prompt();
   }
+  // Glossary (server/glossary): the request's entries and the model's, per sentence the target
+  // terms of those whose source occurs in it (the sentences as split, in source_ids' order).
+  std::vector<std::vector<std::vector<int>>> phrases = request_phrases(
+      request, valid.split, admitted.model->glossary, validator_.limits(),
+      [&](const std::string& text) { return tokenizer.encode_target(text); }, valid.options);
   record.input_tokens = valid.input_tokens;
   record.sentences = valid.source_ids.size();
   admitted.return_scores = request.options().return_scores();
@@ -224,23 +230,26 @@ std::shared_ptr<Job> RequestPipeline::submit(const v1::TranslateRequest& receive
   const QuotaVerdict quota = quotas_.charge(caller.key.get(), int64_t(count_characters(received)));
   if (!quota.allowed) throw Error(ErrorCode::kResourceExhausted, quota.message);
   return decode(std::move(valid.source_ids), valid.options, *admitted.model, *admitted.scheduler, deadline,
-                std::move(done), caller);
+                std::move(done), caller, std::move(phrases));
 }
 
 std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> source_ids, const DecodeOptions& options,
                                              const ServedModel& model, Scheduler& scheduler,
-                                             Clock::time_point deadline, JobCallback done, const Caller& caller) {
+                                             Clock::time_point deadline, JobCallback done, const Caller& caller,
+                                             std::vector<std::vector<std::vector<int>>> glossary) {
   const QueueTenant tenant{caller.tenant, caller.weight};
   // The queue's refusals (the tenant's share, the queue full) counted by key: nmt_queue_refusals_total.
-  auto submit = [&](std::vector<std::vector<int>> ids, JobCallback then) {
+  auto submit = [&](std::vector<std::vector<int>> ids, JobCallback then,
+                    std::vector<std::vector<std::vector<int>>> phrases) {
     try {
-      return scheduler.submit(std::move(ids), options, deadline, std::move(then), tenant);
+      return scheduler.submit(std::move(ids), options, deadline, std::move(then), tenant, std::move(phrases));
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kResourceExhausted) metrics_.queue_refusal(caller.key ? caller.key->label() : "none");
       throw;
     }
   };
-  if (!cache_.enabled() || !TranslationCache::cacheable(options)) return submit(std::move(source_ids), std::move(done));
+  if (!cache_.enabled() || !TranslationCache::cacheable(options))
+    return submit(std::move(source_ids), std::move(done), std::move(glossary));
   // Per sentence (after splitting): the hits are answered from the cache, the misses decoded.
   struct Parts {
     std::vector<Translation> translations;  // every sentence's, the hits filled in
@@ -250,8 +259,11 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
   auto parts = std::make_shared<Parts>();
   parts->translations.resize(source_ids.size());
   std::vector<std::vector<int>> misses;
+  std::vector<std::vector<std::vector<int>>> missed_glossary;
+  DecodeOptions keyed = options;  // with each sentence's glossary phrases: they are in its key
   for (size_t i = 0; i < source_ids.size(); ++i) {
-    std::string key = TranslationCache::key(model.generation, options, source_ids[i]);
+    if (!glossary.empty()) keyed.glossary_phrases = glossary[i];
+    std::string key = TranslationCache::key(model.generation, keyed, source_ids[i]);
     if (std::optional<Translation> hit = cache_.find(model.name, model.generation, key)) {
       parts->translations[i] = std::move(*hit);
       continue;
@@ -259,6 +271,7 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
     parts->missed.push_back(i);
     parts->keys.push_back(std::move(key));
     misses.push_back(std::move(source_ids[i]));
+    if (!glossary.empty()) missed_glossary.push_back(std::move(glossary[i]));
   }
   if (misses.empty()) {
     JobResult result;
@@ -280,7 +293,8 @@ std::shared_ptr<Job> RequestPipeline::decode(std::vector<std::vector<int>> sourc
           result.translations = std::move(parts->translations);
         }
         done(std::move(result));
-      });
+      },
+      std::move(missed_glossary));
 }
 
 grpc::Status RequestPipeline::respond(const AdmittedRequest& admitted, const JobResult& result,

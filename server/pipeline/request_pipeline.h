@@ -184,9 +184,11 @@ class RequestPipeline {
                               const Caller& caller);
   // The scheduler's part: the sentences not in the cache, their results put back in order
   // (and kept in the cache) before `done` runs.
+  // `glossary`: empty, or per sentence its required phrases (server/glossary).
   std::shared_ptr<Job> decode(std::vector<std::vector<int>> source_ids, const DecodeOptions& options,
                               const ServedModel& model, Scheduler& scheduler, Clock::time_point deadline,
-                              JobCallback done, const Caller& caller);
+                              JobCallback done, const Caller& caller,
+                              std::vector<std::vector<std::vector<int>>> glossary = {});
 
   ModelRegistry& models_;
   const RequestValidator validator_;

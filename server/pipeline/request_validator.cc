@@ -313,6 +313,7 @@ ValidScore RequestValidator::validate_score(const v1::ScoreRequest& request, con
   if (requested.has_min_decoding_length()) invalid("options.min_decoding_length does not apply to Score");
   if (!requested.target_prefix().empty() || requested.target_prefix_ids_size() > 0)
     invalid("options.target_prefix does not apply to Score (the target is given whole)");
+  if (requested.glossary_size() > 0) invalid("options.glossary does not apply to Score (the target is given whole)");
   if (requested.has_split_sentences() && requested.split_sentences())
     invalid("options.split_sentences does not apply to Score (each pair is one sentence)");
   const std::vector<std::string> sources(request.sources().begin(), request.sources().end());

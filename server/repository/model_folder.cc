@@ -38,7 +38,7 @@ std::vector<std::string> model_files(const std::string& folder) {
 const std::vector<std::string>& optional_model_files() {
   static const std::vector<std::string> files = {"generation_config.json", "tokenizer_config.json",
                                                  "tokenizer.json", "special_tokens_map.json",
-                                                 "target_vocab.json"};
+                                                 "target_vocab.json", "glossary.tsv"};
   return files;
 }
 

@@ -18,7 +18,8 @@ namespace nmt::server {
 // vocab.json).
 std::vector<std::string> model_files(const std::string& folder);
 // Files a Translator reads where they exist (generation_config.json, the tokenizer's other
-// files): fingerprinted too, so that adding, replacing or removing one reloads the model.
+// files) and the model's glossary (glossary.tsv, ServedModel::glossary): fingerprinted too,
+// so that adding, replacing or removing one reloads the model (on SIGHUP's rescan).
 const std::vector<std::string>& optional_model_files();
 
 struct ModelFolder {

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
 #include <thread>
 
 #include "model/cuda_engine.h"
 #include "model/error.h"
+#include "model/text/glossary.h"
 
 namespace nmt::server {
 
@@ -208,6 +210,16 @@ std::shared_ptr<ServedModel> load_served_model(const ModelEntry& entry, const Se
   served->languages = first.tokenizer().languages().empty()
                           ? model_languages(entry.path, entry.name)
                           : multilingual_languages(first.tokenizer(), first.config());
+  // The model's glossary (docs/decoding.md, "Glossary"): a bad file fails the load (a reload
+  // then leaves the version before it serving), never a glossary half read.
+  const std::string glossary = (std::filesystem::path(entry.path) / "glossary.tsv").string();
+  if (std::filesystem::exists(glossary)) {
+    try {
+      served->glossary = load_glossary_file(glossary);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot load model '" + entry.name + "': " + e.what());
+    }
+  }
   served->device = device_name(first.device());
   served->precision = precision_name(first.precision());
   return served;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "model/text/glossary.h"
+
 #include "model/decoding/decode_loop.h"
 #include "model/translator.h"
 #include "server/config/config.h"
@@ -46,6 +48,9 @@ struct ServedModel {
   // A multilingual model's codes from its tokenizer, a bilingual one's pair from its folder
   // (server/repository/model_languages.h); may be unknown.
   ModelLanguages languages;
+  // glossary.tsv in the model's folder, read at load (a changed file reloads the model on
+  // SIGHUP: its fingerprint, model_folder.h); empty when there is none.
+  std::vector<GlossaryEntry> glossary;
   std::vector<std::unique_ptr<Replica>> replicas;
 
   ~ServedModel() { stop(); }

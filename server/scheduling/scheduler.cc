@@ -30,14 +30,16 @@ constexpr std::chrono::milliseconds kSpillRecheck(1);
 class Job {
  public:
   Job(std::vector<std::vector<int>> ids, const DecodeOptions& options, Clock::time_point deadline,
-      JobCallback done, const QueueTenant& tenant)
-      : source_ids(std::move(ids)), options(options), deadline(deadline), submitted(Clock::now()),
-        tenant(tenant), remaining_(source_ids.size()), done_callback_(std::move(done)) {
+      JobCallback done, const QueueTenant& tenant, std::vector<std::vector<std::vector<int>>> glossary)
+      : source_ids(std::move(ids)), options(options), glossary(std::move(glossary)), deadline(deadline),
+        submitted(Clock::now()), tenant(tenant), remaining_(source_ids.size()), done_callback_(std::move(done)) {
     result_.translations.resize(source_ids.size());
   }
 
   const std::vector<std::vector<int>> source_ids;
   const DecodeOptions options;
+  // Glossary: empty, or per sentence its required target phrases (DecodeOptions::glossary_phrases).
+  const std::vector<std::vector<std::vector<int>>> glossary;
   const Clock::time_point deadline;
   const Clock::time_point submitted;
   const QueueTenant tenant;
@@ -173,10 +175,15 @@ void Scheduler::check_fits(const std::vector<std::vector<int>>& source_ids,
 
 std::shared_ptr<Job> Scheduler::submit(std::vector<std::vector<int>> source_ids,
                                        const DecodeOptions& options, Clock::time_point deadline,
-                                       JobCallback done, const QueueTenant& tenant) {
+                                       JobCallback done, const QueueTenant& tenant,
+                                       std::vector<std::vector<std::vector<int>>> glossary) {
   if (source_ids.empty()) throw Error(ErrorCode::kInvalidArgument, "no sentences to translate");
+  if (!glossary.empty() && glossary.size() != source_ids.size())
+    throw Error(ErrorCode::kInternal, "scheduler: a glossary for " + std::to_string(glossary.size()) + " of " +
+                                          std::to_string(source_ids.size()) + " sentences");
   check_fits(source_ids, options);
-  auto job = std::make_shared<Job>(std::move(source_ids), options, deadline, std::move(done), tenant);
+  auto job = std::make_shared<Job>(std::move(source_ids), options, deadline, std::move(done), tenant,
+                                   std::move(glossary));
   const size_t n = job->source_ids.size();
   // A request the queue could never hold is refused as such, not as a retryable overload.
   if (n > static_cast<size_t>(options_.max_queue_sentences)) {
@@ -366,6 +373,7 @@ void Scheduler::run(int index) {
       for (Waiting& w : admitted) {
         const uint64_t id = next_id++;
         sentences.push_back({id, w.job->source_ids[w.index], w.job->options});
+        if (!w.job->glossary.empty()) sentences.back().options.glossary_phrases = w.job->glossary[w.index];
         running[id] = Running{w.job, w.index};
         double& longest = waited[w.job.get()];
         longest = std::max(longest, seconds_between(w.enqueued, now));

@@ -85,9 +85,12 @@ class Scheduler {
   // the queue cannot take them all or a sentence can never fit a loop (its beam over the
   // rows, its source over the slot length), kInvalidArgument when there are none,
   // kUnavailable after stop(). Otherwise `done` runs exactly once later.
+  // `glossary`: empty, or per sentence its DecodeOptions::glossary_phrases (the one option
+  // that differs between a request's sentences: server/glossary).
   std::shared_ptr<Job> submit(std::vector<std::vector<int>> source_ids,
                               const DecodeOptions& options, Clock::time_point deadline,
-                              JobCallback done, const QueueTenant& tenant = {});
+                              JobCallback done, const QueueTenant& tenant = {},
+                              std::vector<std::vector<std::vector<int>>> glossary = {});
 
   // The client went away: the job ends CANCELLED (its callback runs unless it already
   // did); its sentences leave the queue or their loop at the next step.

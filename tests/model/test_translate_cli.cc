@@ -237,3 +237,29 @@ TEST(TranslateCli, TargetPrefixAndScore) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("SOURCE ||| TARGET"), std::string::npos) << r.out;
 }
+
+// --glossary: the line whose sentence holds the source term gets the target term, the other
+// line is the plain translation; a malformed file is refused naming --glossary.
+TEST(TranslateCli, Glossary) {
+  const std::string file = "/tmp/nmt-cli-glossary-" + std::to_string(::getpid()) + ".tsv";
+  {
+    std::ofstream f(file);
+    f << "# terms\npark\tGrünanlage\n";
+  }
+  const std::string input = "printf 'Two men are playing chess in the park.\\nA dog runs across the yard.\\n' | ";
+  const Result plain = sh(input + kBin + " 2>/dev/null");
+  const Result r = sh(input + kBin + " --glossary " + file + " 2>/dev/null");
+  ASSERT_EQ(r.status, 0);
+  ASSERT_EQ(plain.status, 0);
+  const size_t nl = r.out.find('\n');
+  EXPECT_NE(r.out.substr(0, nl).find("Grünanlage"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.substr(nl), plain.out.substr(plain.out.find('\n'))) << "the line without the term is as without a glossary";
+  {
+    std::ofstream f(file);
+    f << "park Grünanlage\n";
+  }
+  const Result bad = sh(input + kBin + " --glossary " + file + " 2>&1");
+  std::remove(file.c_str());
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("--glossary: " + file + ":1: expected source<TAB>target"), std::string::npos) << bad.out;
+}

@@ -91,6 +91,9 @@ def request(texts: Texts, model: Optional[str], **options) -> Tuple[pb.Translate
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
     set_options = {k: v for k, v in options.items() if v is not None}
+    # glossary: {source term: target term} (README, "### glossary") as GlossaryEntry messages
+    if "glossary" in set_options:
+        set_options["glossary"] = [pb.GlossaryEntry(source=k, target=v) for k, v in set_options["glossary"].items()]
     return pb.TranslateRequest(model=model or "", texts=texts,
                                options=pb.TranslateOptions(**set_options)), single
 

@@ -1,7 +1,7 @@
 """The asyncio client (grpc.aio): the same calls as Client, awaited."""
 import asyncio
 import time
-from typing import List, Optional
+from typing import List, Mapping, Optional
 
 import grpc
 import grpc.aio
@@ -37,6 +37,7 @@ class AsyncClient:
                         no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                         suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
+                  glossary: Optional[Mapping[str, str]] = None, ignore_model_glossary: Optional[bool] = None,
                         format: Optional[str] = None,
                         sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
                         sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
@@ -48,7 +49,8 @@ class AsyncClient:
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
-            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids, format=format,
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids,
+            glossary=glossary, ignore_model_glossary=ignore_model_glossary, format=format,
             sampling_topk=sampling_topk, sampling_topp=sampling_topp,
             sampling_temperature=sampling_temperature, seed=seed)
         best = _common.best_texts(await self._call(self._stub.Translate, request, timeout))
@@ -64,6 +66,7 @@ class AsyncClient:
                               no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                               suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
+                  glossary: Optional[Mapping[str, str]] = None, ignore_model_glossary: Optional[bool] = None,
                               sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
                               sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
                               timeout: Optional[float] = None) -> List[List[Hypothesis]]:
@@ -77,6 +80,7 @@ class AsyncClient:
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
             target_prefix=target_prefix, target_prefix_ids=target_prefix_ids,
+            glossary=glossary, ignore_model_glossary=ignore_model_glossary,
             sampling_topk=sampling_topk, sampling_topp=sampling_topp,
             sampling_temperature=sampling_temperature, seed=seed)
         return _common.nbest(await self._call(self._stub.Translate, request, timeout))

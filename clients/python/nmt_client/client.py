@@ -1,6 +1,6 @@
 """The synchronous client."""
 import time
-from typing import List, Optional
+from typing import List, Mapping, Optional
 
 import grpc
 
@@ -38,6 +38,7 @@ class Client:
                   no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                   suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
+                  glossary: Optional[Mapping[str, str]] = None, ignore_model_glossary: Optional[bool] = None,
                   format: Optional[str] = None,
                   sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
                   sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
@@ -52,7 +53,10 @@ class Client:
         tag around the words it covered (README, "Translate HTML and Markdown").
         Sampling (CTranslate2's names): sampling_topk 0 (the whole vocabulary) or k > 1 samples
         instead of searching (1, the default, is greedy), with sampling_topp (0, 1] and
-        sampling_temperature (> 0; 0 is greedy); seed makes it reproducible."""
+        sampling_temperature (> 0; 0 is greedy); seed makes it reproducible.
+        glossary: {source term: target term}; where a source term occurs (whole words,
+        case-sensitive) the translation holds its target term (beam search only);
+        ignore_model_glossary: the model's own glossary does not apply."""
         request, single = _common.request(
             texts, model, beam_size=beam_size, split_sentences=split_sentences,
             length_penalty=length_penalty, max_decoding_length=max_decoding_length,
@@ -60,7 +64,8 @@ class Client:
             source_language=source_language, target_language=target_language,
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
-            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids, format=format,
+            target_prefix=target_prefix, target_prefix_ids=target_prefix_ids,
+            glossary=glossary, ignore_model_glossary=ignore_model_glossary, format=format,
             sampling_topk=sampling_topk, sampling_topp=sampling_topp,
             sampling_temperature=sampling_temperature, seed=seed)
         best = _common.best_texts(self._call(self._stub.Translate, request, timeout))
@@ -75,6 +80,7 @@ class Client:
                         no_repeat_ngram_size: Optional[int] = None, repetition_penalty: Optional[float] = None,
                         suppress_sequences: Optional[List[str]] = None, suppress_token_ids: Optional[List[int]] = None,
                   target_prefix: Optional[str] = None, target_prefix_ids: Optional[List[int]] = None,
+                  glossary: Optional[Mapping[str, str]] = None, ignore_model_glossary: Optional[bool] = None,
                         sampling_topk: Optional[int] = None, sampling_topp: Optional[float] = None,
                         sampling_temperature: Optional[float] = None, seed: Optional[int] = None,
                         timeout: Optional[float] = None) -> List[List[Hypothesis]]:
@@ -93,6 +99,7 @@ class Client:
             no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
             suppress_sequences=suppress_sequences, suppress_token_ids=suppress_token_ids,
             target_prefix=target_prefix, target_prefix_ids=target_prefix_ids,
+            glossary=glossary, ignore_model_glossary=ignore_model_glossary,
             sampling_topk=sampling_topk, sampling_topp=sampling_topp,
             sampling_temperature=sampling_temperature, seed=seed)
         return _common.nbest(self._call(self._stub.Translate, request, timeout))

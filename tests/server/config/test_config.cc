@@ -50,6 +50,8 @@ TEST(Config, DefaultYamlOfTheRepository) {
   EXPECT_EQ(c.limits.max_characters_per_request, 50000);
   EXPECT_TRUE(c.limits.split_sentences);
   EXPECT_EQ(c.limits.max_markup_depth, 100);
+  EXPECT_EQ(c.limits.max_glossary_entries, 256);
+  EXPECT_EQ(c.limits.max_glossary_term_characters, 100);
   EXPECT_EQ(c.limits.max_input_tokens, 256);
   EXPECT_EQ(c.max_concurrent_calls, 4096);
   EXPECT_EQ(c.batching.max_active_sentences, 512);
@@ -305,6 +307,8 @@ TEST(Config, YamlErrorsNameTheKey) {
             "limits.max_characters_per_request: must be between 1 and 1073741824, got 0");
   EXPECT_EQ(error_of(m + "limits:\n  max_markup_depth: 0\n"),
             "limits.max_markup_depth: must be between 1 and 10000, got 0");
+  EXPECT_EQ(error_of(m + "limits:\n  max_glossary_term_characters: 0\n"),
+            "limits.max_glossary_term_characters: must be between 1 and 10000, got 0");
   EXPECT_EQ(error_of("server: [1, 2\n").rfind("invalid YAML", 0), 0u);
 }
 
