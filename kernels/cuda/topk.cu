@@ -1097,21 +1097,25 @@ __global__ void __launch_bounds__(kChunkThreads) token_edits_kernel(float* logit
   float* x = logits + row * row_stride;
   const int e0 = t.begin[at], e1 = t.begin[at + 1];
   const bool on_logits = f & kTopkEditLogits;
-  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] += bias ? bias[v] : 0.f;
-  __syncthreads();
+  // Greedy: the edits on z = logits + bias, so z is stored first. Beam search: z only in
+  // registers (the same float sums), its log-sum-exp, then z - lse stored: two passes over the
+  // row fewer, the same bits.
   if (on_logits) {
+    for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] += bias ? bias[v] : 0.f;
+    __syncthreads();
     for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) edit_score(x[t.tokens[e]], t.factors[e]);
     if (device) history_edits(x, h, len, n, penalty);
     __syncthreads();
   }
+  const float* b = on_logits ? nullptr : bias;  // greedy: added above
   OnlineLse lse;
-  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) lse.add(x[v]);
+  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) lse.add(x[v] + (b ? b[v] : 0.f));
   const OnlineLse total = block_lse(lse);
   __shared__ float s_lse;
   if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
   __syncthreads();
   const float row_lse = s_lse;
-  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] = x[v] - row_lse;
+  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] = (x[v] + (b ? b[v] : 0.f)) - row_lse;
   __syncthreads();
   if (!on_logits) {
     for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) edit_score(x[t.tokens[e]], t.factors[e]);
