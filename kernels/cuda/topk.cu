@@ -1108,14 +1108,38 @@ __global__ void __launch_bounds__(kChunkThreads) token_edits_kernel(float* logit
     __syncthreads();
   }
   const float* b = on_logits ? nullptr : bias;  // greedy: added above
+  // kEditBatch of a thread's tokens loaded before they are added (in the same order: the same
+  // sum), so that their loads overlap: one load at a time left the launch latency-bound.
+  constexpr int kEditBatch = 8;
   OnlineLse lse;
-  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) lse.add(x[v] + (b ? b[v] : 0.f));
+  for (int v0 = threadIdx.x; v0 < vocab; v0 += kEditBatch * kChunkThreads) {
+    float z[kEditBatch];
+#pragma unroll
+    for (int u = 0; u < kEditBatch; ++u) {
+      const int v = v0 + u * kChunkThreads;
+      z[u] = v < vocab ? x[v] + (b ? b[v] : 0.f) : -INFINITY;  // -inf: add() skips it
+    }
+#pragma unroll
+    for (int u = 0; u < kEditBatch; ++u) lse.add(z[u]);
+  }
   const OnlineLse total = block_lse(lse);
   __shared__ float s_lse;
   if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
   __syncthreads();
   const float row_lse = s_lse;
-  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] = (x[v] + (b ? b[v] : 0.f)) - row_lse;
+  for (int v0 = threadIdx.x; v0 < vocab; v0 += kEditBatch * kChunkThreads) {
+    float z[kEditBatch];
+#pragma unroll
+    for (int u = 0; u < kEditBatch; ++u) {
+      const int v = v0 + u * kChunkThreads;
+      z[u] = v < vocab ? x[v] + (b ? b[v] : 0.f) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kEditBatch; ++u) {
+      const int v = v0 + u * kChunkThreads;
+      if (v < vocab) x[v] = z[u] - row_lse;
+    }
+  }
   __syncthreads();
   if (!on_logits) {
     for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) edit_score(x[t.tokens[e]], t.factors[e]);
