@@ -68,8 +68,9 @@ struct StepGroup {
   // Repetition controls (DecodeOptions; docs/decoding.md, "Repetition controls"): whether the
   // token edits of the group's rows (StepInput::edit_begin) apply to the logits, as
   // transformers' greedy search (_sample) applies its logits processors, or to the
-  // log-probs, after the log-softmax, as its beam search does (true: greedy). A group with
-  // edits never follows, and a forced token or EOS wins over them (the host sends none then).
+  // log-probs, after the log-softmax, as its beam search does (true: greedy); the device's own
+  // edits too (no_repeat_ngram_size below). A group with host edits never follows (one with
+  // the device's may), and a forced token or EOS wins over them (the host sends none then).
   bool edit_logits = false;
   // Teacher forcing (Score, docs/decoding.md): the forced_token's candidate carries its real
   // log-prob (log_softmax of the logits, no mask) instead of 0; every other token stays -inf.
