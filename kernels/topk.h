@@ -101,6 +101,29 @@ struct TokenEditTable {
   const int* begin = nullptr;
   const int* tokens = nullptr;
   const float* factors = nullptr;
+  // Repetition controls on the device (model/decoding/engine.h, StepGroup::
+  // no_repeat_ngram_size): per row (the table's rows), its sentence's n-gram size (0: none)
+  // and penalty (1: none); a row with either records its token into DeviceHistory and takes
+  // the edits computed from its history. Null: no row has them.
+  const int* ngram = nullptr;
+  const float* penalty = nullptr;
+};
+
+// Repetition controls on the device: the rows' target histories. tokens[c] is the token fed
+// where the step wrote cache token c (each cache position is written once: its token is
+// the history of every beam that continues it), so row r's history is tokens[key_rows[
+// cache_rows[r] * capacity + q]] for q < positions[r], then its own token: follow[r] >= 0 ?
+// follow_tokens[follow[r]] : step_tokens[r] (the step's token, as the reorder takes it).
+// All device pointers; the step's layout (the table's rows).
+struct DeviceHistory {
+  int* tokens = nullptr;
+  const int* key_rows = nullptr;  // the step's key-row table, after the reorder
+  int capacity = 0;
+  const int* cache_rows = nullptr;
+  const int* positions = nullptr;
+  const int* step_tokens = nullptr;
+  const int* follow = nullptr;
+  const int* follow_tokens = nullptr;
 };
 
 // Scratch bytes beam_topk_cuda needs for this shape.
@@ -122,10 +145,16 @@ void beam_topk_cuda(const T* logits, const float* bias, const float* running_sco
 // flag has kTopkLogProbs becomes its final log-probs in place: z = logits + bias; with
 // kTopkEditLogits the edits on z (greedy search), then z - log_sum_exp(z); else
 // z - log_sum_exp(z), then the edits (beam search, on the log-probs). Rows table_first_row + r
-// of the table's; other sentences are not touched.
+// of the table's; other sentences are not touched. With `history` (the table's ngram and
+// penalty set), a row with device controls first records its token into the history (at
+// every step, flagged or not) and, when flagged, takes its no_repeat_ngram bans and
+// penalties from its history besides the table's edits (each token once; a ban wins), as
+// model/decoding/controls/token_edits.cc computes them on the host. max_positions bounds
+// the rows' positions (shared memory for a history).
 void beam_token_edits_cuda(float* logits, int64_t logits_row_stride, const float* bias, int64_t sentences, int beam,
                            int vocab, const unsigned char* sentence_flags, const TokenEditTable* table,
-                           int table_first_row, cudaStream_t stream);
+                           int table_first_row, cudaStream_t stream, const DeviceHistory* history = nullptr,
+                           int max_positions = 0);
 #endif
 
 }  // namespace nmt::kernels

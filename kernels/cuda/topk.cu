@@ -1037,43 +1037,113 @@ void run(const T* logits, int64_t row_stride, const float* bias, const float* ru
 // One block a row: the row of a sentence flagged kTopkLogProbs becomes its final, edited
 // log-probs in place (kernels/topk.h). The log-sum-exp in float with expf, as log_softmax
 // computes it; the edits, each token at most once a row, by one thread each.
+__device__ __forceinline__ void edit_score(float& s, float factor) {
+  s = factor == 0.f ? -INFINITY : (s < 0.f ? s * factor : s / factor);
+}
+
+// Repetition controls on the device: row x's edits from its history h[0, len) (shared), as
+// TokenEdits::append: the penalty on each distinct token (its first occurrence), then the
+// n-gram bans (-inf: a ban wins over a penalty; a token banned twice is banned once).
+__device__ void history_edits(float* x, const int* h, int len, int n, float penalty) {
+  if (penalty != 1.f) {
+    for (int q = threadIdx.x; q < len; q += blockDim.x) {
+      const int t = h[q];
+      bool first = true;
+      for (int j = 0; j < q && first; ++j) first = h[j] != t;
+      if (first) edit_score(x[t], penalty);
+    }
+  }
+  __syncthreads();
+  if (n > 0 && len + 1 >= n) {
+    const int key = len - (n - 1);  // the last n - 1 tokens' first
+    for (int i = threadIdx.x; i + n <= len; i += blockDim.x) {
+      bool match = true;
+      for (int j = 0; j < n - 1 && match; ++j) match = h[i + j] == h[key + j];
+      if (match) x[h[i + n - 1]] = -INFINITY;
+    }
+  }
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kChunkThreads) token_edits_kernel(float* logits, int64_t row_stride,
                                                                     const float* bias, int beam, int vocab,
                                                                     const unsigned char* flags,
-                                                                    const TokenEditTable* table, int first_row) {
+                                                                    const TokenEditTable* table, int first_row,
+                                                                    DeviceHistory history) {
+  extern __shared__ int h[];  // a device-controlled row's history
   pdl_prologue();
   const int64_t row = blockIdx.x;
   const unsigned f = flags[row / beam];
-  if (!(f & kTopkLogProbs)) return;
-  float* x = logits + row * row_stride;
   const TokenEditTable t = *table;
-  const int e0 = t.begin[first_row + row], e1 = t.begin[first_row + row + 1];
-  const bool on_logits = f & kTopkEditLogits;
-  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] += bias ? bias[v] : 0.f;
-  __syncthreads();
-  if (on_logits) {
-    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) {
-      const float factor = t.factors[e];
-      float& s = x[t.tokens[e]];
-      s = factor == 0.f ? -INFINITY : (s < 0.f ? s * factor : s / factor);
+  const int64_t at = first_row + row;  // the row in the step (and the table)
+  const int n = t.ngram ? t.ngram[at] : 0;
+  const float penalty = t.penalty ? t.penalty[at] : 1.f;
+  const bool device = n > 0 || penalty != 1.f;
+  int len = 0;
+  if (device) {  // record the row's token (every step), and read its history
+    const int p = history.positions[at];
+    const int* keys = history.key_rows + int64_t(history.cache_rows[at]) * history.capacity;
+    const int fr = history.follow[at];
+    const int token = fr >= 0 ? history.follow_tokens[fr] : history.step_tokens[at];
+    for (int q = threadIdx.x; q < p; q += blockDim.x) h[q] = history.tokens[keys[q]];
+    if (threadIdx.x == 0) {
+      h[p] = token;
+      history.tokens[keys[p]] = token;
     }
+    len = p + 1;
     __syncthreads();
   }
+  if (!(f & kTopkLogProbs)) return;
+  float* x = logits + row * row_stride;
+  const int e0 = t.begin[at], e1 = t.begin[at + 1];
+  const bool on_logits = f & kTopkEditLogits;
+  // Greedy: the edits on z = logits + bias, so z is stored first. Beam search: z only in
+  // registers (the same float sums), its log-sum-exp, then z - lse stored: two passes over the
+  // row fewer, the same bits.
+  if (on_logits) {
+    for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] += bias ? bias[v] : 0.f;
+    __syncthreads();
+    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) edit_score(x[t.tokens[e]], t.factors[e]);
+    if (device) history_edits(x, h, len, n, penalty);
+    __syncthreads();
+  }
+  const float* b = on_logits ? nullptr : bias;  // greedy: added above
+  // kEditBatch of a thread's tokens loaded before they are added (in the same order: the same
+  // sum), so that their loads overlap: one load at a time left the launch latency-bound.
+  constexpr int kEditBatch = 8;
   OnlineLse lse;
-  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) lse.add(x[v]);
+  for (int v0 = threadIdx.x; v0 < vocab; v0 += kEditBatch * kChunkThreads) {
+    float z[kEditBatch];
+#pragma unroll
+    for (int u = 0; u < kEditBatch; ++u) {
+      const int v = v0 + u * kChunkThreads;
+      z[u] = v < vocab ? x[v] + (b ? b[v] : 0.f) : -INFINITY;  // -inf: add() skips it
+    }
+#pragma unroll
+    for (int u = 0; u < kEditBatch; ++u) lse.add(z[u]);
+  }
   const OnlineLse total = block_lse(lse);
   __shared__ float s_lse;
   if (threadIdx.x == 0) s_lse = total.m + logf(total.s);
   __syncthreads();
   const float row_lse = s_lse;
-  for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] = x[v] - row_lse;
+  for (int v0 = threadIdx.x; v0 < vocab; v0 += kEditBatch * kChunkThreads) {
+    float z[kEditBatch];
+#pragma unroll
+    for (int u = 0; u < kEditBatch; ++u) {
+      const int v = v0 + u * kChunkThreads;
+      z[u] = v < vocab ? x[v] + (b ? b[v] : 0.f) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kEditBatch; ++u) {
+      const int v = v0 + u * kChunkThreads;
+      if (v < vocab) x[v] = z[u] - row_lse;
+    }
+  }
   __syncthreads();
   if (!on_logits) {
-    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) {
-      const float factor = t.factors[e];
-      float& s = x[t.tokens[e]];
-      s = factor == 0.f ? -INFINITY : (s < 0.f ? s * factor : s / factor);
-    }
+    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) edit_score(x[t.tokens[e]], t.factors[e]);
+    if (device) history_edits(x, h, len, n, penalty);
   }
 }
 
@@ -1082,11 +1152,17 @@ __global__ void __launch_bounds__(kChunkThreads) token_edits_kernel(float* logit
 
 void beam_token_edits_cuda(float* logits, int64_t logits_row_stride, const float* bias, int64_t sentences, int beam,
                            int vocab, const unsigned char* sentence_flags, const TokenEditTable* table,
-                           int table_first_row, cudaStream_t stream) {
+                           int table_first_row, cudaStream_t stream, const DeviceHistory* history,
+                           int max_positions) {
   if (sentences <= 0) return;
   if (logits_row_stride == 0) logits_row_stride = vocab;
-  cuda::launch(&cuda::token_edits_kernel, dim3(unsigned(sentences * beam)), dim3(cuda::kChunkThreads), 0, stream,
-               logits, logits_row_stride, bias, beam, vocab, sentence_flags, table, table_first_row);
+  if (history && (!history->tokens || !history->key_rows || !history->cache_rows || !history->positions ||
+                  !history->step_tokens || !history->follow || !history->follow_tokens || max_positions < 1))
+    throw std::invalid_argument("beam_token_edits_cuda: a history needs all its arrays and max_positions");
+  const size_t shared = history ? size_t(max_positions) * sizeof(int) : 0;
+  cuda::launch(&cuda::token_edits_kernel, dim3(unsigned(sentences * beam)), dim3(cuda::kChunkThreads), shared, stream,
+               logits, logits_row_stride, bias, beam, vocab, sentence_flags, table, table_first_row,
+               history ? *history : DeviceHistory{});
 }
 
 template <typename T>

@@ -419,6 +419,8 @@ class CpuEngine : public Engine {
         throw Error(ErrorCode::kInternal, "engine step: a group's slot, beam or k is out of range");
       if (g.follows >= 0)  // Engine::submit(): only engines that overlap steps follow one
         throw Error(ErrorCode::kInternal, "engine step: the CPU engine computes each step at once and follows none");
+      if (g.device_repetition())  // Engine::repetition_on_device(): the host sends the CPU its edits
+        throw Error(ErrorCode::kInternal, "engine step: the CPU engine computes no repetition controls itself");
       if (g.forced_token >= c_.target_vocab_size)
         throw Error(ErrorCode::kInvalidArgument, "forced token id " + std::to_string(g.forced_token) +
                                                      " is outside the vocabulary");

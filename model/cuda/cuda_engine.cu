@@ -248,6 +248,10 @@ void CudaEngine<T>::submit(const StepInput& in, int lane_index) {
   trim_memory();
   grow_cache(last_position + 1);
   grow_step_buffers(shape.rows);
+  if (shape.edits && !state_.history.get()) {  // repetition controls: a token per cache token
+    const int64_t row_blocks = (c_.max_positions + kBlockPositions - 1) / kBlockPositions;
+    state_.history = DeviceBuffer<int>(&alloc_, size_t(cap_.rows * row_blocks + 1) * kBlockPositions);
+  }
   fill_upload(in, shape, lane);  // the lane's previous step has been waited for
 
   join_encode();  // the last encode's sentences may step now

@@ -92,6 +92,9 @@ class CudaEngine final : public Engine {
   void submit(const StepInput& in, int lane) override;
   void collect(int lane, StepOutput* out) override;
   bool overlaps_steps() const override { return true; }
+  // no_repeat_ngram_size and repetition_penalty from the rows' histories on the device
+  // (kernels::DeviceHistory, beam_token_edits_cuda): such sentences follow like plain ones.
+  bool repetition_on_device() const override { return true; }
 
  private:
   static constexpr size_t kCublasWorkspace = 8u << 20;
@@ -149,7 +152,7 @@ class CudaEngine final : public Engine {
   void check_step(const StepInput& in) const;
   void fill_upload(const StepInput& in, const StepShape& shape, StepLane& lane);
   // Repetition controls (decoder_step.cu): the step's token edits for the device.
-  static bool sentence_edited(const StepInput& in, size_t row, int beam);
+  static bool sentence_edited(const StepInput& in, size_t row, const StepGroup& g);
   void fill_edits(const StepInput& in, const StepShape& shape, StepLane& lane);
   void enqueue_step(const StepShape& shape, const StepLane& lane);
   void enqueue_decoder_layer(int l, Residual<T>& x, const StepUpload& dev, int rows, int parity);

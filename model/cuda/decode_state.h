@@ -62,6 +62,10 @@ struct DecodeState {
   std::vector<size_t> topk_bytes;  // [padded rows + 1]: the top-k scratch of a step of r rows
   int step_rows = 0;
   DeviceBuffer<char> step_in;  // the upload, copied by the step's first launch
+  // Repetition controls on the device (kernels::DeviceHistory): the token fed at each cache
+  // token, [cache tokens]; allocated by the first step with token edits (a step without
+  // any never reads it).
+  DeviceBuffer<int> history;
 };
 
 // Where StepLane::alignment's argmax ints start after the flag bytes of `rows` padded rows.
@@ -75,7 +79,8 @@ struct StepLane {
   PinnedBuffer alignment;
   // Repetition controls: the token edits' table (kernels::TokenEditTable, at a fixed address
   // the graphs read) and the arrays it points to (grown as a step needs: [padded rows + 1]
-  // offsets, then tokens, then factors).
+  // offsets, [padded rows] n-gram sizes and penalties (the device's controls), then tokens,
+  // then factors).
   PinnedBuffer edit_table, edit_data;
   cudaEvent_t stepped = nullptr;  // the end of its step's own work (not a riding encode)
   cudaEvent_t start = nullptr, end = nullptr;  // NMT_CUDA_PROFILE's

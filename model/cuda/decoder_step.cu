@@ -81,7 +81,7 @@ void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, Ste
                                      (g->forced_token >= 0 && g->teacher_forced ? kernels::kTopkTeacherForced : 0)
                                : 0;
       h.forced[sentence] = real ? g->forced_token : -1;
-      if (shape.edits && real && sentence_edited(in, row, g->beam))  // repetition controls
+      if (shape.edits && real && sentence_edited(in, row, *g))  // repetition controls
         h.flags[sentence] |= kernels::kTopkLogProbs | (g->edit_logits ? kernels::kTopkEditLogits : 0);
       for (int b = 0; b < run.beam; ++b, ++r) {
         h.tokens[r] = real ? in.tokens[row] : c_.pad_id;
@@ -101,31 +101,39 @@ void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, Ste
   if (shape.edits) fill_edits(in, shape, lane);
 }
 
-// Repetition controls: whether any row of the sentence whose first row of `in` is `row` has
-// token edits (then all its rows become final log-probs on the device).
+// Repetition controls: whether the sentence g, whose first row of `in` is `row`, has edits at
+// this step: the host's for any of its rows, or the device's where no token is forced (a
+// forced token wins over them; its history is still recorded). Then all its rows become final
+// log-probs on the device.
 template <typename T>
-bool CudaEngine<T>::sentence_edited(const StepInput& in, size_t row, int beam) {
-  return in.edit_begin[row + size_t(beam)] > in.edit_begin[row];
+bool CudaEngine<T>::sentence_edited(const StepInput& in, size_t row, const StepGroup& g) {
+  if (g.device_repetition()) return g.forced_token < 0 && !g.force_eos;
+  return !in.edit_begin.empty() && in.edit_begin[row + size_t(g.beam)] > in.edit_begin[row];
 }
 
 // The step's token edits in the lane's pinned arrays, offsets per padded row (padding rows
-// none), and the table the graph reads pointing at them.
+// none), the device controls per padded row, and the table the graph reads pointing at them.
 template <typename T>
 void CudaEngine<T>::fill_edits(const StepInput& in, const StepShape& shape, StepLane& lane) {
-  const size_t edits = in.edit_tokens.size();
-  lane.edit_data.reserve((size_t(shape.rows) + 1) * sizeof(int) + edits * (sizeof(int) + sizeof(float)));
+  const size_t edits = in.edit_tokens.size(), rows = size_t(shape.rows);
+  lane.edit_data.reserve((3 * rows + 1) * sizeof(int) + edits * (sizeof(int) + sizeof(float)));
   int* begin = static_cast<int*>(lane.edit_data.get());
-  int* tokens = begin + shape.rows + 1;
+  int* ngram = begin + rows + 1;
+  float* penalty = reinterpret_cast<float*>(ngram + rows);
+  int* tokens = reinterpret_cast<int*>(penalty + rows);
   float* factors = reinterpret_cast<float*>(tokens + edits);
   std::copy(in.edit_tokens.begin(), in.edit_tokens.end(), tokens);
   std::copy(in.edit_factors.begin(), in.edit_factors.end(), factors);
-  size_t row = 0;  // of `in`
+  size_t row = 0, group = 0;  // of `in`
   for (const Run& run : shape.runs) {
     int r = run.first_row;
     for (int s = 0; s < run.padded; ++s) {
+      const StepGroup* g = s < run.sentences ? &in.groups[group++] : nullptr;
       for (int b = 0; b < run.beam; ++b, ++r) {
-        begin[r] = in.edit_begin[row];
-        if (s < run.sentences) ++row;
+        begin[r] = in.edit_begin.empty() ? 0 : in.edit_begin[row];
+        ngram[r] = g ? g->no_repeat_ngram_size : 0;
+        penalty[r] = g ? g->repetition_penalty : 1.f;
+        if (g) ++row;
       }
     }
   }
@@ -134,6 +142,8 @@ void CudaEngine<T>::fill_edits(const StepInput& in, const StepShape& shape, Step
   table->begin = begin;
   table->tokens = tokens;
   table->factors = factors;
+  table->ngram = ngram;
+  table->penalty = penalty;
 }
 
 // Everything a step enqueues (its graph): from reading the packed upload to writing the
@@ -176,12 +186,19 @@ void CudaEngine<T>::enqueue_step(const StepShape& shape, const StepLane& lane) {
   if (c_.arch.final_decoder_norm) layers_.final_norm(x, w_.decoder_final_norm, rows);
   layers_.project_logits(x, w_.output_projection, state_.logits.get(), logits_ld(), rows);
   if (shape.edits) {  // repetition controls: the edited sentences' rows become final log-probs
+    // The device controls' histories: this step's key-row table (just reordered) and tokens.
+    kernels::DeviceHistory history;
+    history.tokens = state_.history.get();
+    history.key_rows = state_.key_rows[1 - parity].get();
+    history.capacity = cache_cap_;
+    history.cache_rows = dev.cache_rows; history.positions = dev.positions;
+    history.step_tokens = dev.tokens; history.follow = dev.follow; history.follow_tokens = before.tokens.get();
     for (const Run& run : shape.runs)
       kernels::beam_token_edits_cuda(state_.logits.get() + int64_t(run.first_row) * logits_ld(), logits_ld(),
                                      w_.output_bias.get(), run.padded, run.beam, c_.target_vocab_size,
                                      dev.flags + run.first_sentence,
                                      static_cast<const kernels::TokenEditTable*>(lane.edit_table.get()),
-                                     run.first_row, q_.stream);
+                                     run.first_row, q_.stream, &history, cache_cap_);
   }
   enqueue_topk(shape, dev, static_cast<int*>(lane.out.get()), state_.next_rows[1 - parity]);
 }
@@ -360,7 +377,7 @@ void CudaEngine<T>::collect_logits(const StepLane& lane, StepOutput* out) const 
   template StepLane& CudaEngine<T>::step_lane(int);                                                           \
   template GraphKey CudaEngine<T>::graph_key(const StepShape&, int) const;                                    \
   template void CudaEngine<T>::launch_step(const StepShape&, const std::vector<StepGroup>&, int);             \
-  template bool CudaEngine<T>::sentence_edited(const StepInput&, size_t, int);                                \
+  template bool CudaEngine<T>::sentence_edited(const StepInput&, size_t, const StepGroup&);                   \
   template void CudaEngine<T>::fill_edits(const StepInput&, const StepShape&, StepLane&);                     \
   template void CudaEngine<T>::collect_output(const StepShape&, const StepLane&, StepOutput*) const;         \
   template void CudaEngine<T>::enqueue_logits_download(const StepInput&, const StepShape&, StepLane&);       \

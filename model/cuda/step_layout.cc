@@ -29,7 +29,11 @@ StepShape shape_of(const std::vector<StepGroup>& groups) {
 }
 
 bool has_edits(const StepInput& in) {
-  return !in.edit_begin.empty() && in.edit_begin.back() > 0;
+  if (!in.edit_begin.empty() && in.edit_begin.back() > 0) return true;
+  for (const StepGroup& g : in.groups) {
+    if (g.device_repetition()) return true;
+  }
+  return false;
 }
 
 }  // namespace nmt::cuda

@@ -34,7 +34,8 @@ struct StepShape {
   // return_alignments: a sentence asks (StepGroup::alignments); the step then also runs the
   // alignment layer's argmax kernel (a graph of its own: GraphKey).
   bool alignments = false;
-  // Repetition controls: some row has token edits (StepInput::edit_begin), so the step runs
+  // Repetition controls: some row has token edits (StepInput::edit_begin) or some group
+  // device controls (StepGroup::no_repeat_ngram_size), so the step runs
   // kernels::beam_token_edits_cuda before each top-k (a graph of its own).
   bool edits = false;
 };

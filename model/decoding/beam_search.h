@@ -100,6 +100,14 @@ class SentenceSearch {
   // stays -1), and a decode loop that holds one keeps a single step in flight (DecodeLoop,
   // docs/decoding.md).
   bool host_steps() const { return options_.repetition_controls() || samples_ || constrained(); }
+  // Whether its controls are only those an engine may compute on the device
+  // (Engine::repetition_on_device(): no_repeat_ngram_size, repetition_penalty; no sampling,
+  // no suppress_sequences, no glossary): on such an engine it does not step from its host state.
+  const DecodeOptions& options() const { return options_; }
+  bool device_repetition() const {
+    return !samples_ && !constrained() && options_.suppress_sequences.empty() &&
+           (options_.no_repeat_ngram_size > 0 || options_.repetition_penalty != 1.f);
+  }
   // Appends beam b's token edits for the next step (StepInput::edit_tokens / edit_factors);
   // none at a step whose token is forced (a forced token wins over them).
   void token_edits(int b, std::vector<int>* tokens, std::vector<float>* factors);

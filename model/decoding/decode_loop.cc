@@ -171,7 +171,7 @@ bool DecodeLoop::submit(StepReport* report) {
       for (const auto& a : active_) {
         // A sentence whose next step needs its host state (host_steps: repetition edits,
         // sampling's draws) never follows.
-        const bool follows = newest && a->newest == newest->number && !a->search.host_steps();
+        const bool follows = newest && a->newest == newest->number && !host_steps(a->search);
         if (a->in_flight > 0 && (!follows || a->last)) continue;
         const int ahead = follows ? 1 : 0;
         const SentenceSearch& s = a->search;
@@ -181,6 +181,11 @@ bool DecodeLoop::submit(StepReport* report) {
         in_.groups.back().teacher_forced = s.teacher_forced(ahead);  // Score (prefix-score)
         // sampling draws from the logits, a glossary sentence's search ranks them on the host
         in_.groups.back().return_logits = s.returns_logits();
+        if (engine_.repetition_on_device() && s.device_repetition()) {  // the engine's own edits
+          in_.groups.back().no_repeat_ngram_size = s.options().no_repeat_ngram_size;
+          in_.groups.back().repetition_penalty = s.options().repetition_penalty;
+          in_.groups.back().edit_logits = s.beam() == 1;
+        }
         for (int b = 0; b < s.beam(); ++b) {
           // a following row's token, parent and running score are the device's: these stand in
           in_.tokens.push_back(s.tokens()[size_t(b)]);
@@ -193,7 +198,7 @@ bool DecodeLoop::submit(StepReport* report) {
           for (int b = 0; b < s.beam(); ++b) {
             in_.edit_begin.push_back(int(in_.edit_tokens.size()));
             // a sampling sentence's edits apply on the host, to the logits it draws from
-            if (a->search.host_steps() && !s.samples()) a->search.token_edits(b, &in_.edit_tokens, &in_.edit_factors);
+            if (host_steps(a->search) && !s.samples()) a->search.token_edits(b, &in_.edit_tokens, &in_.edit_factors);
           }
         }
         members.push_back(a.get());
@@ -347,7 +352,7 @@ const int* DecodeLoop::aligned_rows(size_t row, int beam) {
 bool DecodeLoop::holds_host_steps() const {
   for (const ActiveList* list : {&active_, &encoding_, &joining_}) {
     for (const auto& a : *list) {
-      if (!a->gone && a->search.host_steps()) return true;
+      if (!a->gone && host_steps(a->search)) return true;
     }
   }
   return false;

@@ -144,6 +144,11 @@ class DecodeLoop {
   // Repetition controls: an active, encoding or admitted sentence steps from its host state
   // (SentenceSearch::host_steps()): the loop keeps one step in flight.
   bool holds_host_steps() const;
+  // Whether a sentence steps from its host state on this engine: SentenceSearch::host_steps(),
+  // but for repetition controls the engine computes itself (Engine::repetition_on_device()).
+  bool host_steps(const SentenceSearch& s) const {
+    return s.host_steps() && !(engine_.repetition_on_device() && s.device_repetition());
+  }
 
   Engine& engine_;
   const ModelConfig& config_;

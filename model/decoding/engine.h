@@ -68,8 +68,9 @@ struct StepGroup {
   // Repetition controls (DecodeOptions; docs/decoding.md, "Repetition controls"): whether the
   // token edits of the group's rows (StepInput::edit_begin) apply to the logits, as
   // transformers' greedy search (_sample) applies its logits processors, or to the
-  // log-probs, after the log-softmax, as its beam search does (true: greedy). A group with
-  // edits never follows, and a forced token or EOS wins over them (the host sends none then).
+  // log-probs, after the log-softmax, as its beam search does (true: greedy); the device's own
+  // edits too (no_repeat_ngram_size below). A group with host edits never follows (one with
+  // the device's may), and a forced token or EOS wins over them (the host sends none then).
   bool edit_logits = false;
   // Teacher forcing (Score, docs/decoding.md): the forced_token's candidate carries its real
   // log-prob (log_softmax of the logits, no mask) instead of 0; every other token stays -inf.
@@ -81,6 +82,18 @@ struct StepGroup {
   // group (the top-k path is unchanged) and not used. Such a group never follows (its next
   // tokens are the host's draws).
   bool return_logits = false;
+
+  // Repetition controls on the device (Engine::repetition_on_device(); docs/decoding.md,
+  // "Repetition controls"): the engine keeps each of the group's rows' target history (the
+  // tokens fed at positions 0..position, so the decoder start token first, as transformers'
+  // decoder input_ids) and computes the rows' no_repeat_ngram_size bans and
+  // repetition_penalty edits from it, as the host's TokenEdits would, applied where
+  // edit_logits says. So such a group may follow. Set in every step of the sentence (the
+  // history is recorded at forced steps too, where no edit applies); 0 and 1: none. The
+  // group has no host edits (StepInput::edit_begin) then.
+  int no_repeat_ngram_size = 0;
+  float repetition_penalty = 1.f;
+  bool device_repetition() const { return no_repeat_ngram_size > 0 || repetition_penalty != 1.f; }
 };
 
 struct StepInput {
@@ -173,6 +186,10 @@ class Engine {
   virtual void submit(const StepInput& in, int lane) { step(in, &submitted_[lane]); }
   virtual void collect(int lane, StepOutput* out) { std::swap(*out, submitted_[lane]); }
   virtual bool overlaps_steps() const { return false; }
+  // Whether the engine computes no_repeat_ngram_size and repetition_penalty itself
+  // (StepGroup::no_repeat_ngram_size): then a sentence with only those controls steps like
+  // one without (it follows). An engine that does not refuses a group that sets them.
+  virtual bool repetition_on_device() const { return false; }
   virtual int vocab_size() const = 0;  // the target vocabulary, which candidates index
   // The encoder's float32 output of sentence i of the last encode(), [length, d_model]: for
   // tests and layer-by-layer debugging against the reference implementation.

@@ -152,6 +152,11 @@ class ScriptedEngine : public Engine {
   // the CUDA engine's. The lane of each submitted step is recorded (lanes()), and how many
   // groups followed.
   bool overlaps_steps() const override { return overlapping; }
+  // With `device_repetition` (and `overlapping`), as the CUDA engine: it takes
+  // no_repeat_ngram_size / repetition_penalty per group (StepGroup) and computes their edits
+  // itself (here: ignores them, as it ignores the host's); controlled_groups counts the
+  // groups that carried them, host_edits the host's edit entries submitted.
+  bool repetition_on_device() const override { return overlapping && device_repetition; }
   void submit(const StepInput& given, int lane) override {
     if (!overlapping) return Engine::submit(given, lane);
     if (lane < 0 || lane >= kStepLanes || pending_[size_t(lane)].in_flight)
@@ -166,6 +171,8 @@ class ScriptedEngine : public Engine {
     }
     StepInput in = given;
     in.encode = nullptr;
+    host_edits += int(given.edit_tokens.size());
+    for (const StepGroup& g : given.groups) controlled_groups += g.device_repetition();
     size_t first = 0;
     for (const StepGroup& g : in.groups) {
       if (g.follows >= 0) {
@@ -220,6 +227,8 @@ class ScriptedEngine : public Engine {
   bool report_cache_positions = true;
   std::atomic<int> encoded{0};
   bool overlapping = false;
+  bool device_repetition = false;
+  std::atomic<int> controlled_groups{0}, host_edits{0};
   std::atomic<int> releases{0};          // release() calls
   std::atomic<int> early_releases{0};    // releases of a slot or row that a step in flight reads
   std::atomic<int> unreleased_reuses{0};  // encodes into a slot still holding its last sentence

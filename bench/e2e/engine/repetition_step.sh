@@ -4,8 +4,9 @@
 # The demo model models/m30k-en-de-small through nmt-bench-e2e --ids-model (random source ids,
 # exactly --tgt-len decode steps a sentence, so ms_per_step is one step of the whole batch),
 # beam 4, batch 64, float16 and float32: no control (two steps in flight, following), then
-# no_repeat_ngram_size 3, then repetition_penalty 1.2 (one step in flight: the host computes
-# each step's edits; docs/decoding.md, "Repetition controls"). Rounds alternate the three so
+# no_repeat_ngram_size 3, then repetition_penalty 1.2 (the CUDA engine computes their edits on
+# the device and the steps follow as without; before that the host computed them with one step
+# in flight: docs/decoding.md, "Repetition controls"). Rounds alternate the three so
 # that drift hits them alike; the summary line per precision is the median of each.
 # usage: bench/e2e/engine/repetition_step.sh [OUT_DIR]   (nmt-bench-e2e on PATH)
 set -uo pipefail

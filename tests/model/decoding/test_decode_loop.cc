@@ -464,3 +464,33 @@ TEST(DecodeLoop, HostStepsSentenceHoldsTheLoopToOneStepInFlight) {
   expect_same(finished.at(1), alone(30, beam(2)), 1);
   expect_same(finished.at(2), alone(3, controlled), 2);
 }
+
+// Repetition controls on an engine that computes them itself (Engine::repetition_on_device(),
+// the CUDA engine): a sentence with only no_repeat_ngram_size / repetition_penalty sends them
+// in its groups, no host edits, and follows like one without controls; suppress_sequences
+// still steps from the host state (one step in flight, no following).
+TEST(DecodeLoop, DeviceRepetitionControlsFollowLikePlainSentences) {
+  DecodeOptions ngram = beam(2), penalty = beam(1);
+  ngram.no_repeat_ngram_size = 3;
+  penalty.repetition_penalty = 1.2f;
+  for (const DecodeOptions& controlled : {ngram, penalty}) {
+    ScriptedEngine e;
+    e.overlapping = true;
+    e.device_repetition = true;
+    const auto r = run(e, {6, 9}, controlled, {16, 64, 4}, 1);
+    EXPECT_GT(e.followed_groups.load(), 0) << "the controlled sentences follow";
+    EXPECT_GT(e.controlled_groups.load(), 0);
+    EXPECT_EQ(e.host_edits.load(), 0) << "the engine computes the edits";
+    ASSERT_EQ(r.size(), 2u);
+    expect_same(r.at(1).translation, alone(9, controlled), 1);
+  }
+  DecodeOptions suppress = beam(2);
+  suppress.suppress_sequences = {{7, 8}};
+  ScriptedEngine e;
+  e.overlapping = true;
+  e.device_repetition = true;
+  const auto r = run(e, {6, 9}, suppress, {16, 64, 4}, 1);
+  EXPECT_EQ(e.followed_groups.load(), 0) << "suppress_sequences: the host's edits, one step in flight";
+  EXPECT_EQ(e.controlled_groups.load(), 0);
+  EXPECT_EQ(r.size(), 2u);
+}
