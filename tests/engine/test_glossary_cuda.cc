@@ -18,6 +18,7 @@
 #include "model/decoding/decode_loop.h"
 #include "model/translator.h"
 #include "tests/support/golden.h"
+#include "tests/support/loop_runs.h"
 
 using namespace nmt;
 
@@ -91,26 +92,10 @@ TEST_F(GlossaryCuda, MixedLoadEqualsLoneTranslations) {
     mixed.push_back({id++, src, plain});
     mixed.push_back({id++, src, constrained});
   }
-  int rows = 0;
-  for (const auto& s : mixed) rows += s.options.beam_size;
-  auto run = [&](const std::vector<LoopSentence>& batch, bool stagger) {
-    std::map<uint64_t, Translation> got;
-    auto loop = gpu->make_loop({int(batch.size()), rows, 64});
-    size_t next = 0;
-    while (next < batch.size() || !loop->idle()) {
-      const size_t take = stagger ? std::min(next + 1, batch.size()) : batch.size();
-      if (next < take) {
-        loop->admit(std::vector<LoopSentence>(batch.begin() + long(next), batch.begin() + long(take)));
-        next = take;
-      }
-      for (FinishedSentence& f : loop->step().finished) got[f.id] = f.translation;
-    }
-    return got;
-  };
-  const auto together = run(mixed, true);
+  const auto together = test::run_loop(*gpu, mixed, true);
   ASSERT_EQ(together.size(), mixed.size());
   for (const LoopSentence& s : mixed) {
-    const Translation a = run({s}, false).at(s.id);
+    const Translation a = test::run_loop(*gpu, {s}, false).at(s.id);
     const Translation& b = together.at(s.id);
     ASSERT_EQ(b.hypotheses.size(), a.hypotheses.size()) << "sentence " << s.id;
     EXPECT_EQ(b.hypotheses[0].ids, a.hypotheses[0].ids) << "sentence " << s.id;

@@ -13,6 +13,7 @@
 #include "model/decoding/decode_loop.h"
 #include "model/error.h"
 #include "model/translator.h"
+#include "tests/support/loop_runs.h"
 #include "tests/support/conformance/conformance_cases.h"
 #include "tests/support/golden.h"
 #include "tests/support/conformance/prefix_score_cases.h"
@@ -139,29 +140,13 @@ TEST(PrefixScore, MixedLoadEqualsLoneTranslations) {
     scored.score_target = target;
     mixed.push_back({id++, src, scored});
   }
-  int rows = 0;
-  for (const auto& s : mixed) rows += s.options.beam_size;
-  auto run = [&](const std::vector<LoopSentence>& batch, bool stagger) {
-    std::map<uint64_t, Hypothesis> got;
-    auto loop = demo().make_loop({int(batch.size()), rows, 64});
-    size_t next = 0;
-    while (next < batch.size() || !loop->idle()) {
-      // staggered: one newcomer a step, so that sentences share steps at different positions
-      const size_t take = stagger ? std::min(next + 1, batch.size()) : batch.size();
-      if (next < take) {
-        loop->admit(std::vector<LoopSentence>(batch.begin() + long(next), batch.begin() + long(take)));
-        next = take;
-      }
-      for (FinishedSentence& f : loop->step().finished) got[f.id] = f.translation.hypotheses.at(0);
-    }
-    return got;
-  };
-  const auto together = run(mixed, true);
+  // staggered: one newcomer a step, so that sentences share steps at different positions
+  const auto together = test::run_loop(demo(), mixed, true);
   ASSERT_EQ(together.size(), mixed.size());
   for (const LoopSentence& s : mixed) {
-    const auto alone = run({s}, false);
-    const Hypothesis& a = alone.at(s.id);
-    const Hypothesis& b = together.at(s.id);
+    const auto alone = test::run_loop(demo(), {s}, false);
+    const Hypothesis& a = alone.at(s.id).hypotheses.at(0);
+    const Hypothesis& b = together.at(s.id).hypotheses.at(0);
     EXPECT_EQ(b.ids, a.ids) << "sentence " << s.id;
     EXPECT_NEAR(b.score, a.score, 1e-5 * std::max(1.f, std::abs(a.score))) << "sentence " << s.id;
   }
