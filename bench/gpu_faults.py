@@ -30,6 +30,9 @@ import urllib.request
 
 import grpc
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from protowire import field, varint  # noqa: E402  (bench/protowire.py)
+
 SENTENCES = [b"The weather is nice today.", b"Where is the train station?",
              b"My brother plays the piano every evening.", b"We are going to the market.",
              b"She opened the window because it was warm.", b"The children laugh in the garden.",
@@ -37,18 +40,6 @@ SENTENCES = [b"The weather is nice today.", b"Where is the train station?",
 TRANSLATE = "/nmt.v1.TranslationService/Translate"
 
 
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def field(number, payload):  # length-delimited
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def request(text, beam, max_length=None, min_length=None):

@@ -21,7 +21,11 @@ import json
 import os
 import tempfile
 import threading
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from protowire import field, varint  # noqa: E402  (bench/protowire.py)
 
 
 def lines(path):
@@ -33,18 +37,6 @@ def report(d):
     print("RESULT " + json.dumps(d), flush=True)
 
 
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def field(num, data):
-    return varint(num << 3 | 2) + varint(len(data)) + data
 
 
 def score_request(model, sources, targets):

@@ -57,6 +57,9 @@ import urllib.request
 
 import grpc
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from protowire import field, varint  # noqa: E402  (bench/protowire.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 MODEL = "m30k-en-de-small"
@@ -77,18 +80,6 @@ TRICKLE = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/jso
 
 
 # --- protobuf by hand: nmt.v1.TranslateRequest {model 1, texts 2, options 3 {beam_size 1}}
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def field(number, payload):
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def translate_request(texts, beam=4, model=""):
