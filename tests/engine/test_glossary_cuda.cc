@@ -17,6 +17,7 @@
 #include "model/cuda_engine.h"
 #include "model/decoding/decode_loop.h"
 #include "model/translator.h"
+#include "tests/support/glossary_cases.h"
 #include "tests/support/golden.h"
 #include "tests/support/loop_runs.h"
 
@@ -33,23 +34,6 @@ std::unique_ptr<Translator> load(Device device) {
   return Translator::load(test::demo_model_dir(), o);
 }
 
-struct GlossaryCase {
-  std::string source;
-  std::vector<std::string> targets;
-};
-
-const std::vector<GlossaryCase> kGlossaryCases = {
-    {"A dog runs across the yard.", {"Welpe"}},
-    {"Two men are playing chess in the park.", {"Herren", "Grünanlage"}},
-    {"A woman in a red dress is singing.", {"Gewand"}},
-    {"The children are eating ice cream.", {"Kinder", "Speiseeis"}},
-    {"A man is riding a bicycle down the street.", {"Fahrrad", "Straße", "Herr"}},
-};
-
-bool holds_phrase(const std::vector<int>& ids, const std::vector<int>& phrase) {
-  return std::search(ids.begin(), ids.end(), phrase.begin(), phrase.end()) != ids.end();
-}
-
 class GlossaryCuda : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -63,7 +47,7 @@ TEST_F(GlossaryCuda, EveryTermInEveryHypothesisAsOnTheCpu) {
   auto gpu = load(Device::kCuda);
   auto cpu = load(Device::kCpu);
   int same = 0;
-  for (const GlossaryCase& c : kGlossaryCases) {
+  for (const test::GlossaryCase& c : test::kGlossaryCases) {
     DecodeOptions o;
     o.num_hypotheses = 4;
     for (const std::string& t : c.targets) o.glossary_phrases.push_back(gpu->encode_target(t));
@@ -71,19 +55,19 @@ TEST_F(GlossaryCuda, EveryTermInEveryHypothesisAsOnTheCpu) {
     const Translation h = cpu->translate({c.source}, o).at(0);
     ASSERT_EQ(g.hypotheses.size(), 4u) << c.source;
     for (const Hypothesis& hyp : g.hypotheses) {
-      for (const auto& p : o.glossary_phrases) EXPECT_TRUE(holds_phrase(hyp.ids, p)) << c.source << ": " << hyp.text;
+      for (const auto& p : o.glossary_phrases) EXPECT_TRUE(test::holds_phrase(hyp.ids, p)) << c.source << ": " << hyp.text;
     }
     same += g.hypotheses[0].ids == h.hypotheses[0].ids;
     std::cout << c.source << " -> " << g.hypotheses[0].text << "\n";
   }
-  EXPECT_GE(same, int(kGlossaryCases.size()) - 1) << "best hypotheses equal to the CPU engine's";
+  EXPECT_GE(same, int(test::kGlossaryCases.size()) - 1) << "best hypotheses equal to the CPU engine's";
 }
 
 TEST_F(GlossaryCuda, MixedLoadEqualsLoneTranslations) {
   auto gpu = load(Device::kCuda);
   std::vector<LoopSentence> mixed;
   uint64_t id = 0;
-  for (const GlossaryCase& c : kGlossaryCases) {
+  for (const test::GlossaryCase& c : test::kGlossaryCases) {
     DecodeOptions plain;
     plain.num_hypotheses = 2;
     DecodeOptions constrained = plain;
@@ -99,6 +83,6 @@ TEST_F(GlossaryCuda, MixedLoadEqualsLoneTranslations) {
     const Translation& b = together.at(s.id);
     ASSERT_EQ(b.hypotheses.size(), a.hypotheses.size()) << "sentence " << s.id;
     EXPECT_EQ(b.hypotheses[0].ids, a.hypotheses[0].ids) << "sentence " << s.id;
-    for (const auto& p : s.options.glossary_phrases) EXPECT_TRUE(holds_phrase(b.hypotheses[0].ids, p));
+    for (const auto& p : s.options.glossary_phrases) EXPECT_TRUE(test::holds_phrase(b.hypotheses[0].ids, p));
   }
 }

@@ -13,10 +13,11 @@
 #include "model/decoding/decode_loop.h"
 #include "model/error.h"
 #include "model/translator.h"
-#include "tests/support/loop_runs.h"
 #include "tests/support/conformance/conformance_cases.h"
-#include "tests/support/golden.h"
 #include "tests/support/conformance/prefix_score_cases.h"
+#include "tests/support/error_of.h"
+#include "tests/support/golden.h"
+#include "tests/support/loop_runs.h"
 
 using namespace nmt;
 
@@ -36,15 +37,6 @@ Translator& demo() {
 
 const std::vector<std::string> kSources = {"A dog runs across the yard.", "Two men are playing chess in the park.",
                                            "A woman in a red dress is singing.", "The children are eating ice cream."};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
@@ -156,16 +148,16 @@ TEST(PrefixScore, RefusesBadPrefixesAndTargetsNamingTheField) {
   DecodeOptions o;
   o.max_decoding_length = 3;
   o.target_prefix = {10, 11, 12};
-  EXPECT_NE(error_of([&] { demo().translate(kSources, o); }).find("target_prefix"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { demo().translate(kSources, o); }).find("target_prefix"), std::string::npos);
   o.max_decoding_length = 255;
   o.target_prefix = {10, demo().config().eos_id};
-  EXPECT_NE(error_of([&] { demo().translate(kSources, o); }).find("target_prefix holds </s>"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { demo().translate(kSources, o); }).find("target_prefix holds </s>"), std::string::npos);
   o.target_prefix = {demo().config().target_vocab_size};
-  EXPECT_NE(error_of([&] { demo().translate(kSources, o); }).find("target_prefix holds id"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { demo().translate(kSources, o); }).find("target_prefix holds id"), std::string::npos);
   DecodeOptions s;
   s.max_decoding_length = 3;
-  EXPECT_NE(error_of([&] { demo().score({kSources[0]}, {"Ein Hund rennt über den Hof."}, s); }).find("targets"),
+  EXPECT_NE(test::error_of([&] { demo().score({kSources[0]}, {"Ein Hund rennt über den Hof."}, s); }).find("targets"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { demo().score(kSources, {"Ein Hund."}, DecodeOptions{}); }).find("targets has 1 entries"),
+  EXPECT_NE(test::error_of([&] { demo().score(kSources, {"Ein Hund."}, DecodeOptions{}); }).find("targets has 1 entries"),
             std::string::npos);
 }

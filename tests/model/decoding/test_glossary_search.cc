@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <functional>
 #include <iostream>
 #include <map>
 
@@ -15,6 +14,8 @@
 #include "model/decoding/decode_loop.h"
 #include "model/error.h"
 #include "model/translator.h"
+#include "tests/support/error_of.h"
+#include "tests/support/glossary_cases.h"
 #include "tests/support/golden.h"
 #include "tests/support/loop_runs.h"
 
@@ -32,34 +33,7 @@ Translator& demo() {
   return *t;
 }
 
-bool holds(const std::vector<int>& ids, const std::vector<int>& phrase) {
-  return std::search(ids.begin(), ids.end(), phrase.begin(), phrase.end()) != ids.end();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-struct Case {
-  std::string source;
-  std::vector<std::string> targets;  // required target terms
-};
-
-// Terms the model would not choose by itself, one or several tokens, one or two per sentence.
-const std::vector<Case> kCases = {
-    {"A dog runs across the yard.", {"Welpe"}},
-    {"Two men are playing chess in the park.", {"Herren", "Grünanlage"}},
-    {"A woman in a red dress is singing.", {"Gewand"}},
-    {"The children are eating ice cream.", {"Kinder", "Speiseeis"}},
-    {"A man is riding a bicycle down the street.", {"Fahrrad", "Straße", "Herr"}},
-};
-
-std::vector<std::vector<int>> phrases(const Case& c) {
+std::vector<std::vector<int>> phrases(const test::GlossaryCase& c) {
   std::vector<std::vector<int>> out;
   for (const std::string& t : c.targets) out.push_back(demo().encode_target(t));
   return out;
@@ -95,7 +69,7 @@ TEST(PhraseConstraints, TracksProgressAndNeed) {
 
 TEST(GlossarySearch, EveryRequiredTermIsInEveryHypothesis) {
   for (int beam : {2, 4, 6}) {
-    for (const Case& c : kCases) {
+    for (const test::GlossaryCase& c : test::kGlossaryCases) {
       SCOPED_TRACE(c.source + " beam " + std::to_string(beam));
       DecodeOptions o;
       o.beam_size = beam;
@@ -104,7 +78,7 @@ TEST(GlossarySearch, EveryRequiredTermIsInEveryHypothesis) {
       const Translation t = demo().translate({c.source}, o).at(0);
       ASSERT_EQ(t.hypotheses.size(), size_t(beam));
       for (const Hypothesis& h : t.hypotheses) {
-        for (const auto& p : o.glossary_phrases) EXPECT_TRUE(holds(h.ids, p)) << h.text;
+        for (const auto& p : o.glossary_phrases) EXPECT_TRUE(test::holds_phrase(h.ids, p)) << h.text;
         EXPECT_EQ(h.ids.back(), demo().config().eos_id);
       }
       for (size_t i = 1; i < t.hypotheses.size(); ++i) EXPECT_GE(t.hypotheses[i - 1].score, t.hypotheses[i].score);
@@ -116,16 +90,16 @@ TEST(GlossarySearch, EveryRequiredTermIsInEveryHypothesis) {
 
 TEST(GlossarySearch, TermsFillTheWholeLengthWhenTheyMust) {
   // The terms and EOS take exactly max_decoding_length: the search still holds every one.
-  const Case& c = kCases[1];
+  const test::GlossaryCase& c = test::kGlossaryCases[1];
   DecodeOptions o;
   o.glossary_phrases = phrases(c);
   size_t tokens = 0;
   for (const auto& p : o.glossary_phrases) tokens += p.size();
   o.max_decoding_length = int(tokens) + 1;
   const Translation t = demo().translate({c.source}, o).at(0);
-  for (const auto& p : o.glossary_phrases) EXPECT_TRUE(holds(t.hypotheses.at(0).ids, p));
+  for (const auto& p : o.glossary_phrases) EXPECT_TRUE(test::holds_phrase(t.hypotheses.at(0).ids, p));
   o.max_decoding_length = int(tokens);  // no room for EOS: refused, not dropped
-  EXPECT_NE(error_of([&] { demo().translate({c.source}, o); }).find("glossary"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { demo().translate({c.source}, o); }).find("glossary"), std::string::npos);
 }
 
 // The constrained best is never better than the unconstrained one (it is a search over fewer
@@ -133,7 +107,7 @@ TEST(GlossarySearch, TermsFillTheWholeLengthWhenTheyMust) {
 TEST(GlossarySearch, ConstrainedBestScoresNoHigherThanPlain) {
   DecodeOptions plain;
   plain.num_hypotheses = 3;
-  for (const Case& c : kCases) {
+  for (const test::GlossaryCase& c : test::kGlossaryCases) {
     const Translation a = demo().translate({c.source}, plain).at(0);
     DecodeOptions o = plain;
     o.glossary_phrases = phrases(c);
@@ -148,7 +122,7 @@ TEST(GlossarySearch, ConstrainedBestScoresNoHigherThanPlain) {
 TEST(GlossarySearch, MixedLoadEqualsLoneTranslations) {
   std::vector<LoopSentence> mixed;
   uint64_t id = 0;
-  for (const Case& c : kCases) {
+  for (const test::GlossaryCase& c : test::kGlossaryCases) {
     DecodeOptions plain;
     plain.num_hypotheses = 2;
     DecodeOptions constrained = plain;
@@ -167,16 +141,16 @@ TEST(GlossarySearch, MixedLoadEqualsLoneTranslations) {
       EXPECT_EQ(b.hypotheses[h].ids, a.hypotheses[h].ids) << "sentence " << s.id;
       EXPECT_NEAR(b.hypotheses[h].score, a.hypotheses[h].score, 1e-5 * std::max(1.f, std::abs(a.hypotheses[h].score)));
     }
-    for (const auto& p : s.options.glossary_phrases) EXPECT_TRUE(holds(b.hypotheses[0].ids, p));
+    for (const auto& p : s.options.glossary_phrases) EXPECT_TRUE(test::holds_phrase(b.hypotheses[0].ids, p));
   }
 }
 
 TEST(GlossarySearch, RefusesWhatItCannotHonourNamingTheField) {
-  const std::string src = kCases[0].source;
+  const std::string src = test::kGlossaryCases[0].source;
   DecodeOptions o;
-  o.glossary_phrases = phrases(kCases[0]);
+  o.glossary_phrases = phrases(test::kGlossaryCases[0]);
   auto refused = [&](DecodeOptions x, const std::string& words) {
-    const std::string e = error_of([&] { demo().translate({src}, x); });
+    const std::string e = test::error_of([&] { demo().translate({src}, x); });
     EXPECT_NE(e.find(words), std::string::npos) << e;
   };
   DecodeOptions s = o;

@@ -15,6 +15,7 @@
 #include "model/config/model_config.h"
 #include "model/error.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tests/support/error_of.h"
 #include "tests/support/golden.h"
 
 using namespace nmt;
@@ -43,16 +44,6 @@ nlohmann::json read_json(const fs::path& p) {
 void write_json(const fs::path& p, const nlohmann::json& j) { std::ofstream(p) << j.dump(); }
 
 // What an error says, or "" when none is thrown.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 class FairseqTokenizers : public ::testing::Test {
@@ -241,13 +232,13 @@ TEST_F(FairseqTokenizers, IdsBeyondTheTokenizerButInTheModel) {
   const ModelConfig c = config(Family::kM2M100, 2);
   const auto tok = load("nllb", c);
   EXPECT_EQ(tok->decode({tok->vocab_size(), tok->vocab_size() + 1}), "");
-  EXPECT_NE(error_of([&] { tok->decode({c.vocab_size}); }).find("not in the vocabulary"), std::string::npos);
-  EXPECT_NE(error_of([&] { tok->decode({-1}); }).find("not in the vocabulary"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { tok->decode({c.vocab_size}); }).find("not in the vocabulary"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { tok->decode({-1}); }).find("not in the vocabulary"), std::string::npos);
 }
 
 TEST_F(FairseqTokenizers, UnknownSourceLanguageNamesItAndListsTheCodes) {
   const auto tok = load("nllb", config(Family::kM2M100));
-  const std::string e = error_of([&] { tok->encode("a", "deu_Latm"); });
+  const std::string e = test::error_of([&] { tok->encode("a", "deu_Latm"); });
   EXPECT_NE(e.find("'deu_Latm'"), std::string::npos) << e;
   EXPECT_NE(e.find("eng_Latn, deu_Latn, fra_Latn"), std::string::npos) << e;
 }
@@ -257,40 +248,40 @@ TEST_F(FairseqTokenizers, RefusedFolders) {
   {  // fewer embedding rows than tokens
     ModelConfig small = config(Family::kM2M100);
     small.vocab_size = small.target_vocab_size = spm_size_;
-    const std::string e = error_of([&] { load("nllb", small); });
+    const std::string e = test::error_of([&] { load("nllb", small); });
     EXPECT_NE(e.find("vocab_size " + std::to_string(spm_size_)), std::string::npos) << e;
     EXPECT_NE(e.find("sentencepiece.bpe.model"), std::string::npos) << e;
   }
   {  // the same through tokenizer.json
     ModelConfig small = config(Family::kM2M100);
     small.vocab_size = small.target_vocab_size = spm_size_ + 3;
-    const std::string e = error_of([&] { load("nllb_json", small); });
+    const std::string e = test::error_of([&] { load("nllb_json", small); });
     EXPECT_NE(e.find("tokenizer.json"), std::string::npos) << e;
   }
   {  // </s> where config.json does not put it
     ModelConfig other = config(Family::kM2M100);
     other.eos_id = 0;
-    EXPECT_NE(error_of([&] { load("nllb", other); }).find("eos_token_id"), std::string::npos);
+    EXPECT_NE(test::error_of([&] { load("nllb", other); }).find("eos_token_id"), std::string::npos);
   }
   {  // the tokenizer of another family
-    EXPECT_NE(error_of([&] { load("mbart50", config(Family::kM2M100)); }).find("model_type 'm2m_100'"), std::string::npos);
+    EXPECT_NE(test::error_of([&] { load("mbart50", config(Family::kM2M100)); }).find("model_type 'm2m_100'"), std::string::npos);
   }
   {
     const fs::path dir = copy_of("nllb");
     fs::remove(dir / "sentencepiece.bpe.model");
-    const std::string e = error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
+    const std::string e = test::error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
     EXPECT_NE(e.find(dir.string() + ": missing file 'sentencepiece.bpe.model'"), std::string::npos) << e;
   }
   {
     const fs::path dir = copy_of("m2m100");
     fs::remove(dir / "vocab.json");
-    const std::string e = error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
+    const std::string e = test::error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
     EXPECT_NE(e.find(dir.string() + ": missing file 'vocab.json'"), std::string::npos) << e;
   }
   {
     const fs::path dir = copy_of("nllb");
     fs::remove(dir / "tokenizer_config.json");
-    const std::string e = error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
+    const std::string e = test::error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
     EXPECT_NE(e.find(dir.string() + ": missing file 'tokenizer_config.json'"), std::string::npos) << e;
   }
   {  // no language codes anywhere
@@ -298,7 +289,7 @@ TEST_F(FairseqTokenizers, RefusedFolders) {
     auto cfg = read_json(dir / "tokenizer_config.json");
     cfg.erase("additional_special_tokens");
     write_json(dir / "tokenizer_config.json", cfg);
-    const std::string e = error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
+    const std::string e = test::error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
     EXPECT_NE(e.find("no language codes"), std::string::npos) << e;
   }
   {  // src_lang that is not a code
@@ -306,13 +297,13 @@ TEST_F(FairseqTokenizers, RefusedFolders) {
     auto cfg = read_json(dir / "tokenizer_config.json");
     cfg["src_lang"] = "xyz_Latn";
     write_json(dir / "tokenizer_config.json", cfg);
-    const std::string e = error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
+    const std::string e = test::error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
     EXPECT_NE(e.find("tokenizer_config.json: src_lang 'xyz_Latn'"), std::string::npos) << e;
   }
   {
     const fs::path dir = copy_of("nllb");
     write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "XLMRobertaTokenizer"}});
-    const std::string e = error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
+    const std::string e = test::error_of([&] { Tokenizer::load(dir.string(), config(Family::kM2M100)); });
     EXPECT_NE(e.find("'tokenizer_class' is 'XLMRobertaTokenizer'"), std::string::npos) << e;
   }
 }
