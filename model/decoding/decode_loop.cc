@@ -24,7 +24,7 @@ struct DecodeLoop::Active {
 };
 
 DecodeLoop::DecodeLoop(Engine& engine, const ModelConfig& config, const EngineCapacity& capacity)
-    : engine_(engine), config_(config), capacity_(capacity) {
+    : engine_(engine), engine_repetition_(engine.repetition_on_device()), config_(config), capacity_(capacity) {
   if (capacity.sentences < 1 || capacity.rows < 1 || capacity.source_tokens < 1)
     throw Error(ErrorCode::kInvalidArgument, "a decode loop needs at least one slot, row and token");
   engine_.reserve(capacity);
@@ -181,7 +181,7 @@ bool DecodeLoop::submit(StepReport* report) {
         in_.groups.back().teacher_forced = s.teacher_forced(ahead);  // Score (prefix-score)
         // sampling draws from the logits, a glossary sentence's search ranks them on the host
         in_.groups.back().return_logits = s.returns_logits();
-        if (engine_.repetition_on_device() && s.device_repetition()) {  // the engine's own edits
+        if (device_repetition(s)) {  // the engine's own edits
           in_.groups.back().no_repeat_ngram_size = s.options().no_repeat_ngram_size;
           in_.groups.back().repetition_penalty = s.options().repetition_penalty;
           in_.groups.back().edit_logits = s.beam() == 1;

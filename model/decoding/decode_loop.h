@@ -147,10 +147,13 @@ class DecodeLoop {
   // Whether a sentence steps from its host state on this engine: SentenceSearch::host_steps(),
   // but for repetition controls the engine computes itself (Engine::repetition_on_device()).
   bool host_steps(const SentenceSearch& s) const {
-    return s.host_steps() && !(engine_.repetition_on_device() && s.device_repetition());
+    return s.host_steps() && !device_repetition(s);
   }
+  // The engine computes this sentence's repetition controls itself (StepGroup's controls).
+  bool device_repetition(const SentenceSearch& s) const { return engine_repetition_ && s.device_repetition(); }
 
   Engine& engine_;
+  const bool engine_repetition_;  // engine_.repetition_on_device(), fixed for an engine
   const ModelConfig& config_;
   EngineCapacity capacity_;
   ActiveList active_;    // stepping, ordered by beam (the engine runs one top-k per run of equal beams)
