@@ -17,3 +17,15 @@ def varint(n):
 def field(number, payload):
     """A length-delimited field (strings, bytes, messages): tag, length, payload."""
     return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def read_varint(data, i):
+    """The varint at data[i:]: (its value, the index after it)."""
+    shift = value = 0
+    while True:
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, i

@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from protowire import field, varint  # noqa: E402  (bench/protowire.py)
+from protowire import field, read_varint, varint  # noqa: E402  (bench/protowire.py)
 
 
 def lines(path):
@@ -51,27 +51,15 @@ def score_request(model, sources, targets):
 def output_tokens(msg):
     """ScoreResponse.output_tokens (field 5, varint) from the encoded message."""
     i, tokens = 0, None
-
-    def read_varint():
-        nonlocal i
-        shift = value = 0
-        while True:
-            b = msg[i]
-            i += 1
-            value |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return value
-
     while i < len(msg):
-        tag = read_varint()
+        tag, i = read_varint(msg, i)
         num, wire = tag >> 3, tag & 7
         if wire == 0:
-            v = read_varint()
+            v, i = read_varint(msg, i)
             if num == 5:
                 tokens = v
         elif wire == 2:
-            length = read_varint()  # first: `i += read_varint()` would add to the old i
+            length, i = read_varint(msg, i)
             i += length
         elif wire == 5:
             i += 4

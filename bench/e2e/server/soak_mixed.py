@@ -58,7 +58,7 @@ import urllib.request
 import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from protowire import field, varint  # noqa: E402  (bench/protowire.py)
+from protowire import field, read_varint, varint  # noqa: E402  (bench/protowire.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -105,17 +105,6 @@ def stream_status(message):
         else:
             return -1
     return 0
-
-
-def read_varint(data, i):
-    shift = value = 0
-    while True:
-        b = data[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, i
 
 
 def reload_changed(message):
