@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from protowire import field, read_varint, varint  # noqa: E402  (bench/protowire.py)
+from protowire import field, read_varint  # noqa: E402  (bench/protowire.py)
 
 
 def lines(path):
