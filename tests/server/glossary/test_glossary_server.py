@@ -185,7 +185,13 @@ def main():
         with open(glossary, "w") as f:
             f.write("dog without a tab\n")
         server.proc.send_signal(signal.SIGHUP)
-        time.sleep(3)
+        # the rescan has refused it once ListModels gives the reason (polled: no fixed wait)
+        end, reason = time.monotonic() + 90, ""
+        while time.monotonic() < end and not reason:
+            reason = next((m.reason for m in stub.ListModels(pb.ListModelsRequest(), timeout=30).models), "")
+            if not reason:
+                time.sleep(0.5)
+        check("glossary" in reason, f"a malformed glossary.tsv: the reload refused with a reason ({reason!r})")
         code, r = translate([DOG], **nbest)
         check(code == "OK" and "Köter" in r.translations[0].hypotheses[0].text,
               f"a malformed glossary.tsv: the loaded version keeps serving ({code})")
