@@ -350,10 +350,13 @@ TEST(Scheduler, ABusyLoopAdmitsOnceNewcomersAreWorthAnEncode) {
   };
   // The 8 arrive while the loop is held in its first step: admitted in at most two rounds,
   // encoded by step 2.
+  // The first alone, so that the held first step holds one of them whatever the threads'
+  // timing (had it taken seven, the eighth would be a lone newcomer that waits the delay).
   engine->hold();
   std::vector<std::future<JobResult>> busy;
-  for (int i = 0; i < 8; ++i) busy.push_back(submit(150));
+  busy.push_back(submit(150));
   ASSERT_TRUE(engine->wait_held_step(kPatience));
+  for (int i = 1; i < 8; ++i) busy.push_back(submit(150));
   engine->allow(3);
   ASSERT_TRUE(engine->wait_held_step(kPatience));
   ASSERT_EQ(read([&] { return encoded; }), 8);
