@@ -1,5 +1,7 @@
 #include "server/repository/model_registry.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -414,6 +416,7 @@ void ModelRegistry::reap_locked() {
   for (auto it = retired_.begin(); it != retired_.end();) {
     if (it->use_count() == 1 && (*it)->idle()) {
       it = retired_.erase(it);
+      freed_ = true;
     } else {
       ++it;
     }
@@ -425,6 +428,18 @@ void ModelRegistry::janitor() {
   while (!stopping_) {
     changed_.wait_for(lock, kJanitorPeriod);
     reap_locked();
+    if (!freed_) continue;
+    freed_ = false;
+    // A freed version's host memory (the CPU engine's weights, the CUDA driver's executable
+    // graphs) stays in the free lists of the arenas of the threads that allocated it, while
+    // the next version, built and decoding on new threads, allocates from others: every
+    // reload would keep more resident (docs/server.md, "Model repository"). Given back to the
+    // system here, outside the lock, as the CPU engine does when its last sentence leaves.
+#ifdef __GLIBC__
+    lock.unlock();
+    malloc_trim(0);
+    lock.lock();
+#endif
   }
 }
 

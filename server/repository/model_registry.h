@@ -123,7 +123,7 @@ class ModelRegistry {
   void make_room_locked(const ModelRecord& record, const DeviceBytes& need, std::unique_lock<std::mutex>& lock);
   DeviceBytes usage_locked() const;
   void retire_locked(ModelRecord& record, const char* why);
-  void reap_locked();
+  void reap_locked();  // frees the retired versions no request holds (freed_)
   ModelStatus status_locked(const ModelRecord& record) const;
   std::shared_ptr<ModelRecord> add_repository_record_locked(const std::string& name, const ModelFolder& folder);
   void janitor();
@@ -140,6 +140,7 @@ class ModelRegistry {
   uint64_t tick_ = 0;  // LRU clock
   // Replaced, evicted or removed versions still held by a request: freed once unheld.
   std::vector<std::shared_ptr<ServedModel>> retired_;
+  bool freed_ = false;  // reap_locked freed a version: the janitor gives its memory back
   bool started_ = false;  // the constructor finished (its models: entries loaded)
   bool stopping_ = false;
   int loader_threads_ = 0;  // acquire_async's loads under way (detached; stop() waits)

@@ -22,7 +22,8 @@
 #   DEVICE=cuda|cpu (default cuda), PRECISION (default float16 on cuda, float32 on cpu);
 #   SECONDS_PER_PASS (10), ROUNDS (2), REPEAT_CLIENTS (64: the clients of bar 1),
 #   CLIENTS ("64 256": bar 2's loads); CLIENT_THREADS=4 / CONNECTIONS=16 as serve_bench.sh
-#   (many clients driven from a few threads / sharing connections; recorded).
+#   (many clients driven from a few threads / sharing connections; recorded); BARS ("1 2":
+#   the bars measured, e.g. BARS=2 for bar 2's rounds alone).
 # The CPU check at small scale (here, two cores): DEVICE=cpu SECONDS_PER_PASS=8 ROUNDS=1
 #   REPEAT_CLIENTS=8 CLIENTS="4 8" BEFORE_SERVER=/work/main/build-cpu/bin/nmt-server ...
 set -uo pipefail
@@ -38,6 +39,7 @@ seconds=${SECONDS_PER_PASS:-10}
 rounds=${ROUNDS:-2}
 repeat_clients=${REPEAT_CLIENTS:-64}
 clients=${CLIENTS:-64 256}
+bars=" ${BARS:-1 2} "
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -112,16 +114,18 @@ print("{:>12} {:>6} cache {:>3} round {}: {:,.1f} sentences/s, p50 {:.2f} ms, er
 }
 
 # Bar 1: the same half-repeated load, the cache off then on (one build: this one).
-echo "=== bar 1: --repeat-fraction 0.5 at $repeat_clients clients, the cache off and on"
-start after-cache-off "$server_bin" "$repo/configs/default.yaml" --translation-cache-mb 0
-load repeat50 after off 1 "$repeat_clients" 0.5 "${many[@]}"
-stop
-start after-cache-on "$server_bin" "$repo/configs/default.yaml" --translation-cache-mb 64
-load repeat50 after on 1 "$repeat_clients" 0.5 "${many[@]}"
-stop
+if [[ $bars == *" 1 "* ]]; then
+  echo "=== bar 1: --repeat-fraction 0.5 at $repeat_clients clients, the cache off and on"
+  start after-cache-off "$server_bin" "$repo/configs/default.yaml" --translation-cache-mb 0
+  load repeat50 after off 1 "$repeat_clients" 0.5 "${many[@]}"
+  stop
+  start after-cache-on "$server_bin" "$repo/configs/default.yaml" --translation-cache-mb 64
+  load repeat50 after on 1 "$repeat_clients" 0.5 "${many[@]}"
+  stop
+fi
 
 # Bar 2: the cache off, this build against the one before, in turns.
-if [ -n "${BEFORE_SERVER:-}" ]; then
+if [[ $bars == *" 2 "* ]] && [ -n "${BEFORE_SERVER:-}" ]; then
   echo "=== bar 2: the cache off at $clients clients, before and after, $rounds rounds"
   for round in $(seq "$rounds"); do
     # shellcheck disable=SC2086  # BEFORE_NO_CACHE_ARGS: flags, split on purpose

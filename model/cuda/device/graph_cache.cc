@@ -41,7 +41,7 @@ void launch(GraphCache& cache, const GraphKey& key, bool use_graphs, DeviceQueue
   if (!use_graphs) return enqueue();
   auto it = cache.graphs.find(key);
   if (it == cache.graphs.end()) {
-    if (cache.seen.insert(key).second) return enqueue();
+    if (cache.full() || cache.seen.insert(key).second) return enqueue();
     it = cache.graphs.emplace(key, capture(q, capture_stream, enqueue)).first;
   }
   check_cuda(cudaGraphLaunch(it->second, q.stream), "cudaGraphLaunch");
