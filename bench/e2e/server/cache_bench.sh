@@ -65,7 +65,12 @@ start() {  # name binary config [flags]: a server on $port, its log OUT_DIR/serv
   (exec "$binary" --config "$work/$name.yaml" --device "$device" --precision "$precision" \
      --host 127.0.0.1 --port $port --metrics-port $((port + 1)) "$@") > "$out/server-$name.log" 2>&1 &
   pid=$!
-  for _ in $(seq 240); do "$loadgen_bin" --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
+  # (a server that exits at start, e.g. on a config key it does not know, ends the wait)
+  for _ in $(seq 240); do
+    "$loadgen_bin" --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.5
+  done
   kill -0 "$pid" 2> /dev/null || { echo "nmt-server $name did not start: $(tail -2 "$out/server-$name.log")" >&2; exit 1; }
 }
 stop() {
