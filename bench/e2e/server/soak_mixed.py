@@ -38,6 +38,9 @@ GPU (about 9 minutes: the longest command the GPU machine runs is 10):
   the verdict it fits a 600 s device call; NMT_SHARED: where data/multi30k is, default ../shared)
 CPU, 30 minutes, outside CI:
   soak_mixed.py OUT --device cpu --duration 1800 --clients 8 --streams 2 --slow-http 50
+What the reloads alone keep resident (no load; a reload and one request each time, RSS after each;
+a RESULT line, exit 0):
+  soak_mixed.py OUT --device cpu --idle-reloads 20
 """
 import argparse
 import json
@@ -268,6 +271,7 @@ def main():
     ap.add_argument("--reload-every", type=int, default=60)
     ap.add_argument("--sample-every", type=int, default=10)
     ap.add_argument("--max-slope", type=float, default=0.01)
+    ap.add_argument("--idle-reloads", type=int, default=0, help="only this many reloads, no load (RSS after each)")
     a = ap.parse_args()
     warmup = a.warmup or min(120, max(30, a.duration // 4))
     os.makedirs(a.out, exist_ok=True)
@@ -331,6 +335,19 @@ def main():
                 if server.poll() is not None:
                     raise RuntimeError("the server exited at start: see server.log")
                 time.sleep(0.5)
+        if a.idle_reloads:
+            rss_mb = [proc_status(server.pid)["VmRSS"] // 1024]
+            for _ in range(a.idle_reloads):
+                os.utime(os.path.join(repo_dir, MODEL, "config.json"))
+                reload_rpc(b"", timeout=300)
+                translate(translate_request(["Two dogs play in the snow."]), timeout=60)
+                time.sleep(0.3)
+                rss_mb.append(proc_status(server.pid)["VmRSS"] // 1024)
+            result({"name": "soak-idle-reloads", "reloads": a.idle_reloads, "rss_mb": rss_mb,
+                    "growth_mb": rss_mb[-1] - rss_mb[0], "pass": True})
+            server.terminate()
+            server.wait(timeout=120)
+            return
         start = time.monotonic()
         end = start + a.duration
 
