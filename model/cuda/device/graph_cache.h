@@ -21,9 +21,9 @@ struct DeviceQueue {
 // Captured graphs of one kind by key. A key's first use runs plain (lazy module loading,
 // cuBLAS heuristics); it is captured the next time. At most kMaxGraphs are kept: an encode's
 // key is its exact sentence count with its padded length, hundreds of them under a mixed
-// load, and every executable graph holds host and device memory for its nodes, which grew a
-// server's resident memory for as long as new shapes came (docs/kernels.md). Once the cache
-// is full a new key runs plain, and is not remembered either.
+// load, and every executable graph holds host and device memory for its nodes, so without a
+// bound an engine's memory would grow with each new shape the load brings (docs/kernels.md).
+// Once the cache is full a new key runs plain, and is not remembered either.
 using GraphKey = std::vector<int>;
 struct GraphCache {
   static constexpr size_t kMaxGraphs = 256;
