@@ -152,7 +152,8 @@ class CudaEngine final : public Engine {
   void check_step(const StepInput& in) const;
   void fill_upload(const StepInput& in, const StepShape& shape, StepLane& lane);
   // Repetition controls (decoder_step.cu): the step's token edits for the device.
-  static bool sentence_edited(const StepInput& in, size_t row, const StepGroup& g);
+  static bool host_edited(const StepInput& in, size_t row, const StepGroup& g);
+  static bool device_edited(const StepGroup& g);
   void fill_edits(const StepInput& in, const StepShape& shape, StepLane& lane);
   void enqueue_step(const StepShape& shape, const StepLane& lane);
   void enqueue_decoder_layer(int l, Residual<T>& x, const StepUpload& dev, int rows, int parity);
