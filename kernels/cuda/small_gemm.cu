@@ -262,9 +262,12 @@ __global__ void __launch_bounds__(kBlockColumns<kRows> * kSplit * 32) small_gemm
 // grid in one wave (launch_mma_tiles): NLLB's K-1024 projections with their LayerNorm run one 16-warp
 // block an SM, and fc1's 512 blocks of 8 columns took four waves of one round trip each.
 constexpr int kMmaCols = 8;
-// Chunks a warp loads before pdl_prologue() (16 bytes each a lane and tile): all of them for the
-// projections of Transformer-base and the demo model at the warp counts of by_mma_warps; two
-// with more tiles (NLLB's K 1024 in 16 warps: all of them too).
+// Chunks a warp loads before pdl_prologue() (16 bytes each a lane and tile; the kernel's kEarly):
+// all of them for the projections of Transformer-base and the demo model at the warp counts of
+// by_mma_warps; two with more tiles (NLLB's K 1024 in 16 warps: all of them too), four for the
+// 8-warp LayerNorm kernel of 4 tiles (launch_mma_tiles). Loading NLLB fc2's 8 chunks a warp (K
+// 4096) all before the wait, or in rounds of 4 after it, left its batch-1 step the same (engine
+// run 55: 0.6194 -> 0.6189 ms).
 template <int kColTiles>
 constexpr int kMmaEarly = kColTiles == 1 ? 4 : 2;
 
@@ -291,11 +294,11 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const uint4& lo, const 
   mma_16816<T>(c, lo.z, hi.z, lo.w, hi.w, w.z, w.w);
 }
 
-template <typename T, int kNormPacks, int kWarps, int kRowGroups, int kColTiles>
+template <typename T, int kNormPacks, int kWarps, int kRowGroups, int kColTiles, int kEarly>
 __global__ void __launch_bounds__(kWarps * 32) small_gemm_mma_kernel(SmallGemmArgs<T> a) {
   constexpr int kVec = 8;
   constexpr int kRowsMax = 8 * kRowGroups, kTiles = (kRowGroups + 1) / 2;  // MMAs of 16 rows
-  constexpr int kCols = kMmaCols * kColTiles, kEarly = kMmaEarly<kColTiles>;
+  constexpr int kCols = kMmaCols * kColTiles;
   static_assert(kRowsMax * kCols <= kWarps * 32, "the epilogue's threads");
   const int lane = threadIdx.x % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
   const int col0 = int(blockIdx.x) * kCols;
@@ -478,6 +481,69 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1) small_gemm_wide_kernel(Sma
   }
 }
 
+// y[m, col] = x[m, :] . w[col, :] in float32 on tensor cores (16-bit types). Persistent, one block
+// an SM as the float32 kernel above, the rows staged once into shared memory (normalized with
+// kNorm); a warp owns groups of kMmaCols columns over all of K: lane (g, t) holds, for each of the
+// kChunks chunks of 32 k, the 16-byte pack of column g at k = chunk * 32 + t * 8 (the fragment
+// layout of small_gemm_mma_kernel, the rows' packs taken the same way), so one group is 2 x
+// kChunks MMAs where the FMA kernel spent 32 x 8 FMAs a pack and lane. The FMAs, not the reads,
+// were the float32 kernel's chain: 256k x 1024 at 3.2 TB/s (engine run 49, ncu). The next group's
+// pack of a chunk is loaded into the register its MMA has just read, so a warp keeps all of a
+// group's reads (16 KiB at K 1024) in flight while it multiplies: a ring of 8 loads a lane held
+// too few (run 49: 1.6 TB/s). Two accumulators (even and odd chunks) halve the MMAs' chain.
+// Engine run 55 on an H200 against the FMA kernel: NLLB-600M's batch-1 step 0.619 -> 0.598 ms,
+// Transformer-base's (58,101 x 512) 0.174 -> 0.166 ms.
+template <typename T, bool kNorm, int kKPacks>
+__global__ void __launch_bounds__(kWideWarps * 32, 1) small_gemm_wide_mma_kernel(SmallGemmArgs<T> a, float* y) {
+  constexpr int kVec = 8;
+  constexpr int kChunks = kKPacks * 32 * kVec / 32;  // chunks of 32 k that kKPacks packs a lane cover
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int groups = (a.n + kMmaCols - 1) / kMmaCols, stride = int(gridDim.x) * kWideWarps;
+  int group = int(blockIdx.x) * kWideWarps + int(threadIdx.x) / 32;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const auto column = [&](int gr) { return a.w + int64_t(min(gr * kMmaCols + g, a.n - 1)) * a.k; };  // past n: read, not stored
+  const auto k_of = [&](int chunk) { return chunk * 32 + t * 8; };
+  uint4 w[kChunks];
+  {
+    const T* col = column(min(group, groups - 1));
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) w[j] = k_of(j) < a.k ? __ldcs(reinterpret_cast<const uint4*>(col + k_of(j))) : zero;
+  }
+  NormParams<T, kVec, kKPacks> params;
+  if constexpr (kNorm) params.load(a);
+  pdl_prologue();
+  extern __shared__ __align__(16) unsigned char small_gemm_wide_smem[];
+  T* rows = reinterpret_cast<T*>(small_gemm_wide_smem);  // [a.rows][a.k]
+  if constexpr (kNorm) {
+    normalize_rows<T, kVec, kKPacks, kWideWarps>(a, params, rows);  // ends in __syncthreads
+  } else {
+    for (int i = int(threadIdx.x); i < a.rows * (a.k / kVec); i += kWideWarps * 32) {
+      const int m = i / (a.k / kVec), c = (i % (a.k / kVec)) * kVec;
+      *reinterpret_cast<uint4*>(rows + m * a.k + c) = *reinterpret_cast<const uint4*>(a.x + m * a.ldx + c);
+    }
+    __syncthreads();
+  }
+  const bool has_row = g < a.rows;
+  for (; group < groups; group += stride) {
+    const bool more = group + stride < groups;
+    const T* next = column(more ? group + stride : group);
+    float c[2][4] = {};
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int k = k_of(j);
+      const uint4 x = has_row && k < a.k ? *reinterpret_cast<const uint4*>(rows + g * a.k + k) : zero;
+      mma_chunk<T>(c[j % 2], x, zero, w[j]);
+      if (more) w[j] = k < a.k ? __ldcs(reinterpret_cast<const uint4*>(next + k)) : zero;
+    }
+    // Lane (g, t) holds row g's columns 2t and 2t + 1 of the group (rows 8-15: the zero half).
+    const int col = group * kMmaCols + 2 * t;
+    if (has_row) {
+      if (col < a.n) y[g * a.ldy + col] = c[0][0] + c[1][0];
+      if (col + 1 < a.n) y[g * a.ldy + col + 1] = c[0][1] + c[1][1];
+    }
+  }
+}
+
 // 16-byte packs a lane when the 32 lanes of a warp stride along K.
 template <typename T>
 int lane_packs(int k) {
@@ -576,15 +642,26 @@ void launch_mma_tiles(const SmallGemmArgs<T>& a, size_t smem, cudaStream_t strea
   const auto one_wave = [&](const void* kernel, int tiles) {
     return int64_t(blocks(tiles)) <= int64_t(resident_blocks(kernel, threads, smem)) * num_sms();
   };
-  const auto k1 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 1>;
+  const auto k1 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 1, kMmaEarly<1>>;
   if (kMostTiles == 1 || one_wave(reinterpret_cast<const void*>(k1), 1))
     return launch(k1, blocks(1), threads, smem, stream, a);
   if constexpr (kMostTiles >= 2) {
-    const auto k2 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 2>;
+    const auto k2 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 2, kMmaEarly<2>>;
     if (kMostTiles == 2 || one_wave(reinterpret_cast<const void*>(k2), 2))
       return launch(k2, blocks(2), threads, smem, stream, a);
   }
-  if constexpr (kMostTiles >= 4) launch(&small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 4>, blocks(4), threads, smem, stream, a);
+  if constexpr (kMostTiles >= 4) {
+    if constexpr (kNormPacks > 0 && kWarps == 16 && kGroups == 1) {
+      // With a LayerNorm prologue 4 tiles in 16 warps spill (the 128 registers a thread that
+      // 512 threads leave: the row's gamma and beta, 2 chunks x 4 tiles of weights, the row
+      // being normalized): 8 warps with all 4 chunks of K 1024 loaded before the wait do not
+      // (NLLB-600M's fc1 and qkv; engine run 55 on an H200: its batch-1 step 0.598 -> 0.554 ms).
+      // The warps' sums are added in another grouping than 16 warps', so float16 results may
+      // differ from them in the last bits (float32 takes small_gemm_kernel).
+      return launch(&small_gemm_mma_kernel<T, kNormPacks, 8, kGroups, 4, 4>, blocks(4), 8 * 32, smem, stream, a);
+    }
+    launch(&small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 4, kMmaEarly<4>>, blocks(4), threads, smem, stream, a);
+  }
 }
 
 template <typename T>
@@ -607,11 +684,18 @@ template <typename T>
 void launch_wide(const SmallGemmArgs<T>& a, float* y, bool with_norm, cudaStream_t stream) {
   const int groups = (a.n + kWideCols - 1) / kWideCols;
   const unsigned grid = unsigned(std::min((groups + kWideWarps - 1) / kWideWarps, num_sms()));
+  const int mma_groups = (a.n + kMmaCols - 1) / kMmaCols;
+  const unsigned grid_mma = unsigned(std::min((mma_groups + kWideWarps - 1) / kWideWarps, num_sms()));
   const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;
   by_k_packs<T>(a.k, [&](auto packs) {
     constexpr int kKPacks = decltype(packs)::value;
-    const auto kernel = with_norm ? &small_gemm_wide_kernel<T, true, kKPacks> : &small_gemm_wide_kernel<T, false, kKPacks>;
-    launch(kernel, grid, kWideWarps * 32, smem, stream, a, y);
+    if constexpr (std::is_same_v<T, float>) {
+      const auto kernel = with_norm ? &small_gemm_wide_kernel<T, true, kKPacks> : &small_gemm_wide_kernel<T, false, kKPacks>;
+      launch(kernel, grid, kWideWarps * 32, smem, stream, a, y);
+    } else {
+      const auto kernel = with_norm ? &small_gemm_wide_mma_kernel<T, true, kKPacks> : &small_gemm_wide_mma_kernel<T, false, kKPacks>;
+      launch(kernel, grid_mma, kWideWarps * 32, size_t(a.rows) * size_t(a.k) * sizeof(T), stream, a, y);
+    }
   });
 }
 
