@@ -32,14 +32,22 @@ void int8_linear_cpu(const float* x, int64_t rows, const int8_t* q, const float*
 // [n] float32) and float16 activations: each warp streams 4 weight rows (columns of y) once for
 // all of its block's rows, converting the int8 values to float in registers (float32
 // accumulation); a batch-1 step reads every weight once, so half the bytes of float16 is what
-// it gains. The first weight loads go out before the wait for the previous kernel
-// (programmatic dependent launch, kernels/cuda/common.cuh). Rows in tiles of up to 16 (a block
-// per tile and 32 columns): up to kInt8GemvRows rows, 16 sentences at beam 4. `norm`:
-// small_gemm.h's LayerNorm prologue, each block normalizing its rows into shared memory (k up to
-// kInt8GemvNormK). y is __half (with bias and activation optional) or float32 (the logits, no
-// bias or activation).
+// it is for. The first weight loads go out before the wait for the previous kernel
+// (programmatic dependent launch, kernels/cuda/common.cuh). A block: 4 warps, 16 columns, a tile
+// of 4 rows (up to 4) or 8 (more), up to kInt8GemvRows rows in tiles. `norm`: small_gemm.h's
+// LayerNorm prologue, each block normalizing its rows into shared memory (k up to
+// kInt8GemvNormK). y is __half (bias and activation optional) or float32 (the logits, neither).
+// Its weak spot (run 55's ncu): the 1024-column projections (out_proj, fc2) get 256 warps, each
+// walking K alone, and ran at 0.2 TB/s; docs/kernels.md says what is next.
 constexpr int kInt8GemvRows = 64;
 constexpr int kInt8GemvNormK = 1024;
+// The rows up to which the CUDA engine calls the int8 GEMV (more: int8_dequantize_cuda and
+// cuBLAS): kInt8GemvDefaultRows, or the environment's NMT_CUDA_INT8_GEMV_ROWS (0-64, for
+// measuring the crossover). The GEMV's float32 FMAs grow with the rows while its weight bytes do
+// not: at 64 rows (NLLB-600M batch 16, beam 4) its step took 5.59 ms against 1.47 through cuBLAS,
+// at 4 rows it is the faster (bench/history/engine-cuda.md, run 55).
+constexpr int kInt8GemvDefaultRows = 8;
+int int8_gemv_rows();
 // rows in [1, kInt8GemvRows], k a multiple of 16, x, ldx, q, k and bias 16-byte aligned (ldx in
 // elements a multiple of 8); with norm, k <= kInt8GemvNormK and its pointers 16-byte aligned.
 bool int8_gemv_supported(const __half* x, int64_t ldx, const int8_t* q, const __half* bias, int rows, int k,

@@ -29,7 +29,8 @@ bool Layers<T>::int8_gemv(const T* x, const Dense<T>& L, TY* y, int64_t ldy, int
                           const kernels::SmallGemmNorm<T>* norm) {
   if constexpr (std::is_same_v<T, __half>) {
     const T* bias = act ? L.b : nullptr;
-    if (!kernels::int8_gemv_supported(x, L.in, L.q, bias, rows, L.in, norm)) return false;
+    if (rows > kernels::int8_gemv_rows() || !kernels::int8_gemv_supported(x, L.in, L.q, bias, rows, L.in, norm))
+      return false;
     if constexpr (std::is_same_v<TY, float>)
       kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, y, ldy, rows, L.out, L.in, q_->stream, norm);
     else

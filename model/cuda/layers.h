@@ -92,8 +92,8 @@ class Layers {
   // a LayerNorm launch of its own and lets nothing after it start early); otherwise the
   // LayerNorm, then cuBLAS. W: [ld, d] (zero rows past the vocabulary).
   // With int8 weights (W's q and scale) the int8 GEMV (kernels/quantize.h) replaces the small
-  // GEMMs at up to kInt8GemvRows rows, its LayerNorm prologue the same; more rows dequantize W
-  // to float16 in the queue's scratch, a chunk of its rows at a time, for cuBLAS.
+  // GEMMs at up to int8_gemv_rows() rows, its LayerNorm prologue the same; more rows dequantize
+  // W to float16 in the queue's scratch, a chunk of its rows at a time, for cuBLAS.
   void project_logits(Residual<T>& x, const Dense<T>& w, float* logits, int ld, int rows);
 
  private:

@@ -2,6 +2,7 @@
 // dequantizing in registers, and the dequantization to float16 for cuBLAS at more rows.
 #include <cuda_fp16.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -59,7 +60,7 @@ template <typename TY>
 __device__ void normalize_rows(const Args<TY>& a, int row0, int rows, __half* rows_out) {
   const int lane = threadIdx.x % 32;
   const SmallGemmNorm<__half>& nm = a.norm;
-  const bool write_out = blockIdx.y == 0 && nm.out;
+  const bool write_out = blockIdx.y == 0 && blockIdx.z == 0 && nm.out;
   const auto col = [&](int p) { return (p * 32 + lane) * 8; };
   for (int r = threadIdx.x / 32; r < rows; r += kWarps) {
     const int64_t m = row0 + r;
@@ -123,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32) int8_gemv_kernel(const Args<TY> a
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row0 = blockIdx.x * R;
   const int rows = min(R, a.rows - row0);
-  const int col0 = (blockIdx.y * kWarps + warp) * kCols;
+  const int col0 = ((blockIdx.z * gridDim.y + blockIdx.y) * kWarps + warp) * kCols;
   const int passes = (a.k / kChunk + 31) / 32;
   const auto load_w = [&](int pass, uint4 (&w)[kCols]) {
     const int kk = (pass * 32 + lane) * kChunk;
@@ -207,9 +208,14 @@ __global__ void __launch_bounds__(kWarps * 32) int8_gemv_kernel(const Args<TY> a
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The row tiles are the grid's x: a column block's tiles start together, so that all but the
+// first read its weights from L2. Column blocks past 65535 (grid y's limit) fold into z; warps
+// past the last column write nothing.
 template <typename TY, int R>
 void launch_tile(const Args<TY>& a, cudaStream_t stream) {
-  const dim3 grid((a.rows + R - 1) / R, (a.n + kWarps * kCols - 1) / (kWarps * kCols));
+  const int col_blocks = (a.n + kWarps * kCols - 1) / (kWarps * kCols);
+  const int z = (col_blocks + 65534) / 65535;
+  const dim3 grid((a.rows + R - 1) / R, (col_blocks + z - 1) / z, z);
   if (a.norm.gamma) {
     const size_t smem = size_t(R) * a.k * sizeof(__half);
     cuda::launch(int8_gemv_kernel<TY, R, true>, grid, dim3(kWarps * 32), smem, stream, a);
@@ -246,6 +252,15 @@ __global__ void dequantize_kernel(const int8_t* q, const float* scale, int64_t n
 }
 
 }  // namespace
+
+int int8_gemv_rows() {
+  static const int rows = [] {
+    const char* v = std::getenv("NMT_CUDA_INT8_GEMV_ROWS");
+    const int r = v ? std::atoi(v) : kInt8GemvDefaultRows;
+    return r >= 0 && r <= kInt8GemvRows ? r : kInt8GemvDefaultRows;
+  }();
+  return rows;
+}
 
 bool int8_gemv_supported(const __half* x, int64_t ldx, const int8_t* q, const __half* bias, int rows, int k,
                          const SmallGemmNorm<__half>* norm) {
