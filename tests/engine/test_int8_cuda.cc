@@ -5,28 +5,40 @@
 // rows) and batch 64 (256 rows: the weights dequantized for cuBLAS). Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <iostream>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "kernels/layer_norm.h"
-#include "kernels/quantize.h"
 #include "model/cuda_engine.h"
 #include "model/translator.h"
 #include "tests/support/bleu.h"
 #include "tests/support/golden.h"
 
-using namespace nmt;
+#if NMT_WITH_CUDA
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
-namespace {
+#include "kernels/layer_norm.h"
+#include "kernels/quantize.h"
+#endif
+
+using namespace nmt;
 
 #define SKIP_WITHOUT_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible (CPU-only build or no GPU): int8 on CUDA is not tested here"
+
+TEST(CudaEngineInt8, CapabilityPolicy) {  // a pure function: runs everywhere
+  EXPECT_FALSE(cuda_int8_supported(5, 2));
+  EXPECT_FALSE(cuda_int8_supported(6, 0));
+  EXPECT_TRUE(cuda_int8_supported(6, 1));
+  EXPECT_TRUE(cuda_int8_supported(7, 0));
+  EXPECT_TRUE(cuda_int8_supported(9, 0));
+}
+
+#if NMT_WITH_CUDA
+namespace {
 
 std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -61,14 +73,6 @@ struct Dev {  // a device copy of host values in T
 };
 
 }  // namespace
-
-TEST(CudaEngineInt8, CapabilityPolicy) {  // a pure function: runs everywhere
-  EXPECT_FALSE(cuda_int8_supported(5, 2));
-  EXPECT_FALSE(cuda_int8_supported(6, 0));
-  EXPECT_TRUE(cuda_int8_supported(6, 1));
-  EXPECT_TRUE(cuda_int8_supported(7, 0));
-  EXPECT_TRUE(cuda_int8_supported(9, 0));
-}
 
 TEST(CudaEngineInt8, GemvAndDequantizeMatchTheCpuReference) {
   SKIP_WITHOUT_GPU();
@@ -148,6 +152,11 @@ TEST(CudaEngineInt8, GemvAndDequantizeMatchTheCpuReference) {
   }
   EXPECT_EQ(checked, 36);
 }
+#else
+TEST(CudaEngineInt8, GemvAndDequantizeMatchTheCpuReference) {
+  GTEST_SKIP() << "built without CUDA: the int8 kernels are not tested here";
+}
+#endif
 
 namespace {
 
