@@ -92,8 +92,8 @@ void CudaEngine<T>::init(const Weights& w) {
                "cublasSetWorkspace");
   w_.upload(&alloc_, c_, w, logits_ld(), int8_);
   if (int8_) {
-    // 16 MB a queue: a layer's weights in one chunk at every shape so far, NLLB's 256k x 1024
-    // output projection in 16.
+    // 16 MB a queue (8M float16 weights): each projection of NLLB-600M's and 1.3B's layers in
+    // one chunk, their 256k x 1024 output projection in 32.
     const int64_t elements = int64_t(8) << 20;
     int8_scratch_ = DeviceBuffer<__half>(&alloc_, size_t(elements));
     encode_int8_scratch_ = DeviceBuffer<__half>(&alloc_, size_t(elements));
@@ -318,8 +318,9 @@ std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& config, const Weight
                                                  " is out of range: " + std::to_string(n) +
                                                  " CUDA device(s) visible");
   if (options.precision == Precision::kInt8) {
-    // The int8 kernels are built for the architectures in CMAKE_CUDA_ARCHITECTURES; below 6.1
-    // GPUs have no int8 arithmetic (dp4a), which int8 is defined against (docs/kernels.md).
+    // int8 where the GPU has int8 arithmetic (dp4a, 6.1+), as issue 57 defines it: the kernels
+    // of today convert the weights to float and would run below, the int8 GEMMs to come would
+    // not (docs/kernels.md, "Int8 weights").
     cudaDeviceProp p{};
     cuda::check_cuda(cudaGetDeviceProperties(&p, options.device_index), "cudaGetDeviceProperties");
     if (!cuda_int8_supported(p.major, p.minor))
