@@ -30,9 +30,14 @@ constexpr unsigned char kTopkEditLogits = 16;  // with kTopkLogProbs: the edits 
 // With kTopkForceToken: the forced token keeps its real log-prob instead of 0 (teacher
 // forcing, StepGroup::teacher_forced); kTopkForceEos still wins with 0.
 constexpr unsigned char kTopkTeacherForced = 32;
+// With kTopkLogProbs: the sentence's rows have host edits in the TokenEditTable
+// (beam_token_edits_cuda reads the pinned table only for these).
+constexpr unsigned char kTopkHostEdits = 64;
 // Each flag its own bit (two changes once gave two flags the same one).
-static_assert(kTopkMaskEos + kTopkForceEos + kTopkForceToken + kTopkLogProbs + kTopkEditLogits + kTopkTeacherForced ==
-                  (kTopkMaskEos | kTopkForceEos | kTopkForceToken | kTopkLogProbs | kTopkEditLogits | kTopkTeacherForced),
+static_assert(kTopkMaskEos + kTopkForceEos + kTopkForceToken + kTopkLogProbs + kTopkEditLogits + kTopkTeacherForced +
+                      kTopkHostEdits ==
+                  (kTopkMaskEos | kTopkForceEos | kTopkForceToken | kTopkLogProbs | kTopkEditLogits |
+                   kTopkTeacherForced | kTopkHostEdits),
               "the top-k's sentence flags share a bit");
 
 struct TopkMasks {
@@ -96,26 +101,26 @@ int beam_topk_chunk_candidates(int k);
 // Repetition controls: each row's token edits (model/decoding/engine.h, StepInput::edit_begin),
 // where the kernel reads them at run time (pinned host memory: one captured graph serves
 // every step): row r's are [begin[r], begin[r + 1]) of tokens / factors (factor 0: -inf;
-// else s < 0 ? s * f : s / f).
+// else s < 0 ? s * f : s / f). Read only for sentences flagged kTopkHostEdits: each read
+// crosses PCIe.
 struct TokenEditTable {
   const int* begin = nullptr;
   const int* tokens = nullptr;
   const float* factors = nullptr;
-  // Repetition controls on the device (model/decoding/engine.h, StepGroup::
-  // no_repeat_ngram_size): per row (the table's rows), its sentence's n-gram size (0: none)
-  // and penalty (1: none); a row with either records its token into DeviceHistory and takes
-  // the edits computed from its history. Null: no row has them.
-  const int* ngram = nullptr;
-  const float* penalty = nullptr;
 };
 
-// Repetition controls on the device: the rows' target histories. tokens[c] is the token fed
-// where the step wrote cache token c (each cache position is written once: its token is
-// the history of every beam that continues it), so row r's history is tokens[key_rows[
-// cache_rows[r] * capacity + q]] for q < positions[r], then its own token: follow[r] >= 0 ?
+// Repetition controls on the device (model/decoding/engine.h, StepGroup::
+// no_repeat_ngram_size): per sentence of the call, its n-gram size (0: none) and penalty (1:
+// none); a row of a sentence with either records its token into the history and takes the
+// edits computed from it. The rows' target histories: tokens[c] is the token fed where the
+// step wrote cache token c (each cache position is written once: its token is the history of
+// every beam that continues it), so row r's history is tokens[key_rows[cache_rows[r] *
+// capacity + q]] for q < positions[r], then its own token: follow[r] >= 0 ?
 // follow_tokens[follow[r]] : step_tokens[r] (the step's token, as the reorder takes it).
-// All device pointers; the step's layout (the table's rows).
+// All device pointers; the rows in the step's layout (the table's rows).
 struct DeviceHistory {
+  const int* ngram = nullptr;      // [sentences of the call]
+  const float* penalty = nullptr;  // [sentences of the call]
   int* tokens = nullptr;
   const int* key_rows = nullptr;  // the step's key-row table, after the reorder
   int capacity = 0;
@@ -145,10 +150,10 @@ void beam_topk_cuda(const T* logits, const float* bias, const float* running_sco
 // flag has kTopkLogProbs becomes its final log-probs in place: z = logits + bias; with
 // kTopkEditLogits the edits on z (greedy search), then z - log_sum_exp(z); else
 // z - log_sum_exp(z), then the edits (beam search, on the log-probs). Rows table_first_row + r
-// of the table's; other sentences are not touched. With `history` (the table's ngram and
-// penalty set), a row with device controls first records its token into the history (at
-// every step, flagged or not) and, when flagged, takes its no_repeat_ngram bans and
-// penalties from its history besides the table's edits (each token once; a ban wins), as
+// of the table's (read for sentences flagged kTopkHostEdits); other sentences are not
+// touched. With `history`, a row with device controls first records its token into the
+// history (at every step, flagged or not) and, when flagged, takes its no_repeat_ngram bans
+// and penalties from its history besides the table's edits (each token once; a ban wins), as
 // model/decoding/controls/token_edits.cc computes them on the host. max_positions bounds
 // the rows' positions (shared memory for a history).
 void beam_token_edits_cuda(float* logits, int64_t logits_row_stride, const float* bias, int64_t sentences, int beam,

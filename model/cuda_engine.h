@@ -14,4 +14,7 @@ std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& config, const Weight
                                          const TranslatorOptions& options);
 int cuda_device_count();  // 0 in a CPU-only build or without a visible device
 
+// Whether precision int8 runs on a GPU of this compute capability: 6.1 (dp4a) or newer.
+inline bool cuda_int8_supported(int major, int minor) { return major > 6 || (major == 6 && minor >= 1); }
+
 }  // namespace nmt

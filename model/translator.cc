@@ -60,8 +60,6 @@ std::unique_ptr<Translator> Translator::load(const std::string& model_dir,
   t->tokenizer_ = Tokenizer::load(model_dir, t->config_);
   t->device_ = options.device == Device::kAuto ? (cuda_available() ? Device::kCuda : Device::kCpu)
                                                : options.device;
-  if (t->device_ == Device::kCuda && options.precision == Precision::kInt8)
-    throw Error(ErrorCode::kInvalidArgument, "precision int8 runs on the CPU only (--device cpu)");
   t->precision_ = t->device_ == Device::kCpu && options.precision == Precision::kFloat16 ? Precision::kFloat32
                                                                                         : options.precision;
   // The engines keep pointers into the host weights (the CPU engine computes from them).

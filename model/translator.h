@@ -13,7 +13,7 @@
 namespace nmt {
 
 enum class Device { kAuto, kCpu, kCuda };
-enum class Precision { kFloat32, kFloat16, kInt8 };  // int8: CPU only (weights per row)
+enum class Precision { kFloat32, kFloat16, kInt8 };  // int8: weights per row (kernels/quantize.h)
 
 bool parse_device(const std::string& s, Device* out);        // "auto" | "cpu" | "cuda"
 bool parse_precision(const std::string& s, Precision* out);  // "float32" | "float16" | "int8"
@@ -23,7 +23,8 @@ bool cuda_available();  // a CUDA build that sees at least one device
 
 struct TranslatorOptions {
   Device device = Device::kAuto;  // auto = cuda when available, else cpu
-  // The CPU computes float16 as float32; int8 quantizes the weights at load (CPU only).
+  // The CPU computes float16 as float32; int8 quantizes the weights at load (the CPU: activations
+  // per row too; CUDA: weight-only, float16 activations; compute capability 6.1 or newer).
   Precision precision = Precision::kFloat16;
   int device_index = 0;
   // Bytes the CUDA engine may hold; on the CPU, the bytes of its persistent decode state

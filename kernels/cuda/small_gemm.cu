@@ -478,6 +478,67 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1) small_gemm_wide_kernel(Sma
   }
 }
 
+// y[m, col] = x[m, :] . w[col, :] in float32 on tensor cores (16-bit types). Persistent, one block
+// an SM as the float32 kernel above, the rows staged once into shared memory (normalized with
+// kNorm); a warp owns groups of kMmaCols columns over all of K: lane (g, t) holds, for each of the
+// kChunks chunks of 32 k, the 16-byte pack of column g at k = chunk * 32 + t * 8 (the fragment
+// layout of small_gemm_mma_kernel, the rows' packs taken the same way), so one group is 2 x
+// kChunks MMAs where the FMA kernel spent 32 x 8 FMAs a pack and lane. The FMAs, not the reads,
+// were the float32 kernel's chain (bench/history/engine-cuda.md, runs 49 and 56). The next group's
+// pack of a chunk is loaded into the register its MMA has just read, so a warp keeps all of a
+// group's reads (16 KiB at K 1024) in flight while it multiplies: a ring of 8 loads a lane held
+// too few. Two accumulators (even and odd chunks) halve the MMAs' chain.
+template <typename T, bool kNorm, int kKPacks>
+__global__ void __launch_bounds__(kWideWarps * 32, 1) small_gemm_wide_mma_kernel(SmallGemmArgs<T> a, float* y) {
+  constexpr int kVec = 8;
+  constexpr int kChunks = kKPacks * 32 * kVec / 32;  // chunks of 32 k that kKPacks packs a lane cover
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int groups = (a.n + kMmaCols - 1) / kMmaCols, stride = int(gridDim.x) * kWideWarps;
+  int group = int(blockIdx.x) * kWideWarps + int(threadIdx.x) / 32;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const auto column = [&](int gr) { return a.w + int64_t(min(gr * kMmaCols + g, a.n - 1)) * a.k; };  // past n: read, not stored
+  const auto k_of = [&](int chunk) { return chunk * 32 + t * 8; };
+  uint4 w[kChunks];
+  {
+    const T* col = column(min(group, groups - 1));
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) w[j] = k_of(j) < a.k ? __ldcs(reinterpret_cast<const uint4*>(col + k_of(j))) : zero;
+  }
+  NormParams<T, kVec, kKPacks> params;
+  if constexpr (kNorm) params.load(a);
+  pdl_prologue();
+  extern __shared__ __align__(16) unsigned char small_gemm_wide_smem[];
+  T* rows = reinterpret_cast<T*>(small_gemm_wide_smem);  // [a.rows][a.k]
+  if constexpr (kNorm) {
+    normalize_rows<T, kVec, kKPacks, kWideWarps>(a, params, rows);  // ends in __syncthreads
+  } else {
+    for (int i = int(threadIdx.x); i < a.rows * (a.k / kVec); i += kWideWarps * 32) {
+      const int m = i / (a.k / kVec), c = (i % (a.k / kVec)) * kVec;
+      *reinterpret_cast<uint4*>(rows + m * a.k + c) = *reinterpret_cast<const uint4*>(a.x + m * a.ldx + c);
+    }
+    __syncthreads();
+  }
+  const bool has_row = g < a.rows;
+  for (; group < groups; group += stride) {
+    const bool more = group + stride < groups;
+    const T* next = column(more ? group + stride : group);
+    float c[2][4] = {};
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int k = k_of(j);
+      const uint4 x = has_row && k < a.k ? *reinterpret_cast<const uint4*>(rows + g * a.k + k) : zero;
+      mma_chunk<T>(c[j % 2], x, zero, w[j]);
+      if (more) w[j] = k < a.k ? __ldcs(reinterpret_cast<const uint4*>(next + k)) : zero;
+    }
+    // Lane (g, t) holds row g's columns 2t and 2t + 1 of the group (rows 8-15: the zero half).
+    const int col = group * kMmaCols + 2 * t;
+    if (has_row) {
+      if (col < a.n) y[g * a.ldy + col] = c[0][0] + c[1][0];
+      if (col + 1 < a.n) y[g * a.ldy + col + 1] = c[0][1] + c[1][1];
+    }
+  }
+}
+
 // 16-byte packs a lane when the 32 lanes of a warp stride along K.
 template <typename T>
 int lane_packs(int k) {
@@ -607,11 +668,18 @@ template <typename T>
 void launch_wide(const SmallGemmArgs<T>& a, float* y, bool with_norm, cudaStream_t stream) {
   const int groups = (a.n + kWideCols - 1) / kWideCols;
   const unsigned grid = unsigned(std::min((groups + kWideWarps - 1) / kWideWarps, num_sms()));
+  const int mma_groups = (a.n + kMmaCols - 1) / kMmaCols;
+  const unsigned grid_mma = unsigned(std::min((mma_groups + kWideWarps - 1) / kWideWarps, num_sms()));
   const size_t smem = with_norm ? size_t(a.rows) * size_t(a.k) * sizeof(T) : 0;
   by_k_packs<T>(a.k, [&](auto packs) {
     constexpr int kKPacks = decltype(packs)::value;
-    const auto kernel = with_norm ? &small_gemm_wide_kernel<T, true, kKPacks> : &small_gemm_wide_kernel<T, false, kKPacks>;
-    launch(kernel, grid, kWideWarps * 32, smem, stream, a, y);
+    if constexpr (std::is_same_v<T, float>) {
+      const auto kernel = with_norm ? &small_gemm_wide_kernel<T, true, kKPacks> : &small_gemm_wide_kernel<T, false, kKPacks>;
+      launch(kernel, grid, kWideWarps * 32, smem, stream, a, y);
+    } else {
+      const auto kernel = with_norm ? &small_gemm_wide_mma_kernel<T, true, kKPacks> : &small_gemm_wide_mma_kernel<T, false, kKPacks>;
+      launch(kernel, grid_mma, kWideWarps * 32, size_t(a.rows) * size_t(a.k) * sizeof(T), stream, a, y);
+    }
   });
 }
 

@@ -1072,12 +1072,23 @@ __global__ void __launch_bounds__(kChunkThreads) token_edits_kernel(float* logit
                                                                     DeviceHistory history) {
   extern __shared__ int h[];  // a device-controlled row's history
   pdl_prologue();
-  const int64_t row = blockIdx.x;
-  const unsigned f = flags[row / beam];
-  const TokenEditTable t = *table;
+  const int64_t row = blockIdx.x, sentence = row / beam;
+  const unsigned f = flags[sentence];
   const int64_t at = first_row + row;  // the row in the step (and the table)
-  const int n = t.ngram ? t.ngram[at] : 0;
-  const float penalty = t.penalty ? t.penalty[at] : 1.f;
+  // The pinned table only for host edits (kTopkHostEdits), read before the history so that
+  // its PCIe round trips overlap with the history's reads.
+  int e0 = 0, e1 = 0;
+  const int* edit_tokens = nullptr;
+  const float* edit_factors = nullptr;
+  if ((f & kTopkLogProbs) && (f & kTopkHostEdits)) {
+    const TokenEditTable t = *table;
+    e0 = t.begin[at];
+    e1 = t.begin[at + 1];
+    edit_tokens = t.tokens;
+    edit_factors = t.factors;
+  }
+  const int n = history.ngram ? history.ngram[sentence] : 0;
+  const float penalty = history.penalty ? history.penalty[sentence] : 1.f;
   const bool device = n > 0 || penalty != 1.f;
   int len = 0;
   if (device) {  // record the row's token (every step), and read its history
@@ -1095,7 +1106,6 @@ __global__ void __launch_bounds__(kChunkThreads) token_edits_kernel(float* logit
   }
   if (!(f & kTopkLogProbs)) return;
   float* x = logits + row * row_stride;
-  const int e0 = t.begin[at], e1 = t.begin[at + 1];
   const bool on_logits = f & kTopkEditLogits;
   // Greedy: the edits on z = logits + bias, so z is stored first. Beam search: z only in
   // registers (the same float sums), its log-sum-exp, then z - lse stored: two passes over the
@@ -1103,7 +1113,7 @@ __global__ void __launch_bounds__(kChunkThreads) token_edits_kernel(float* logit
   if (on_logits) {
     for (int v = threadIdx.x; v < vocab; v += kChunkThreads) x[v] += bias ? bias[v] : 0.f;
     __syncthreads();
-    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) edit_score(x[t.tokens[e]], t.factors[e]);
+    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) edit_score(x[edit_tokens[e]], edit_factors[e]);
     if (device) history_edits(x, h, len, n, penalty);
     __syncthreads();
   }
@@ -1142,7 +1152,7 @@ __global__ void __launch_bounds__(kChunkThreads) token_edits_kernel(float* logit
   }
   __syncthreads();
   if (!on_logits) {
-    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) edit_score(x[t.tokens[e]], t.factors[e]);
+    for (int e = e0 + threadIdx.x; e < e1; e += kChunkThreads) edit_score(x[edit_tokens[e]], edit_factors[e]);
     if (device) history_edits(x, h, len, n, penalty);
   }
 }
@@ -1156,8 +1166,9 @@ void beam_token_edits_cuda(float* logits, int64_t logits_row_stride, const float
                            int max_positions) {
   if (sentences <= 0) return;
   if (logits_row_stride == 0) logits_row_stride = vocab;
-  if (history && (!history->tokens || !history->key_rows || !history->cache_rows || !history->positions ||
-                  !history->step_tokens || !history->follow || !history->follow_tokens || max_positions < 1))
+  if (history && (!history->ngram || !history->penalty || !history->tokens || !history->key_rows ||
+                  !history->cache_rows || !history->positions || !history->step_tokens || !history->follow ||
+                  !history->follow_tokens || max_positions < 1))
     throw std::invalid_argument("beam_token_edits_cuda: a history needs all its arrays and max_positions");
   const size_t shared = history ? size_t(max_positions) * sizeof(int) : 0;
   cuda::launch(&cuda::token_edits_kernel, dim3(unsigned(sentences * beam)), dim3(cuda::kChunkThreads), shared, stream,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/quantize.h"
 #include "model/error.h"
 
 namespace nmt::cpu {
@@ -87,15 +88,8 @@ QuantizedMatrix QuantizedMatrix::quantize(const float* w, int64_t rows, int64_t 
   m.cols = cols;
   m.q.resize(size_t(rows * cols));
   m.scale.resize(size_t(rows));
-  const float levels = float(int8_weight_levels());
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = w + r * cols;
-    const float amax = abs_max(row, cols);
-    const float scale = amax > 0.f ? amax / levels : 1.f;
-    m.scale[size_t(r)] = scale;
-    for (int64_t c = 0; c < cols; ++c)
-      m.q[size_t(r * cols + c)] = int8_t(std::lrintf(std::clamp(row[c] / scale, -levels, levels)));
-  }
+  // The scheme the CUDA engine's int8 shares (kernels/quantize.h), at this CPU's levels.
+  kernels::quantize_rows_int8(w, rows, cols, int8_weight_levels(), m.q.data(), m.scale.data());
   m.packed = PackedMatrix::pack(m.q.data(), rows, cols);
   return m;
 }

@@ -152,7 +152,8 @@ class CudaEngine final : public Engine {
   void check_step(const StepInput& in) const;
   void fill_upload(const StepInput& in, const StepShape& shape, StepLane& lane);
   // Repetition controls (decoder_step.cu): the step's token edits for the device.
-  static bool sentence_edited(const StepInput& in, size_t row, const StepGroup& g);
+  static bool host_edited(const StepInput& in, size_t row, const StepGroup& g);
+  static bool device_edited(const StepGroup& g);
   void fill_edits(const StepInput& in, const StepShape& shape, StepLane& lane);
   void enqueue_step(const StepShape& shape, const StepLane& lane);
   void enqueue_decoder_layer(int l, Residual<T>& x, const StepUpload& dev, int rows, int parity);
@@ -175,6 +176,10 @@ class CudaEngine final : public Engine {
   cudaStream_t capture_stream_ = nullptr;  // private: graph captures only
   cudaEvent_t done_ = nullptr;             // wait(): the end of this engine's work so far
   DeviceBuffer<char> workspace_;
+  // int8 weights (TranslatorOptions::precision int8, T __half): the queues' scratch for the
+  // dequantized weights of projections past the int8 GEMV's rows (DeviceQueue::int8_scratch).
+  const bool int8_;
+  DeviceBuffer<__half> int8_scratch_, encode_int8_scratch_;
   int d_ = 0;
   float embed_scale_ = 1.f;
   Layers<T> layers_{c_, &q_};

@@ -54,9 +54,9 @@ void CudaEngine<T>::allocate_state(const EngineCapacity& cap) {
                                        kernels::beam_topk_workspace_bytes(r, 1, c_.target_vocab_size, kMaxTopk));
   s.topk_ws.row_bytes = 0;
   s.topk_ws.pool = DevicePool(&alloc_, device_, s.topk_bytes.back());
-  s.step_in = DeviceBuffer<char>(&alloc_, StepUpload::bytes(rows, rows));
+  s.step_in = DeviceBuffer<char>(&alloc_, StepUpload::bytes(rows, rows, true));
   for (StepLane& lane : lanes_) {
-    lane.in.reserve(StepUpload::bytes(rows, rows));
+    lane.in.reserve(StepUpload::bytes(rows, rows, true));
     lane.out.reserve(size_t(2) * rows * kMaxTopk * sizeof(int));
     lane.alignment.reserve(alignment_argmax_offset(rows) + size_t(rows) * sizeof(int));
     lane.edit_table.reserve(sizeof(kernels::TokenEditTable));

@@ -67,7 +67,7 @@ void CudaEngine<T>::check_step(const StepInput& in) const {
 // may take a block, and throw out of memory before anything is enqueued).
 template <typename T>
 void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, StepLane& lane) {
-  const StepUpload h(lane.in.get(), shape.rows, shape.sentences);
+  const StepUpload h(lane.in.get(), shape.rows, shape.sentences, shape.edits);
   size_t group = 0, row = 0;  // next real sentence and row of `in`
   for (const Run& run : shape.runs) {
     int r = run.first_row;
@@ -81,8 +81,14 @@ void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, Ste
                                      (g->forced_token >= 0 && g->teacher_forced ? kernels::kTopkTeacherForced : 0)
                                : 0;
       h.forced[sentence] = real ? g->forced_token : -1;
-      if (shape.edits && real && sentence_edited(in, row, *g))  // repetition controls
-        h.flags[sentence] |= kernels::kTopkLogProbs | (g->edit_logits ? kernels::kTopkEditLogits : 0);
+      if (shape.edits) {  // repetition controls: the device's (0 and 1: none) and the flags
+        h.ngram[sentence] = real ? g->no_repeat_ngram_size : 0;
+        h.penalty[sentence] = real ? g->repetition_penalty : 1.f;
+        const bool host = real && host_edited(in, row, *g);
+        if (real && (host || device_edited(*g)))
+          h.flags[sentence] |= kernels::kTopkLogProbs | (g->edit_logits ? kernels::kTopkEditLogits : 0) |
+                               (host ? kernels::kTopkHostEdits : 0);
+      }
       for (int b = 0; b < run.beam; ++b, ++r) {
         h.tokens[r] = real ? in.tokens[row] : c_.pad_id;
         h.cache_rows[r] = real ? in.cache_rows[row] : scratch_row();
@@ -98,42 +104,42 @@ void CudaEngine<T>::fill_upload(const StepInput& in, const StepShape& shape, Ste
       }
     }
   }
-  if (shape.edits) fill_edits(in, shape, lane);
+  if (shape.edits && !in.edit_begin.empty()) fill_edits(in, shape, lane);
 }
 
-// Repetition controls: whether the sentence g, whose first row of `in` is `row`, has edits at
-// this step: the host's for any of its rows, or the device's where no token is forced (a
-// forced token wins over them; its history is still recorded). Then all its rows become final
-// log-probs on the device.
+// Repetition controls: whether the sentence g, whose first row of `in` is `row`, has host
+// edits at this step (for any of its rows), and whether it has the device's: where no token
+// is forced (a forced token wins over them; its history is still recorded). Either makes all
+// its rows final log-probs on the device.
 template <typename T>
-bool CudaEngine<T>::sentence_edited(const StepInput& in, size_t row, const StepGroup& g) {
-  if (g.device_repetition()) return g.forced_token < 0 && !g.force_eos;
+bool CudaEngine<T>::host_edited(const StepInput& in, size_t row, const StepGroup& g) {
   return !in.edit_begin.empty() && in.edit_begin[row + size_t(g.beam)] > in.edit_begin[row];
 }
+template <typename T>
+bool CudaEngine<T>::device_edited(const StepGroup& g) {
+  return g.device_repetition() && g.forced_token < 0 && !g.force_eos;
+}
 
-// The step's token edits in the lane's pinned arrays, offsets per padded row (padding rows
-// none), the device controls per padded row, and the table the graph reads pointing at them.
+// The step's host token edits in the lane's pinned arrays, offsets per padded row (padding
+// rows none), and the table the graph reads pointing at them (for sentences flagged
+// kTopkHostEdits only).
 template <typename T>
 void CudaEngine<T>::fill_edits(const StepInput& in, const StepShape& shape, StepLane& lane) {
   const size_t edits = in.edit_tokens.size(), rows = size_t(shape.rows);
-  lane.edit_data.reserve((3 * rows + 1) * sizeof(int) + edits * (sizeof(int) + sizeof(float)));
+  lane.edit_data.reserve((rows + 1) * sizeof(int) + edits * (sizeof(int) + sizeof(float)));
   int* begin = static_cast<int*>(lane.edit_data.get());
-  int* ngram = begin + rows + 1;
-  float* penalty = reinterpret_cast<float*>(ngram + rows);
-  int* tokens = reinterpret_cast<int*>(penalty + rows);
+  int* tokens = begin + rows + 1;
   float* factors = reinterpret_cast<float*>(tokens + edits);
   std::copy(in.edit_tokens.begin(), in.edit_tokens.end(), tokens);
   std::copy(in.edit_factors.begin(), in.edit_factors.end(), factors);
-  size_t row = 0, group = 0;  // of `in`
+  size_t row = 0;  // of `in`
   for (const Run& run : shape.runs) {
     int r = run.first_row;
     for (int s = 0; s < run.padded; ++s) {
-      const StepGroup* g = s < run.sentences ? &in.groups[group++] : nullptr;
+      const bool real = s < run.sentences;
       for (int b = 0; b < run.beam; ++b, ++r) {
-        begin[r] = in.edit_begin.empty() ? 0 : in.edit_begin[row];
-        ngram[r] = g ? g->no_repeat_ngram_size : 0;
-        penalty[r] = g ? g->repetition_penalty : 1.f;
-        if (g) ++row;
+        begin[r] = in.edit_begin[row];  // a padding row: the next real one's, so none
+        row += real;
       }
     }
   }
@@ -142,8 +148,6 @@ void CudaEngine<T>::fill_edits(const StepInput& in, const StepShape& shape, Step
   table->begin = begin;
   table->tokens = tokens;
   table->factors = factors;
-  table->ngram = ngram;
-  table->penalty = penalty;
 }
 
 // Everything a step enqueues (its graph): from reading the packed upload to writing the
@@ -160,8 +164,9 @@ void CudaEngine<T>::enqueue_step(const StepShape& shape, const StepLane& lane) {
   kernels::StepUploadCopy upload;
   upload.src = lane.in.get();
   upload.dst = state_.step_in.get();
-  upload.bytes = int64_t(StepUpload::bytes(rows, shape.sentences));
-  const StepUpload dev(state_.step_in.get(), rows, shape.sentences), host(lane.in.get(), rows, shape.sentences);
+  upload.bytes = int64_t(StepUpload::bytes(rows, shape.sentences, shape.edits));
+  const StepUpload dev(state_.step_in.get(), rows, shape.sentences, shape.edits),
+      host(lane.in.get(), rows, shape.sentences, shape.edits);
   Residual<T> x{{state_.y[0].get(), state_.y[1].get()}};
   // Beam reorder (only the small table of which cache row holds each position moves) and
   // the tokens' embeddings, in one launch.
@@ -193,12 +198,15 @@ void CudaEngine<T>::enqueue_step(const StepShape& shape, const StepLane& lane) {
     history.capacity = cache_cap_;
     history.cache_rows = dev.cache_rows; history.positions = dev.positions;
     history.step_tokens = dev.tokens; history.follow = dev.follow; history.follow_tokens = before.tokens.get();
-    for (const Run& run : shape.runs)
+    for (const Run& run : shape.runs) {
+      history.ngram = dev.ngram + run.first_sentence;  // the upload's device copy, not pinned
+      history.penalty = dev.penalty + run.first_sentence;
       kernels::beam_token_edits_cuda(state_.logits.get() + int64_t(run.first_row) * logits_ld(), logits_ld(),
                                      w_.output_bias.get(), run.padded, run.beam, c_.target_vocab_size,
                                      dev.flags + run.first_sentence,
                                      static_cast<const kernels::TokenEditTable*>(lane.edit_table.get()),
                                      run.first_row, q_.stream, &history, cache_cap_);
+    }
   }
   enqueue_topk(shape, dev, static_cast<int*>(lane.out.get()), state_.next_rows[1 - parity]);
 }
@@ -377,7 +385,8 @@ void CudaEngine<T>::collect_logits(const StepLane& lane, StepOutput* out) const 
   template StepLane& CudaEngine<T>::step_lane(int);                                                           \
   template GraphKey CudaEngine<T>::graph_key(const StepShape&, int) const;                                    \
   template void CudaEngine<T>::launch_step(const StepShape&, const std::vector<StepGroup>&, int);             \
-  template bool CudaEngine<T>::sentence_edited(const StepInput&, size_t, const StepGroup&);                   \
+  template bool CudaEngine<T>::host_edited(const StepInput&, size_t, const StepGroup&);                       \
+  template bool CudaEngine<T>::device_edited(const StepGroup&);                                               \
   template void CudaEngine<T>::fill_edits(const StepInput&, const StepShape&, StepLane&);                     \
   template void CudaEngine<T>::collect_output(const StepShape&, const StepLane&, StepOutput*) const;         \
   template void CudaEngine<T>::enqueue_logits_download(const StepInput&, const StepShape&, StepLane&);       \

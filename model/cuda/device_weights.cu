@@ -5,11 +5,15 @@
 
 #include <algorithm>
 
+#include "kernels/quantize.h"
 #include "model/cuda/device/capture_gate.h"
 #include "model/error.h"
 
 namespace nmt::cuda {
 namespace {
+
+// The CUDA kernels add the int8 products in float32: the full int8 range.
+constexpr int kCudaInt8Levels = 127;
 
 std::vector<float> concat(const std::vector<const HostTensor*>& parts) {
   std::vector<float> all;
@@ -38,17 +42,36 @@ const T* DeviceWeights<T>::upload(const HostTensor& t) {
 }
 
 template <typename T>
+Dense<T> DeviceWeights<T>::projection(const std::vector<float>& w, int out, int in, const T* bias) {
+  if (!int8_) return {upload(w), bias, out, in};
+  std::vector<int8_t> q(w.size());
+  std::vector<float> scale(static_cast<size_t>(out));
+  kernels::quantize_rows_int8(w.data(), out, in, kCudaInt8Levels, q.data(), scale.data());
+  q_buffers_.emplace_back(alloc_, q.size());
+  scale_buffers_.emplace_back(alloc_, scale.size());
+  const DeviceWideScope scope;  // synchronous copies (device/capture_gate.h)
+  check_cuda(cudaMemcpy(q_buffers_.back().get(), q.data(), q.size(), cudaMemcpyHostToDevice), "weight upload");
+  check_cuda(cudaMemcpy(scale_buffers_.back().get(), scale.data(), scale.size() * sizeof(float),
+                        cudaMemcpyHostToDevice),
+             "weight upload");
+  Dense<T> d{nullptr, bias, out, in};
+  d.q = q_buffers_.back().get();
+  d.scale = scale_buffers_.back().get();
+  return d;
+}
+
+template <typename T>
 Dense<T> DeviceWeights<T>::dense(const Weights& w, const std::string& p) {
   const HostTensor& wt = w.get(p + ".weight");
-  return {upload(wt), upload(w.get(p + ".bias")), int(wt.shape[0]), int(wt.shape[1])};
+  return projection(wt.data, int(wt.shape[0]), int(wt.shape[1]), upload(w.get(p + ".bias")));
 }
 
 template <typename T>
 Dense<T> DeviceWeights<T>::fused_qkv(const Weights& w, const std::string& p) {
   const auto& q = w.get(p + "q_proj.weight");
-  const T* wt = upload(concat({&q, &w.get(p + "k_proj.weight"), &w.get(p + "v_proj.weight")}));
   const T* b = upload(concat({&w.get(p + "q_proj.bias"), &w.get(p + "k_proj.bias"), &w.get(p + "v_proj.bias")}));
-  return {wt, b, 3 * int(q.shape[0]), int(q.shape[1])};
+  return projection(concat({&q, &w.get(p + "k_proj.weight"), &w.get(p + "v_proj.weight")}), 3 * int(q.shape[0]),
+                    int(q.shape[1]), b);
 }
 
 template <typename T>
@@ -67,8 +90,11 @@ const T* DeviceWeights<T>::encoder_table(const HostTensor& table, bool zero_row)
 }
 
 template <typename T>
-void DeviceWeights<T>::upload(DeviceAllocator* alloc, const ModelConfig& c, const Weights& w, int logits_ld) {
+void DeviceWeights<T>::upload(DeviceAllocator* alloc, const ModelConfig& c, const Weights& w, int logits_ld,
+                              bool int8) {
+  if (int8 && sizeof(T) != 2) throw Error(ErrorCode::kInternal, "CUDA engine: int8 weights need float16 activations");
   alloc_ = alloc;
+  int8_ = int8;
   const Architecture& arch = c.arch;
   for (int l = 0; l < c.encoder_layers; ++l) {
     const std::string p = layer_prefix(false, l);
@@ -103,11 +129,13 @@ void DeviceWeights<T>::upload(DeviceAllocator* alloc, const ModelConfig& c, cons
   if (arch.final_encoder_norm) encoder_final_norm = norm(w, Weights::kEncoderFinalNorm);
   if (arch.final_decoder_norm) decoder_final_norm = norm(w, Weights::kDecoderFinalNorm);
   // The output projection with zero rows up to logits_ld, uploaded first so that tied
-  // embeddings share it (they read rows < vocab only).
+  // embeddings share it (they read rows < vocab only). In int8 tied embeddings are a float16
+  // table of their own: the embedding lookup reads float16 (docs/kernels.md).
   const HostTensor& proj = w.output_projection();
   std::vector<float> padded(size_t(logits_ld) * c.d_model, 0.f);
   std::copy(proj.data.begin(), proj.data.end(), padded.begin());
-  output_projection = uploaded_[&proj] = upload(padded);
+  output_projection = projection(padded, logits_ld, c.d_model, nullptr);
+  if (!int8_) uploaded_[&proj] = output_projection.w;
   encoder_embeddings = upload(w.encoder_embeddings());
   decoder_embeddings = upload(w.decoder_embeddings());
   const HostTensor& enc_pos = w.encoder_positions();

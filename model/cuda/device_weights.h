@@ -3,6 +3,10 @@
 // each attention's Q/K/V projections as one [3d, d] matrix, every decoder layer's cross K/V
 // projections as one [L * 2d, d] matrix (one GEMM an encode), the output projection padded
 // with zero rows to the logits' stride, and the family's extra LayerNorms (Architecture).
+// With int8 (T __half only) every projection of the layers and the output projection hold
+// int8 weights with per-row scales instead (kernels/quantize.h), quantized here at upload; the
+// embeddings, the LayerNorms, the biases and the cross K/V projections (computed once an encode,
+// not a step) stay float16. docs/kernels.md, "Int8 weights".
 #include <map>
 #include <string>
 #include <vector>
@@ -15,9 +19,11 @@ namespace nmt::cuda {
 
 template <typename T>
 struct Dense {  // y = x W^T (+ b fused elsewhere)
-  const T* w = nullptr;
+  const T* w = nullptr;  // null with int8 weights
   const T* b = nullptr;
   int out = 0, in = 0;
+  const int8_t* q = nullptr;     // int8: W ~ q * scale, [out, in]
+  const float* scale = nullptr;  // int8: [out]
 };
 
 template <typename T>
@@ -44,12 +50,13 @@ class DeviceWeights {
  public:
   // Uploads what the engine reads of `w` (synchronously). logits_ld: the output projection's
   // rows once padded.
-  void upload(DeviceAllocator* alloc, const ModelConfig& c, const Weights& w, int logits_ld);
+  void upload(DeviceAllocator* alloc, const ModelConfig& c, const Weights& w, int logits_ld, bool int8 = false);
 
   std::vector<EncoderLayer<T>> encoder;
   std::vector<DecoderLayer<T>> decoder;
   const T* cross_kv = nullptr;  // [L * 2d, d]: K | V of each decoder layer
-  const T *encoder_embeddings = nullptr, *decoder_embeddings = nullptr, *output_projection = nullptr;
+  const T *encoder_embeddings = nullptr, *decoder_embeddings = nullptr;
+  Dense<T> output_projection;  // [logits_ld, d], no bias (output_bias is the top-k's)
   // [max_positions, d]; with Architecture::pad_position_zero the encoder's has a zero row at
   // index zero_position_row after them, which a source <pad> token's position names (the
   // decoder step leaves a <pad> token's position out: RowEmbedding::zero_position_token).
@@ -62,13 +69,18 @@ class DeviceWeights {
  private:
   const T* upload(const std::vector<float>& host);
   const T* upload(const HostTensor& t);
+  // A projection W [out, in] as T, or as int8 with its scales (int8_).
+  Dense<T> projection(const std::vector<float>& w, int out, int in, const T* bias);
   Dense<T> dense(const Weights& w, const std::string& prefix);
   Dense<T> fused_qkv(const Weights& w, const std::string& prefix);
   Norm<T> norm(const Weights& w, const std::string& prefix);
   const T* encoder_table(const HostTensor& table, bool zero_row);
 
   DeviceAllocator* alloc_ = nullptr;
+  bool int8_ = false;
   std::vector<DeviceBuffer<T>> buffers_;
+  std::vector<DeviceBuffer<int8_t>> q_buffers_;
+  std::vector<DeviceBuffer<float>> scale_buffers_;
   std::map<const HostTensor*, const T*> uploaded_;  // tied tensors are uploaded once
 };
 

@@ -3,7 +3,11 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <type_traits>
+
 #include "kernels/layer_norm.h"
+#include "kernels/quantize.h"
 #include "model/cuda/device/device_memory.h"
 #include "model/error.h"
 
@@ -20,8 +24,49 @@ void Layers<T>::gemm(const T* x, int64_t ldx, const T* w, TC* y, int64_t ldy, in
 }
 
 template <typename T>
+template <typename TY>
+bool Layers<T>::int8_gemv(const T* x, const Dense<T>& L, TY* y, int64_t ldy, int rows, const kernels::Activation* act,
+                          const kernels::SmallGemmNorm<T>* norm) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const T* bias = act ? L.b : nullptr;
+    if (rows > kernels::int8_gemv_rows() || !kernels::int8_gemv_supported(x, L.in, L.q, bias, rows, L.in, norm))
+      return false;
+    if constexpr (std::is_same_v<TY, float>)
+      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, y, ldy, rows, L.out, L.in, q_->stream, norm);
+    else
+      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, bias, y, ldy, rows, L.out, L.in, act, q_->stream, norm);
+    return true;
+  } else {
+    throw Error(ErrorCode::kInternal, "CUDA engine: int8 weights need float16 activations");
+  }
+}
+
+template <typename T>
+template <typename TC>
+void Layers<T>::int8_gemm(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int64_t ldy, int rows) {
+  if constexpr (std::is_same_v<T, __half>) {
+    T* w = static_cast<T*>(q_->int8_scratch);
+    const int64_t chunk = L.in > 0 ? q_->int8_scratch_elements / L.in : 0;
+    if (!w || chunk < 1) throw Error(ErrorCode::kInternal, "CUDA engine: no int8 scratch for the dequantized weights");
+    for (int64_t n0 = 0; n0 < L.out; n0 += chunk) {
+      const int n = int(std::min<int64_t>(chunk, L.out - n0));
+      kernels::int8_dequantize_cuda(L.q + n0 * L.in, L.scale + n0, n, L.in, w, q_->stream);
+      gemm(x, ldx, w, y + n0, ldy, rows, n, L.in);
+    }
+  } else {
+    throw Error(ErrorCode::kInternal, "CUDA engine: int8 weights need float16 activations");
+  }
+}
+
+template <typename T>
 bool Layers<T>::linear(const T* x, const Dense<T>& L, T* y, int rows, const kernels::Activation* act) {
   const T* bias = act ? L.b : nullptr;
+  if (L.q) {
+    if (int8_gemv(x, L, y, L.out, rows, act, nullptr)) return true;
+    int8_gemm(x, L.in, L, y, L.out, rows);
+    if (act) kernels::bias_activation_cuda(y, bias, rows, L.out, *act, q_->stream);
+    return act != nullptr;
+  }
   if (kernels::small_gemm_supported<T>(x, L.in, L.w, bias, L.out, rows, L.in)) {
     kernels::small_gemm_cuda<T>(x, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, q_->stream);
     return true;
@@ -54,6 +99,11 @@ bool Layers<T>::post_norm_input(Residual<T>& x, const Dense<T>& L, T* y, int row
   if (!x.sub) return linear(x.current, L, y, rows, act);
   const kernels::SmallGemmNorm<T> n = pending_norm(x);
   const T* bias = act ? L.b : nullptr;
+  if (L.q) {
+    if (!int8_gemv(x.sub, L, y, L.out, rows, act, &n)) return linear(settle(x, rows), L, y, rows, act);
+    x.advance();
+    return true;
+  }
   if (!kernels::small_gemm_supported<T>(x.sub, L.in, L.w, bias, L.out, rows, L.in, &n))
     return linear(settle(x, rows), L, y, rows, act);
   kernels::small_gemm_cuda<T>(x.sub, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, q_->stream, &n);
@@ -77,7 +127,11 @@ bool Layers<T>::pre_norm_input(Residual<T>& x, const Dense<T>& L, T* y, int rows
   p.store_sum = true;
   const T* in = pending ? x.sub : x.current;
   const T* bias = act ? L.b : nullptr;
-  if (kernels::small_gemm_supported<T>(in, L.in, L.w, bias, L.out, rows, L.in, &p)) {
+  if (L.q && int8_gemv(in, L, y, L.out, rows, act, &p)) {
+    if (pending) x.advance();
+    return true;
+  }
+  if (!L.q && kernels::small_gemm_supported<T>(in, L.in, L.w, bias, L.out, rows, L.in, &p)) {
     kernels::small_gemm_cuda<T>(in, L.in, L.w, bias, y, L.out, rows, L.out, L.in, act, q_->stream, &p);
     if (pending) x.advance();
     return true;
@@ -123,12 +177,21 @@ const T* Layers<T>::settle(Residual<T>& x, int rows) {
 }
 
 template <typename T>
-void Layers<T>::project_logits(Residual<T>& x, const T* w, float* logits, int ld, int rows) {
+void Layers<T>::project_logits(Residual<T>& x, const Dense<T>& proj, float* logits, int ld, int rows) {
   if (x.sub && !x.norm)
     throw Error(ErrorCode::kInternal, "CUDA engine: a pre-norm residual projected without a LayerNorm");
   const kernels::SmallGemmNorm<T> pending = x.sub ? pending_norm(x) : kernels::SmallGemmNorm<T>{};
   const kernels::SmallGemmNorm<T>* norm = x.sub ? &pending : nullptr;
   const T* in = x.sub ? x.sub : x.current;
+  if (proj.q) {
+    if (int8_gemv(in, proj, logits, ld, rows, nullptr, norm)) {
+      if (x.sub) x.advance();
+    } else {
+      int8_gemm(settle(x, rows), d_, proj, logits, ld, rows);
+    }
+    return;
+  }
+  const T* w = proj.w;
   if (kernels::small_gemm_logits_supported<T>(in, d_, w, ld, rows, d_, norm)) {
     kernels::small_gemm_logits_cuda<T>(in, d_, w, logits, ld, rows, ld, d_, q_->stream, norm);
     if (x.sub) x.advance();

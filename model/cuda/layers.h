@@ -91,12 +91,23 @@ class Layers {
   // small_gemm_logits_cuda launch with the pending LayerNorm in its prologue (cuBLAS follows
   // a LayerNorm launch of its own and lets nothing after it start early); otherwise the
   // LayerNorm, then cuBLAS. W: [ld, d] (zero rows past the vocabulary).
-  void project_logits(Residual<T>& x, const T* w, float* logits, int ld, int rows);
+  // With int8 weights (W's q and scale) the int8 GEMV (kernels/quantize.h) replaces the small
+  // GEMMs at up to int8_gemv_rows() rows, its LayerNorm prologue the same; more rows dequantize
+  // W to float16 in the queue's scratch, a chunk of its rows at a time, for cuBLAS.
+  void project_logits(Residual<T>& x, const Dense<T>& w, float* logits, int ld, int rows);
 
  private:
   // y[M, N] = x[M, K] W[N, K]^T, row-major.
   template <typename TC>
   void gemm(const T* x, int64_t ldx, const T* w, TC* y, int64_t ldy, int M, int N, int K);
+  // int8 weights: y = x W^T (+ act(.. + b)) through the int8 GEMV, with `norm` in its prologue;
+  // false, with nothing launched, where it does not take the shape.
+  template <typename TY>
+  bool int8_gemv(const T* x, const Dense<T>& L, TY* y, int64_t ldy, int rows, const kernels::Activation* act,
+                 const kernels::SmallGemmNorm<T>* norm);
+  // int8 weights at any rows: W dequantized chunk by chunk, then cuBLAS.
+  template <typename TC>
+  void int8_gemm(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int64_t ldy, int rows);
   // x's pending post-norm LayerNorm as the small GEMM's prologue takes it (x.sub, x.norm set).
   kernels::SmallGemmNorm<T> pending_norm(const Residual<T>& x) const;
   bool post_norm_input(Residual<T>& x, const Dense<T>& L, T* y, int rows, const kernels::Activation* act);

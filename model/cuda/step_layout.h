@@ -47,13 +47,19 @@ bool has_edits(const StepInput& in);  // StepShape::edits
 // [rows] arrays of 4-byte values (`writes`: the cache token each row's position goes to),
 // one forced token per sentence (StepGroup::forced_token, read under
 // kernels::kTopkForceToken), then one top-k flag byte per sentence
-// (kernels::kTopkMaskEos | kTopkForceEos | kTopkForceToken).
+// (kernels::kTopkMaskEos | kTopkForceEos | kTopkForceToken); in a step with repetition
+// controls (`controls`: StepShape::edits) then, 4-byte aligned, each sentence's
+// no_repeat_ngram_size and repetition_penalty (StepGroup's; 0 and 1 where it has none), so
+// that beam_token_edits_cuda reads them from the device copy: its blocks' reads of pinned
+// host memory each crossed PCIe (docs/decoding.md, "Repetition controls").
 struct StepUpload {
   int *tokens, *cache_rows, *parents, *positions, *slots, *follow, *writes;
   float* running;
   int* forced;
   unsigned char* flags;
-  StepUpload(void* base, int rows, int sentences) {
+  int* ngram = nullptr;      // [sentences] with `controls`
+  float* penalty = nullptr;  // [sentences] with `controls`
+  StepUpload(void* base, int rows, int sentences, bool controls = false) {
     tokens = static_cast<int*>(base);
     cache_rows = tokens + rows;
     parents = cache_rows + rows;
@@ -64,9 +70,17 @@ struct StepUpload {
     running = reinterpret_cast<float*>(writes + rows);
     forced = reinterpret_cast<int*>(running + rows);
     flags = reinterpret_cast<unsigned char*>(forced + sentences);
+    if (controls) {
+      ngram = reinterpret_cast<int*>(static_cast<unsigned char*>(base) + controls_offset(rows, sentences));
+      penalty = reinterpret_cast<float*>(ngram + sentences);
+    }
   }
-  static size_t bytes(int rows, int sentences) {
-    return 8 * sizeof(int) * size_t(rows) + (sizeof(int) + 1) * size_t(sentences);
+  static size_t controls_offset(int rows, int sentences) {
+    return (8 * sizeof(int) * size_t(rows) + (sizeof(int) + 1) * size_t(sentences) + 3) / 4 * 4;
+  }
+  static size_t bytes(int rows, int sentences, bool controls = false) {
+    return controls ? controls_offset(rows, sentences) + (sizeof(int) + sizeof(float)) * size_t(sentences)
+                    : 8 * sizeof(int) * size_t(rows) + (sizeof(int) + 1) * size_t(sentences);
   }
 };
 

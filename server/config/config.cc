@@ -294,7 +294,7 @@ const std::vector<Setting>& settings() {
 // Flags that set a key of every entry of models[].
 const std::vector<std::pair<std::string, std::string>> kModelFlags = {
     {"device", "auto | cpu | cuda, for every model"},
-    {"precision", "float16 | float32 | int8, for every model (the CPU computes float16 in float32; int8: CPU only)"},
+    {"precision", "float16 | float32 | int8, for every model (the CPU computes float16 in float32; int8: weights quantized at load, on the CPU and on CUDA GPUs of compute capability 6.1+)"},
     {"device-memory-limit-mb", "MiB of working memory per model, for every model (0 = no cap)"},
     {"workers", "decode loops (engine copies, one thread each), for every model"},
     {"devices", "GPUs of every model's replicas: all, or a YAML list like [0,1]"},

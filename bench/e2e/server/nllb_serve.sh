@@ -67,9 +67,12 @@ config=$work/serve.yaml
 mkdir -p "$work/repository"
 sed -e "s|^  - name: .*|  - name: nllb|" -e "s|path: ../models/.*|path: $model|" \
   -e "s|^  path: ../models\$|  path: $work/repository|" "$repo/configs/default.yaml" > "$config"
-# Without the translation cache: the decode path's figures (the input repeats sentences).
+# Without the translation cache: the decode path's figures (the input repeats sentences). Without
+# sentence splitting: each request is the one sentence the offline side decodes (random pieces
+# hold full stops, and split, 10% of the texts were two or three sentences in server run 49,
+# counted as one by the client).
 nmt-server --config "$config" --device cuda --precision float16 --host 127.0.0.1 --port $port \
-  --metrics-port $((port + 1)) --translation-cache-mb 0 > "$out/server.log" 2>&1 &
+  --metrics-port $((port + 1)) --translation-cache-mb 0 --split-sentences false > "$out/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 240); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
 kill -0 "$pid" || { echo "nmt-server did not start: $(tail -1 "$out/server.log")" >&2; exit 1; }
@@ -89,11 +92,14 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 clients = int(sys.argv[3])
 offline = [r for r in rows if r.get("batch") == clients and r.get("engine") != "nmt-server"][-1]
 served = [r for r in rows if r.get("name") == "nllb-mixed-targets"][-1]
-steps = [int(m.group(1)) for m in re.finditer(r"steps=(\d+)", open(sys.argv[2]).read())]
-tokens = [int(m.group(1)) for m in re.finditer(r"input_tokens=(\d+)", open(sys.argv[2]).read())]
+log = open(sys.argv[2]).read()
+steps = [int(m.group(1)) for m in re.finditer(r"steps=(\d+)", log)]
+tokens = [int(m.group(1)) for m in re.finditer(r"input_tokens=(\d+)", log)]
+decoded = sum(int(m.group(1)) for m in re.finditer(r" sentences=(\d+)", log))  # as the server split them
 off = clients * 1e3 / offline["ms_per_batch"]  # nmt-bench-e2e: ms a batch of `clients` sentences
 srv = served["sentences_per_s"]
 print(f"offline batch {clients}: {off:.1f} sentences/s ({offline.get('steps')} steps); served {clients} clients: "
       f"{srv:.1f} sentences/s (steps per request {min(steps)}-{max(steps)}, input tokens {min(tokens)}-{max(tokens)}, "
-      f"errors {served.get('errors')}): {100 * srv / off:.1f}% of offline")
+      f"errors {served.get('errors')}): {100 * srv / off:.1f}% of offline; the server decoded {decoded} sentences "
+      f"for {served.get('requests')} requests")
 EOF

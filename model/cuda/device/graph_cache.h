@@ -16,6 +16,11 @@ namespace nmt::cuda {
 struct DeviceQueue {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
+  // int8 weights: where the projections of more rows than the int8 GEMV takes dequantize
+  // their weights for cuBLAS, in float16 (model/cuda/layers.h). A queue's own: the encode and
+  // the steps run at once on their two streams.
+  void* int8_scratch = nullptr;
+  int64_t int8_scratch_elements = 0;
 };
 
 // Captured graphs of one kind by key. A key's first use runs plain (lazy module loading,

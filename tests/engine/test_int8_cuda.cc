@@ -1,0 +1,209 @@
+// precision int8 on the CUDA engine (kernels/quantize.h): the int8 GEMV and the dequantization
+// against their CPU reference (every row tile, the LayerNorm prologue, float16 and float32
+// outputs), and the demo model's test2016 in int8 against float16: >= 90% of sentences
+// token-identical and BLEU within 0.5, at batch 1 (4 rows a step: the int8 GEMV), batch 8 (32
+// rows) and batch 64 (256 rows: the weights dequantized for cuBLAS). Skips visibly without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/cuda_engine.h"
+#include "model/translator.h"
+#include "tests/support/bleu.h"
+#include "tests/support/golden.h"
+
+#if NMT_WITH_CUDA
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/layer_norm.h"
+#include "kernels/quantize.h"
+#endif
+
+using namespace nmt;
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible (CPU-only build or no GPU): int8 on CUDA is not tested here"
+
+TEST(CudaEngineInt8, CapabilityPolicy) {  // a pure function: runs everywhere
+  EXPECT_FALSE(cuda_int8_supported(5, 2));
+  EXPECT_FALSE(cuda_int8_supported(6, 0));
+  EXPECT_TRUE(cuda_int8_supported(6, 1));
+  EXPECT_TRUE(cuda_int8_supported(7, 0));
+  EXPECT_TRUE(cuda_int8_supported(9, 0));
+}
+
+#if NMT_WITH_CUDA
+namespace {
+
+std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+void round_half(std::vector<float>& v) {
+  for (float& x : v) x = __half2float(__float2half_rn(x));
+}
+
+template <typename T>
+struct Dev {  // a device copy of host values in T
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) { cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)); cudaMemset(p, 0, n * sizeof(T)); }
+  template <typename S>
+  explicit Dev(const std::vector<S>& h) : Dev(h.size()) {
+    std::vector<T> t(h.size());
+    for (size_t i = 0; i < h.size(); ++i) t[i] = T(h[i]);
+    cudaMemcpy(p, t.data(), n * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  ~Dev() { cudaFree(p); }
+  std::vector<float> get() const {
+    std::vector<T> t(n);
+    cudaMemcpy(t.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; ++i) f[i] = float(t[i]);
+    return f;
+  }
+};
+
+}  // namespace
+
+TEST(CudaEngineInt8, GemvAndDequantizeMatchTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  struct Shape { int n, k; };
+  const kernels::Activation relu = kernels::Activation::kRelu, gelu = kernels::Activation::kGelu;
+  uint32_t seed = 3;
+  int variant = 0, checked = 0;
+  for (const Shape s : {Shape{37, 64}, Shape{1024, 1024}, Shape{301, 528}, Shape{600, 4096}}) {
+    for (int rows : {1, 3, 4, 5, 8, 9, 16, 33, 64}) {
+      const bool norm = s.k <= kernels::kInt8GemvNormK && variant % 2 == 1;
+      const bool store_sum = variant % 4 == 3;
+      const kernels::Activation* act = variant % 3 == 0 ? nullptr : variant % 3 == 1 ? &relu : &gelu;
+      const bool logits = variant % 5 == 4;  // float32 output, no bias or activation
+      ++variant;
+      auto x = uniform(size_t(rows) * s.k, -1, 1, seed++), res = uniform(x.size(), -1, 1, seed++);
+      auto w = uniform(size_t(s.n) * s.k, -0.1f, 0.1f, seed++), bias = uniform(s.n, -0.5f, 0.5f, seed++);
+      auto nb = uniform(s.k, -0.2f, 0.2f, seed++), gamma = uniform(s.k, 0.5f, 1.5f, seed++),
+           beta = uniform(s.k, -0.5f, 0.5f, seed++);
+      for (auto* v : {&x, &res, &bias, &nb, &gamma, &beta}) round_half(*v);
+      std::vector<int8_t> q(w.size());
+      std::vector<float> scale(s.n);
+      kernels::quantize_rows_int8(w.data(), s.n, s.k, 127, q.data(), scale.data());
+      // The reference's input: x, or LN(x + residual + bias) rounded to float16 (the kernel keeps
+      // the normalized rows in float16, as the float16 small GEMM does).
+      std::vector<float> in = x, z(x.size());
+      if (norm) {
+        kernels::layer_norm_cpu(x.data(), res.data(), nb.data(), gamma.data(), beta.data(), in.data(), rows, s.k, 1e-5f);
+        round_half(in);
+        for (size_t i = 0; i < z.size(); ++i) z[i] = x[i] + res[i] + nb[int(i % s.k)];
+      }
+      std::vector<float> ref(size_t(rows) * s.n);
+      kernels::int8_linear_cpu(in.data(), rows, q.data(), scale.data(), logits ? nullptr : bias.data(), s.n, s.k,
+                               logits ? nullptr : act, ref.data());
+      Dev<__half> dx(x), dres(res), dbias(bias), dnb(nb), dg(gamma), db(beta), dout(x.size()), dy16(ref.size());
+      Dev<int8_t> dq(q);
+      Dev<float> dscale(scale), dy32(ref.size());
+      kernels::SmallGemmNorm<__half> n;
+      n.residual = dres.p; n.bias = dnb.p; n.gamma = dg.p; n.beta = db.p; n.out = dout.p; n.store_sum = store_sum;
+      ASSERT_TRUE(kernels::int8_gemv_supported(dx.p, s.k, dq.p, logits ? nullptr : dbias.p, rows, s.k, norm ? &n : nullptr));
+      if (logits)
+        kernels::int8_gemv_cuda(dx.p, s.k, dq.p, dscale.p, dy32.p, s.n, rows, s.n, s.k, nullptr, norm ? &n : nullptr);
+      else
+        kernels::int8_gemv_cuda(dx.p, s.k, dq.p, dscale.p, dbias.p, dy16.p, s.n, rows, s.n, s.k, act, nullptr,
+                                norm ? &n : nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> y = logits ? dy32.get() : dy16.get();
+      double worst = 0;
+      for (int m = 0; m < rows; ++m)
+        for (int j = 0; j < s.n; ++j) {
+          double mag = 0;  // the products' magnitude: float32 sums and a float16 output round against it
+          for (int i = 0; i < s.k; ++i) mag += std::fabs(double(in[size_t(m) * s.k + i]) * q[size_t(j) * s.k + i] * scale[j]);
+          const double r = ref[size_t(m) * s.n + j], tol = 1e-3 * mag + 2e-3 * std::fabs(r) + 1e-4;
+          worst = std::max(worst, std::fabs(y[size_t(m) * s.n + j] - r) / tol);
+        }
+      EXPECT_LE(worst, 1.0) << "n " << s.n << " k " << s.k << " rows " << rows << " norm " << norm << " logits " << logits;
+      if (norm) {  // the first column block wrote the residual stream: z, or LN(z)
+        const std::vector<float> out = dout.get(), want = store_sum ? z : in;
+        double err = 0;
+        for (size_t i = 0; i < out.size(); ++i) err = std::max(err, std::fabs(double(out[i]) - want[i]) / (1e-2 + 2e-3 * std::fabs(want[i])));
+        EXPECT_LE(err, 1.0) << "norm.out, rows " << rows << " store_sum " << store_sum;
+      }
+      ++checked;
+    }
+    // The dequantization for cuBLAS: q * scale in float16.
+    std::vector<int8_t> q(size_t(s.n) * s.k);
+    std::vector<float> scale(s.n), back(q.size());
+    const auto w = uniform(q.size(), -2, 2, seed++);
+    kernels::quantize_rows_int8(w.data(), s.n, s.k, 127, q.data(), scale.data());
+    kernels::dequantize_rows_int8(q.data(), scale.data(), s.n, s.k, back.data());
+    Dev<int8_t> dq(q);
+    Dev<float> dscale(scale);
+    Dev<__half> dw(q.size());
+    kernels::int8_dequantize_cuda(dq.p, dscale.p, s.n, s.k, dw.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = dw.get();
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], back[i], 1e-3 * std::fabs(back[i]) + 1e-7) << i;
+  }
+  EXPECT_EQ(checked, 36);
+}
+#else
+TEST(CudaEngineInt8, GemvAndDequantizeMatchTheCpuReference) {
+  GTEST_SKIP() << "built without CUDA: the int8 kernels are not tested here";
+}
+#endif
+
+namespace {
+
+struct Test2016Run {
+  std::vector<std::vector<int>> ids;
+  double bleu = 0;
+  size_t memory = 0;
+};
+
+Test2016Run translate_test2016(Precision precision, int batch) {
+  const auto golden = test::load_golden();
+  TranslatorOptions o;
+  o.device = Device::kCuda;
+  o.precision = precision;
+  auto translator = Translator::load(test::demo_model_dir(), o);
+  EXPECT_EQ(translator->precision(), precision);
+  DecodeOptions d;
+  d.beam_size = 4;
+  Test2016Run r;
+  std::vector<std::string> hyps;
+  for (size_t b = 0; b < golden.size(); b += size_t(batch)) {
+    std::vector<std::vector<int>> src;
+    for (size_t i = b; i < std::min(golden.size(), b + size_t(batch)); ++i) src.push_back(golden[i].source_ids);
+    for (auto& t : translator->translate_ids(src, d)) {
+      r.ids.push_back(t.hypotheses[0].ids);
+      hyps.push_back(t.hypotheses[0].text);
+    }
+  }
+  r.bleu = test::corpus_bleu(hyps, test::test2016_references());
+  r.memory = translator->device_memory_used();
+  return r;
+}
+
+}  // namespace
+
+TEST(CudaEngineInt8, DemoModelAgreesWithFloat16) {
+  SKIP_WITHOUT_GPU();
+  if (!test::have_golden()) GTEST_SKIP() << "golden references absent: " << test::golden_dir();
+  for (int batch : {1, 8, 64}) {
+    const Test2016Run f16 = translate_test2016(Precision::kFloat16, batch), i8 = translate_test2016(Precision::kInt8, batch);
+    ASSERT_EQ(f16.ids.size(), i8.ids.size());
+    int same = 0;
+    for (size_t i = 0; i < f16.ids.size(); ++i) same += f16.ids[i] == i8.ids[i];
+    std::cout << "int8 vs float16, beam 4 batch " << batch << ": identical " << same << " / " << f16.ids.size()
+              << ", BLEU " << i8.bleu << " (float16 " << f16.bleu << "), GPU memory " << (i8.memory >> 20)
+              << " MiB (float16 " << (f16.memory >> 20) << " MiB)\n";
+    EXPECT_GE(same, int(f16.ids.size()) * 90 / 100) << "batch " << batch;
+    EXPECT_NEAR(i8.bleu, f16.bleu, 0.5) << "batch " << batch;
+  }
+}
