@@ -1,6 +1,6 @@
 #pragma once
 // Sampling on a real engine, shared by the CPU test (tests/model/decoding/test_sampling_model.cc)
-// and the CUDA one (tests/engine/test_sampling_cuda.cc): the model's first-step logits for a
+// and the CUDA one (tests/engine/controls/test_sampling_cuda.cc): the model's first-step logits for a
 // source, straight from the engine; the first tokens that n seeded sentences draw through a
 // decode loop; the mixed load of sampling, greedy and beam sentences.
 #include <algorithm>

@@ -3,7 +3,7 @@
 // (tests/conformance/controls/alignments, written by tools/conformance/controls/alignments.py):
 // each record's greedy and beam-4 best hypothesis translated with return_alignments on the
 // given device in float32, its ids and per-token argmax source positions compared. The CPU
-// test (tests/model/conformance/test_alignments.cc) and the GPU one (tests/engine/test_alignments_cuda.cc)
+// test (tests/model/conformance/test_alignments.cc) and the GPU one (tests/engine/controls/test_alignments_cuda.cc)
 // share it.
 #include <cstdio>
 #include <fstream>
