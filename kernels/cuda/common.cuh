@@ -85,6 +85,25 @@ __device__ __forceinline__ float group_allreduce(float v, Op op) {
   return v;
 }
 
+// A LayerNorm's statistic over the row that one warp holds in registers: each lane's sum of
+// f(element) over its valid packs (each pack summed first, then the packs), then the sum across
+// the warp. f may change the element it is given (the deviations pass subtracts the mean in
+// place). Shared by small_gemm.cu's and quant/int8_gemm.cu's LayerNorm prologues, so that both
+// add in the same order.
+template <int kPacks, int kVec, class Valid, class F>
+__device__ __forceinline__ float warp_row_sum(float (&z)[kPacks][kVec], Valid valid, F f) {
+  float sum = 0.f;
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    if (!valid(p)) continue;
+    float part = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) part += f(z[p][i]);
+    sum += part;
+  }
+  return group_allreduce<32>(sum, SumOp());
+}
+
 // All-reduce over the whole block (blockDim.x a multiple of 32, at most 1024).
 template <class Op>
 __device__ float block_allreduce(float v, Op op, float identity) {

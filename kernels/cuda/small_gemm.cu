@@ -130,19 +130,7 @@ __device__ void normalize_rows(const SmallGemmArgs<T>& a, const NormParams<T, kV
         if (valid(p)) store_pack<T, kVec>(a.norm.out + m * a.ldx + col(p), z[p]);
       }
     }
-    // The lane's sum of f(element) over its valid packs, each pack's own sum first.
-    const auto lane_sum = [&](auto f) {
-      float sum = 0.f;
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        if (!valid(p)) continue;
-        float part = 0.f;
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) part += f(z[p][i]);
-        sum += part;
-      }
-      return group_allreduce<32>(sum, SumOp());
-    };
+    const auto lane_sum = [&](auto f) { return warp_row_sum(z, valid, f); };
     const float mean = lane_sum([](float v) { return v; }) / float(a.k);
     const float squares = lane_sum([&](float& v) {
       v -= mean;
@@ -262,9 +250,10 @@ __global__ void __launch_bounds__(kBlockColumns<kRows> * kSplit * 32) small_gemm
 // grid in one wave (launch_mma_tiles): NLLB's K-1024 projections with their LayerNorm run one 16-warp
 // block an SM, and fc1's 512 blocks of 8 columns took four waves of one round trip each.
 constexpr int kMmaCols = 8;
-// Chunks a warp loads before pdl_prologue() (16 bytes each a lane and tile): all of them for the
-// projections of Transformer-base and the demo model at the warp counts of by_mma_warps; two
-// with more tiles (NLLB's K 1024 in 16 warps: all of them too).
+// Chunks a warp loads before pdl_prologue() (16 bytes each a lane and tile; the kernel's kEarly):
+// all of them for the projections of Transformer-base and the demo model at the warp counts of
+// by_mma_warps; two with more tiles (NLLB's K 1024 in 16 warps: all of them too), four for the
+// 8-warp LayerNorm kernel of 4 tiles (launch_mma_tiles).
 template <int kColTiles>
 constexpr int kMmaEarly = kColTiles == 1 ? 4 : 2;
 
@@ -291,11 +280,11 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const uint4& lo, const 
   mma_16816<T>(c, lo.z, hi.z, lo.w, hi.w, w.z, w.w);
 }
 
-template <typename T, int kNormPacks, int kWarps, int kRowGroups, int kColTiles>
+template <typename T, int kNormPacks, int kWarps, int kRowGroups, int kColTiles, int kEarly>
 __global__ void __launch_bounds__(kWarps * 32) small_gemm_mma_kernel(SmallGemmArgs<T> a) {
   constexpr int kVec = 8;
   constexpr int kRowsMax = 8 * kRowGroups, kTiles = (kRowGroups + 1) / 2;  // MMAs of 16 rows
-  constexpr int kCols = kMmaCols * kColTiles, kEarly = kMmaEarly<kColTiles>;
+  constexpr int kCols = kMmaCols * kColTiles;
   static_assert(kRowsMax * kCols <= kWarps * 32, "the epilogue's threads");
   const int lane = threadIdx.x % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
   const int col0 = int(blockIdx.x) * kCols;
@@ -637,15 +626,26 @@ void launch_mma_tiles(const SmallGemmArgs<T>& a, size_t smem, cudaStream_t strea
   const auto one_wave = [&](const void* kernel, int tiles) {
     return int64_t(blocks(tiles)) <= int64_t(resident_blocks(kernel, threads, smem)) * num_sms();
   };
-  const auto k1 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 1>;
+  const auto k1 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 1, kMmaEarly<1>>;
   if (kMostTiles == 1 || one_wave(reinterpret_cast<const void*>(k1), 1))
     return launch(k1, blocks(1), threads, smem, stream, a);
   if constexpr (kMostTiles >= 2) {
-    const auto k2 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 2>;
+    const auto k2 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 2, kMmaEarly<2>>;
     if (kMostTiles == 2 || one_wave(reinterpret_cast<const void*>(k2), 2))
       return launch(k2, blocks(2), threads, smem, stream, a);
   }
-  if constexpr (kMostTiles >= 4) launch(&small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 4>, blocks(4), threads, smem, stream, a);
+  if constexpr (kMostTiles >= 4) {
+    if constexpr (kNormPacks > 0 && kWarps == 16 && kGroups == 1) {
+      // With a LayerNorm prologue 4 tiles in 16 warps spill (the 128 registers a thread that
+      // 512 threads leave: the row's gamma and beta, 2 chunks x 4 tiles of weights, the row
+      // being normalized): 8 warps with all 4 chunks of K 1024 loaded before the wait do not
+      // (NLLB-600M's fc1 and qkv; bench/history/engine-cuda.md runs 56 and 58). The warps' sums
+      // are added in another grouping than 16 warps', so float16 results may differ from them in
+      // the last bits (float32 takes small_gemm_kernel).
+      return launch(&small_gemm_mma_kernel<T, kNormPacks, 8, kGroups, 4, 4>, blocks(4), 8 * 32, smem, stream, a);
+    }
+    launch(&small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 4, kMmaEarly<4>>, blocks(4), threads, smem, stream, a);
+  }
 }
 
 template <typename T>

@@ -82,18 +82,7 @@ __device__ void normalize_rows(const Args<TY>& a, int row0, int rows, __half* ro
       }
       if (write_out && nm.store_sum) cuda::store_pack<__half, 8>(nm.out + m * a.ldx + col(p), z[p]);
     }
-    const auto lane_sum = [&](auto f) {
-      float sum = 0.f;
-#pragma unroll
-      for (int p = 0; p < kNormPacks; ++p) {
-        if (col(p) >= a.k) continue;
-        float part = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) part += f(z[p][i]);
-        sum += part;
-      }
-      return group_allreduce<32>(sum, SumOp());
-    };
+    const auto lane_sum = [&](auto f) { return cuda::warp_row_sum(z, [&](int p) { return col(p) < a.k; }, f); };
     const float mean = lane_sum([](float v) { return v; }) / float(a.k);
     const float squares = lane_sum([&](float& v) {
       v -= mean;

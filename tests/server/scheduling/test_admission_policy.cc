@@ -100,6 +100,71 @@ TEST(AdmissionPolicy, ADecodingLoopAdmitsOnceNewcomersAreWorthAnEncode) {
   }
 }
 
+// A decoding loop of 8 sentences (16 slots) with measured costs: a step `step` ms, an
+// admission `admit` ms; `arrived` newcomers since its previous decision, `held` steps held.
+LoopLoad costed(double step, double admit, size_t arrived, int held) {
+  LoopLoad l = loop(8, 8, 16);
+  l.step_seconds = step / 1e3;
+  l.admit_seconds = admit / 1e3;
+  l.arrived = arrived;
+  l.held_steps = held;
+  return l;
+}
+
+TEST(AdmissionPolicy, ADueAdmissionHoldsForArrivalsAsLongAsAnEncodeCosts) {
+  const std::vector<Row> rows = {
+      {"not measured yet: the quarter admits", {costed(0, 0, 2, 0)}, waiting(2), 0, 1, {}, 2, false},
+      {"an admission under a step: never holds", {costed(1.5, 1.4, 2, 0)}, waiting(2), 0, 1, {}, 2, false},
+      {"an admission of 1.6 steps, newcomers arriving: holds one step", {costed(1.5, 2.4, 2, 0)}, waiting(2), 0, 1,
+       {}, 0, false},
+      {"... and admits after it", {costed(1.5, 2.4, 1, 1)}, waiting(3), 0, 2, {}, 3, false},
+      {"nothing arrived in the last step: admits", {costed(1.5, 4.5, 0, 0)}, waiting(2), 0, 1, {}, 2, false},
+      {"an admission of 3 steps holds a second step", {costed(1.5, 4.6, 1, 1)}, waiting(3), 0, 2, {}, 0, false},
+      {"but not a fourth", {costed(1.5, 4.6, 1, 3)}, waiting(3), 0, 4, {}, 3, false},
+      {"below the quarter nothing is due to hold", {costed(1.5, 4.5, 1, 0)}, waiting(1), 0, 1, {}, 0, false},
+      {"the delay bound admits whatever the hold", {costed(1.5, 30, 1, 0)}, waiting(1), 0, 8, {}, 1, false},
+      {"the hold stays below the delay bound: 20 steps' cost, delay 3, held 2", {costed(1.5, 30, 1, 2)}, waiting(2),
+       0, 2, {2048, 3}, 2, false},
+      {"an idle loop never holds", {[] { LoopLoad l = costed(1.5, 4.5, 3, 0); l.sentences = l.rows = 0; return l; }()},
+       waiting(3), 0, 0, {}, 3, false},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    const AdmissionDecision d = decide_admission(snapshot(row), row.loop, row.steps_since_admit, scheduling(row.options));
+    EXPECT_EQ(d.admit, row.admit);
+    EXPECT_EQ(d.defer, row.defer);
+    EXPECT_EQ(d.held, row.admit == 0 && row.queue.size() * 4 >= size_t(row.loops[0].sentences) &&
+                          row.loops[0].sentences > 0);
+  }
+}
+
+TEST(AdmissionPolicy, AdmissionCostsAverageStepsAndEncodeWindows) {
+  AdmissionCosts c;
+  EXPECT_EQ(c.step_seconds(), 0);
+  EXPECT_EQ(c.admit_seconds(), 0);
+  c.step(0.001, true);  // an encode before any plain step: its window measures nothing
+  c.step(0.002, false);
+  EXPECT_EQ(c.admit_seconds(), 0);
+  EXPECT_EQ(c.step_seconds(), 0);
+  c.step(0.0015, false);  // the first plain step sets the mean
+  EXPECT_DOUBLE_EQ(c.step_seconds(), 0.0015);
+  c.step(0.0025, false);  // then an eighth of the difference
+  EXPECT_DOUBLE_EQ(c.step_seconds(), 0.0015 + 0.001 / 8);
+  const double step = c.step_seconds();
+  c.step(0.004, true);  // encode window: 4 + 2 ms against two plain steps
+  EXPECT_EQ(c.admit_seconds(), 0);
+  c.step(0.002, false);
+  EXPECT_DOUBLE_EQ(c.admit_seconds(), 0.006 - 2 * step);
+  EXPECT_DOUBLE_EQ(c.step_seconds(), step);  // a window's calls are not plain steps
+  c.step(0.004, true);  // two encodes back to back: the first window is dropped
+  c.step(0.009, true);
+  c.step(0.001, false);
+  EXPECT_DOUBLE_EQ(c.admit_seconds(), (0.006 - 2 * step) + ((0.010 - 2 * step) - (0.006 - 2 * step)) / 8);
+  c.step(0.0001, true);  // a window shorter than two steps counts as no cost, not a negative one
+  c.step(0.0001, false);
+  EXPECT_GE(c.admit_seconds(), 0);
+}
+
 TEST(AdmissionPolicy, SeveralLoopsBeyondTheFillTakeEvenShares) {
   // Loops of 16 slots and 64 rows; fill 0 = even shares always.
   const std::vector<Row> rows = {
