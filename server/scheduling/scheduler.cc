@@ -151,7 +151,6 @@ Scheduler::Scheduler(std::vector<DecodeLoop*> loops, SchedulingOptions options, 
   for (DecodeLoop* loop : loops_) {
     admission_.loops.push_back({0, 0, loop->capacity().sentences, loop->capacity().rows});
   }
-  seen_arrivals_.assign(loops_.size(), 0);
   // Each request is answered on its own: a cache growth the engine cannot afford fails the
   // sentences that needed it, not every sentence of the loop.
   for (DecodeLoop* loop : loops_) loop->shed_on_out_of_memory(true);
@@ -286,19 +285,13 @@ const AdmissionSnapshot& Scheduler::snapshot_locked() {
 
 // *deferred: none, because this idle loop leaves them to a decoding one (loop_fill_sentences).
 std::vector<Scheduler::Waiting> Scheduler::take_admissible(int index, int steps_since_admit,
-                                                           const AdmissionCosts& costs,
                                                            Clock::time_point now, bool* deferred) {
   const DecodeLoop& loop = *loops_[size_t(index)];
   purge_queue(now);
   LoopLoad& own = admission_.loops[size_t(index)];
   own.sentences = loop.active_sentences();
   own.rows = loop.active_rows();
-  own.step_seconds = costs.step_seconds();
-  own.admit_seconds = costs.admit_seconds();
-  own.arrived = size_t(arrivals_ - seen_arrivals_[size_t(index)]);
-  seen_arrivals_[size_t(index)] = arrivals_;
   const AdmissionDecision decision = decide_admission(snapshot_locked(), index, steps_since_admit, options_);
-  own.held_steps = decision.held ? own.held_steps + 1 : 0;
   *deferred = decision.defer;
   std::vector<Waiting> taken;
   taken.reserve(decision.admit);
@@ -339,7 +332,6 @@ void Scheduler::run(int index) {
   uint64_t next_id = 0;
   int steps_since_admit = 0;
   bool stepped_since_idle = false;
-  AdmissionCosts costs;  // this loop's step and admission, for the policy's hold
   auto fail_running = [&](const Error& e) {
     for (auto& [id, r] : running) r.job->fail(e.code(), e.what());
     active_ -= int(running.size());
@@ -351,7 +343,7 @@ void Scheduler::run(int index) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       bool deferred = false;
-      admitted = take_admissible(index, steps_since_admit, costs, Clock::now(), &deferred);
+      admitted = take_admissible(index, steps_since_admit, Clock::now(), &deferred);
       if (deferred) {
         spill_.wait_for(lock, kSpillRecheck);
         continue;
@@ -432,8 +424,6 @@ void Scheduler::run(int index) {
       --active_;
     }
     const Clock::time_point step_end = Clock::now();
-    // An idle loop's encode ran before its step, not riding on it: not an admission's cost.
-    if (report.encode_seconds == 0) costs.step(seconds_between(step_start, step_end), report.encoded > 0);
     ++steps_since_admit;
     stepped_since_idle = true;
     if (hooks_.on_step) {

@@ -117,8 +117,8 @@ class Scheduler {
   void run(int index);
   void respond();
   // The sentences admission_policy.h admits into loop `index` now, off the queue.
-  std::vector<Waiting> take_admissible(int index, int steps_since_admit, const AdmissionCosts& costs,
-                                       Clock::time_point now, bool* deferred);
+  std::vector<Waiting> take_admissible(int index, int steps_since_admit, Clock::time_point now,
+                                       bool* deferred);
   const AdmissionSnapshot& snapshot_locked();  // the queue and loads as the policy sees them
   bool wait_for_work(std::unique_lock<std::mutex>& lock, int index);
   void answer(std::vector<Done>& finished);
@@ -141,7 +141,6 @@ class Scheduler {
   Queue queue_;           // in fair order (fair_queue.h)
   FairQueue fair_;        // the tenants' tags and shares of queue_
   uint64_t arrivals_ = 0;  // arrival numbers of queue_
-  std::vector<uint64_t> seen_arrivals_;  // per loop: arrivals_ at its previous decision (the hold)
   std::atomic<size_t> queued_{0};  // queue_.size(), read without the lock by idle loops
   bool stopping_ = false;
   int last_idle_loop_ = 0;  // the loop that went idle most recently: it polls, the others sleep
