@@ -35,7 +35,7 @@ besides the total:
     bounded only by how many timer callbacks run at once (NOT bounded by a constant).
 So that the measured window sees the pools at rest, the warm-up is a burst over the same paths,
 harder: the load below plus --burst-clients unary clients on --burst-connections connections
-(many calls per HTTP/2 transport, the contention whose work gRPC offloads to its executor),
+(many calls contending for each HTTP/2 transport),
 --burst-deadline-clients more 5 ms deadlines (timers firing together), and a reload every
 --burst-reload-every s (a reload slows the steps and bunches the answers). It lasts at least
 --warmup s and until every bounded pool is at its ceiling (at most half the run); the window
