@@ -58,7 +58,8 @@ GPU (about 9 minutes: the longest command the GPU machine runs is 10):
   soak_mixed.py OUT --device cuda --duration 510   (8.5 minutes: with the start, the drain and
   the verdict it fits a 600 s device call; NMT_SHARED: where data/multi30k is, default ../shared)
 CPU, 30 minutes, outside CI:
-  soak_mixed.py OUT --device cpu --duration 1800 --clients 8 --streams 2 --slow-http 50
+  soak_mixed.py OUT --device cpu --duration 1800 --clients 8 --streams 2 --slow-http 50 \
+                --burst-clients 128 --burst-connections 2 --burst-deadline-clients 16
 What the reloads alone keep resident (no load; a reload and one request each time, RSS after each;
 a RESULT line, exit 0):
   soak_mixed.py OUT --device cpu --idle-reloads 20
