@@ -95,6 +95,12 @@ def sampling_checks(nmt_client, pb, server):
         except grpc.RpcError as e:
             check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "sampling_topp" in e.details(),
                   f"sampling_topp 1.5 is refused naming it: {e.details()[:60]}")
+        try:
+            client.translate(text, beam_sise=2)
+            check(False, "an unknown option is refused")
+        except TypeError as e:
+            check("beam_sise" in str(e) and "beam_size" in str(e),
+                  f"an unknown option is refused before sending, naming it and the known ones: {str(e)[:60]}")
 
 
 def sync_checks(nmt_client, pb, server):

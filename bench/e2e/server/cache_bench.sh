@@ -23,7 +23,9 @@
 #   SECONDS_PER_PASS (10), ROUNDS (2), REPEAT_CLIENTS (64: the clients of bar 1),
 #   CLIENTS ("64 256": bar 2's loads); CLIENT_THREADS=4 / CONNECTIONS=16 as serve_bench.sh
 #   (many clients driven from a few threads / sharing connections; recorded); BARS ("1 2":
-#   the bars measured, e.g. BARS=2 for bar 2's rounds alone).
+#   the bars measured, e.g. BARS=2 for bar 2's rounds alone). SERVER_CPUS=0-7 CLIENT_CPUS=8-15 pin
+#   the servers and the load generator to disjoint cores (taskset, as serve_bench.sh), so that
+#   the clients' threads cannot slow the server under test; recorded in the results.
 # The CPU check at small scale (here, two cores): DEVICE=cpu SECONDS_PER_PASS=8 ROUNDS=1
 #   REPEAT_CLIENTS=8 CLIENTS="4 8" BEFORE_SERVER=/work/main/build-cpu/bin/nmt-server ...
 set -uo pipefail
@@ -62,7 +64,9 @@ start() {  # name binary config [flags]: a server on $port, its log OUT_DIR/serv
   sed -e "s|path: ../models|path: $repo/models|" "$config" > "$work/$name.yaml"
   port=$((port + 10))
   # exec: $! is the server itself, so that stop() ends it (serve_bench.sh says why).
-  (exec "$binary" --config "$work/$name.yaml" --device "$device" --precision "$precision" \
+  local pin=()
+  [ -n "${SERVER_CPUS:-}" ] && pin=(taskset -c "$SERVER_CPUS")
+  (exec "${pin[@]}" "$binary" --config "$work/$name.yaml" --device "$device" --precision "$precision" \
      --host 127.0.0.1 --port $port --metrics-port $((port + 1)) "$@") > "$out/server-$name.log" 2>&1 &
   pid=$!
   # (a server that exits at start, e.g. on a config key it does not know, ends the wait)
@@ -86,30 +90,33 @@ load() {  # name build cache round clients repeat [nmt-loadgen flags]: a warm-up
   local name=$1 build=$2 cache=$3 round=$4 n=$5 repeat=$6
   shift 6
   local flags=(--target 127.0.0.1:$port --input "$src" --beam 4 --clients "$n" --timeout-ms 60000 "$@")
+  local lg=("$loadgen_bin")
+  [ -n "${CLIENT_CPUS:-}" ] && lg=(taskset -c "$CLIENT_CPUS" "$loadgen_bin")
   # A repeating load warms up on its repeated sentences alone (--repeat-fraction 1): the
   # measured pass starts its sentences from the first again, and a warm-up's fresh ones
   # would be hits in it.
   local warm=() measured=()
   [ -n "$repeat" ] && warm=(--repeat-fraction 1) && measured=(--repeat-fraction "$repeat")
-  "$loadgen_bin" "${flags[@]}" "${warm[@]}" --duration 3 > /dev/null 2>&1
+  "${lg[@]}" "${flags[@]}" "${warm[@]}" --duration 3 > /dev/null 2>&1
   local hits0 misses0
   hits0=$(counter nmt_cache_hits_total)
   misses0=$(counter nmt_cache_misses_total)
   # To a file first: the counters after the pass (arguments of a pipeline's last command
   # would be read as the pass starts).
-  "$loadgen_bin" "${flags[@]}" "${measured[@]}" --duration "$seconds" --json > "$work/report.json" 2> /dev/null
+  "${lg[@]}" "${flags[@]}" "${measured[@]}" --duration "$seconds" --json > "$work/report.json" 2> /dev/null
   local hits misses
   hits=$(( $(counter nmt_cache_hits_total) - hits0 ))
   misses=$(( $(counter nmt_cache_misses_total) - misses0 ))
   python3 -c '
 import json, sys
 r = json.load(sys.stdin)
-name, build, cache, rnd, hits, misses, dev, commit, date, threads, conns = sys.argv[1:12]
+name, build, cache, rnd, hits, misses, dev, commit, date, threads, conns, scpus, ccpus = sys.argv[1:14]
 r.update(engine="nmt-server", name=name, build=build, cache=cache, round=int(rnd), cache_hits=int(hits),
          cache_misses=int(misses), device=dev, commit=commit, date=date, client_threads_env=threads,
-         connections_env=conns)
+         connections_env=conns, server_cpus=scpus, client_cpus=ccpus)
 print(json.dumps(r))' "$name" "$build" "$cache" "$round" "$hits" "$misses" \
-    "$device_name" "$commit" "$(date -u +%F)" "${CLIENT_THREADS:-}" "${CONNECTIONS:-}" < "$work/report.json" >> "$results"
+    "$device_name" "$commit" "$(date -u +%F)" "${CLIENT_THREADS:-}" "${CONNECTIONS:-}" \
+    "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}" < "$work/report.json" >> "$results"
   tail -1 "$results" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)

@@ -22,6 +22,27 @@ slope, as a fraction of its mean per minute, must stay under --max-slope (1%); e
 well-behaved request (the closed loop, the streams' messages, the long texts, the HTTP
 calls) must be answered OK; the server must not crash and must exit 0 on SIGTERM.
 
+Threads: gRPC core keeps pools that grow on demand and never shrink before shutdown
+(gRPC 1.51, Debian's). Each sample counts the server's threads by name (/proc/PID/task/*/comm)
+besides the total:
+  - "default-executor" and "resolver-executor" (src/core/lib/iomgr/executor.cc): each starts
+    with one thread and adds one whenever a closure is queued on a thread that already holds
+    more than two (MAX_DEPTH), up to 2 x gpr_cpu_num_cores() (sysconf(_SC_NPROCESSORS_CONF)):
+    BOUNDED, by twice the machine's cores. Only name resolution runs on the resolver's, which
+    a server does not do: it keeps its one thread;
+  - "grpc_global_timer" (src/core/lib/iomgr/timer_manager.cc): a thread is added whenever the
+    last idle timer thread starts running expired timers; the code has no ceiling, so it is
+    bounded only by how many timer callbacks run at once (NOT bounded by a constant).
+So that the measured window sees the pools at rest, the warm-up is a burst over the same paths,
+harder: the load below plus --burst-clients unary clients on --burst-connections connections
+(many calls contending for each HTTP/2 transport),
+--burst-deadline-clients more 5 ms deadlines (timers firing together), and a reload every
+--burst-reload-every s (a reload slows the steps and bunches the answers). It lasts at least
+--warmup s and until every bounded pool is at its ceiling (at most half the run); the window
+starts at the first sample after it. A RESULT line "soak-thread-pools" names each pool, its
+ceiling, where it stood when the window began and at the end, and whether the window began
+with the bounded pools full.
+
 RESULT lines (JSON) go to stdout and OUT_DIR/results.jsonl: one per sampled series (first,
 last, mean, slope per minute, relative slope, pass), one for the requests (counts by kind
 and code, unanswered well-behaved), one verdict. OUT_DIR/samples.jsonl holds the samples,
@@ -32,12 +53,13 @@ only python3-grpcio is needed on the machine.
 
   soak_mixed.py OUT_DIR [--server nmt-server] [--loadgen nmt-loadgen] [--device cuda|cpu]
                 [--duration 510] [--warmup 120] [--clients 128] [--streams 8]
-                [--slow-http 200] [--max-slope 0.01]
+                [--slow-http 200] [--max-slope 0.01] [--burst-clients 512] [--burst-connections 4]
 GPU (about 9 minutes: the longest command the GPU machine runs is 10):
   soak_mixed.py OUT --device cuda --duration 510   (8.5 minutes: with the start, the drain and
   the verdict it fits a 600 s device call; NMT_SHARED: where data/multi30k is, default ../shared)
 CPU, 30 minutes, outside CI:
-  soak_mixed.py OUT --device cpu --duration 1800 --clients 8 --streams 2 --slow-http 50
+  soak_mixed.py OUT --device cpu --duration 1800 --clients 8 --streams 2 --slow-http 50 \
+                --burst-clients 128 --burst-connections 2 --burst-deadline-clients 16
 What the reloads alone keep resident (no load; a reload and one request each time, RSS after each;
 a RESULT line, exit 0):
   soak_mixed.py OUT --device cpu --idle-reloads 20
@@ -160,6 +182,34 @@ def proc_status(pid):
     return out
 
 
+# gRPC core's pools that grow on demand (the docstring says how), by the 15-character thread
+# name Linux keeps: their ceilings (None where gRPC sets none), and whether the warm-up must
+# fill them. Only name resolution runs on the resolver executor, which a server does not do:
+# it keeps its one thread, and is watched, not waited for.
+GRPC_POOLS = {
+    "default-executo": (2 * os.sysconf("SC_NPROCESSORS_CONF"), True),
+    "resolver-execut": (2 * os.sysconf("SC_NPROCESSORS_CONF"), False),
+    "grpc_global_tim": (None, False),
+}
+
+
+def thread_names(pid):
+    """The process's threads counted by name (/proc/PID/task/*/comm)."""
+    names = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as f:
+                name = f.read().strip()
+        except OSError:  # a thread that ended while listed
+            continue
+        names[name] = names.get(name, 0) + 1
+    return names
+
+
+def bounded_pools_full(names):
+    return all(names.get(name, 0) >= ceiling for name, (ceiling, fill) in GRPC_POOLS.items() if fill)
+
+
 def gpu_memory_mib(pid):
     """The process's GPU memory (MiB, all GPUs) per nvidia-smi; where nvidia-smi does not see
     the process (a container's pid namespace), the GPUs' memory in use, which on the
@@ -272,6 +322,10 @@ def main():
     ap.add_argument("--sample-every", type=int, default=10)
     ap.add_argument("--max-slope", type=float, default=0.01)
     ap.add_argument("--idle-reloads", type=int, default=0, help="only this many reloads, no load (RSS after each)")
+    ap.add_argument("--burst-clients", type=int, default=512, help="the warm-up burst's extra closed-loop clients")
+    ap.add_argument("--burst-connections", type=int, default=4, help="the connections they share")
+    ap.add_argument("--burst-deadline-clients", type=int, default=64, help="the burst's extra 5 ms deadlines")
+    ap.add_argument("--burst-reload-every", type=int, default=15, help="the burst's reloads")
     a = ap.parse_args()
     warmup = a.warmup or min(120, max(30, a.duration // 4))
     os.makedirs(a.out, exist_ok=True)
@@ -350,6 +404,7 @@ def main():
             return
         start = time.monotonic()
         end = start + a.duration
+        burst_over, burst_end, bursts = threading.Event(), [], []
 
         def loop(kind, fn):
             def run():
@@ -429,8 +484,10 @@ def main():
                 tally.add(kind, type(e).__name__)
 
         def reloader(kind):
-            if stop.wait(a.reload_every) or time.monotonic() >= end:
+            if stop.wait(a.reload_every if burst_over.is_set() else a.burst_reload_every) or time.monotonic() >= end:
                 return
+            if not burst_over.is_set():
+                kind = "burst reload"
             os.utime(os.path.join(repo_dir, MODEL, "config.json"))
             t0 = time.monotonic()
             try:
@@ -459,17 +516,36 @@ def main():
                     s = proc_status(server.pid)
                 except OSError:
                     return
+                try:
+                    names = thread_names(server.pid)
+                except OSError:
+                    return
                 s = {"t": round(t, 1), "rss_kb": s["VmRSS"], "threads": s["Threads"], "fds": s["fds"],
                      "gpu_mib": gpu_memory_mib(server.pid) if a.device == "cuda" else None,
-                     "engine_gpu_mib": engine_gpu_mib(metrics_port) if a.device == "cuda" else None}
+                     "engine_gpu_mib": engine_gpu_mib(metrics_port) if a.device == "cuda" else None,
+                     "pools": {name: names.get(name, 0) for name in GRPC_POOLS}, "burst": not burst_over.is_set()}
                 samples.append(s)
                 with open(os.path.join(a.out, "samples.jsonl"), "a") as f:
                     f.write(json.dumps(s) + "\n")
+                # The warm-up burst ends once it has lasted --warmup s and every bounded pool is
+                # at its ceiling, or at half the run; the window starts at the next sample.
+                if not burst_over.is_set() and t >= warmup and (bounded_pools_full(names) or t >= a.duration / 2):
+                    for p in bursts:
+                        p.terminate()
+                    burst_end.append(t)
+                    burst_over.set()
                 stop.wait(a.sample_every)
 
+        common = ["--target", target, "--input", sentences, "--beam", "4", "--duration", str(a.duration), "--json"]
+        # The warm-up burst (the docstring says why): ended by the sampler.
+        bursts += [subprocess.Popen([a.loadgen, *common, "--clients", str(a.burst_clients), "--connections",
+                                    str(a.burst_connections), "--client-threads", "4", "--timeout-ms", "30000",
+                                    "--repeat-fraction", "0.5", "--repeat-pool", str(repeat_pool)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                  subprocess.Popen([a.loadgen, *common, "--clients", str(a.burst_deadline_clients), "--timeout-ms", "5"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
         sampling = threading.Thread(target=sampler, daemon=True)
         sampling.start()
-        common = ["--target", target, "--input", sentences, "--beam", "4", "--duration", str(a.duration), "--json"]
         good = subprocess.Popen([a.loadgen, *common, "--clients", str(a.clients), "--timeout-ms", "30000",
                                  "--repeat-fraction", "0.5", "--repeat-pool", str(repeat_pool)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -482,11 +558,27 @@ def main():
             t.join(150)
         slow_thread.join(30)
         sampling.join(30)
+        for p in bursts:
+            if p.poll() is None:
+                p.terminate()
+            p.wait(timeout=60)
         good_report = json.loads(good_out) if good_out.strip().startswith("{") else {}
         tight_report = json.loads(tight_out) if tight_out.strip().startswith("{") else {}
 
-        # The series after the warm-up.
-        after = [s for s in samples if s["t"] >= warmup]
+        # The series after the warm-up burst.
+        window_start = (burst_end[0] + 0.1) if burst_end else warmup
+        after = [s for s in samples if s["t"] >= window_start]
+        if after:
+            first, last = after[0]["pools"], samples[-1]["pools"]
+            full = bounded_pools_full(first)
+            result({"name": "soak-thread-pools", "window_start_s": round(window_start, 1),
+                    "pools": {name: {"ceiling": ceiling, "filled_by_warmup": fill, "at_window_start": first.get(name, 0),
+                                     "at_end": last.get(name, 0)} for name, (ceiling, fill) in GRPC_POOLS.items()},
+                    "bounded_pools_full_at_window_start": full,
+                    "burst": {"clients": a.burst_clients, "connections": a.burst_connections,
+                              "deadline_clients": a.burst_deadline_clients, "reloads": tally.get("burst reload")},
+                    "pass": full})
+            ok &= full
         for series in ("rss_kb", "threads", "fds", "gpu_mib", "engine_gpu_mib"):
             points = [(s["t"], s[series]) for s in after if s[series] is not None]
             if len(points) < 3:

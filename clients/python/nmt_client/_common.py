@@ -85,17 +85,30 @@ def metadata(token: Optional[str]):
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-def request(texts: Texts, model: Optional[str], **options) -> Tuple[pb.TranslateRequest, bool]:
-    """The TranslateRequest, and whether `texts` was a single string. Options left None take
-    the server's defaults."""
-    single = isinstance(texts, str)
-    texts = [texts] if single else list(texts)
+def translate_options(options) -> pb.TranslateOptions:
+    """TranslateOptions of the options given (None: the server's default); an unknown name
+    raises TypeError naming the fields there are."""
     set_options = {k: v for k, v in options.items() if v is not None}
+    known = pb.TranslateOptions.DESCRIPTOR.fields_by_name
+    unknown = sorted(k for k in set_options if k not in known)
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; TranslateOptions has: {', '.join(sorted(known))}")
     # glossary: {source term: target term} (README, "### glossary") as GlossaryEntry messages
     if "glossary" in set_options:
         set_options["glossary"] = [pb.GlossaryEntry(source=k, target=v) for k, v in set_options["glossary"].items()]
-    return pb.TranslateRequest(model=model or "", texts=texts,
-                               options=pb.TranslateOptions(**set_options)), single
+    return pb.TranslateOptions(**set_options)
+
+
+def request(texts: Texts, model: Optional[str], **options) -> Tuple[pb.TranslateRequest, bool]:
+    """The TranslateRequest, and whether `texts` was a single string."""
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
+    return pb.TranslateRequest(model=model or "", texts=texts, options=translate_options(options)), single
+
+
+def one_or_all(answers, single: bool):
+    """The one answer of a call given a single str, else the list."""
+    return answers[0] if single else answers
 
 
 def alignments(response: pb.TranslateResponse):
@@ -109,11 +122,9 @@ def alignments(response: pb.TranslateResponse):
 
 def score_request(sources: Sequence[str], targets: Sequence[str], model: Optional[str],
                   **options) -> pb.ScoreRequest:
-    """The ScoreRequest of the pairs (sources[i], targets[i]); options left None take the
-    server's defaults."""
-    set_options = {k: v for k, v in options.items() if v is not None}
+    """The ScoreRequest of the pairs (sources[i], targets[i])."""
     return pb.ScoreRequest(model=model or "", sources=list(sources), targets=list(targets),
-                           options=pb.TranslateOptions(**set_options))
+                           options=translate_options(options))
 
 
 def score_results(response: pb.ScoreResponse):
