@@ -29,24 +29,23 @@ void int8_linear_cpu(const float* x, int64_t rows, const int8_t* q, const float*
 
 #if NMT_WITH_CUDA
 // The decode step's projections at a few rows with int8 weights (q [n, k] row-major, scale
-// [n] float32) and float16 activations: each warp streams 4 weight rows (columns of y) once for
-// all of its block's rows, converting the int8 values to float in registers (float32
-// accumulation); a batch-1 step reads every weight once, so half the bytes of float16 is what
-// it is for. The first weight loads go out before the wait for the previous kernel
-// (programmatic dependent launch, kernels/cuda/common.cuh). A block: 4 warps, 16 columns, a tile
-// of 4 rows (up to 4) or 8 (more), up to kInt8GemvRows rows in tiles. `norm`: small_gemm.h's
-// LayerNorm prologue, each block normalizing its rows into shared memory (k up to
-// kInt8GemvNormK). y is __half (bias and activation optional) or float32 (the logits, neither).
-// Its weak spot (bench/history/engine-cuda.md, run 57, ncu): the 1024-column projections (out_proj, fc2) get 256 warps, each
-// walking K alone, and ran at 0.2 TB/s; docs/kernels.md says what is next.
+// [n] float32) and float16 activations. A block takes 16 weight rows (columns of y) and a tile
+// of 8 rows (up to 8) or 16; its 8 warps split K in steps of 64, each lane loading 16 int8 of
+// two weight rows at once (16-byte loads, 4 steps in flight), converting them to float16 pairs
+// in registers (exact) and multiplying them on the tensor cores (mma m16n8k16, float32
+// accumulation), so that rows 2-16 cost no more conversions than one; a batch-1 step reads
+// every weight once, and half the bytes of float16 is what it is for. The first weight loads
+// go out before the wait for the previous kernel (programmatic dependent launch,
+// kernels/cuda/common.cuh). Up to kInt8GemvRows rows in tiles. `norm`: small_gemm.h's LayerNorm
+// prologue, each block normalizing its rows into shared memory (k up to kInt8GemvNormK). y is
+// __half (bias and activation optional) or float32 (the logits, neither). docs/kernels.md,
+// "Int8 weights".
 constexpr int kInt8GemvRows = 64;
 constexpr int kInt8GemvNormK = 1024;
-// The rows up to which the CUDA engine calls the int8 GEMV (more: int8_dequantize_cuda and
-// cuBLAS): kInt8GemvDefaultRows, or the environment's NMT_CUDA_INT8_GEMV_ROWS (0-64, for
-// measuring the crossover). The GEMV's float32 FMAs grow with the rows while its weight bytes do
-// not: at 64 rows (NLLB-600M batch 16, beam 4) its step took 5.59 ms against 1.47 through cuBLAS,
-// at 4 rows it is the faster (bench/history/engine-cuda.md, run 57).
-constexpr int kInt8GemvDefaultRows = 8;
+// The rows up to which the CUDA engine calls the int8 GEMV (more: int8_gemm_mode()):
+// kInt8GemvDefaultRows, or the environment's NMT_CUDA_INT8_GEMV_ROWS (0-64, for measuring the
+// crossover).
+constexpr int kInt8GemvDefaultRows = 64;
 int int8_gemv_rows();
 // rows in [1, kInt8GemvRows], k a multiple of 16, x, ldx, q, k and bias 16-byte aligned (ldx in
 // elements a multiple of 8); with norm, k <= kInt8GemvNormK and its pointers 16-byte aligned.
@@ -58,8 +57,24 @@ void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* 
 void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* scale, float* y, int64_t ldy,
                     int rows, int n, int k, cudaStream_t stream, const SmallGemmNorm<__half>* norm = nullptr);
 
-// More rows (the encoder, large batches): w [n, k] = q * scale in float16 (rows n of the weight
-// matrix), for a cuBLAS GEMM after it.
+// More rows (the encoder, large batches), as the environment's NMT_CUDA_INT8_GEMM says:
+// kTensorCores (the default, "tensor-cores"): the activations quantized per row on the fly with
+// the weights' scheme (int8_quantize_rows_cuda), cuBLAS's int8 x int8 -> int32 GEMM (IMMA), and
+// int8_rescale_cuda; kDequantize ("dequantize"): the weights dequantized to float16 chunk by
+// chunk (int8_dequantize_cuda), then cuBLAS's float16 GEMM.
+enum class Int8GemmMode { kTensorCores, kDequantize };
+Int8GemmMode int8_gemm_mode();
+// q[r, :], scale[r] = quantize_rows_int8(x[r, :], levels 127) for r < rows, bit for bit (x
+// float16 with row stride ldx; k and ldx multiples of 8, x 16-byte and q 8-byte aligned).
+void int8_quantize_rows_cuda(const __half* x, int64_t ldx, int rows, int k, int8_t* q, float* scale,
+                             cudaStream_t stream);
+// y[m, j] = act(acc[m, j] xscale[m] wscale[j] + bias[j]) (bias, act optional); the float32
+// form may write over acc (the logits buffer holding the int32 products).
+void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
+                       const Activation* act, __half* y, int64_t ldy, int rows, int n, cudaStream_t stream);
+void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, float* y,
+                       int64_t ldy, int rows, int n, cudaStream_t stream);
+// w [n, k] = q * scale in float16 (rows n of the weight matrix), for a cuBLAS GEMM after it.
 void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream);
 #endif
 
