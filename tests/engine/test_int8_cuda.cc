@@ -1,8 +1,10 @@
-// precision int8 on the CUDA engine (kernels/quantize.h): the int8 GEMV and the dequantization
-// against their CPU reference (every row tile, the LayerNorm prologue, float16 and float32
-// outputs), and the demo model's test2016 in int8 against float16: >= 90% of sentences
-// token-identical and BLEU within 0.5, at batch 1 (4 rows a step: the int8 GEMV), batch 8 (32
-// rows) and batch 64 (256 rows: the weights dequantized for cuBLAS). Skips visibly without a GPU.
+// precision int8 on the CUDA engine (kernels/quantize.h): the int8 GEMV, the dequantization, the
+// activations' quantizer and the int32 products' rescaling against their CPU reference (every
+// row tile, the LayerNorm prologue, float16 and float32 outputs), and the demo model's test2016
+// in int8 against float16: >= 90% of sentences token-identical and BLEU within 0.5, at batch 1
+// (4 rows a step: the int8 GEMV's 8-row tile), batch 8 (32 rows: its 16-row tiles) and batch 64
+// (256 rows: cuBLAS's int8 GEMM, or the dequantization under NMT_CUDA_INT8_GEMM=dequantize).
+// Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -152,7 +154,68 @@ TEST(CudaEngineInt8, GemvAndDequantizeMatchTheCpuReference) {
   }
   EXPECT_EQ(checked, 36);
 }
+
+// The tensor-core path's two ends: the quantizer bit for bit against quantize_rows_int8 (an
+// all-zero row, a row stride past k), and the rescaling (float16 with bias and activation,
+// float32 in place over the int32 products).
+TEST(CudaEngineInt8, ActivationQuantizerAndRescaleMatchTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  const int rows = 37, k = 528, ldx = 544, n = 301;
+  auto x = uniform(size_t(rows) * ldx, -3, 3, 11);
+  round_half(x);
+  for (int c = 0; c < ldx; ++c) x[size_t(5) * ldx + c] = 0.f;
+  std::vector<float> packed(size_t(rows) * k);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < k; ++c) packed[size_t(r) * k + c] = x[size_t(r) * ldx + c];
+  std::vector<int8_t> q(packed.size());
+  std::vector<float> scale(rows);
+  kernels::quantize_rows_int8(packed.data(), rows, k, 127, q.data(), scale.data());
+  Dev<__half> dx(x);
+  Dev<int8_t> dq(q.size());
+  Dev<float> ds{size_t(rows)};
+  kernels::int8_quantize_rows_cuda(dx.p, ldx, rows, k, dq.p, ds.p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto gq = dq.get(), gs = ds.get();
+  int differ = 0;
+  for (size_t i = 0; i < q.size(); ++i) differ += int(gq[i]) != int(q[i]);
+  EXPECT_EQ(differ, 0);
+  for (int r = 0; r < rows; ++r) EXPECT_EQ(gs[r], scale[r]) << "row " << r;
+  EXPECT_EQ(gs[5], 1.f);
+
+  std::vector<int32_t> acc(size_t(rows) * n);
+  std::mt19937 gen(12);
+  std::uniform_int_distribution<int32_t> dist(-2000000, 2000000);
+  for (auto& v : acc) v = dist(gen);
+  const auto wscale = uniform(n, 1e-4f, 1e-3f, 13);
+  auto bias = uniform(n, -1, 1, 14);
+  round_half(bias);
+  const kernels::Activation gelu = kernels::Activation::kGelu;
+  std::vector<float> ref16(acc.size()), ref32(acc.size());
+  for (int m = 0; m < rows; ++m)
+    for (int j = 0; j < n; ++j) {
+      const size_t i = size_t(m) * n + j;
+      ref32[i] = float(acc[i]) * scale[m] * wscale[j];
+      ref16[i] = ref32[i] + bias[j];
+    }
+  kernels::bias_activation_cpu(ref16.data(), nullptr, rows, n, gelu);
+  Dev<int32_t> dacc(acc);
+  Dev<float> dws(wscale), dsc(scale);
+  Dev<__half> dbias(bias), dy(acc.size());
+  kernels::int8_rescale_cuda(dacc.p, n, dsc.p, dws.p, dbias.p, &gelu, dy.p, n, rows, n, nullptr);
+  kernels::int8_rescale_cuda(dacc.p, n, dsc.p, dws.p, reinterpret_cast<float*>(dacc.p), n, rows, n, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto y16 = dy.get();
+  std::vector<float> y32(acc.size());
+  cudaMemcpy(y32.data(), dacc.p, y32.size() * sizeof(float), cudaMemcpyDeviceToHost);
+  for (size_t i = 0; i < acc.size(); ++i) {
+    ASSERT_NEAR(y32[i], ref32[i], 1e-5 * std::fabs(ref32[i]) + 1e-6) << i;
+    ASSERT_NEAR(y16[i], ref16[i], 2e-3 * std::fabs(ref16[i]) + 1e-3) << i;
+  }
+}
 #else
+TEST(CudaEngineInt8, ActivationQuantizerAndRescaleMatchTheCpuReference) {
+  GTEST_SKIP() << "built without CUDA: the int8 kernels are not tested here";
+}
 TEST(CudaEngineInt8, GemvAndDequantizeMatchTheCpuReference) {
   GTEST_SKIP() << "built without CUDA: the int8 kernels are not tested here";
 }
