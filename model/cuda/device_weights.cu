@@ -129,15 +129,25 @@ void DeviceWeights<T>::upload(DeviceAllocator* alloc, const ModelConfig& c, cons
   if (arch.final_encoder_norm) encoder_final_norm = norm(w, Weights::kEncoderFinalNorm);
   if (arch.final_decoder_norm) decoder_final_norm = norm(w, Weights::kDecoderFinalNorm);
   // The output projection with zero rows up to logits_ld, uploaded first so that tied
-  // embeddings share it (they read rows < vocab only). In int8 tied embeddings are a float16
-  // table of their own: the embedding lookup reads float16 (docs/kernels.md).
+  // embeddings share it (they read rows < vocab only). In int8 tied embeddings read its int8
+  // rows and scales, the table held once (docs/kernels.md, "Int8 weights").
   const HostTensor& proj = w.output_projection();
   std::vector<float> padded(size_t(logits_ld) * c.d_model, 0.f);
   std::copy(proj.data.begin(), proj.data.end(), padded.begin());
   output_projection = projection(padded, logits_ld, c.d_model, nullptr);
   if (!int8_) uploaded_[&proj] = output_projection.w;
-  encoder_embeddings = upload(w.encoder_embeddings());
-  decoder_embeddings = upload(w.decoder_embeddings());
+  if (int8_ && &w.encoder_embeddings() == &proj) {
+    encoder_embeddings_q = output_projection.q;
+    encoder_embeddings_scale = output_projection.scale;
+  } else {
+    encoder_embeddings = upload(w.encoder_embeddings());
+  }
+  if (int8_ && &w.decoder_embeddings() == &proj) {
+    decoder_embeddings_q = output_projection.q;
+    decoder_embeddings_scale = output_projection.scale;
+  } else {
+    decoder_embeddings = upload(w.decoder_embeddings());
+  }
   const HostTensor& enc_pos = w.encoder_positions();
   if (arch.pad_position_zero) zero_position_row = int(enc_pos.shape[0]);
   encoder_positions = encoder_table(enc_pos, arch.pad_position_zero);

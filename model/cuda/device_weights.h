@@ -56,6 +56,10 @@ class DeviceWeights {
   std::vector<DecoderLayer<T>> decoder;
   const T* cross_kv = nullptr;  // [L * 2d, d]: K | V of each decoder layer
   const T *encoder_embeddings = nullptr, *decoder_embeddings = nullptr;
+  // In int8 an embedding table tied to the output projection is that projection's int8 rows and
+  // scales (the lookup dequantizes a row: kernels/elementwise.h), its float16 pointer above null.
+  const int8_t *encoder_embeddings_q = nullptr, *decoder_embeddings_q = nullptr;
+  const float *encoder_embeddings_scale = nullptr, *decoder_embeddings_scale = nullptr;
   Dense<T> output_projection;  // [logits_ld, d], no bias (output_bias is the top-k's)
   // [max_positions, d]; with Architecture::pad_position_zero the encoder's has a zero row at
   // index zero_position_row after them, which a source <pad> token's position names (the
