@@ -22,6 +22,16 @@ void quantize_rows_int8(const float* w, int64_t rows, int64_t cols, int levels, 
 // w[r, c] = q[r, c] * scale[r]
 void dequantize_rows_int8(const int8_t* q, const float* scale, int64_t rows, int64_t cols, float* w);
 
+// FP8 weights (precision fp8, compute capability 8.9+): e4m3 (1 sign, 4 exponent bits of bias
+// 7, 3 mantissa bits; largest 448, no infinity) per row, symmetric, scale[r] = max_c |W[r, c]|
+// / 448 (1 for an all-zero row), q[r, c] = e4m3(W[r, c] / scale[r]) rounded to nearest even,
+// saturating; the CUDA engine's kernels convert e4m3 to float16 exactly in registers.
+constexpr float kE4m3Max = 448.f;
+uint8_t float_to_e4m3(float v);
+float e4m3_to_float(uint8_t b);
+void quantize_rows_e4m3(const float* w, int64_t rows, int64_t cols, uint8_t* q, float* scale);
+void dequantize_rows_e4m3(const uint8_t* q, const float* scale, int64_t rows, int64_t cols, float* w);
+
 // The CUDA int8 projection's reference: y[m, n] = act(scale[n] * sum_k x[m, k] q[n, k] + bias[n])
 // for m < rows, n < N; bias may be null, act null: none. Accumulates in double.
 void int8_linear_cpu(const float* x, int64_t rows, const int8_t* q, const float* scale, const float* bias, int64_t n,
