@@ -50,6 +50,10 @@ void int8_linear_cpu(const float* x, int64_t rows, const int8_t* q, const float*
 // prologue, each block normalizing its rows into shared memory (k up to kInt8GemvNormK). y is
 // __half (bias and activation optional) or float32 (the logits, neither). docs/kernels.md,
 // "Int8 weights".
+// The same kernels take e4m3 weights (precision fp8, WeightBytes::kE4m3: the bytes of q are
+// e4m3, converted by cvt.rn.f16x2.e4m3x2, compute capability 8.9+); every int8_* function below
+// with a `bytes` parameter does.
+enum class WeightBytes { kInt8, kE4m3 };
 constexpr int kInt8GemvRows = 64;
 constexpr int kInt8GemvNormK = 1024;
 // The rows up to which the CUDA engine calls the int8 GEMV (more: int8_gemm_mode()):
@@ -63,29 +67,44 @@ bool int8_gemv_supported(const __half* x, int64_t ldx, const int8_t* q, const __
                          const SmallGemmNorm<__half>* norm = nullptr);
 void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* scale, const __half* bias, __half* y,
                     int64_t ldy, int rows, int n, int k, const Activation* act, cudaStream_t stream,
-                    const SmallGemmNorm<__half>* norm = nullptr);
+                    const SmallGemmNorm<__half>* norm = nullptr, WeightBytes bytes = WeightBytes::kInt8);
 void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* scale, float* y, int64_t ldy,
-                    int rows, int n, int k, cudaStream_t stream, const SmallGemmNorm<__half>* norm = nullptr);
+                    int rows, int n, int k, cudaStream_t stream, const SmallGemmNorm<__half>* norm = nullptr,
+                    WeightBytes bytes = WeightBytes::kInt8);
 
 // More rows (the encoder, large batches), as the environment's NMT_CUDA_INT8_GEMM says:
 // kTensorCores (the default, "tensor-cores"): the activations quantized per row on the fly with
-// the weights' scheme (int8_quantize_rows_cuda), cuBLAS's int8 x int8 -> int32 GEMM (IMMA), and
-// int8_rescale_cuda; kDequantize ("dequantize"): the weights dequantized to float16 chunk by
-// chunk (int8_dequantize_cuda), then cuBLAS's float16 GEMM.
+// the weights' scheme (int8_quantize_rows_cuda), cuBLAS's int8 x int8 -> int32 GEMM (IMMA; for
+// e4m3, cuBLASLt's FP8 GEMM into float32, e4m3_gemm_cublaslt), and int8_rescale_cuda;
+// kDequantize ("dequantize"): the weights dequantized to float16 chunk by chunk
+// (int8_dequantize_cuda), then cuBLAS's float16 GEMM.
 enum class Int8GemmMode { kTensorCores, kDequantize };
 Int8GemmMode int8_gemm_mode();
-// q[r, :], scale[r] = quantize_rows_int8(x[r, :], levels 127) for r < rows, bit for bit (x
-// float16 with row stride ldx; k and ldx multiples of 8, x 16-byte and q 8-byte aligned).
+// q[r, :], scale[r] = quantize_rows_int8(x[r, :], levels 127) (or quantize_rows_e4m3) for
+// r < rows, bit for bit (x float16 with row stride ldx; k and ldx multiples of 8, x 16-byte and
+// q 8-byte aligned).
 void int8_quantize_rows_cuda(const __half* x, int64_t ldx, int rows, int k, int8_t* q, float* scale,
-                             cudaStream_t stream);
+                             cudaStream_t stream, WeightBytes bytes = WeightBytes::kInt8);
 // y[m, j] = act(acc[m, j] xscale[m] wscale[j] + bias[j]) (bias, act optional); the float32
 // form may write over acc (the logits buffer holding the int32 products).
 void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
                        const Activation* act, __half* y, int64_t ldy, int rows, int n, cudaStream_t stream);
 void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, float* y,
                        int64_t ldy, int rows, int n, cudaStream_t stream);
+// The same over float32 products (the FP8 GEMM's).
+void int8_rescale_cuda(const float* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
+                       const Activation* act, __half* y, int64_t ldy, int rows, int n, cudaStream_t stream);
+void int8_rescale_cuda(const float* acc, int64_t ldacc, const float* xscale, const float* wscale, float* y,
+                       int64_t ldy, int rows, int n, cudaStream_t stream);
+// d[m, j] = sum_k x[m, k] w[j, k] in float32 for e4m3 w [n, k] and x [m, k] (row-major, k a
+// multiple of 16, ldd a multiple of 4, 16-byte aligned), through cuBLASLt's FP8 GEMM (one
+// cuBLASLt handle a process, no workspace); false, with nothing launched, where cuBLASLt has
+// no algorithm for the shape.
+bool e4m3_gemm_cublaslt(const int8_t* w, const int8_t* x, int n, int m, int k, float* d, int64_t ldd,
+                        cudaStream_t stream);
 // w [n, k] = q * scale in float16 (rows n of the weight matrix), for a cuBLAS GEMM after it.
-void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream);
+void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream,
+                          WeightBytes bytes = WeightBytes::kInt8);
 #endif
 
 }  // namespace nmt::kernels

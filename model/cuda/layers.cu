@@ -32,9 +32,9 @@ bool Layers<T>::int8_gemv(const T* x, const Dense<T>& L, TY* y, int64_t ldy, int
     if (rows > kernels::int8_gemv_rows() || !kernels::int8_gemv_supported(x, L.in, L.q, bias, rows, L.in, norm))
       return false;
     if constexpr (std::is_same_v<TY, float>)
-      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, y, ldy, rows, L.out, L.in, q_->stream, norm);
+      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, y, ldy, rows, L.out, L.in, q_->stream, norm, L.bytes);
     else
-      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, bias, y, ldy, rows, L.out, L.in, act, q_->stream, norm);
+      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, bias, y, ldy, rows, L.out, L.in, act, q_->stream, norm, L.bytes);
     return true;
   } else {
     throw Error(ErrorCode::kInternal, "CUDA engine: int8 weights need float16 activations");
@@ -58,11 +58,25 @@ bool Layers<T>::int8_gemm_tensor_cores(const T* x, int64_t ldx, const Dense<T>& 
   int8_t* xq = reinterpret_cast<int8_t*>(base);
   float* xs = reinterpret_cast<float*>(base + round_up(chunk * L.in));
   int32_t* scratch_acc = reinterpret_cast<int32_t*>(base + round_up(chunk * L.in) + round_up(chunk * 4));
+  const bool e4m3 = L.bytes == kernels::WeightBytes::kE4m3;  // FP8: float32 products, int8: int32
   const int32_t one = 1, zero = 0;
   for (int64_t m0 = 0; m0 < rows; m0 += chunk) {
     const int mc = int(std::min<int64_t>(chunk, rows - m0));
     int32_t* acc = kInPlace ? reinterpret_cast<int32_t*>(y + m0 * ldy) : scratch_acc;
-    kernels::int8_quantize_rows_cuda(x + m0 * ldx, ldx, mc, L.in, xq, xs, q_->stream);
+    kernels::int8_quantize_rows_cuda(x + m0 * ldx, ldx, mc, L.in, xq, xs, q_->stream, L.bytes);
+    if (e4m3) {
+      float* accf = reinterpret_cast<float*>(acc);
+      if (!kernels::e4m3_gemm_cublaslt(L.q, xq, L.out, mc, L.in, accf, ldacc, q_->stream)) {
+        if (m0 == 0) return false;  // the same shape throughout: cuBLASLt refuses at the first chunk
+        throw Error(ErrorCode::kInternal, "CUDA engine: cuBLASLt refused an FP8 GEMM it took before");
+      }
+      if constexpr (kInPlace)
+        kernels::int8_rescale_cuda(accf, ldacc, xs, L.scale, y + m0 * ldy, ldy, mc, L.out, q_->stream);
+      else
+        kernels::int8_rescale_cuda(accf, ldacc, xs, L.scale, act ? L.b : nullptr, act, y + m0 * ldy, ldy, mc, L.out,
+                                   q_->stream);
+      continue;
+    }
     const cublasStatus_t st = cublasGemmEx(q_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, L.out, mc, L.in, &one, L.q, CUDA_R_8I,
                                            L.in, xq, CUDA_R_8I, L.in, &zero, acc, CUDA_R_32I, int(ldacc),
                                            CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
@@ -91,7 +105,7 @@ void Layers<T>::int8_gemm(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int
     if (!w || chunk < 1) throw Error(ErrorCode::kInternal, "CUDA engine: no int8 scratch for the dequantized weights");
     for (int64_t n0 = 0; n0 < L.out; n0 += chunk) {
       const int n = int(std::min<int64_t>(chunk, L.out - n0));
-      kernels::int8_dequantize_cuda(L.q + n0 * L.in, L.scale + n0, n, L.in, w, q_->stream);
+      kernels::int8_dequantize_cuda(L.q + n0 * L.in, L.scale + n0, n, L.in, w, q_->stream, L.bytes);
       gemm(x, ldx, w, y + n0, ldy, rows, n, L.in);
     }
     if constexpr (std::is_same_v<TC, __half>) {

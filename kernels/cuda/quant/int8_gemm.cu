@@ -2,6 +2,7 @@
 // converting the weights to float16 in registers for the tensor cores, and the dequantization
 // to float16 for cuBLAS (NMT_CUDA_INT8_GEMM=dequantize).
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdlib>
 #include <stdexcept>
@@ -47,14 +48,27 @@ __device__ __forceinline__ uint32_t int8_pair_to_half2(uint32_t biased, uint32_t
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// 16 int8 (one 16-byte load) as 8 float16 pairs, in k order.
+// Two e4m3 (the low and high byte of `pair`) as a float16 pair: exact (cvt.rn.f16x2.e4m3x2
+// on compute capability 8.9+).
+__device__ __forceinline__ uint32_t e4m3_pair_to_half2(uint32_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair & 0xffff), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// 16 weights (one 16-byte load, int8 or e4m3) as 8 float16 pairs, in k order.
+template <bool kE4m3>
 __device__ __forceinline__ void to_half2s(const uint4& v, uint32_t (&h)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t biased = w[i] ^ 0x80808080u;
-    h[2 * i] = int8_pair_to_half2(biased, 0x4140);
-    h[2 * i + 1] = int8_pair_to_half2(biased, 0x4342);
+    if constexpr (kE4m3) {
+      h[2 * i] = e4m3_pair_to_half2(w[i]);
+      h[2 * i + 1] = e4m3_pair_to_half2(w[i] >> 16);
+    } else {
+      const uint32_t biased = w[i] ^ 0x80808080u;
+      h[2 * i] = int8_pair_to_half2(biased, 0x4140);
+      h[2 * i + 1] = int8_pair_to_half2(biased, 0x4342);
+    }
   }
 }
 
@@ -142,7 +156,7 @@ __device__ void normalize_rows(const Args<TY>& a, int row0, int rows, __half* ro
 // since both depend on t only, so the dot products are unchanged. The warps' partial sums
 // meet in shared memory. Rows 1-8 cost the same conversions and one mma each; with NT = 2 a
 // converted weight serves 16 rows.
-template <typename TY, int NT, bool kNorm>
+template <typename TY, int NT, bool kNorm, bool kE4m3>
 __global__ void __launch_bounds__(kWarps * 32) int8_gemv_kernel(const Args<TY> a) {
   constexpr int R = 8 * NT;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -183,8 +197,8 @@ __global__ void __launch_bounds__(kWarps * 32) int8_gemv_kernel(const Args<TY> a
     if (s >= steps) return;  // the same for the whole warp: mma needs every lane
     const int kk = s * kStep + t * 16;
     uint32_t lo[8], hi[8];
-    to_half2s(w[0], lo);
-    to_half2s(w[1], hi);
+    to_half2s<kE4m3>(w[0], lo);
+    to_half2s<kE4m3>(w[1], hi);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const int r = 8 * j + g;
@@ -238,7 +252,7 @@ bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 // The row tiles are the grid's x: a column block's tiles start together, so that all but the
 // first read its weights from L2. Column blocks past 65535 (grid y's limit) fold into z; blocks
 // past the last column write nothing.
-template <typename TY, int NT>
+template <typename TY, int NT, bool kE4m3>
 void launch_tile(const Args<TY>& a, cudaStream_t stream) {
   constexpr int R = 8 * NT;
   const int col_blocks = (a.n + kCols - 1) / kCols;
@@ -246,14 +260,14 @@ void launch_tile(const Args<TY>& a, cudaStream_t stream) {
   const dim3 grid((a.rows + R - 1) / R, (col_blocks + z - 1) / z, z);
   if (a.norm.gamma) {
     const size_t smem = size_t(R) * a.k * sizeof(__half);
-    cuda::launch(int8_gemv_kernel<TY, NT, true>, grid, dim3(kWarps * 32), smem, stream, a);
+    cuda::launch(int8_gemv_kernel<TY, NT, true, kE4m3>, grid, dim3(kWarps * 32), smem, stream, a);
   } else {
-    cuda::launch(int8_gemv_kernel<TY, NT, false>, grid, dim3(kWarps * 32), 0, stream, a);
+    cuda::launch(int8_gemv_kernel<TY, NT, false, kE4m3>, grid, dim3(kWarps * 32), 0, stream, a);
   }
 }
 
 template <typename TY>
-void run(Args<TY> a, const SmallGemmNorm<__half>* norm, cudaStream_t stream) {
+void run(Args<TY> a, const SmallGemmNorm<__half>* norm, WeightBytes bytes, cudaStream_t stream) {
   if (!int8_gemv_supported(a.x, a.ldx, a.q, a.bias, a.rows, a.k, norm))
     throw std::invalid_argument("int8_gemv_cuda: unsupported shape (int8_gemv_supported)");
   if (norm && norm->out && (norm->out == a.x || norm->out == norm->residual))
@@ -262,10 +276,12 @@ void run(Args<TY> a, const SmallGemmNorm<__half>* norm, cudaStream_t stream) {
   if (norm) a.norm = *norm;
   // One tile of 8 rows (an mma's N) up to 8 rows, else tiles of 16: each converted weight
   // serves two mmas, and the normalized rows (16 x 1024 float16) fit in shared memory.
-  if (a.rows <= 8) launch_tile<TY, 1>(a, stream);
-  else launch_tile<TY, 2>(a, stream);
+  const bool e4m3 = bytes == WeightBytes::kE4m3;
+  if (a.rows <= 8) e4m3 ? launch_tile<TY, 1, true>(a, stream) : launch_tile<TY, 1, false>(a, stream);
+  else e4m3 ? launch_tile<TY, 2, true>(a, stream) : launch_tile<TY, 2, false>(a, stream);
 }
 
+template <bool kE4m3>
 __global__ void dequantize_kernel(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w) {
   const int64_t packs = n * k / 8;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < packs; i += int64_t(gridDim.x) * blockDim.x) {
@@ -274,7 +290,13 @@ __global__ void dequantize_kernel(const int8_t* q, const float* scale, int64_t n
     const uint32_t words[2] = {v.x, v.y};
     cuda::Pack<__half, 8> out;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) out.v[j] = __float2half_rn(float(int8_t((words[j / 4] >> (8 * (j % 4))) & 0xff)) * s);
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t b = (words[j / 4] >> (8 * (j % 4))) & 0xff;
+      float f;
+      if constexpr (kE4m3) f = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
+      else f = float(int8_t(b));
+      out.v[j] = __float2half_rn(f * s);
+    }
     reinterpret_cast<cuda::Pack<__half, 8>*>(w)[i] = out;
   }
 }
@@ -303,24 +325,27 @@ bool int8_gemv_supported(const __half* x, int64_t ldx, const int8_t* q, const __
 
 void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* scale, const __half* bias, __half* y,
                     int64_t ldy, int rows, int n, int k, const Activation* act, cudaStream_t stream,
-                    const SmallGemmNorm<__half>* norm) {
+                    const SmallGemmNorm<__half>* norm, WeightBytes bytes) {
   Args<__half> a{x, ldx, q, scale, bias, y, ldy, rows, n, k, act != nullptr, act ? *act : Activation::kRelu, {}};
   a.norm.gamma = nullptr;
-  run(a, norm, stream);
+  run(a, norm, bytes, stream);
 }
 
 void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* scale, float* y, int64_t ldy,
-                    int rows, int n, int k, cudaStream_t stream, const SmallGemmNorm<__half>* norm) {
+                    int rows, int n, int k, cudaStream_t stream, const SmallGemmNorm<__half>* norm,
+                    WeightBytes bytes) {
   Args<float> a{x, ldx, q, scale, nullptr, y, ldy, rows, n, k, false, Activation::kRelu, {}};
   a.norm.gamma = nullptr;
-  run(a, norm, stream);
+  run(a, norm, bytes, stream);
 }
 
-void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream) {
+void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream,
+                          WeightBytes bytes) {
   if (k % 8 || !aligned(q) || !aligned(w)) throw std::invalid_argument("int8_dequantize_cuda: k % 8 or alignment");
   if (n * k == 0) return;
   const int blocks = cuda::grid_for(n * k / 8, 256, 8);
-  dequantize_kernel<<<blocks, 256, 0, stream>>>(q, scale, n, k, w);
+  if (bytes == WeightBytes::kE4m3) dequantize_kernel<true><<<blocks, 256, 0, stream>>>(q, scale, n, k, w);
+  else dequantize_kernel<false><<<blocks, 256, 0, stream>>>(q, scale, n, k, w);
   cuda::check(cudaGetLastError(), "int8_dequantize_cuda");
 }
 
