@@ -73,11 +73,13 @@ void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* 
                     WeightBytes bytes = WeightBytes::kInt8);
 
 // More rows (the encoder, large batches), as the environment's NMT_CUDA_INT8_GEMM says:
-// kTensorCores (the default, "tensor-cores"): the activations quantized per row on the fly with
-// the weights' scheme (int8_quantize_rows_cuda), cuBLAS's int8 x int8 -> int32 GEMM (IMMA; for
-// e4m3, cuBLASLt's FP8 GEMM into float32, e4m3_gemm_cublaslt), and int8_rescale_cuda;
-// kDequantize ("dequantize"): the weights dequantized to float16 chunk by chunk
-// (int8_dequantize_cuda), then cuBLAS's float16 GEMM.
+// kDequantize (the default, "dequantize"): the weights dequantized to float16 chunk by chunk
+// (int8_dequantize_cuda), then cuBLAS's float16 GEMM; kTensorCores ("tensor-cores"): the
+// activations quantized per row on the fly with the weights' scheme (int8_quantize_rows_cuda),
+// cuBLAS's int8 x int8 -> int32 GEMM (IMMA; for e4m3, cuBLASLt's FP8 GEMM into float32,
+// e4m3_gemm_cublaslt), and int8_rescale_cuda. The tensor-core form took 2.24 ms a step on the
+// NLLB-600M shape at batch 64 (256 rows), the dequantization 1.94 in an earlier run
+// (bench/history/engine-cuda.md, runs 59 and 57): not the default until a profile says why.
 enum class Int8GemmMode { kTensorCores, kDequantize };
 Int8GemmMode int8_gemm_mode();
 // q[r, :], scale[r] = quantize_rows_int8(x[r, :], levels 127) (or quantize_rows_e4m3) for

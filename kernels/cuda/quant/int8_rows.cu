@@ -85,8 +85,8 @@ void rescale(const TA* acc, int64_t ldacc, const float* xscale, const float* wsc
 Int8GemmMode int8_gemm_mode() {
   static const Int8GemmMode mode = [] {
     const char* v = std::getenv("NMT_CUDA_INT8_GEMM");
-    if (!v || !*v || std::strcmp(v, "tensor-cores") == 0) return Int8GemmMode::kTensorCores;
-    if (std::strcmp(v, "dequantize") == 0) return Int8GemmMode::kDequantize;
+    if (!v || !*v || std::strcmp(v, "dequantize") == 0) return Int8GemmMode::kDequantize;
+    if (std::strcmp(v, "tensor-cores") == 0) return Int8GemmMode::kTensorCores;
     throw std::invalid_argument(std::string("NMT_CUDA_INT8_GEMM: '") + v + "' is neither tensor-cores nor dequantize");
   }();
   return mode;
