@@ -35,11 +35,14 @@ void beam_reorder_key_rows_cpu(const int* old_rows, int* new_rows, const int* pa
 
 #if NMT_WITH_CUDA
 // T = float, __half or __nv_bfloat16 for all of these; ids/positions/step/parent/key-row
-// tables are device ints.
+// tables are device ints. With q set the table is int8, row i q[i, :] * q_scale[i]
+// (kernels/quantize.h: a tied table held once, as the int8 output projection), and
+// embeddings is not read.
 template <typename T>
 void embed_positions_cuda(const int* ids, const T* embeddings, const T* positions_table,
                           const int* positions, T* out, int64_t rows, int d_model, float scale,
-                          cudaStream_t stream, const int* step = nullptr);
+                          cudaStream_t stream, const int* step = nullptr, const int8_t* q = nullptr,
+                          const float* q_scale = nullptr);
 template <typename T>
 void add_bias_cuda(T* x, const T* bias, int64_t rows, int64_t cols, cudaStream_t stream);
 // A decode step's token embedding (embed_positions_cuda's operands; positions come from the
@@ -55,6 +58,9 @@ struct RowEmbedding {
   // >= 0: a row whose token is this id gets no position term (M2M-100's <pad>, whose position
   // vector is zeros); -1: every row gets its position's.
   int zero_position_token = -1;
+  // The table as int8 with per-row scales (embed_positions_cuda's q, q_scale): embeddings unread.
+  const int8_t* q = nullptr;
+  const float* q_scale = nullptr;
 };
 // beam_reorder_key_rows_cpu with per-row positions (cache_rows may be null) and
 // embed_positions_cuda(e.ids, e.embeddings, e.positions_table, positions, e.out, rows, ...) in

@@ -22,6 +22,16 @@ void quantize_rows_int8(const float* w, int64_t rows, int64_t cols, int levels, 
 // w[r, c] = q[r, c] * scale[r]
 void dequantize_rows_int8(const int8_t* q, const float* scale, int64_t rows, int64_t cols, float* w);
 
+// FP8 weights (precision fp8, compute capability 8.9+): e4m3 (1 sign, 4 exponent bits of bias
+// 7, 3 mantissa bits; largest 448, no infinity) per row, symmetric, scale[r] = max_c |W[r, c]|
+// / 448 (1 for an all-zero row), q[r, c] = e4m3(W[r, c] / scale[r]) rounded to nearest even,
+// saturating; the CUDA engine's kernels convert e4m3 to float16 exactly in registers.
+constexpr float kE4m3Max = 448.f;
+uint8_t float_to_e4m3(float v);
+float e4m3_to_float(uint8_t b);
+void quantize_rows_e4m3(const float* w, int64_t rows, int64_t cols, uint8_t* q, float* scale);
+void dequantize_rows_e4m3(const uint8_t* q, const float* scale, int64_t rows, int64_t cols, float* w);
+
 // The CUDA int8 projection's reference: y[m, n] = act(scale[n] * sum_k x[m, k] q[n, k] + bias[n])
 // for m < rows, n < N; bias may be null, act null: none. Accumulates in double.
 void int8_linear_cpu(const float* x, int64_t rows, const int8_t* q, const float* scale, const float* bias, int64_t n,
@@ -29,24 +39,27 @@ void int8_linear_cpu(const float* x, int64_t rows, const int8_t* q, const float*
 
 #if NMT_WITH_CUDA
 // The decode step's projections at a few rows with int8 weights (q [n, k] row-major, scale
-// [n] float32) and float16 activations: each warp streams 4 weight rows (columns of y) once for
-// all of its block's rows, converting the int8 values to float in registers (float32
-// accumulation); a batch-1 step reads every weight once, so half the bytes of float16 is what
-// it is for. The first weight loads go out before the wait for the previous kernel
-// (programmatic dependent launch, kernels/cuda/common.cuh). A block: 4 warps, 16 columns, a tile
-// of 4 rows (up to 4) or 8 (more), up to kInt8GemvRows rows in tiles. `norm`: small_gemm.h's
-// LayerNorm prologue, each block normalizing its rows into shared memory (k up to
-// kInt8GemvNormK). y is __half (bias and activation optional) or float32 (the logits, neither).
-// Its weak spot (bench/history/engine-cuda.md, run 57, ncu): the 1024-column projections (out_proj, fc2) get 256 warps, each
-// walking K alone, and ran at 0.2 TB/s; docs/kernels.md says what is next.
+// [n] float32) and float16 activations. A block takes 16 weight rows (columns of y) and a tile
+// of 8 rows (up to 8) or 16; its 8 warps split K in steps of 64, each lane loading 16 int8 of
+// two weight rows at once (16-byte loads, 4 steps in flight), converting them to float16 pairs
+// in registers (exact) and multiplying them on the tensor cores (mma m16n8k16, float32
+// accumulation), so that rows 2-16 cost no more conversions than one; a batch-1 step reads
+// every weight once, and half the bytes of float16 is what it is for. The first weight loads
+// go out before the wait for the previous kernel (programmatic dependent launch,
+// kernels/cuda/common.cuh). Up to kInt8GemvRows rows in tiles. `norm`: small_gemm.h's LayerNorm
+// prologue, each block normalizing its rows into shared memory (k up to kInt8GemvNormK). y is
+// __half (bias and activation optional) or float32 (the logits, neither). docs/kernels.md,
+// "Int8 weights".
+// The same kernels take e4m3 weights (precision fp8, WeightBytes::kE4m3: the bytes of q are
+// e4m3, converted by cvt.rn.f16x2.e4m3x2, compute capability 8.9+); every int8_* function below
+// with a `bytes` parameter does.
+enum class WeightBytes { kInt8, kE4m3 };
 constexpr int kInt8GemvRows = 64;
 constexpr int kInt8GemvNormK = 1024;
-// The rows up to which the CUDA engine calls the int8 GEMV (more: int8_dequantize_cuda and
-// cuBLAS): kInt8GemvDefaultRows, or the environment's NMT_CUDA_INT8_GEMV_ROWS (0-64, for
-// measuring the crossover). The GEMV's float32 FMAs grow with the rows while its weight bytes do
-// not: at 64 rows (NLLB-600M batch 16, beam 4) its step took 5.59 ms against 1.47 through cuBLAS,
-// at 4 rows it is the faster (bench/history/engine-cuda.md, run 57).
-constexpr int kInt8GemvDefaultRows = 8;
+// The rows up to which the CUDA engine calls the int8 GEMV (more: int8_gemm_mode()):
+// kInt8GemvDefaultRows, or the environment's NMT_CUDA_INT8_GEMV_ROWS (0-64, for measuring the
+// crossover).
+constexpr int kInt8GemvDefaultRows = 64;
 int int8_gemv_rows();
 // rows in [1, kInt8GemvRows], k a multiple of 16, x, ldx, q, k and bias 16-byte aligned (ldx in
 // elements a multiple of 8); with norm, k <= kInt8GemvNormK and its pointers 16-byte aligned.
@@ -54,13 +67,46 @@ bool int8_gemv_supported(const __half* x, int64_t ldx, const int8_t* q, const __
                          const SmallGemmNorm<__half>* norm = nullptr);
 void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* scale, const __half* bias, __half* y,
                     int64_t ldy, int rows, int n, int k, const Activation* act, cudaStream_t stream,
-                    const SmallGemmNorm<__half>* norm = nullptr);
+                    const SmallGemmNorm<__half>* norm = nullptr, WeightBytes bytes = WeightBytes::kInt8);
 void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* scale, float* y, int64_t ldy,
-                    int rows, int n, int k, cudaStream_t stream, const SmallGemmNorm<__half>* norm = nullptr);
+                    int rows, int n, int k, cudaStream_t stream, const SmallGemmNorm<__half>* norm = nullptr,
+                    WeightBytes bytes = WeightBytes::kInt8);
 
-// More rows (the encoder, large batches): w [n, k] = q * scale in float16 (rows n of the weight
-// matrix), for a cuBLAS GEMM after it.
-void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream);
+// More rows (the encoder, large batches), as the environment's NMT_CUDA_INT8_GEMM says:
+// kDequantize (the default, "dequantize"): the weights dequantized to float16 chunk by chunk
+// (int8_dequantize_cuda), then cuBLAS's float16 GEMM; kTensorCores ("tensor-cores"): the
+// activations quantized per row on the fly with the weights' scheme (int8_quantize_rows_cuda),
+// cuBLAS's int8 x int8 -> int32 GEMM (IMMA; for e4m3, cuBLASLt's FP8 GEMM into float32,
+// e4m3_gemm_cublaslt), and int8_rescale_cuda. The tensor-core form took 2.24 ms a step on the
+// NLLB-600M shape at batch 64 (256 rows), the dequantization 1.94 in an earlier run
+// (bench/history/engine-cuda.md, runs 59 and 57): not the default until a profile says why.
+enum class Int8GemmMode { kTensorCores, kDequantize };
+Int8GemmMode int8_gemm_mode();
+// q[r, :], scale[r] = quantize_rows_int8(x[r, :], levels 127) (or quantize_rows_e4m3) for
+// r < rows, bit for bit (x float16 with row stride ldx; k and ldx multiples of 8, x 16-byte and
+// q 8-byte aligned).
+void int8_quantize_rows_cuda(const __half* x, int64_t ldx, int rows, int k, int8_t* q, float* scale,
+                             cudaStream_t stream, WeightBytes bytes = WeightBytes::kInt8);
+// y[m, j] = act(acc[m, j] xscale[m] wscale[j] + bias[j]) (bias, act optional); the float32
+// form may write over acc (the logits buffer holding the int32 products).
+void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
+                       const Activation* act, __half* y, int64_t ldy, int rows, int n, cudaStream_t stream);
+void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, float* y,
+                       int64_t ldy, int rows, int n, cudaStream_t stream);
+// The same over float32 products (the FP8 GEMM's).
+void int8_rescale_cuda(const float* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
+                       const Activation* act, __half* y, int64_t ldy, int rows, int n, cudaStream_t stream);
+void int8_rescale_cuda(const float* acc, int64_t ldacc, const float* xscale, const float* wscale, float* y,
+                       int64_t ldy, int rows, int n, cudaStream_t stream);
+// d[m, j] = sum_k x[m, k] w[j, k] in float32 for e4m3 w [n, k] and x [m, k] (row-major, k a
+// multiple of 16, ldd a multiple of 4, 16-byte aligned), through cuBLASLt's FP8 GEMM (one
+// cuBLASLt handle a process, no workspace); false, with nothing launched, where cuBLASLt has
+// no algorithm for the shape.
+bool e4m3_gemm_cublaslt(const int8_t* w, const int8_t* x, int n, int m, int k, float* d, int64_t ldd,
+                        cudaStream_t stream);
+// w [n, k] = q * scale in float16 (rows n of the weight matrix), for a cuBLAS GEMM after it.
+void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream,
+                          WeightBytes bytes = WeightBytes::kInt8);
 #endif
 
 }  // namespace nmt::kernels

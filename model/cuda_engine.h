@@ -14,7 +14,10 @@ std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& config, const Weight
                                          const TranslatorOptions& options);
 int cuda_device_count();  // 0 in a CPU-only build or without a visible device
 
-// Whether precision int8 runs on a GPU of this compute capability: 6.1 (dp4a) or newer.
-inline bool cuda_int8_supported(int major, int minor) { return major > 6 || (major == 6 && minor >= 1); }
+// Whether precision int8 runs on a GPU of this compute capability: 8.0 or newer (its GEMV
+// multiplies on the tensor cores with mma.m16n8k16, kernels/quantize.h).
+inline bool cuda_int8_supported(int major, [[maybe_unused]] int minor) { return major >= 8; }
+// precision fp8 (e4m3 weights): the e4m3 conversions and FP8 tensor cores of compute capability 8.9+.
+inline bool cuda_fp8_supported(int major, int minor) { return major > 8 || (major == 8 && minor >= 9); }
 
 }  // namespace nmt

@@ -22,7 +22,7 @@ bool parse_device(const std::string& s, Device* out) {
 }
 
 bool parse_precision(const std::string& s, Precision* out) {
-  for (Precision p : {Precision::kFloat32, Precision::kFloat16, Precision::kInt8}) {
+  for (Precision p : {Precision::kFloat32, Precision::kFloat16, Precision::kInt8, Precision::kFp8}) {
     if (s == precision_name(p)) {
       *out = p;
       return true;
@@ -45,6 +45,7 @@ const char* precision_name(Precision p) {
     case Precision::kFloat32: return "float32";
     case Precision::kFloat16: return "float16";
     case Precision::kInt8: return "int8";
+    case Precision::kFp8: return "fp8";
   }
   return "?";
 }
@@ -60,6 +61,9 @@ std::unique_ptr<Translator> Translator::load(const std::string& model_dir,
   t->tokenizer_ = Tokenizer::load(model_dir, t->config_);
   t->device_ = options.device == Device::kAuto ? (cuda_available() ? Device::kCuda : Device::kCpu)
                                                : options.device;
+  if (t->device_ == Device::kCpu && options.precision == Precision::kFp8)
+    throw Error(ErrorCode::kInvalidArgument, "precision fp8 runs on CUDA GPUs of compute capability 8.9 or newer "
+                                             "only; on the CPU use precision int8");
   t->precision_ = t->device_ == Device::kCpu && options.precision == Precision::kFloat16 ? Precision::kFloat32
                                                                                         : options.precision;
   // The engines keep pointers into the host weights (the CPU engine computes from them).

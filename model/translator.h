@@ -13,7 +13,9 @@
 namespace nmt {
 
 enum class Device { kAuto, kCpu, kCuda };
-enum class Precision { kFloat32, kFloat16, kInt8 };  // int8: weights per row (kernels/quantize.h)
+// int8: weights per row (kernels/quantize.h); fp8: e4m3 weights per row, CUDA on compute
+// capability 8.9+ only.
+enum class Precision { kFloat32, kFloat16, kInt8, kFp8 };
 
 bool parse_device(const std::string& s, Device* out);        // "auto" | "cpu" | "cuda"
 bool parse_precision(const std::string& s, Precision* out);  // "float32" | "float16" | "int8"

@@ -28,6 +28,45 @@ void dequantize_rows_int8(const int8_t* q, const float* scale, int64_t rows, int
     for (int64_t c = 0; c < cols; ++c) w[r * cols + c] = float(q[r * cols + c]) * scale[r];
 }
 
+uint8_t float_to_e4m3(float v) {
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const float a = std::min(std::fabs(v), kE4m3Max);  // saturate: 0x7f is NaN, no infinity
+  if (!(a > 0.f)) return sign;                       // zero (and NaN, which no weight is)
+  // The step at a's binade (3 mantissa bits), or the subnormals' 2^-9 below 2^-6; nearbyint
+  // under the default mode rounds half to even, as the GPU's cvt.rn.satfinite.
+  int e = 0;
+  std::frexp(a, &e);  // a = f 2^e, f in [0.5, 1)
+  const float step = std::ldexp(1.f, std::max(e - 1, -6) - 3);
+  const float r = std::min(std::nearbyint(a / step) * step, kE4m3Max);
+  if (r == 0.f) return sign;
+  std::frexp(r, &e);
+  if (e - 1 < -6) return uint8_t(sign | uint8_t(r / std::ldexp(1.f, -9)));  // subnormal: m 2^-9
+  const int mant = int(std::ldexp(r, -(e - 1)) * 8.f) - 8;
+  return uint8_t(sign | uint8_t((e - 1 + 7) << 3) | uint8_t(mant));
+}
+
+float e4m3_to_float(uint8_t b) {
+  const int exp = (b >> 3) & 15, mant = b & 7;
+  const float mag = exp == 0 ? std::ldexp(float(mant), -9) : std::ldexp(1.f + float(mant) / 8.f, exp - 7);
+  return b & 0x80 ? -mag : mag;
+}
+
+void quantize_rows_e4m3(const float* w, int64_t rows, int64_t cols, uint8_t* q, float* scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = w + r * cols;
+    float amax = 0.f;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(row[c]));
+    const float s = amax > 0.f ? amax / kE4m3Max : 1.f;  // an all-zero row: as quantize_rows_int8
+    scale[r] = s;
+    for (int64_t c = 0; c < cols; ++c) q[r * cols + c] = float_to_e4m3(row[c] / s);
+  }
+}
+
+void dequantize_rows_e4m3(const uint8_t* q, const float* scale, int64_t rows, int64_t cols, float* w) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) w[r * cols + c] = e4m3_to_float(q[r * cols + c]) * scale[r];
+}
+
 void int8_linear_cpu(const float* x, int64_t rows, const int8_t* q, const float* scale, const float* bias, int64_t n,
                      int64_t k, const Activation* act, float* y) {
   for (int64_t m = 0; m < rows; ++m) {

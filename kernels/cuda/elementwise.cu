@@ -102,12 +102,22 @@ struct EmbedPositions {
   int64_t d_model;
   float scale;
   const int* step;
+  // Set: the table is int8 with per-row scales (kernels/quantize.h; embeddings unread).
+  const int8_t* q = nullptr;
+  const float* q_scale = nullptr;
   __device__ void operator()(int64_t r, int64_t c) const { embed(r, ids[r], c); }
   // Row r's embedding of token `id`, without the position term when not `positioned`.
   __device__ void embed(int64_t r, int id, int64_t c, bool positioned = true) const {
     float e[N], p[N];
     const bool add = positions_table && positioned;
-    load_pack<T, N>(embeddings + int64_t(id) * d_model + c, e);
+    if (q) {
+      const int8_t* row = q + int64_t(id) * d_model + c;
+      const float s = q_scale[id];
+#pragma unroll
+      for (int i = 0; i < N; ++i) e[i] = float(row[i]) * s;
+    } else {
+      load_pack<T, N>(embeddings + int64_t(id) * d_model + c, e);
+    }
     if (add) {
       const int64_t pos = step ? *step : positions[r];
       load_pack<T, N>(positions_table + pos * d_model + c, p);
@@ -227,11 +237,11 @@ void add_bias_cuda(T* x, const T* bias, int64_t rows, int64_t cols, cudaStream_t
 template <typename T>
 void embed_positions_cuda(const int* ids, const T* embeddings, const T* positions_table,
                           const int* positions, T* out, int64_t rows, int d_model, float scale,
-                          cudaStream_t stream, const int* step) {
+                          cudaStream_t stream, const int* step, const int8_t* q, const float* q_scale) {
   using namespace cuda;
-  launch_op<T, EmbedPositions>(full_pack<T>(d_model, {embeddings, positions_table, out}), rows,
+  launch_op<T, EmbedPositions>(full_pack<T>(d_model, {embeddings, positions_table, out, q}), rows,
                                d_model, stream, ids, embeddings, positions_table, positions, out,
-                               int64_t(d_model), scale, step);
+                               int64_t(d_model), scale, step, q, q_scale);
 }
 
 template <typename T>
@@ -251,10 +261,10 @@ void beam_reorder_and_embed_cuda(const int* old_rows, int* new_rows, const int* 
   // kReorderRowsABlock rows (reorder_embed_kernel says why).
   constexpr int64_t kFewRows = 32;
   constexpr int kReorderRowsABlock = 8;
-  with_pack<T>(full_pack<T>(e.d_model, {e.embeddings, e.positions_table, e.out}), [&](auto pack) {
+  with_pack<T>(full_pack<T>(e.d_model, {e.embeddings, e.positions_table, e.out, e.q}), [&](auto pack) {
     constexpr int N = decltype(pack)::value;
-    const EmbedPositions<T, N> embed{e.ids, e.embeddings, e.positions_table, positions, e.out,
-                                     int64_t(e.d_model), e.scale, nullptr};
+    const EmbedPositions<T, N> embed{e.ids,   e.embeddings,        e.positions_table, positions, e.out,
+                                     int64_t(e.d_model), e.scale, nullptr, e.q, e.q_scale};
     const auto go = [&](auto pad_zero) {
       constexpr bool kPadZero = decltype(pad_zero)::value;
       if (rows <= kFewRows) {
@@ -291,7 +301,8 @@ void convert_cuda(const From* src, To* dst, int64_t n, cudaStream_t stream) {
                                         cudaStream_t);                                         \
   template void add_bias_cuda<T>(T*, const T*, int64_t, int64_t, cudaStream_t);               \
   template void embed_positions_cuda<T>(const int*, const T*, const T*, const int*, T*,       \
-                                        int64_t, int, float, cudaStream_t, const int*);     \
+                                        int64_t, int, float, cudaStream_t, const int*,      \
+                                        const int8_t*, const float*);                       \
   template void beam_reorder_and_embed_cuda<T>(const int*, int*, const int*, int64_t, int,     \
                                                const int*, const int*, const RowEmbedding<T>&, \
                                                cudaStream_t, StepUploadCopy, StepFollow, const int*);

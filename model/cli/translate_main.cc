@@ -21,7 +21,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: nmt-translate [--model DIR] [--device auto|cpu|cuda] [--precision float16|float32|int8]\n"
+    "usage: nmt-translate [--model DIR] [--device auto|cpu|cuda] [--precision float16|float32|int8|fp8]\n"
     "                     [--beam N] [--batch-size N] [--num-hypotheses N] [--length-penalty X]\n"
     "                     [--max-length N] [--min-length N] [--scores] [--input FILE] [--quiet]\n"
     "                     [--threads N]   (CPU: cores per decode step, default all)\n"
@@ -113,7 +113,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--target-prefix") a.target_prefix = v;
     else if (f == "--glossary") a.glossary = v;
     else if (f == "--device") { if (!nmt::parse_device(v, &a.translator.device)) usage_error("--device must be auto, cpu or cuda"); }
-    else if (f == "--precision") { if (!nmt::parse_precision(v, &a.translator.precision)) usage_error("--precision must be float16, float32 or int8"); }
+    else if (f == "--precision") { if (!nmt::parse_precision(v, &a.translator.precision)) usage_error("--precision must be float16, float32, int8 or fp8"); }
     else if (f == "--beam") { a.decode.beam_size = to_int(f, v); a.beam_set = true; }
     else if (f == "--batch-size") a.batch_size = to_int(f, v);
     else if (f == "--threads") a.translator.threads = to_int(f, v);

@@ -34,7 +34,8 @@ bool graphs_enabled() {
 template <typename T>
 CudaEngine<T>::CudaEngine(const ModelConfig& c, const Weights& w, const TranslatorOptions& o)
     : c_(c), device_(o.device_index), alloc_(o.device_memory_limit), use_graphs_(graphs_enabled()),
-      int8_(o.precision == Precision::kInt8), profile_(profile_enabled()) {
+      int8_(o.precision == Precision::kInt8 || o.precision == Precision::kFp8),
+      e4m3_(o.precision == Precision::kFp8), profile_(profile_enabled()) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   q_.stream = device_stream(device_);
   check_cuda(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -90,7 +91,8 @@ void CudaEngine<T>::init(const Weights& w) {
   encode_workspace_ = DeviceBuffer<char>(&alloc_, kCublasWorkspace);
   check_cublas(cublasSetWorkspace(encode_q_.cublas, encode_workspace_.get(), kCublasWorkspace),
                "cublasSetWorkspace");
-  w_.upload(&alloc_, c_, w, logits_ld(), int8_);
+  w_.upload(&alloc_, c_, w, logits_ld(), int8_,
+            e4m3_ ? kernels::WeightBytes::kE4m3 : kernels::WeightBytes::kInt8);
   if (int8_) {
     // 16 MB a queue (8M float16 weights): each projection of NLLB-600M's and 1.3B's layers in
     // one chunk, their 256k x 1024 output projection in 32.
@@ -317,17 +319,18 @@ std::unique_ptr<Engine> make_cuda_engine(const ModelConfig& config, const Weight
     throw Error(ErrorCode::kInvalidArgument, "device_index " + std::to_string(options.device_index) +
                                                  " is out of range: " + std::to_string(n) +
                                                  " CUDA device(s) visible");
-  if (options.precision == Precision::kInt8) {
-    // int8 where the GPU has int8 arithmetic (dp4a, 6.1+), as issue 57 defines it: the kernels
-    // of today convert the weights to float and would run below, the int8 GEMMs to come would
-    // not (docs/kernels.md, "Int8 weights").
+  if (options.precision == Precision::kInt8 || options.precision == Precision::kFp8) {
+    // int8 where the GEMV's mma.m16n8k16 runs (8.0+), fp8 where e4m3 converts and multiplies
+    // in hardware (8.9+): docs/kernels.md, "Int8 weights".
+    const bool fp8 = options.precision == Precision::kFp8;
     cudaDeviceProp p{};
     cuda::check_cuda(cudaGetDeviceProperties(&p, options.device_index), "cudaGetDeviceProperties");
-    if (!cuda_int8_supported(p.major, p.minor))
-      throw Error(ErrorCode::kInvalidArgument, "precision int8 on CUDA needs compute capability 6.1 or newer; device " +
-                                                   std::to_string(options.device_index) + " (" + p.name + ") is " +
-                                                   std::to_string(p.major) + "." + std::to_string(p.minor) +
-                                                   ": use precision float16, or device cpu");
+    if (fp8 ? !cuda_fp8_supported(p.major, p.minor) : !cuda_int8_supported(p.major, p.minor))
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("precision ") + (fp8 ? "fp8" : "int8") + " on CUDA needs compute capability " +
+                      (fp8 ? "8.9" : "8.0") + " or newer; device " + std::to_string(options.device_index) + " (" +
+                      p.name + ") is " + std::to_string(p.major) + "." + std::to_string(p.minor) +
+                      (fp8 ? ": use precision int8 or float16" : ": use precision float16, or device cpu"));
   }
   if (options.precision != Precision::kFloat32)
     return std::make_unique<cuda::CudaEngine<__half>>(config, weights, options);

@@ -176,9 +176,10 @@ class CudaEngine final : public Engine {
   cudaStream_t capture_stream_ = nullptr;  // private: graph captures only
   cudaEvent_t done_ = nullptr;             // wait(): the end of this engine's work so far
   DeviceBuffer<char> workspace_;
-  // int8 weights (TranslatorOptions::precision int8, T __half): the queues' scratch for the
-  // dequantized weights of projections past the int8 GEMV's rows (DeviceQueue::int8_scratch).
+  // 8-bit weights (TranslatorOptions::precision int8 or fp8, T __half): the queues' scratch for
+  // the projections past the int8 GEMV's rows (DeviceQueue::int8_scratch); e4m3_: fp8.
   const bool int8_;
+  const bool e4m3_;
   DeviceBuffer<__half> int8_scratch_, encode_int8_scratch_;
   int d_ = 0;
   float embed_scale_ = 1.f;

@@ -173,6 +173,7 @@ void CudaEngine<T>::enqueue_step(const StepShape& shape, const StepLane& lane) {
   kernels::RowEmbedding<T> embed;
   embed.ids = host.tokens; embed.embeddings = w_.decoder_embeddings; embed.positions_table = w_.decoder_positions;
   embed.out = x.current; embed.d_model = d_; embed.scale = embed_scale_;
+  embed.q = w_.decoder_embeddings_q; embed.q_scale = w_.decoder_embeddings_scale;
   if (c_.arch.pad_position_zero) embed.zero_position_token = c_.pad_id;
   // Rows that follow the step before take their tokens, parents and running scores from
   // its next rows (the other parity's); every row's running score goes to state_.running.

@@ -46,7 +46,10 @@ Dense<T> DeviceWeights<T>::projection(const std::vector<float>& w, int out, int 
   if (!int8_) return {upload(w), bias, out, in};
   std::vector<int8_t> q(w.size());
   std::vector<float> scale(static_cast<size_t>(out));
-  kernels::quantize_rows_int8(w.data(), out, in, kCudaInt8Levels, q.data(), scale.data());
+  if (bytes_ == kernels::WeightBytes::kE4m3)
+    kernels::quantize_rows_e4m3(w.data(), out, in, reinterpret_cast<uint8_t*>(q.data()), scale.data());
+  else
+    kernels::quantize_rows_int8(w.data(), out, in, kCudaInt8Levels, q.data(), scale.data());
   q_buffers_.emplace_back(alloc_, q.size());
   scale_buffers_.emplace_back(alloc_, scale.size());
   const DeviceWideScope scope;  // synchronous copies (device/capture_gate.h)
@@ -57,6 +60,7 @@ Dense<T> DeviceWeights<T>::projection(const std::vector<float>& w, int out, int 
   Dense<T> d{nullptr, bias, out, in};
   d.q = q_buffers_.back().get();
   d.scale = scale_buffers_.back().get();
+  d.bytes = bytes_;
   return d;
 }
 
@@ -91,10 +95,11 @@ const T* DeviceWeights<T>::encoder_table(const HostTensor& table, bool zero_row)
 
 template <typename T>
 void DeviceWeights<T>::upload(DeviceAllocator* alloc, const ModelConfig& c, const Weights& w, int logits_ld,
-                              bool int8) {
+                              bool int8, kernels::WeightBytes bytes) {
   if (int8 && sizeof(T) != 2) throw Error(ErrorCode::kInternal, "CUDA engine: int8 weights need float16 activations");
   alloc_ = alloc;
   int8_ = int8;
+  bytes_ = bytes;
   const Architecture& arch = c.arch;
   for (int l = 0; l < c.encoder_layers; ++l) {
     const std::string p = layer_prefix(false, l);
@@ -129,15 +134,27 @@ void DeviceWeights<T>::upload(DeviceAllocator* alloc, const ModelConfig& c, cons
   if (arch.final_encoder_norm) encoder_final_norm = norm(w, Weights::kEncoderFinalNorm);
   if (arch.final_decoder_norm) decoder_final_norm = norm(w, Weights::kDecoderFinalNorm);
   // The output projection with zero rows up to logits_ld, uploaded first so that tied
-  // embeddings share it (they read rows < vocab only). In int8 tied embeddings are a float16
-  // table of their own: the embedding lookup reads float16 (docs/kernels.md).
+  // embeddings share it (they read rows < vocab only). In int8 tied embeddings read its int8
+  // rows and scales, the table held once (docs/kernels.md, "Int8 weights").
   const HostTensor& proj = w.output_projection();
   std::vector<float> padded(size_t(logits_ld) * c.d_model, 0.f);
   std::copy(proj.data.begin(), proj.data.end(), padded.begin());
   output_projection = projection(padded, logits_ld, c.d_model, nullptr);
   if (!int8_) uploaded_[&proj] = output_projection.w;
-  encoder_embeddings = upload(w.encoder_embeddings());
-  decoder_embeddings = upload(w.decoder_embeddings());
+  // (e4m3 tables keep their float16 copy: the lookup decodes int8 only.)
+  const bool share = int8_ && bytes_ == kernels::WeightBytes::kInt8;
+  if (share && &w.encoder_embeddings() == &proj) {
+    encoder_embeddings_q = output_projection.q;
+    encoder_embeddings_scale = output_projection.scale;
+  } else {
+    encoder_embeddings = upload(w.encoder_embeddings());
+  }
+  if (share && &w.decoder_embeddings() == &proj) {
+    decoder_embeddings_q = output_projection.q;
+    decoder_embeddings_scale = output_projection.scale;
+  } else {
+    decoder_embeddings = upload(w.decoder_embeddings());
+  }
   const HostTensor& enc_pos = w.encoder_positions();
   if (arch.pad_position_zero) zero_position_row = int(enc_pos.shape[0]);
   encoder_positions = encoder_table(enc_pos, arch.pad_position_zero);

@@ -4,15 +4,17 @@
 // projections as one [L * 2d, d] matrix (one GEMM an encode), the output projection padded
 // with zero rows to the logits' stride, and the family's extra LayerNorms (Architecture).
 // With int8 (T __half only) every projection of the layers and the output projection hold
-// int8 weights with per-row scales instead (kernels/quantize.h), quantized here at upload; the
-// embeddings, the LayerNorms, the biases and the cross K/V projections (computed once an encode,
-// not a step) stay float16. docs/kernels.md, "Int8 weights".
+// int8 (or, precision fp8, e4m3) weights with per-row scales instead (kernels/quantize.h),
+// quantized here at upload; the LayerNorms, the biases and the cross K/V projections (computed
+// once an encode, not a step) stay float16, and so do the embeddings except a table tied to the
+// output projection in int8, which reads its int8 rows. docs/kernels.md, "Int8 weights".
 #include <map>
 #include <string>
 #include <vector>
 
 #include "model/config/model_config.h"
 #include "model/config/weights.h"
+#include "kernels/quantize.h"
 #include "model/cuda/device/device_memory.h"
 
 namespace nmt::cuda {
@@ -24,6 +26,8 @@ struct Dense {  // y = x W^T (+ b fused elsewhere)
   int out = 0, in = 0;
   const int8_t* q = nullptr;     // int8: W ~ q * scale, [out, in]
   const float* scale = nullptr;  // int8: [out]
+  // What the bytes of q are: int8, or e4m3 (precision fp8).
+  kernels::WeightBytes bytes = kernels::WeightBytes::kInt8;
 };
 
 template <typename T>
@@ -50,12 +54,18 @@ class DeviceWeights {
  public:
   // Uploads what the engine reads of `w` (synchronously). logits_ld: the output projection's
   // rows once padded.
-  void upload(DeviceAllocator* alloc, const ModelConfig& c, const Weights& w, int logits_ld, bool int8 = false);
+  // int8: the projections quantized per row, as int8 or (bytes kE4m3, precision fp8) e4m3.
+  void upload(DeviceAllocator* alloc, const ModelConfig& c, const Weights& w, int logits_ld, bool int8 = false,
+              kernels::WeightBytes bytes = kernels::WeightBytes::kInt8);
 
   std::vector<EncoderLayer<T>> encoder;
   std::vector<DecoderLayer<T>> decoder;
   const T* cross_kv = nullptr;  // [L * 2d, d]: K | V of each decoder layer
   const T *encoder_embeddings = nullptr, *decoder_embeddings = nullptr;
+  // In int8 an embedding table tied to the output projection is that projection's int8 rows and
+  // scales (the lookup dequantizes a row: kernels/elementwise.h), its float16 pointer above null.
+  const int8_t *encoder_embeddings_q = nullptr, *decoder_embeddings_q = nullptr;
+  const float *encoder_embeddings_scale = nullptr, *decoder_embeddings_scale = nullptr;
   Dense<T> output_projection;  // [logits_ld, d], no bias (output_bias is the top-k's)
   // [max_positions, d]; with Architecture::pad_position_zero the encoder's has a zero row at
   // index zero_position_row after them, which a source <pad> token's position names (the
@@ -78,6 +88,7 @@ class DeviceWeights {
 
   DeviceAllocator* alloc_ = nullptr;
   bool int8_ = false;
+  kernels::WeightBytes bytes_ = kernels::WeightBytes::kInt8;
   std::vector<DeviceBuffer<T>> buffers_;
   std::vector<DeviceBuffer<int8_t>> q_buffers_;
   std::vector<DeviceBuffer<float>> scale_buffers_;

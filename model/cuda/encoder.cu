@@ -128,7 +128,8 @@ void CudaEngine<T>::enqueue_encoder(const EncodeUpload& host, const EncodeUpload
   // is one more, so its embeddings start in x[1].
   if (arch.embedding_norm) x.current = x.buffers[1];
   kernels::embed_positions_cuda<T>(dev.ids, w_.encoder_embeddings, w_.encoder_positions, dev.positions, x.current,
-                                   rows, d, embed_scale_, stream);
+                                   rows, d, embed_scale_, stream, nullptr, w_.encoder_embeddings_q,
+                                   w_.encoder_embeddings_scale);
   if (arch.embedding_norm) layers_.normalize(x, w_.encoder_embedding_norm, rows);
   const int hd = d / c_.encoder_heads;
   for (const EncoderLayer<T>& L : w_.encoder) {

@@ -32,9 +32,9 @@ bool Layers<T>::int8_gemv(const T* x, const Dense<T>& L, TY* y, int64_t ldy, int
     if (rows > kernels::int8_gemv_rows() || !kernels::int8_gemv_supported(x, L.in, L.q, bias, rows, L.in, norm))
       return false;
     if constexpr (std::is_same_v<TY, float>)
-      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, y, ldy, rows, L.out, L.in, q_->stream, norm);
+      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, y, ldy, rows, L.out, L.in, q_->stream, norm, L.bytes);
     else
-      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, bias, y, ldy, rows, L.out, L.in, act, q_->stream, norm);
+      kernels::int8_gemv_cuda(x, L.in, L.q, L.scale, bias, y, ldy, rows, L.out, L.in, act, q_->stream, norm, L.bytes);
     return true;
   } else {
     throw Error(ErrorCode::kInternal, "CUDA engine: int8 weights need float16 activations");
@@ -43,15 +43,73 @@ bool Layers<T>::int8_gemv(const T* x, const Dense<T>& L, TY* y, int64_t ldy, int
 
 template <typename T>
 template <typename TC>
-void Layers<T>::int8_gemm(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int64_t ldy, int rows) {
+bool Layers<T>::int8_gemm_tensor_cores(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int64_t ldy, int rows,
+                                       const kernels::Activation* act) {
+  constexpr bool kInPlace = std::is_same_v<TC, float>;  // the logits: int32 products, then floats, in y
+  const auto round_up = [](int64_t v) { return (v + 255) / 256 * 256; };
+  const int64_t bytes = q_->int8_scratch_elements * int64_t(sizeof(__half));
+  const int64_t ldacc = kInPlace ? ldy : L.out;
+  // IMMA's TN form wants k and the leading dimensions in multiples of 4 (k: 8 for the quantizer).
+  if (!q_->int8_scratch || L.in % 8 || ldx % 8 || ldacc % 4 || reinterpret_cast<uintptr_t>(x) % 16) return false;
+  const int64_t per_row = L.in + 4 + (kInPlace ? 0 : 4 * L.out);
+  const int64_t chunk = std::min<int64_t>(rows, (bytes - 3 * 256) / per_row);
+  if (chunk < 1) return false;
+  char* base = static_cast<char*>(q_->int8_scratch);
+  int8_t* xq = reinterpret_cast<int8_t*>(base);
+  float* xs = reinterpret_cast<float*>(base + round_up(chunk * L.in));
+  int32_t* scratch_acc = reinterpret_cast<int32_t*>(base + round_up(chunk * L.in) + round_up(chunk * 4));
+  const bool e4m3 = L.bytes == kernels::WeightBytes::kE4m3;  // FP8: float32 products, int8: int32
+  const int32_t one = 1, zero = 0;
+  for (int64_t m0 = 0; m0 < rows; m0 += chunk) {
+    const int mc = int(std::min<int64_t>(chunk, rows - m0));
+    int32_t* acc = kInPlace ? reinterpret_cast<int32_t*>(y + m0 * ldy) : scratch_acc;
+    kernels::int8_quantize_rows_cuda(x + m0 * ldx, ldx, mc, L.in, xq, xs, q_->stream, L.bytes);
+    if (e4m3) {
+      float* accf = reinterpret_cast<float*>(acc);
+      if (!kernels::e4m3_gemm_cublaslt(L.q, xq, L.out, mc, L.in, accf, ldacc, q_->stream)) {
+        if (m0 == 0) return false;  // the same shape throughout: cuBLASLt refuses at the first chunk
+        throw Error(ErrorCode::kInternal, "CUDA engine: cuBLASLt refused an FP8 GEMM it took before");
+      }
+      if constexpr (kInPlace)
+        kernels::int8_rescale_cuda(accf, ldacc, xs, L.scale, y + m0 * ldy, ldy, mc, L.out, q_->stream);
+      else
+        kernels::int8_rescale_cuda(accf, ldacc, xs, L.scale, act ? L.b : nullptr, act, y + m0 * ldy, ldy, mc, L.out,
+                                   q_->stream);
+      continue;
+    }
+    const cublasStatus_t st = cublasGemmEx(q_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, L.out, mc, L.in, &one, L.q, CUDA_R_8I,
+                                           L.in, xq, CUDA_R_8I, L.in, &zero, acc, CUDA_R_32I, int(ldacc),
+                                           CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED && m0 == 0) return false;  // checked before any launch of its own
+    check_cublas(st, "cublasGemmEx (int8)");
+    if constexpr (kInPlace)
+      kernels::int8_rescale_cuda(acc, ldacc, xs, L.scale, y + m0 * ldy, ldy, mc, L.out, q_->stream);
+    else
+      kernels::int8_rescale_cuda(acc, ldacc, xs, L.scale, act ? L.b : nullptr, act, y + m0 * ldy, ldy, mc, L.out,
+                                 q_->stream);
+  }
+  return true;
+}
+
+template <typename T>
+template <typename TC>
+void Layers<T>::int8_gemm(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int64_t ldy, int rows,
+                          const kernels::Activation* act) {
   if constexpr (std::is_same_v<T, __half>) {
+    if (rows == 0) return;
+    if (kernels::int8_gemm_mode() == kernels::Int8GemmMode::kTensorCores &&
+        int8_gemm_tensor_cores(x, ldx, L, y, ldy, rows, act))
+      return;
     T* w = static_cast<T*>(q_->int8_scratch);
     const int64_t chunk = L.in > 0 ? q_->int8_scratch_elements / L.in : 0;
     if (!w || chunk < 1) throw Error(ErrorCode::kInternal, "CUDA engine: no int8 scratch for the dequantized weights");
     for (int64_t n0 = 0; n0 < L.out; n0 += chunk) {
       const int n = int(std::min<int64_t>(chunk, L.out - n0));
-      kernels::int8_dequantize_cuda(L.q + n0 * L.in, L.scale + n0, n, L.in, w, q_->stream);
+      kernels::int8_dequantize_cuda(L.q + n0 * L.in, L.scale + n0, n, L.in, w, q_->stream, L.bytes);
       gemm(x, ldx, w, y + n0, ldy, rows, n, L.in);
+    }
+    if constexpr (std::is_same_v<TC, __half>) {
+      if (act) kernels::bias_activation_cuda(y, L.b, rows, L.out, *act, q_->stream);
     }
   } else {
     throw Error(ErrorCode::kInternal, "CUDA engine: int8 weights need float16 activations");
@@ -63,8 +121,7 @@ bool Layers<T>::linear(const T* x, const Dense<T>& L, T* y, int rows, const kern
   const T* bias = act ? L.b : nullptr;
   if (L.q) {
     if (int8_gemv(x, L, y, L.out, rows, act, nullptr)) return true;
-    int8_gemm(x, L.in, L, y, L.out, rows);
-    if (act) kernels::bias_activation_cuda(y, bias, rows, L.out, *act, q_->stream);
+    int8_gemm(x, L.in, L, y, L.out, rows, act);
     return act != nullptr;
   }
   if (kernels::small_gemm_supported<T>(x, L.in, L.w, bias, L.out, rows, L.in)) {
@@ -187,7 +244,7 @@ void Layers<T>::project_logits(Residual<T>& x, const Dense<T>& proj, float* logi
     if (int8_gemv(in, proj, logits, ld, rows, nullptr, norm)) {
       if (x.sub) x.advance();
     } else {
-      int8_gemm(settle(x, rows), d_, proj, logits, ld, rows);
+      int8_gemm(settle(x, rows), d_, proj, logits, ld, rows, nullptr);
     }
     return;
   }

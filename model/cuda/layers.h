@@ -105,9 +105,18 @@ class Layers {
   template <typename TY>
   bool int8_gemv(const T* x, const Dense<T>& L, TY* y, int64_t ldy, int rows, const kernels::Activation* act,
                  const kernels::SmallGemmNorm<T>* norm);
-  // int8 weights at any rows: W dequantized chunk by chunk, then cuBLAS.
+  // int8 weights at any rows, y = x W^T (act(.. + b) where act is given), as
+  // kernels::int8_gemm_mode() says: the rows quantized per row and cuBLAS's int8 GEMM, a chunk
+  // of rows that fits the queue's scratch at a time (the float32 logits hold their own int32
+  // products), or W dequantized chunk by chunk and cuBLAS's float16 GEMM.
   template <typename TC>
-  void int8_gemm(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int64_t ldy, int rows);
+  void int8_gemm(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int64_t ldy, int rows,
+                 const kernels::Activation* act);
+  // The tensor-core form; false, with nothing launched, where the scratch or cuBLAS does not
+  // take the shape.
+  template <typename TC>
+  bool int8_gemm_tensor_cores(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int64_t ldy, int rows,
+                              const kernels::Activation* act);
   // x's pending post-norm LayerNorm as the small GEMM's prologue takes it (x.sub, x.norm set).
   kernels::SmallGemmNorm<T> pending_norm(const Residual<T>& x) const;
   bool post_norm_input(Residual<T>& x, const Dense<T>& L, T* y, int rows, const kernels::Activation* act);

@@ -76,7 +76,7 @@ const std::vector<std::string> kLogFormats = {"text", "json"};
 const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warn",
                                              "error", "critical", "off"};
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
-const std::vector<std::string> kPrecisions = {"float16", "float32", "int8"};
+const std::vector<std::string> kPrecisions = {"float16", "float32", "int8", "fp8"};
 constexpr int kMaxInt = 1 << 30;
 
 // One scalar setting of the server, limits or batching sections, and its flag.
@@ -294,7 +294,7 @@ const std::vector<Setting>& settings() {
 // Flags that set a key of every entry of models[].
 const std::vector<std::pair<std::string, std::string>> kModelFlags = {
     {"device", "auto | cpu | cuda, for every model"},
-    {"precision", "float16 | float32 | int8, for every model (the CPU computes float16 in float32; int8: weights quantized at load, on the CPU and on CUDA GPUs of compute capability 6.1+)"},
+    {"precision", "float16 | float32 | int8 | fp8, for every model (the CPU computes float16 in float32; int8: weights quantized at load, on the CPU and on CUDA GPUs of compute capability 8.0+; fp8: e4m3 weights, CUDA GPUs of compute capability 8.9+ only)"},
     {"device-memory-limit-mb", "MiB of working memory per model, for every model (0 = no cap)"},
     {"workers", "decode loops (engine copies, one thread each), for every model"},
     {"devices", "GPUs of every model's replicas: all, or a YAML list like [0,1]"},

@@ -24,7 +24,7 @@ struct ModelEntry {
   std::string name;
   std::string path;  // absolute, or relative to the working directory when given so
   std::string device = "auto";        // auto | cpu | cuda
-  std::string precision = "float16";  // float16 | float32 | int8 (CUDA: compute capability 6.1+)
+  std::string precision = "float16";  // float16 | float32 | int8 (CUDA: 8.0+) | fp8 (CUDA 8.9+ only)
   // Memory each engine may hold (the CUDA engine's allocations; on the CPU its persistent
   // decode state). A decode loop whose state does not fit stops the server at start; a
   // KV-cache growth over it fails the sentences that needed it RESOURCE_EXHAUSTED (the

@@ -1,6 +1,7 @@
-// The int8 weight quantizer both engines share (kernels/quantize.h) and the CUDA int8
-// projection's CPU reference: the scales, the dequantized weights against the originals, and
-// the edge cases (an all-zero row, a row's extremes, ties, values far below the row's scale).
+// The int8 weight quantizer both engines share (kernels/quantize.h), the CUDA engine's e4m3
+// (fp8) quantizer, and the CUDA int8 projection's CPU reference: the scales, the dequantized
+// weights against the originals, and the edge cases (an all-zero row, a row's extremes, ties,
+// values far below the row's scale, e4m3's codes and saturation).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,6 +98,48 @@ TEST(Int8Quantizer, LinearReferenceIsTheDequantizedProduct) {
     }
   EXPECT_GT(positive, 0);
   EXPECT_LT(positive, rows * n);  // the activation cut some
+}
+
+// e4m3 (precision fp8): every finite code round-trips, ties go to even (normal and subnormal),
+// magnitudes past 448 saturate, and a row's quantization stays within half a step of e4m3's
+// relative spacing (2^-4) of its scale.
+TEST(E4m3Quantizer, CodesTiesSaturationAndRows) {
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7f) == 0x7f) continue;  // NaN
+    EXPECT_EQ(int(float_to_e4m3(e4m3_to_float(uint8_t(b)))), b) << "code " << b;
+  }
+  EXPECT_EQ(e4m3_to_float(0x38), 1.f);
+  EXPECT_EQ(e4m3_to_float(0x7e), 448.f);
+  EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.f, -9));
+  EXPECT_EQ(float_to_e4m3(1.0625f), 0x38);  // halfway 1 .. 1.125: even
+  EXPECT_EQ(float_to_e4m3(1.1875f), 0x3a);  // halfway 1.125 .. 1.25: even
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.f, -10)), 0x00);
+  EXPECT_EQ(float_to_e4m3(std::ldexp(3.f, -10)), 0x02);
+  EXPECT_EQ(float_to_e4m3(1000.f), 0x7e);
+  EXPECT_EQ(float_to_e4m3(-1000.f), 0xfe);
+  EXPECT_EQ(float_to_e4m3(464.f), 0x7e);
+  const int64_t rows = 9, cols = 301;
+  auto w = random_matrix(rows, cols, 21);
+  for (int64_t c = 0; c < cols; ++c) w[size_t(4 * cols + c)] = 0.f;
+  std::vector<uint8_t> q(w.size());
+  std::vector<float> scale(rows), back(w.size());
+  quantize_rows_e4m3(w.data(), rows, cols, q.data(), scale.data());
+  dequantize_rows_e4m3(q.data(), scale.data(), rows, cols, back.data());
+  EXPECT_EQ(scale[4], 1.f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(w[size_t(r * cols + c)]));
+    if (r != 4) EXPECT_FLOAT_EQ(scale[r], amax / kE4m3Max) << "row " << r;
+    bool top = false;
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = size_t(r * cols + c);
+      const float a = std::fabs(w[i]) / scale[r];
+      const float half_step = a < std::ldexp(1.f, -6) ? std::ldexp(1.f, -10) : std::ldexp(a, -4);
+      EXPECT_LE(std::fabs(back[i] - w[i]), half_step * scale[r] * (1 + 1e-5f)) << "row " << r << " col " << c;
+      top = top || (q[i] & 0x7f) == 0x7e;
+    }
+    EXPECT_EQ(top, r != 4) << "the row's largest |w| is 448, row " << r;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
-// Int8 weights on the GPU (kernels/quantize.h): the decode step's projections at a few rows,
-// dequantizing in registers, and the dequantization to float16 for cuBLAS at more rows.
+// Int8 weights on the GPU (kernels/quantize.h): the decode step's projections at up to 64 rows,
+// converting the weights to float16 in registers for the tensor cores, and the dequantization
+// to float16 for cuBLAS (NMT_CUDA_INT8_GEMM=dequantize).
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdlib>
 #include <stdexcept>
@@ -15,11 +17,11 @@ namespace {
 using cuda::from_float;
 using cuda::group_allreduce;
 using cuda::SumOp;
-using cuda::to_float;
 
-constexpr int kWarps = 4;   // a block's warps
-constexpr int kCols = 4;    // weight rows (columns of y) a warp streams
-constexpr int kChunk = 16;  // int8 weights a lane loads at once: one 16-byte load a weight row
+constexpr int kWarps = 8;   // a block's warps: they split K
+constexpr int kCols = 16;   // weight rows (columns of y) a block: one mma's M
+constexpr int kStep = 64;   // k a warp covers a step: 4 lanes x 16 int8, one 16-byte load a weight row
+constexpr int kDepth = 4;   // steps whose weight loads a warp keeps in flight
 constexpr int kNormPacks = kInt8GemvNormK / (32 * 8);  // 8-half packs a lane holds of a normalized row
 
 template <typename TY>
@@ -37,20 +39,46 @@ struct Args {
   SmallGemmNorm<__half> norm;
 };
 
-// 16 int8 values (one 16-byte load) as float: exact.
-__device__ __forceinline__ void to_floats(const uint4& v, float* f) {
+// Two int8 of a word (bytes sel's) as an exact float16 pair: the byte, offset by 128, becomes
+// the mantissa of 1024 + u (0x64uu), and 1152 comes off. Two instructions a pair, where I2F
+// would be one a weight at a quarter of the FMA rate.
+__device__ __forceinline__ uint32_t int8_pair_to_half2(uint32_t biased, uint32_t sel) {
+  const uint32_t h = __byte_perm(biased, 0x64646464u, sel);
+  const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&h), __half2half2(__ushort_as_half(0x6480)));
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Two e4m3 (the low and high byte of `pair`) as a float16 pair: exact (cvt.rn.f16x2.e4m3x2
+// on compute capability 8.9+).
+__device__ __forceinline__ uint32_t e4m3_pair_to_half2(uint32_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair & 0xffff), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// 16 weights (one 16-byte load, int8 or e4m3) as 8 float16 pairs, in k order.
+template <bool kE4m3>
+__device__ __forceinline__ void to_half2s(const uint4& v, uint32_t (&h)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int b = 0; b < 4; ++b) f[i * 4 + b] = float(int8_t((w[i] >> (8 * b)) & 0xff));
+    if constexpr (kE4m3) {
+      h[2 * i] = e4m3_pair_to_half2(w[i]);
+      h[2 * i + 1] = e4m3_pair_to_half2(w[i] >> 16);
+    } else {
+      const uint32_t biased = w[i] ^ 0x80808080u;
+      h[2 * i] = int8_pair_to_half2(biased, 0x4140);
+      h[2 * i + 1] = int8_pair_to_half2(biased, 0x4342);
+    }
   }
 }
 
-// 16 halves at p (16-byte aligned) as float.
-__device__ __forceinline__ void load16(const __half* p, float* f) {
-  cuda::load_pack<__half, 8>(p, f);
-  cuda::load_pack<__half, 8>(p + 8, f + 8);
+// d += A (16 x 16, row-major fragments) B (16 x 8), float16 in, float32 accumulation.
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // rows_out[r, :] = LN(x + residual + bias)[row0 + r, :] for the block's rows, a warp per row
@@ -104,30 +132,38 @@ __device__ void normalize_rows(const Args<TY>& a, int row0, int rows, __half* ro
   __syncthreads();
 }
 
-// y[row0 + r, col0 + c] for r < R (the block's row tile), c < kCols (the warp's weight rows):
-// each lane multiplies 16 consecutive k of each weight row a pass, the lanes covering 512 k,
-// then a sum across the warp.
-template <typename TY, int R, bool kNorm>
+// y[row0 + r, col0 + c] for r < 8 NT (the block's row tile), c < 16 (the block's weight rows).
+// K is split across the block's warps in steps of 64: warp w takes steps w, w + 8, ..., each
+// lane (g = lane / 4, t = lane % 4) loading 16 int8 at k = 64 s + 16 t of weight rows col0 + g
+// and col0 + g + 8, converting them to float16 pairs in registers and multiplying them on the
+// tensor cores (mma m16n8k16, the weights as A, 8 x rows as B). The lane's 16 physical k are
+// 4 mmas' k (2t, 2t+1, 2t+8, 2t+9): a permutation of k within the step, the same for A and B
+// since both depend on t only, so the dot products are unchanged. The warps' partial sums
+// meet in shared memory. Rows 1-8 cost the same conversions and one mma each; with NT = 2 a
+// converted weight serves 16 rows.
+template <typename TY, int NT, bool kNorm, bool kE4m3>
 __global__ void __launch_bounds__(kWarps * 32) int8_gemv_kernel(const Args<TY> a) {
+  constexpr int R = 8 * NT;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __shared__ float partial[kWarps][NT * 4][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int row0 = blockIdx.x * R;
   const int rows = min(R, a.rows - row0);
-  const int col0 = ((blockIdx.z * gridDim.y + blockIdx.y) * kWarps + warp) * kCols;
-  const int passes = (a.k / kChunk + 31) / 32;
-  const auto load_w = [&](int pass, uint4 (&w)[kCols]) {
-    const int kk = (pass * 32 + lane) * kChunk;
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const int col = col0 + c;
-      w[c] = pass < passes && kk < a.k && col < a.n ? __ldg(reinterpret_cast<const uint4*>(a.q + int64_t(col) * a.k + kk))
-                                                    : make_uint4(0, 0, 0, 0);
-    }
+  const int col0 = (blockIdx.z * gridDim.y + blockIdx.y) * kCols;
+  const int steps = (a.k + kStep - 1) / kStep;
+  const bool lo_ok = col0 + g < a.n, hi_ok = col0 + g + 8 < a.n;
+  const int8_t* q_lo = a.q + int64_t(col0 + g) * a.k;
+  const int8_t* q_hi = q_lo + int64_t(8) * a.k;
+  const auto load_w = [&](int s, uint4 (&w)[2]) {
+    const int kk = s * kStep + t * 16;
+    const bool in = s < steps && kk < a.k;
+    w[0] = in && lo_ok ? __ldg(reinterpret_cast<const uint4*>(q_lo + kk)) : make_uint4(0, 0, 0, 0);
+    w[1] = in && hi_ok ? __ldg(reinterpret_cast<const uint4*>(q_hi + kk)) : make_uint4(0, 0, 0, 0);
   };
-  // The first two passes' weights before the wait: they do not depend on the previous kernel.
-  uint4 wa[kCols], wb[kCols];
-  load_w(0, wa);
-  load_w(1, wb);
+  // The first steps' weights before the wait: they do not depend on the previous kernel.
+  uint4 buf[kDepth][2];
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d) load_w(warp + d * kWarps, buf[d]);
   cuda::pdl_prologue();
   const __half* x = a.x + int64_t(row0) * a.ldx;
   int64_t ldx = a.ldx;
@@ -137,54 +173,55 @@ __global__ void __launch_bounds__(kWarps * 32) int8_gemv_kernel(const Args<TY> a
     x = xs;
     ldx = a.k;
   }
-  float acc[R][kCols];
+  float acc[NT][4];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) acc[r][c] = 0.f;
-  const auto multiply = [&](int pass, const uint4 (&w)[kCols]) {
-    const int kk = (pass * 32 + lane) * kChunk;
-    if (pass >= passes || kk >= a.k) return;
-    float wf[kCols][kChunk];
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+  const auto multiply = [&](int s, const uint4 (&w)[2]) {
+    if (s >= steps) return;  // the same for the whole warp: mma needs every lane
+    const int kk = s * kStep + t * 16;
+    uint32_t lo[8], hi[8];
+    to_half2s<kE4m3>(w[0], lo);
+    to_half2s<kE4m3>(w[1], hi);
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) to_floats(w[c], wf[c]);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= rows) break;
-      float xv[kChunk];
-      load16(x + r * ldx + kk, xv);
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        float s = 0.f;
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e) s = fmaf(xv[e], wf[c][e], s);
-        acc[r][c] += s;
+    for (int j = 0; j < NT; ++j) {
+      const int r = 8 * j + g;
+      uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
+      if (r < rows && kk < a.k) {
+        const uint4* p = reinterpret_cast<const uint4*>(x + r * ldx + kk);
+        xa = p[0];
+        xb = p[1];
       }
+      const uint32_t b[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+      for (int m = 0; m < 4; ++m) mma_16816(acc[j], lo[2 * m], hi[2 * m], lo[2 * m + 1], hi[2 * m + 1], b[2 * m], b[2 * m + 1]);
     }
   };
-  for (int pass = 0; pass < passes; pass += 2) {
-    uint4 cur[kCols];
+  const int my_steps = steps > warp ? (steps - warp + kWarps - 1) / kWarps : 0;
+  for (int base = 0; base < my_steps; base += kDepth) {
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) cur[c] = wa[c];
-    load_w(pass + 2, wa);
-    multiply(pass, cur);
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) cur[c] = wb[c];
-    load_w(pass + 3, wb);
-    multiply(pass + 1, cur);
-  }
-  // Every lane gets every sum; lane r * kCols + c writes y[row0 + r, col0 + c].
-  float mine = 0.f;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const float v = group_allreduce<32>(acc[r][c], SumOp());
-      if (lane == r * kCols + c) mine = v;
+    for (int d = 0; d < kDepth; ++d) {
+      const int s = warp + (base + d) * kWarps;
+      const uint4 cur[2] = {buf[d][0], buf[d][1]};
+      load_w(s + kDepth * kWarps, buf[d]);
+      multiply(s, cur);
     }
-  const int r = lane / kCols, c = lane % kCols, col = col0 + c;
-  if (lane < R * kCols && r < rows && col < a.n) {
-    float v = mine * a.scale[col];
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[warp][j * 4 + i][lane] = acc[j][i];
+  __syncthreads();
+  // Accumulator i of lane l, tile j: weight row g(l) (+8 for i >= 2), x row 8 j + 2 t(l) + i % 2.
+  for (int e = threadIdx.x; e < NT * 4 * 32; e += kWarps * 32) {
+    const int i = e / 32, l = e % 32;
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += partial[w][i][l];
+    const int c = i % 4, r = 8 * (i / 4) + (l % 4) * 2 + (c & 1), col = col0 + l / 4 + (c >= 2 ? 8 : 0);
+    if (r >= rows || col >= a.n) continue;
+    v *= a.scale[col];
     if constexpr (sizeof(TY) == 2) {
       if (a.bias) v += __half2float(a.bias[col]);
       if (a.has_act) v = cuda::activate(v, a.act);
@@ -198,35 +235,38 @@ __global__ void __launch_bounds__(kWarps * 32) int8_gemv_kernel(const Args<TY> a
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The row tiles are the grid's x: a column block's tiles start together, so that all but the
-// first read its weights from L2. Column blocks past 65535 (grid y's limit) fold into z; warps
+// first read its weights from L2. Column blocks past 65535 (grid y's limit) fold into z; blocks
 // past the last column write nothing.
-template <typename TY, int R>
+template <typename TY, int NT, bool kE4m3>
 void launch_tile(const Args<TY>& a, cudaStream_t stream) {
-  const int col_blocks = (a.n + kWarps * kCols - 1) / (kWarps * kCols);
+  constexpr int R = 8 * NT;
+  const int col_blocks = (a.n + kCols - 1) / kCols;
   const int z = (col_blocks + 65534) / 65535;
   const dim3 grid((a.rows + R - 1) / R, (col_blocks + z - 1) / z, z);
   if (a.norm.gamma) {
     const size_t smem = size_t(R) * a.k * sizeof(__half);
-    cuda::launch(int8_gemv_kernel<TY, R, true>, grid, dim3(kWarps * 32), smem, stream, a);
+    cuda::launch(int8_gemv_kernel<TY, NT, true, kE4m3>, grid, dim3(kWarps * 32), smem, stream, a);
   } else {
-    cuda::launch(int8_gemv_kernel<TY, R, false>, grid, dim3(kWarps * 32), 0, stream, a);
+    cuda::launch(int8_gemv_kernel<TY, NT, false, kE4m3>, grid, dim3(kWarps * 32), 0, stream, a);
   }
 }
 
 template <typename TY>
-void run(Args<TY> a, const SmallGemmNorm<__half>* norm, cudaStream_t stream) {
+void run(Args<TY> a, const SmallGemmNorm<__half>* norm, WeightBytes bytes, cudaStream_t stream) {
   if (!int8_gemv_supported(a.x, a.ldx, a.q, a.bias, a.rows, a.k, norm))
     throw std::invalid_argument("int8_gemv_cuda: unsupported shape (int8_gemv_supported)");
   if (norm && norm->out && (norm->out == a.x || norm->out == norm->residual))
     throw std::invalid_argument("int8_gemv_cuda: norm.out must be neither x nor residual");
   if (a.n <= 0) return;
   if (norm) a.norm = *norm;
-  // Tiles of 4 rows for a batch-1 step at beam 4, else 8 (more accumulators a lane would take
-  // the registers that keep two blocks an SM).
-  if (a.rows <= 4) launch_tile<TY, 4>(a, stream);
-  else launch_tile<TY, 8>(a, stream);
+  // One tile of 8 rows (an mma's N) up to 8 rows, else tiles of 16: each converted weight
+  // serves two mmas, and the normalized rows (16 x 1024 float16) fit in shared memory.
+  const bool e4m3 = bytes == WeightBytes::kE4m3;
+  if (a.rows <= 8) e4m3 ? launch_tile<TY, 1, true>(a, stream) : launch_tile<TY, 1, false>(a, stream);
+  else e4m3 ? launch_tile<TY, 2, true>(a, stream) : launch_tile<TY, 2, false>(a, stream);
 }
 
+template <bool kE4m3>
 __global__ void dequantize_kernel(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w) {
   const int64_t packs = n * k / 8;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < packs; i += int64_t(gridDim.x) * blockDim.x) {
@@ -235,7 +275,13 @@ __global__ void dequantize_kernel(const int8_t* q, const float* scale, int64_t n
     const uint32_t words[2] = {v.x, v.y};
     cuda::Pack<__half, 8> out;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) out.v[j] = __float2half_rn(float(int8_t((words[j / 4] >> (8 * (j % 4))) & 0xff)) * s);
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t b = (words[j / 4] >> (8 * (j % 4))) & 0xff;
+      float f;
+      if constexpr (kE4m3) f = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
+      else f = float(int8_t(b));
+      out.v[j] = __float2half_rn(f * s);
+    }
     reinterpret_cast<cuda::Pack<__half, 8>*>(w)[i] = out;
   }
 }
@@ -253,7 +299,7 @@ int int8_gemv_rows() {
 
 bool int8_gemv_supported(const __half* x, int64_t ldx, const int8_t* q, const __half* bias, int rows, int k,
                          const SmallGemmNorm<__half>* norm) {
-  if (rows < 1 || rows > kInt8GemvRows || k < kChunk || k % kChunk || ldx % 8 || !aligned(x) || !aligned(q) ||
+  if (rows < 1 || rows > kInt8GemvRows || k < 16 || k % 16 || ldx % 8 || !aligned(x) || !aligned(q) ||
       (bias && !aligned(bias)))
     return false;
   if (!norm) return true;
@@ -264,24 +310,27 @@ bool int8_gemv_supported(const __half* x, int64_t ldx, const int8_t* q, const __
 
 void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* scale, const __half* bias, __half* y,
                     int64_t ldy, int rows, int n, int k, const Activation* act, cudaStream_t stream,
-                    const SmallGemmNorm<__half>* norm) {
+                    const SmallGemmNorm<__half>* norm, WeightBytes bytes) {
   Args<__half> a{x, ldx, q, scale, bias, y, ldy, rows, n, k, act != nullptr, act ? *act : Activation::kRelu, {}};
   a.norm.gamma = nullptr;
-  run(a, norm, stream);
+  run(a, norm, bytes, stream);
 }
 
 void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* scale, float* y, int64_t ldy,
-                    int rows, int n, int k, cudaStream_t stream, const SmallGemmNorm<__half>* norm) {
+                    int rows, int n, int k, cudaStream_t stream, const SmallGemmNorm<__half>* norm,
+                    WeightBytes bytes) {
   Args<float> a{x, ldx, q, scale, nullptr, y, ldy, rows, n, k, false, Activation::kRelu, {}};
   a.norm.gamma = nullptr;
-  run(a, norm, stream);
+  run(a, norm, bytes, stream);
 }
 
-void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream) {
+void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream,
+                          WeightBytes bytes) {
   if (k % 8 || !aligned(q) || !aligned(w)) throw std::invalid_argument("int8_dequantize_cuda: k % 8 or alignment");
   if (n * k == 0) return;
   const int blocks = cuda::grid_for(n * k / 8, 256, 8);
-  dequantize_kernel<<<blocks, 256, 0, stream>>>(q, scale, n, k, w);
+  if (bytes == WeightBytes::kE4m3) dequantize_kernel<true><<<blocks, 256, 0, stream>>>(q, scale, n, k, w);
+  else dequantize_kernel<false><<<blocks, 256, 0, stream>>>(q, scale, n, k, w);
   cuda::check(cudaGetLastError(), "int8_dequantize_cuda");
 }
 
