@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 namespace nmt::kernels {
@@ -29,20 +30,25 @@ void dequantize_rows_int8(const int8_t* q, const float* scale, int64_t rows, int
 }
 
 uint8_t float_to_e4m3(float v) {
-  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
-  const float a = std::min(std::fabs(v), kE4m3Max);  // saturate: 0x7f is NaN, no infinity
-  if (!(a > 0.f)) return sign;                       // zero (and NaN, which no weight is)
-  // The step at a's binade (3 mantissa bits), or the subnormals' 2^-9 below 2^-6; nearbyint
-  // under the default mode rounds half to even, as the GPU's cvt.rn.satfinite.
-  int e = 0;
-  std::frexp(a, &e);  // a = f 2^e, f in [0.5, 1)
-  const float step = std::ldexp(1.f, std::max(e - 1, -6) - 3);
-  const float r = std::min(std::nearbyint(a / step) * step, kE4m3Max);
-  if (r == 0.f) return sign;
-  std::frexp(r, &e);
-  if (e - 1 < -6) return uint8_t(sign | uint8_t(r / std::ldexp(1.f, -9)));  // subnormal: m 2^-9
-  const int mant = int(std::ldexp(r, -(e - 1)) * 8.f) - 8;
-  return uint8_t(sign | uint8_t((e - 1 + 7) << 3) | uint8_t(mant));
+  // On the float's bits: loading a model quantizes every weight through here, and the
+  // frexp/ldexp form took several times as long (a second of load per ~10M weights).
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return sign;                     // NaN (which no weight is): zero
+  if (u >= 0x43e00000u) return uint8_t(sign | 0x7eu);   // >= 448: saturate (0x7f is NaN, no infinity)
+  if (u < 0x3c800000u) {                                // below 2^-6: subnormal, m 2^-9
+    float a;
+    std::memcpy(&a, &u, sizeof a);
+    // a * 512 is exact; nearbyint under the default mode rounds half to even, as the GPU's
+    // cvt.rn.satfinite. 8 is 2^-6, the first normal code.
+    return uint8_t(sign | uint8_t(std::nearbyint(a * 512.f)));
+  }
+  // Normal: round the 23 mantissa bits to 3, half to even (a carry moves into the exponent),
+  // then rebias the exponent from 127 to 7. Below 448 nothing rounds past 0x7e.
+  u += 0x7ffffu + ((u >> 20) & 1u);
+  return uint8_t(sign | (((u >> 23) - 120u) << 3) | ((u >> 20) & 7u));
 }
 
 float e4m3_to_float(uint8_t b) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -118,6 +119,23 @@ TEST(E4m3Quantizer, CodesTiesSaturationAndRows) {
   EXPECT_EQ(float_to_e4m3(1000.f), 0x7e);
   EXPECT_EQ(float_to_e4m3(-1000.f), 0xfe);
   EXPECT_EQ(float_to_e4m3(464.f), 0x7e);
+  EXPECT_EQ(float_to_e4m3(std::nanf("")), 0x00);
+  // Nearest with ties to even over a sweep of float32 bit patterns in [0, 448] (both signs):
+  // no neighbouring code is nearer, and a tie takes the even code.
+  for (uint32_t u = 0; u <= 0x43e00000u; u += 4099) {
+    float v;
+    std::memcpy(&v, &u, sizeof v);
+    for (const float x : {v, -v}) {
+      const int q = float_to_e4m3(x), m = q & 0x7f;
+      const float d = std::fabs(x - e4m3_to_float(uint8_t(q)));
+      for (const int n : {m - 1, m + 1}) {
+        if (n < 0 || n > 0x7e) continue;
+        const float dn = std::fabs(x - e4m3_to_float(uint8_t((q & 0x80) | n)));
+        ASSERT_LE(d, dn) << "value " << x << " code " << q << " neighbour " << n;
+        if (d == dn) ASSERT_EQ(m % 2, 0) << "tie at " << x << " not to even: " << q;
+      }
+    }
+  }
   const int64_t rows = 9, cols = 301;
   auto w = random_matrix(rows, cols, 21);
   for (int64_t c = 0; c < cols; ++c) w[size_t(4 * cols + c)] = 0.f;
