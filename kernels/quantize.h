@@ -87,17 +87,13 @@ Int8GemmMode int8_gemm_mode();
 // q 8-byte aligned).
 void int8_quantize_rows_cuda(const __half* x, int64_t ldx, int rows, int k, int8_t* q, float* scale,
                              cudaStream_t stream, WeightBytes bytes = WeightBytes::kInt8);
-// y[m, j] = act(acc[m, j] xscale[m] wscale[j] + bias[j]) (bias, act optional); the float32
-// form may write over acc (the logits buffer holding the int32 products).
-void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
-                       const Activation* act, __half* y, int64_t ldy, int rows, int n, cudaStream_t stream);
-void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, float* y,
-                       int64_t ldy, int rows, int n, cudaStream_t stream);
-// The same over float32 products (the FP8 GEMM's).
-void int8_rescale_cuda(const float* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
-                       const Activation* act, __half* y, int64_t ldy, int rows, int n, cudaStream_t stream);
-void int8_rescale_cuda(const float* acc, int64_t ldacc, const float* xscale, const float* wscale, float* y,
-                       int64_t ldy, int rows, int n, cudaStream_t stream);
+// y[m, j] = act(acc[m, j] xscale[m] wscale[j] + bias[j]) (bias, act optional) for int32
+// products (cuBLAS's int8 GEMM) or float32 ones (the FP8 GEMM's), into __half or float32 y; the
+// float32 form may write over acc (the logits buffer holding the products). Instantiated for
+// TA int32_t or float, TY __half or float.
+template <typename TA, typename TY>
+void int8_rescale_cuda(const TA* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
+                       const Activation* act, TY* y, int64_t ldy, int rows, int n, cudaStream_t stream);
 // d[m, j] = sum_k x[m, k] w[j, k] in float32 for e4m3 w [n, k] and x [m, k] (row-major, k a
 // multiple of 16, ldd a multiple of 4, 16-byte aligned), through cuBLASLt's FP8 GEMM (one
 // cuBLASLt handle a process, no workspace); false, with nothing launched, where cuBLASLt has

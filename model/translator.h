@@ -18,7 +18,7 @@ enum class Device { kAuto, kCpu, kCuda };
 enum class Precision { kFloat32, kFloat16, kInt8, kFp8 };
 
 bool parse_device(const std::string& s, Device* out);        // "auto" | "cpu" | "cuda"
-bool parse_precision(const std::string& s, Precision* out);  // "float32" | "float16" | "int8"
+bool parse_precision(const std::string& s, Precision* out);  // "float32" | "float16" | "int8" | "fp8"
 const char* device_name(Device d);
 const char* precision_name(Precision p);  // as parse_precision reads it
 bool cuda_available();  // a CUDA build that sees at least one device

@@ -143,18 +143,16 @@ void DeviceWeights<T>::upload(DeviceAllocator* alloc, const ModelConfig& c, cons
   if (!int8_) uploaded_[&proj] = output_projection.w;
   // (e4m3 tables keep their float16 copy: the lookup decodes int8 only.)
   const bool share = int8_ && bytes_ == kernels::WeightBytes::kInt8;
-  if (share && &w.encoder_embeddings() == &proj) {
-    encoder_embeddings_q = output_projection.q;
-    encoder_embeddings_scale = output_projection.scale;
-  } else {
-    encoder_embeddings = upload(w.encoder_embeddings());
-  }
-  if (share && &w.decoder_embeddings() == &proj) {
-    decoder_embeddings_q = output_projection.q;
-    decoder_embeddings_scale = output_projection.scale;
-  } else {
-    decoder_embeddings = upload(w.decoder_embeddings());
-  }
+  const auto embeddings = [&](const HostTensor& table, const T*& f16, const int8_t*& q, const float*& scale) {
+    if (share && &table == &proj) {
+      q = output_projection.q;
+      scale = output_projection.scale;
+    } else {
+      f16 = upload(table);
+    }
+  };
+  embeddings(w.encoder_embeddings(), encoder_embeddings, encoder_embeddings_q, encoder_embeddings_scale);
+  embeddings(w.decoder_embeddings(), decoder_embeddings, decoder_embeddings_q, decoder_embeddings_scale);
   const HostTensor& enc_pos = w.encoder_positions();
   if (arch.pad_position_zero) zero_position_row = int(enc_pos.shape[0]);
   encoder_positions = encoder_table(enc_pos, arch.pad_position_zero);

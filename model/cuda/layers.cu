@@ -60,6 +60,14 @@ bool Layers<T>::int8_gemm_tensor_cores(const T* x, int64_t ldx, const Dense<T>& 
   int32_t* scratch_acc = reinterpret_cast<int32_t*>(base + round_up(chunk * L.in) + round_up(chunk * 4));
   const bool e4m3 = L.bytes == kernels::WeightBytes::kE4m3;  // FP8: float32 products, int8: int32
   const int32_t one = 1, zero = 0;
+  // The products (int32, or the FP8 GEMM's float32) scaled into y; the logits take no bias
+  // or activation.
+  const T* bias = kInPlace || !act ? nullptr : L.b;
+  const kernels::Activation* rescale_act = kInPlace ? nullptr : act;
+  const auto rescale = [&](const auto* products, int64_t m0, int mc) {
+    kernels::int8_rescale_cuda(products, ldacc, xs, L.scale, bias, rescale_act, y + m0 * ldy, ldy, mc, L.out,
+                               q_->stream);
+  };
   for (int64_t m0 = 0; m0 < rows; m0 += chunk) {
     const int mc = int(std::min<int64_t>(chunk, rows - m0));
     int32_t* acc = kInPlace ? reinterpret_cast<int32_t*>(y + m0 * ldy) : scratch_acc;
@@ -70,11 +78,7 @@ bool Layers<T>::int8_gemm_tensor_cores(const T* x, int64_t ldx, const Dense<T>& 
         if (m0 == 0) return false;  // the same shape throughout: cuBLASLt refuses at the first chunk
         throw Error(ErrorCode::kInternal, "CUDA engine: cuBLASLt refused an FP8 GEMM it took before");
       }
-      if constexpr (kInPlace)
-        kernels::int8_rescale_cuda(accf, ldacc, xs, L.scale, y + m0 * ldy, ldy, mc, L.out, q_->stream);
-      else
-        kernels::int8_rescale_cuda(accf, ldacc, xs, L.scale, act ? L.b : nullptr, act, y + m0 * ldy, ldy, mc, L.out,
-                                   q_->stream);
+      rescale(accf, m0, mc);
       continue;
     }
     const cublasStatus_t st = cublasGemmEx(q_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, L.out, mc, L.in, &one, L.q, CUDA_R_8I,
@@ -82,11 +86,7 @@ bool Layers<T>::int8_gemm_tensor_cores(const T* x, int64_t ldx, const Dense<T>& 
                                            CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && m0 == 0) return false;  // checked before any launch of its own
     check_cublas(st, "cublasGemmEx (int8)");
-    if constexpr (kInPlace)
-      kernels::int8_rescale_cuda(acc, ldacc, xs, L.scale, y + m0 * ldy, ldy, mc, L.out, q_->stream);
-    else
-      kernels::int8_rescale_cuda(acc, ldacc, xs, L.scale, act ? L.b : nullptr, act, y + m0 * ldy, ldy, mc, L.out,
-                                 q_->stream);
+    rescale(acc, m0, mc);
   }
   return true;
 }

@@ -242,7 +242,8 @@ TEST(CudaEngineInt8, ActivationQuantizerAndRescaleMatchTheCpuReference) {
   Dev<float> dws(wscale), dsc(scale);
   Dev<__half> dbias(bias), dy(acc.size());
   kernels::int8_rescale_cuda(dacc.p, n, dsc.p, dws.p, dbias.p, &gelu, dy.p, n, rows, n, nullptr);
-  kernels::int8_rescale_cuda(dacc.p, n, dsc.p, dws.p, reinterpret_cast<float*>(dacc.p), n, rows, n, nullptr);
+  kernels::int8_rescale_cuda(dacc.p, n, dsc.p, dws.p, nullptr, nullptr, reinterpret_cast<float*>(dacc.p), n, rows,
+                             n, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto y16 = dy.get();
   std::vector<float> y32(acc.size());

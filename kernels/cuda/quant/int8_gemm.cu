@@ -72,15 +72,6 @@ __device__ __forceinline__ void to_half2s(const uint4& v, uint32_t (&h)[8]) {
   }
 }
 
-// d += A (16 x 16, row-major fragments) B (16 x 8), float16 in, float32 accumulation.
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // rows_out[r, :] = LN(x + residual + bias)[row0 + r, :] for the block's rows, a warp per row
 // holding it in registers: small_gemm.cu's prologue (the same sums in the same order, the mean
 // and the squared deviations in two passes). The first column block writes norm.out.
@@ -195,7 +186,8 @@ __global__ void __launch_bounds__(kWarps * 32) int8_gemv_kernel(const Args<TY> a
       }
       const uint32_t b[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-      for (int m = 0; m < 4; ++m) mma_16816(acc[j], lo[2 * m], hi[2 * m], lo[2 * m + 1], hi[2 * m + 1], b[2 * m], b[2 * m + 1]);
+      for (int m = 0; m < 4; ++m)
+        cuda::mma_16816<__half>(acc[j], lo[2 * m], hi[2 * m], lo[2 * m + 1], hi[2 * m + 1], b[2 * m], b[2 * m + 1]);
     }
   };
   const int my_steps = steps > warp ? (steps - warp + kWarps - 1) / kWarps : 0;

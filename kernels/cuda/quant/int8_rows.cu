@@ -71,15 +71,6 @@ __global__ void rescale_kernel(const TA* acc, int64_t ldacc, const float* xscale
   }
 }
 
-template <typename TA, typename TY>
-void rescale(const TA* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
-             const Activation* act, TY* y, int64_t ldy, int rows, int n, cudaStream_t stream) {
-  if (int64_t(rows) * n == 0) return;
-  const int blocks = cuda::grid_for(int64_t(rows) * n, 256, 8);
-  cuda::launch(rescale_kernel<TA, TY>, dim3(blocks), dim3(256), 0, stream, acc, ldacc, xscale, wscale, bias, act != nullptr,
-               act ? *act : Activation::kRelu, y, ldy, rows, n);
-}
-
 }  // namespace
 
 Int8GemmMode int8_gemm_mode() {
@@ -102,24 +93,22 @@ void int8_quantize_rows_cuda(const __half* x, int64_t ldx, int rows, int k, int8
   else cuda::launch(quantize_rows_kernel<false>, grid, block, 0, stream, x, ldx, rows, k, q, scale);
 }
 
-void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
-                       const Activation* act, __half* y, int64_t ldy, int rows, int n, cudaStream_t stream) {
-  rescale(acc, ldacc, xscale, wscale, bias, act, y, ldy, rows, n, stream);
+template <typename TA, typename TY>
+void int8_rescale_cuda(const TA* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
+                       const Activation* act, TY* y, int64_t ldy, int rows, int n, cudaStream_t stream) {
+  if (int64_t(rows) * n == 0) return;
+  const int blocks = cuda::grid_for(int64_t(rows) * n, 256, 8);
+  cuda::launch(rescale_kernel<TA, TY>, dim3(blocks), dim3(256), 0, stream, acc, ldacc, xscale, wscale, bias, act != nullptr,
+               act ? *act : Activation::kRelu, y, ldy, rows, n);
 }
 
-void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, float* y,
-                       int64_t ldy, int rows, int n, cudaStream_t stream) {
-  rescale(acc, ldacc, xscale, wscale, nullptr, nullptr, y, ldy, rows, n, stream);
-}
-
-void int8_rescale_cuda(const float* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
-                       const Activation* act, __half* y, int64_t ldy, int rows, int n, cudaStream_t stream) {
-  rescale(acc, ldacc, xscale, wscale, bias, act, y, ldy, rows, n, stream);
-}
-
-void int8_rescale_cuda(const float* acc, int64_t ldacc, const float* xscale, const float* wscale, float* y,
-                       int64_t ldy, int rows, int n, cudaStream_t stream) {
-  rescale(acc, ldacc, xscale, wscale, nullptr, nullptr, y, ldy, rows, n, stream);
-}
+#define NMT_INT8_RESCALE(TA, TY)                                                                                   \
+  template void int8_rescale_cuda<TA, TY>(const TA*, int64_t, const float*, const float*, const __half*,            \
+                                          const Activation*, TY*, int64_t, int, int, cudaStream_t);
+NMT_INT8_RESCALE(int32_t, __half)
+NMT_INT8_RESCALE(int32_t, float)
+NMT_INT8_RESCALE(float, __half)
+NMT_INT8_RESCALE(float, float)
+#undef NMT_INT8_RESCALE
 
 }  // namespace nmt::kernels
