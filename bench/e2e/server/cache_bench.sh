@@ -83,8 +83,16 @@ stop() {
   if curl -s -o /dev/null 127.0.0.1:$((port + 1))/metrics; then echo "a server is still running on $port" >&2; exit 1; fi
 }
 scrape() { curl -s 127.0.0.1:$((port + 1))/metrics; }
-counter() {  # metric name: its value summed over every series on the page
-  scrape | awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2 } END { printf "%.0f\n", s }'
+# The server totals a pass is read against (JSON, each summed over its series): the cache's
+# counters, and the decode loops' steps and admissions, which say whether a slower build takes
+# more steps a request or longer ones (both builds export them).
+totals=(nmt_cache_hits_total nmt_cache_misses_total nmt_step_duration_seconds_count nmt_step_duration_seconds_sum
+        nmt_admitted_sentences_count nmt_admitted_sentences_sum nmt_output_tokens_total)
+metric_totals() {
+  scrape | awk -v names="${totals[*]}" '
+    BEGIN { n = split(names, m, " "); for (i = 1; i <= n; i++) s[m[i]] = 0 }
+    { for (i = 1; i <= n; i++) if ($1 == m[i] || index($1, m[i] "{") == 1) s[m[i]] += $2 }
+    END { printf "{"; for (i = 1; i <= n; i++) printf "%s\"%s\": %.9g", (i > 1 ? ", " : ""), m[i], s[m[i]]; print "}" }'
 }
 load() {  # name build cache round clients repeat [nmt-loadgen flags]: a warm-up, then a measured pass
   local name=$1 build=$2 cache=$3 round=$4 n=$5 repeat=$6
@@ -98,23 +106,29 @@ load() {  # name build cache round clients repeat [nmt-loadgen flags]: a warm-up
   local warm=() measured=()
   [ -n "$repeat" ] && warm=(--repeat-fraction 1) && measured=(--repeat-fraction "$repeat")
   "${lg[@]}" "${flags[@]}" "${warm[@]}" --duration 3 > /dev/null 2>&1
-  local hits0 misses0
-  hits0=$(counter nmt_cache_hits_total)
-  misses0=$(counter nmt_cache_misses_total)
+  local before
+  before=$(metric_totals)
   # To a file first: the counters after the pass (arguments of a pipeline's last command
   # would be read as the pass starts).
   "${lg[@]}" "${flags[@]}" "${measured[@]}" --duration "$seconds" --json > "$work/report.json" 2> /dev/null
-  local hits misses
-  hits=$(( $(counter nmt_cache_hits_total) - hits0 ))
-  misses=$(( $(counter nmt_cache_misses_total) - misses0 ))
+  local after
+  after=$(metric_totals)
   python3 -c '
 import json, sys
 r = json.load(sys.stdin)
-name, build, cache, rnd, hits, misses, dev, commit, date, threads, conns, scpus, ccpus = sys.argv[1:14]
-r.update(engine="nmt-server", name=name, build=build, cache=cache, round=int(rnd), cache_hits=int(hits),
-         cache_misses=int(misses), device=dev, commit=commit, date=date, client_threads_env=threads,
+name, build, cache, rnd, before, after, dev, commit, date, threads, conns, scpus, ccpus = sys.argv[1:14]
+# the pass'"'"'s share of each server total (metric_totals)
+d = {k: v - b for (k, v), b in zip(json.loads(after).items(), json.loads(before).values())}
+r.update(engine="nmt-server", name=name, build=build, cache=cache, round=int(rnd),
+         cache_hits=round(d.pop("nmt_cache_hits_total")), cache_misses=round(d.pop("nmt_cache_misses_total")),
+         server_metrics=d, device=dev, commit=commit, date=date, client_threads_env=threads,
          connections_env=conns, server_cpus=scpus, client_cpus=ccpus)
-print(json.dumps(r))' "$name" "$build" "$cache" "$round" "$hits" "$misses" \
+steps, admissions = d["nmt_step_duration_seconds_count"], d["nmt_admitted_sentences_count"]
+# where a loss lies: more steps a request, or longer steps (the loop'"'"'s own clock)
+r["server_steps_per_request"] = steps / r["requests"] if r.get("requests") else None
+r["server_step_ms"] = 1e3 * d["nmt_step_duration_seconds_sum"] / steps if steps else None
+r["server_sentences_per_admission"] = d["nmt_admitted_sentences_sum"] / admissions if admissions else None
+print(json.dumps(r))' "$name" "$build" "$cache" "$round" "$before" "$after" \
     "$device_name" "$commit" "$(date -u +%F)" "${CLIENT_THREADS:-}" "${CONNECTIONS:-}" \
     "${SERVER_CPUS:-}" "${CLIENT_CPUS:-}" < "$work/report.json" >> "$results"
   tail -1 "$results" | python3 -c '
