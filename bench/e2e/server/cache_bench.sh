@@ -124,7 +124,8 @@ r.update(engine="nmt-server", name=name, build=build, cache=cache, round=int(rnd
          server_metrics=d, device=dev, commit=commit, date=date, client_threads_env=threads,
          connections_env=conns, server_cpus=scpus, client_cpus=ccpus)
 steps, admissions = d["nmt_step_duration_seconds_count"], d["nmt_admitted_sentences_count"]
-# where a loss lies: more steps a request, or longer steps (the loop'"'"'s own clock)
+# where a loss lies: more loop steps (of all loops, over the requests answered: not one
+# request'"'"'s own steps), or longer ones (the loop'"'"'s own clock)
 r["server_steps_per_request"] = steps / r["requests"] if r.get("requests") else None
 r["server_step_ms"] = 1e3 * d["nmt_step_duration_seconds_sum"] / steps if steps else None
 r["server_sentences_per_admission"] = d["nmt_admitted_sentences_sum"] / admissions if admissions else None
