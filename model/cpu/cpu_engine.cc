@@ -1,7 +1,6 @@
 // Float32 CPU engine: the reference implementation of docs/models.md that the CUDA engine and
 // the golden tests are checked against. One layer routine per stack for every family: where
 // the norms sit and which extra norms there are come from the model's Architecture.
-#include <malloc.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "model/cpu/kv_state.h"
 #include "model/cpu_engine.h"
 #include "model/error.h"
+#include "model/host_memory.h"
 
 namespace nmt {
 namespace {
@@ -159,9 +159,7 @@ class CpuEngine : public Engine {
     for (auto& v : scratch_) std::vector<float>().swap(v);
     for (auto& v : row_scratch_) std::vector<double>().swap(v);
     std::vector<int>().swap(row_tokens_);
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
+    release_free_heap_memory();
   }
 
   void encode(const std::vector<EncodeItem>& items) override {

@@ -6,7 +6,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 
-#include <malloc.h>
 
 #include <csignal>
 #include <cstdio>
@@ -223,23 +222,8 @@ int serve(const ServerConfig& config) {
 
 }  // namespace
 
-// glibc's allocator, left to its defaults, let the server's resident memory creep up by ~9%
-// a minute under steady load (tests/reliability/soak.py) without a leak: freeing a large
-// buffer raises the mmap threshold, so large buffers then come from (and stay in) the
-// arenas. A fixed threshold keeps them out. The arenas are capped, but not as tightly as
-// the whole-batch server once did (2): the decode loops, the responders and gRPC's threads
-// all allocate, and with 2 arenas they queued on the arena locks (GPU, 256 clients:
-// 12.1k sentences/s with 2 arenas, 22.8k with 16). MALLOC_* environment variables still win.
-namespace {
-void tune_allocator() {
-  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 16);
-  if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 256 << 10);
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   nmt::server::skip_abseil_deadlock_detection();
-  tune_allocator();
   const sigset_t signals = handled_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 

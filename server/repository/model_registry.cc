@@ -1,6 +1,5 @@
 #include "server/repository/model_registry.h"
 
-#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +8,7 @@
 #include <thread>
 
 #include "model/error.h"
+#include "model/host_memory.h"
 #include "server/observability/logging.h"
 #include "server/repository/eviction_policy.h"
 #include "server/repository/model_folder.h"
@@ -435,11 +435,9 @@ void ModelRegistry::janitor() {
     // the next version, built and decoding on new threads, allocates from others: every
     // reload would keep more resident (docs/server.md, "Model repository"). Given back to the
     // system here, outside the lock, as the CPU engine does when its last sentence leaves.
-#ifdef __GLIBC__
     lock.unlock();
-    malloc_trim(0);
+    release_free_heap_memory();
     lock.lock();
-#endif
   }
 }
 
