@@ -512,6 +512,11 @@ def main():
         def sampler():
             while not stop.is_set():
                 t = time.monotonic() - start
+                # The window ends with the load: the loadgens stop at --duration and their
+                # connections close (a sample then read the descriptors 410 -> 250, a slope
+                # of a load leaving, not of the server).
+                if t > a.duration - 1:
+                    return
                 try:
                     s = proc_status(server.pid)
                 except OSError:
