@@ -19,10 +19,10 @@ PACKAGES=(
 # Test-only tools (a real Prometheus for the metrics tests, clang + its runtimes for the
 # fuzzers, openssl for the TLS test certificates, curl for the HTTP API test, pip to build
 # the Python client's wheel, python3-sentencepiece to train the small SentencePiece models of
-# the fairseq-family tokenizer tests (tests/model/tokenizer), python3-docx and python3-odf to make and read the documents the
-# /translate_file tests upload, LibreOffice's headless Impress to convert their .odp to the
-# .pptx (python-pptx is not in Debian 12; 54 packages, ~80 MB, about 35 s), chromium for the
-# web page); skipped in the Docker image.
+# the fairseq-family tokenizer tests (tests/model/tokenizer), python3-docx and python3-odf to
+# make and read the documents the /translate_file tests upload, LibreOffice's headless
+# Impress to convert their .odp to the .pptx (python-pptx is not in Debian 12; 54 packages,
+# ~80 MB, about 35 s), chromium for the web page); skipped in the Docker image.
 if [ "${NMT_SETUP_TEST_TOOLS:-1}" = "1" ]; then
   PACKAGES+=(prometheus clang libclang-rt-14-dev openssl curl python3-pip python3-setuptools
              python3-wheel python3-sentencepiece python3-docx python3-odf libreoffice-impress-nogui)

@@ -6,7 +6,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 
-
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>

@@ -1,6 +1,5 @@
 #include "server/repository/model_registry.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -431,8 +430,8 @@ void ModelRegistry::janitor() {
     if (!freed_) continue;
     freed_ = false;
     // A freed version's host memory (the CPU engine's weights, the CUDA driver's executable
-    // graphs) stays in the free lists of the arenas of the threads that allocated it, while
-    // the next version, built and decoding on new threads, allocates from others: every
+    // graphs) stays in the allocator's free lists (the threads that allocated it are gone),
+    // while the next version, built and decoding on new threads, allocates afresh: every
     // reload would keep more resident (docs/server.md, "Model repository"). Given back to the
     // system here, outside the lock, as the CPU engine does when its last sentence leaves.
     lock.unlock();
