@@ -81,6 +81,8 @@ class CudaEngine final : public Engine {
 
   int vocab_size() const override { return c_.target_vocab_size; }
   size_t memory_used() const override { return alloc_.held(); }  // pools' backed bytes included
+  std::chrono::milliseconds memory_retention() const override { return kRetain; }
+  void trim_idle_memory() override;
   int cache_positions() const override { return cache_cap_; }
   EngineCapacity capacity() const override { return cap_; }
   std::vector<float> encoder_output(size_t sentence) const override;

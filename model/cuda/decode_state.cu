@@ -178,6 +178,12 @@ void CudaEngine<T>::trim_memory() {
 }
 
 template <typename T>
+void CudaEngine<T>::trim_idle_memory() {
+  cudaSetDevice(device_);
+  trim_memory();
+}
+
+template <typename T>
 void CudaEngine<T>::drop_graphs(GraphCache& cache) {
   if (cache.graphs.empty()) return;
   wait("drop graphs");
@@ -254,6 +260,7 @@ void CudaEngine<T>::reserve_encode(int n, int rows) {
   template void CudaEngine<T>::free_source_tokens(int);                              \
   template void CudaEngine<T>::release(int, const std::vector<int>&);                \
   template void CudaEngine<T>::trim_memory();                                        \
+  template void CudaEngine<T>::trim_idle_memory();                                   \
   template void CudaEngine<T>::reserve_encode(int, int);
 NMT_DECODE_STATE(float)
 NMT_DECODE_STATE(__half)

@@ -25,6 +25,7 @@
 // a sentence's last and is never followed. It paid at every batch size measured, a lone
 // sentence included (end-to-end run 41), so by default every step follows the one before.
 //
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -111,6 +112,12 @@ class DecodeLoop {
   // No sentence holds a slot (one that left while a step in flight held it counts until
   // step() collects that step and releases it).
   bool idle() const { return sentences_ == 0; }
+  // An idle loop's engine gives back what its last sentences left (Engine::trim_idle_memory),
+  // once memory_retention() has passed since it went idle; not idle: nothing.
+  std::chrono::milliseconds memory_retention() const { return engine_.memory_retention(); }
+  void trim_idle_memory() {
+    if (idle()) engine_.trim_idle_memory();
+  }
   // Sentences holding slots (decoding, admitted and not yet stepped, or gone while a step in
   // flight holds them).
   int active_sentences() const { return sentences_; }

@@ -18,6 +18,7 @@
 //     read it never see it change; the loop gives a freed row to a new sentence only.
 //     A sentence's rows are in every step from its first to its last (the CUDA engine's
 //     tables of which cache row holds each position alternate with the steps).
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <utility>
@@ -168,6 +169,13 @@ class Engine {
     (void)slot;
     (void)rows;
   }
+  // An engine may keep memory past its use for memory_retention() (batches that follow one
+  // another find theirs), giving it back at a release() once it has been so that long. A
+  // caller that goes idle, and so releases nothing more, calls trim_idle_memory() once that
+  // time has passed: what its last sentences left goes back too. Nothing enqueued may still
+  // run (every step collected). Does not throw. The defaults: nothing kept.
+  virtual std::chrono::milliseconds memory_retention() const { return std::chrono::milliseconds(0); }
+  virtual void trim_idle_memory() {}
   virtual EngineCapacity capacity() const = 0;
   // Encodes the sentences (one batched pass) into their slots.
   virtual void encode(const std::vector<EncodeItem>& items) = 0;

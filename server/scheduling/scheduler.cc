@@ -308,21 +308,26 @@ std::vector<Scheduler::Waiting> Scheduler::take_admissible(int index, int steps_
   return taken;
 }
 
-// An idle loop's wait: a short poll, then the condition variable. False when stopping with
-// nothing left to do.
+// An idle loop's wait: a short poll, then the condition variable (until `until`, when its
+// engine's memory is to be trimmed then). False when stopping with nothing left to do.
 // Only the loop that went idle last polls: the others sleep at once, so a lone request goes to
 // the loop that just ran (one loop measured 0.2 ms faster than two alternating ones).
-bool Scheduler::wait_for_work(std::unique_lock<std::mutex>& lock, int index) {
+bool Scheduler::wait_for_work(std::unique_lock<std::mutex>& lock, int index, std::optional<Clock::time_point> until) {
   if (stopping_ && queue_.empty()) return false;
   if (index == last_idle_loop_) {
     ++spinning_;  // under the lock: submit() reads it to skip the wake-up
     lock.unlock();
-    const Clock::time_point until = Clock::now() + kIdleSpin;
-    while (queued_.load() == 0 && Clock::now() < until) std::this_thread::yield();
+    const Clock::time_point spin_until = Clock::now() + kIdleSpin;
+    while (queued_.load() == 0 && Clock::now() < spin_until) std::this_thread::yield();
     lock.lock();
     --spinning_;
   }
-  if (queue_.empty() && !stopping_) wake_.wait(lock);
+  if (queue_.empty() && !stopping_) {
+    if (until)
+      wake_.wait_until(lock, *until);
+    else
+      wake_.wait(lock);
+  }
   return true;
 }
 
@@ -332,6 +337,10 @@ void Scheduler::run(int index) {
   uint64_t next_id = 0;
   int steps_since_admit = 0;
   bool stepped_since_idle = false;
+  // An idle loop releases nothing more, so its engine would keep what its last sentences left
+  // past use (Engine::memory_retention) until it works again: it trims once that has passed.
+  bool worked = false;
+  std::optional<Clock::time_point> trim_at;
   auto fail_running = [&](const Error& e) {
     for (auto& [id, r] : running) r.job->fail(e.code(), e.what());
     active_ -= int(running.size());
@@ -344,6 +353,20 @@ void Scheduler::run(int index) {
       std::unique_lock<std::mutex> lock(mutex_);
       bool deferred = false;
       admitted = take_admissible(index, steps_since_admit, Clock::now(), &deferred);
+      if (admitted.empty() && loop.idle()) {
+        const Clock::time_point now = Clock::now();
+        if (worked && loop.memory_retention().count() > 0) trim_at = now + loop.memory_retention();
+        worked = false;
+        if (trim_at && now >= *trim_at) {
+          trim_at.reset();
+          lock.unlock();
+          loop.trim_idle_memory();
+          continue;
+        }
+      } else {
+        worked = true;
+        trim_at.reset();
+      }
       if (deferred) {
         spill_.wait_for(lock, kSpillRecheck);
         continue;
@@ -354,7 +377,7 @@ void Scheduler::run(int index) {
           last_idle_loop_ = index;
         }
         stepped_since_idle = false;
-        if (!wait_for_work(lock, index)) return;
+        if (!wait_for_work(lock, index, trim_at)) return;
         continue;
       }
       left_some = !admitted.empty() && !queue_.empty();

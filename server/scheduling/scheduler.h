@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -120,7 +121,7 @@ class Scheduler {
   std::vector<Waiting> take_admissible(int index, int steps_since_admit, Clock::time_point now,
                                        bool* deferred);
   const AdmissionSnapshot& snapshot_locked();  // the queue and loads as the policy sees them
-  bool wait_for_work(std::unique_lock<std::mutex>& lock, int index);
+  bool wait_for_work(std::unique_lock<std::mutex>& lock, int index, std::optional<Clock::time_point> until);
   void answer(std::vector<Done>& finished);
   void purge_queue(Clock::time_point now);
   void erase_from_queue(const std::function<bool(const Waiting&)>& drop);  // under mutex_

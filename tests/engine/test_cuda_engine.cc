@@ -583,3 +583,52 @@ TEST(CudaEngine, DecodeStateMemoryFollowsUse) {
   const Diff d = drive(*ref, *gpu, join_and_leave(4), 4, 5e-2);
   EXPECT_EQ(d.same_ids, d.ranks);
 }
+
+// Issue 56: a burst (a queue admitted at once, as after a reload) does not set the pools'
+// floor: once one sentence is left, the engine holds what one sentence needs beyond none,
+// not the burst's memory (a pool gives back whole pieces only, so the burst must not have
+// come as one).
+TEST(CudaEngine, PoolsShrinkBelowABurst) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda_engine(Precision::kFloat16);
+  constexpr int kSlots = 256, kTokens = 200;
+  gpu->reserve({kSlots, kSlots * 4, kTokens});
+  std::vector<int> longest;
+  for (int i = 0; i + 1 < kTokens; ++i) longest.push_back(kSources[1][size_t(i) % (kSources[1].size() - 1)]);
+  longest.push_back(0);
+  std::vector<EncodeItem> items;
+  for (int slot = 0; slot < kSlots; ++slot) items.push_back({&longest, slot});
+  gpu->encode(items);  // 51,200 source tokens' keys/values in one growth
+  StepInput in;
+  for (int slot = 0; slot < kSlots; ++slot) {
+    StepGroup g;
+    g.slot = slot;
+    g.beam = 4;
+    g.k = topk_for_beam(4);
+    g.position = 0;
+    in.groups.push_back(g);
+    for (int b = 0; b < 4; ++b) {
+      in.tokens.push_back(models().config.decoder_start_id);
+      in.cache_rows.push_back(slot * 4 + b);
+      in.parent_rows.push_back(slot * 4 + b);
+      in.running_scores.push_back(b == 0 ? 0.f : -1e9f);
+    }
+  }
+  StepOutput out;
+  gpu->step(in, &out);
+  const size_t burst = gpu->memory_used();
+  // Releases, then a later release past the retention, which gives back what use left.
+  auto release_and_trim = [&](int first, int last) {
+    for (int slot = first; slot < last; ++slot)
+      gpu->release(slot, {slot * 4, slot * 4 + 1, slot * 4 + 2, slot * 4 + 3});
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    gpu->release(-1, {});
+    return gpu->memory_used();
+  };
+  const size_t one = release_and_trim(1, kSlots);
+  const size_t none = release_and_trim(0, 1);
+  std::cout << "engine memory: burst of " << kSlots << " x " << kTokens << " tokens " << (burst >> 20)
+            << " MiB, one sentence left " << (one >> 20) << " MiB, none " << (none >> 20) << " MiB\n";
+  EXPECT_GT(burst, none + (size_t(100) << 20)) << "the burst's keys/values should take memory";
+  EXPECT_LE(one, none + (size_t(8) << 20)) << "one sentence left should hold about one sentence's memory";
+}

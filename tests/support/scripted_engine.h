@@ -79,6 +79,13 @@ class ScriptedEngine : public Engine {
     }
   }
 
+  std::chrono::milliseconds memory_retention() const override { return std::chrono::milliseconds(retention_ms); }
+  void trim_idle_memory() override {
+    ++idle_trims;
+    if (std::any_of(live_.begin(), live_.end(), [](char l) { return l != 0; })) ++busy_trims;
+    for (const Pending& p : pending_) busy_trims += p.in_flight ? 1 : 0;
+  }
+
   void step(const StepInput& in, StepOutput* out) override {
     if (fail_next_step.exchange(false)) throw Error(ErrorCode::kResourceExhausted, "scripted out of memory");
     for (const StepGroup& g : in.groups) {
@@ -230,6 +237,9 @@ class ScriptedEngine : public Engine {
   bool device_repetition = false;
   std::atomic<int> controlled_groups{0}, host_edits{0};
   std::atomic<int> releases{0};          // release() calls
+  std::atomic<int> retention_ms{0};      // memory_retention()
+  std::atomic<int> idle_trims{0};        // trim_idle_memory() calls
+  std::atomic<int> busy_trims{0};        // of them, while a slot held a sentence or a step was in flight
   std::atomic<int> early_releases{0};    // releases of a slot or row that a step in flight reads
   std::atomic<int> unreleased_reuses{0};  // encodes into a slot still holding its last sentence
   std::atomic<int> followed_groups{0};  // with `overlapping`: groups that followed the step before

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <optional>
 #include <string>
 
 #include "model/cuda/device/capture_gate.h"
@@ -112,37 +111,50 @@ void DevicePool::grow(size_t bytes) {
   size_t size = std::max(need, std::min(round(backed_ / 4), reserved_ - backed_));
   if (size > need && !alloc_->charge(size, false)) size = need;
   if (size == need) alloc_->charge(size, true);
+  // In pieces of at most a sixteenth of what it will back: shrink() gives back whole pieces
+  // only, so one piece as large as a burst (a queue admitted at once) would keep its size
+  // backed for the pool's life.
+  const size_t before = backed_, most = std::max(granule_, round((backed_ + size) / kPieces));
+  size_t left = size;
+  while (left > 0) {
+    const size_t piece = std::min(left, most);
+    const CUresult status = map_piece(piece);
+    if (status != CUDA_SUCCESS) {
+      alloc_->uncharge(left);
+      if (status == CUDA_ERROR_OUT_OF_MEMORY && backed_ - before >= need) return;  // the wish is cut short
+      shrink(before);
+      check_cu(status, "device pool growth");
+    }
+    left -= piece;
+  }
+}
+
+// Backs the next `bytes` past backed_ with one allocation of its own; on failure nothing is
+// left mapped or held.
+CUresult DevicePool::map_piece(size_t bytes) {
   const CUmemAllocationProp p = device_memory(device_);
   const CUdeviceptr at = base_ + backed_;
-  std::optional<DeviceWideScope> scope(std::in_place);  // capture_gate.h; before check_cu throws
+  const DeviceWideScope scope;  // capture_gate.h
   CUmemGenericAllocationHandle h = 0;
-  CUresult status = driver().create(&h, size, &p, 0);
-  if (status == CUDA_ERROR_OUT_OF_MEMORY && size > need) {
-    alloc_->uncharge(size - need);
-    size = need;
-    status = driver().create(&h, size, &p, 0);
-  }
-  if (status == CUDA_SUCCESS) {
-    status = driver().map(at, size, 0, h, 0);
-    if (status != CUDA_SUCCESS) driver().release(h);
-  }
-  if (status == CUDA_SUCCESS) {
-    CUmemAccessDesc access = {};
-    access.location = p.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    status = driver().set_access(at, size, &access, 1);
-    if (status != CUDA_SUCCESS) {
-      driver().unmap(at, size);
-      driver().release(h);
-    }
-  }
-  scope.reset();
+  CUresult status = driver().create(&h, bytes, &p, 0);
+  if (status != CUDA_SUCCESS) return status;
+  status = driver().map(at, bytes, 0, h, 0);
   if (status != CUDA_SUCCESS) {
-    alloc_->uncharge(size);
-    check_cu(status, "device pool growth");
+    driver().release(h);
+    return status;
   }
-  pieces_.push_back({h, size});
-  backed_ += size;
+  CUmemAccessDesc access = {};
+  access.location = p.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  status = driver().set_access(at, bytes, &access, 1);
+  if (status != CUDA_SUCCESS) {
+    driver().unmap(at, bytes);
+    driver().release(h);
+    return status;
+  }
+  pieces_.push_back({h, bytes});
+  backed_ += bytes;
+  return CUDA_SUCCESS;
 }
 
 void DevicePool::shrink(size_t bytes) {

@@ -30,10 +30,10 @@ class DevicePool {
   char* get() const { return reinterpret_cast<char*>(base_); }
   size_t reserved() const { return reserved_; }
   size_t backed() const { return backed_; }
-  // Backs at least [0, bytes), in one piece of at least a quarter of what it backs (a steady
-  // growth maps a few times, not granule by granule). Throws nmt::Error(kResourceExhausted)
-  // past the limit or when the device is out of memory (what it backed before stays),
-  // kInternal past the reservation.
+  // Backs at least [0, bytes), and a quarter of what it backs ahead where the limit allows (a
+  // steady growth maps a few times, not granule by granule), in pieces of at most a sixteenth
+  // of the new total. Throws nmt::Error(kResourceExhausted) past the limit or when the device
+  // is out of memory (backing what it backed before, no more), kInternal past the reservation.
   void grow(size_t bytes);
   // Gives back the pieces that lie wholly past `bytes`. Nothing enqueued on the device may
   // still use them: unmapping does not wait for the device.
@@ -50,6 +50,8 @@ class DevicePool {
     CUmemGenericAllocationHandle handle;
     size_t bytes;
   };
+  static constexpr size_t kPieces = 16;
+  CUresult map_piece(size_t bytes);
   void reset() noexcept;
   DeviceAllocator* alloc_ = nullptr;
   int device_ = 0;

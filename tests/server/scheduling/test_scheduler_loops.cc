@@ -1,7 +1,8 @@
 // Several decode loops sharing one model's queue (scripted engines): the other loop takes
 // what one cannot, lone requests that wake nobody still reach a loop, even shares beyond the
 // fill, one loop up to it, an emptier loop draining into a fuller one, a client's lone
-// requests staying on one loop. How: scheduler_fixture.h.
+// requests staying on one loop, idle loops trimming their engines' memory. How:
+// scheduler_fixture.h.
 #include <random>
 
 #include "tests/server/scheduling/scheduler_fixture.h"
@@ -167,4 +168,28 @@ TEST(SchedulerLoops, LoneRequestsAfterAnyPauseAreAllServed) {
     ASSERT_TRUE(r.ok) << r.message;
     std::this_thread::sleep_for(microseconds(random() % 4000));
   }
+}
+
+TEST(SchedulerLoops, IdleLoopsGiveBackTheirEnginesMemory) {
+  // The engines keep memory past use for 50 ms (Engine::memory_retention). A loop that has
+  // decoded and gone idle releases nothing more, so it trims its engine once, when that has
+  // passed, never while the engine holds a sentence; the engines serve as before afterwards.
+  SchedulingOptions o = options(16, 64);
+  o.loop_fill_sentences = 8;  // 16 sentences: both loops decode
+  Fixture f(o, 2);
+  for (auto& e : f.engines) e->retention_ms = 50;
+  f.hold();
+  auto all = f.submit(std::vector<std::vector<int>>(16, sentence(20)), beam(2));
+  EXPECT_TRUE(f.held(0));
+  EXPECT_TRUE(f.held(1));
+  f.release();
+  EXPECT_TRUE(all.get().ok);
+  EXPECT_TRUE(eventually([&] { return f.engines[0]->idle_trims > 0 && f.engines[1]->idle_trims > 0; }))
+      << "trims: " << f.engines[0]->idle_trims << " and " << f.engines[1]->idle_trims;
+  std::this_thread::sleep_for(milliseconds(200));  // an idle loop trims once, then sleeps
+  for (auto& e : f.engines) {
+    EXPECT_EQ(e->idle_trims, 1);
+    EXPECT_EQ(e->busy_trims, 0);
+  }
+  EXPECT_TRUE(f.submit({sentence(3)}, beam(2)).get().ok);
 }
