@@ -211,15 +211,16 @@ TEST(StepBatching, RandomArrivalsConcurrencyAndOptionsEqualOfflineTranslation) {
 
 TEST(StepBatching, AShortRequestIsAnsweredWhileLongOnesDecode) {
   Server server("  max_active_sentences: 16\n  max_active_rows: 64\n");
-  // Long: min_decoding_length keeps them decoding for 150+ steps.
+  // Long: min_decoding_length keeps them decoding for 210+ steps (of the server's 220), some
+  // ten times the short one's, whatever a step costs on the machine.
   nmt::DecodeOptions long_options;
-  long_options.min_decoding_length = 150;
-  long_options.max_decoding_length = 200;
+  long_options.min_decoding_length = 210;
+  long_options.max_decoding_length = 215;
   nmt::DecodeOptions short_options;
   short_options.max_decoding_length = 200;
   const std::vector<std::string> texts = nmt::test::sentences(4);
   // The long ones decode for seconds on the CPU, for ~100 ms on a GPU.
-  const milliseconds pause = on_gpu() ? milliseconds(10) : milliseconds(100);
+  const milliseconds pause = on_gpu() ? milliseconds(10) : milliseconds(50);
   // Three long requests, then the short one: {short's ms, the longs' ms}.
   auto race = [&] {
     std::vector<std::future<double>> longs;
