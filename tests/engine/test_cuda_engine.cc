@@ -535,6 +535,26 @@ TEST(CudaEngine, MemoryLimitGivesResourceExhausted) {
   EXPECT_LE(gpu->memory_used(), limit);
 }
 
+// A first step of beam 4 for slots [0, slots), slot s in cache rows 4s..4s+3, each row its
+// own parent (position 0; the caller moves it on).
+static StepInput beams_in_own_rows(int slots) {
+  StepInput in;
+  for (int slot = 0; slot < slots; ++slot) {
+    StepGroup g;
+    g.slot = slot;
+    g.beam = 4;
+    g.k = topk_for_beam(4);
+    in.groups.push_back(g);
+    for (int b = 0; b < 4; ++b) {
+      in.tokens.push_back(models().config.decoder_start_id);
+      in.cache_rows.push_back(slot * 4 + b);
+      in.parent_rows.push_back(slot * 4 + b);
+      in.running_scores.push_back(b == 0 ? 0.f : -1e9f);
+    }
+  }
+  return in;
+}
+
 // Issue 52: the decode state's memory follows use. A large logical capacity costs its tables
 // only; encoding and stepping sentences takes memory with their tokens, and releasing them
 // gives it back (after CudaEngine's retention, which a later release finds passed).
@@ -549,20 +569,7 @@ TEST(CudaEngine, DecodeStateMemoryFollowsUse) {
   std::vector<EncodeItem> items;
   for (int slot = 0; slot < 256; ++slot) items.push_back({&kSources[size_t(slot) % kSources.size()], slot});
   gpu->encode(items);
-  StepInput in;
-  for (int slot = 0; slot < 256; ++slot) {
-    StepGroup g;
-    g.slot = slot;
-    g.beam = 4;
-    g.k = topk_for_beam(4);
-    in.groups.push_back(g);
-    for (int b = 0; b < 4; ++b) {
-      in.tokens.push_back(models().config.decoder_start_id);
-      in.cache_rows.push_back(slot * 4 + b);
-      in.parent_rows.push_back(slot * 4 + b);
-      in.running_scores.push_back(b == 0 ? 0.f : -1e9f);
-    }
-  }
+  StepInput in = beams_in_own_rows(256);
   StepOutput out;
   for (int position = 0; position < 40; ++position) {
     for (StepGroup& g : in.groups) g.position = position;
@@ -599,21 +606,7 @@ TEST(CudaEngine, PoolsShrinkBelowABurst) {
   std::vector<EncodeItem> items;
   for (int slot = 0; slot < kSlots; ++slot) items.push_back({&longest, slot});
   gpu->encode(items);  // 51,200 source tokens' keys/values in one growth
-  StepInput in;
-  for (int slot = 0; slot < kSlots; ++slot) {
-    StepGroup g;
-    g.slot = slot;
-    g.beam = 4;
-    g.k = topk_for_beam(4);
-    g.position = 0;
-    in.groups.push_back(g);
-    for (int b = 0; b < 4; ++b) {
-      in.tokens.push_back(models().config.decoder_start_id);
-      in.cache_rows.push_back(slot * 4 + b);
-      in.parent_rows.push_back(slot * 4 + b);
-      in.running_scores.push_back(b == 0 ? 0.f : -1e9f);
-    }
-  }
+  StepInput in = beams_in_own_rows(kSlots);
   StepOutput out;
   gpu->step(in, &out);
   const size_t burst = gpu->memory_used();
