@@ -87,16 +87,22 @@ std::unique_ptr<Replica> load_replica(const ModelEntry& entry, int device_index,
   // prometheus-cpp's histograms take their own lock).
   auto series = std::make_shared<std::vector<Metrics::Loop>>();
   for (size_t i = 0; i < translators.size(); ++i) series->push_back(metrics.loop(entry.name, first_loop + int(i)));
-  hooks.on_step = [&metrics, name, device, translators, held, series](
-                      int loop, int rows, int sentences, int admitted, double step_seconds,
-                      double encode_seconds) {
-    (*series)[size_t(loop)].step(rows, sentences, admitted, step_seconds, encode_seconds);
-    if (admitted == 0) return;  // memory grows only when sentences join
+  auto publish_memory = [&metrics, name, device, translators, held](int loop) {
     (*held)[size_t(loop)] = translators[size_t(loop)]->device_memory_used();
     size_t total = 0;
     for (const auto& bytes : *held) total += bytes;
     metrics.gpu_memory(name, device, static_cast<double>(total));
   };
+  // Read when sentences join (the memory grows) and when an idle loop's engine gives memory
+  // back (no step follows to show it): a loop left idle after a burst would otherwise keep
+  // showing the burst's memory until it admits again. Releases under load show at the next
+  // admission.
+  hooks.on_step = [series, publish_memory](int loop, int rows, int sentences, int admitted, double step_seconds,
+                                           double encode_seconds) {
+    (*series)[size_t(loop)].step(rows, sentences, admitted, step_seconds, encode_seconds);
+    if (admitted > 0) publish_memory(loop);
+  };
+  hooks.on_idle_trim = publish_memory;
   hooks.on_first_step = [series](double seconds) { series->front().first_step(seconds); };
   // The loops leave texts empty: the scheduler's responder thread detokenizes, off the
   // loop threads.

@@ -361,6 +361,7 @@ void Scheduler::run(int index) {
           trim_at.reset();
           lock.unlock();
           loop.trim_idle_memory();
+          if (hooks_.on_idle_trim) hooks_.on_idle_trim(index);
           continue;
         }
       } else {

@@ -66,6 +66,9 @@ struct SchedulerHooks {
       on_step;
   // A sentence's first decoder step finished this long after it was submitted.
   std::function<void(double seconds)> on_first_step;
+  // Loop `loop`, idle, had its engine give back memory (DecodeLoop::trim_idle_memory), on
+  // its thread: what its engine holds changed with no step to report it.
+  std::function<void(int loop)> on_idle_trim;
 };
 
 class Job;

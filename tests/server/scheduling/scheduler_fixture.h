@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -76,6 +77,7 @@ struct Fixture {
       max_sentences = std::max(max_sentences, sentences);
       max_admitted = std::max(max_admitted, admitted);
     };
+    hooks.on_idle_trim = [this](int) { ++idle_trim_reports; };
     scheduler = std::make_unique<Scheduler>(raw, o, hooks);
   }
   ~Fixture() {
@@ -114,6 +116,7 @@ struct Fixture {
   }
   std::mutex mutex;
   int max_rows = 0, max_sentences = 0, max_admitted = 0;
+  std::atomic<int> idle_trim_reports{0};  // SchedulerHooks::on_idle_trim calls
 };
 
 // The sentence's translation alone in a loop of its own.

@@ -191,5 +191,6 @@ TEST(SchedulerLoops, IdleLoopsGiveBackTheirEnginesMemory) {
     EXPECT_EQ(e->idle_trims, 1);
     EXPECT_EQ(e->busy_trims, 0);
   }
+  EXPECT_EQ(f.idle_trim_reports, 2);  // each reported (the memory gauge reads the engine then)
   EXPECT_TRUE(f.submit({sentence(3)}, beam(2)).get().ok);
 }
