@@ -87,8 +87,9 @@ const char* kUsage =
     "(a random-weight model's EOS would end them early).\n"
     "--repeat-fraction F (0-1): a fraction F of the sentences, spread evenly, are one of the\n"
     "input's first --repeat-pool lines (default 100), the rest the other lines in turn, each\n"
-    "sent once: after the first pass over the file a fresh sentence gets ' (R)', R its pass,\n"
-    "so that it is still new to a translation cache. Two runs send the same sentences.\n"
+    "sent once: every sentence starts with '(R) ', R the pass over the file of a fresh one\n"
+    "(0 for the repeats), so that it is still new to a translation cache and the fresh\n"
+    "sentences are as long as the repeats. Two runs send the same sentences.\n"
     "Defaults: --target 127.0.0.1:50051 --clients 8 --beam 4 --sentences-per-request 1\n"
     "--timeout-ms 10000 (per request deadline).\n";
 
@@ -277,19 +278,20 @@ class Connections {
 
 // Sentence `n` of the load. Without --repeat-fraction the input's lines in turn. With it, n
 // is a repeat when frac(n x golden ratio) < F (a low-discrepancy sequence: the repeats are
-// spread evenly and make F of any stretch of sentences): one of the first repeat_pool lines,
-// else line pool + n mod (lines - pool) of pass n / (lines - pool), which from the second
-// pass on starts with "(pass) ": two different n never give the same fresh sentence. At the
-// front, not the end: a server that splits texts into sentences (split_sentences) would cut
-// "A man rides. (2)" into the line itself, a hit, and "(2)".
+// spread evenly and make F of any stretch of sentences): "(0) " and one of the first
+// repeat_pool lines; else "(P) " and line pool + n mod (lines - pool) of pass P = n / (lines -
+// pool): two different n never give the same fresh sentence. Every sentence carries a prefix
+// of the same shape, so that the fresh ones are as long as the repeats: with the prefix on
+// the fresh ones alone, a cache's misses were the longer sentences and a cache-on pass
+// decoded longer sentences than the cache-off pass it is compared with (bench/history/server.md,
+// run 55). At the front, not the end: a server that splits texts into sentences
+// (split_sentences) would cut "A man rides. (2)" into the line itself, a hit, and "(2)".
 std::string sentence_text(const Options& o, const std::vector<std::string>& sentences, size_t n) {
   if (o.repeat_fraction <= 0) return sentences[n % sentences.size()];
   const size_t pool = static_cast<size_t>(o.repeat_pool);
-  if (std::fmod(double(n) * 0.6180339887498949, 1.0) < o.repeat_fraction) return sentences[n % pool];
+  if (std::fmod(double(n) * 0.6180339887498949, 1.0) < o.repeat_fraction) return "(0) " + sentences[n % pool];
   const size_t fresh = sentences.size() - pool;
-  const size_t pass = n / fresh;
-  const std::string& line = sentences[pool + n % fresh];
-  return pass == 0 ? line : "(" + std::to_string(pass) + ") " + line;
+  return "(" + std::to_string(n / fresh) + ") " + sentences[pool + n % fresh];
 }
 
 // The next Translate request: the next sentences of the input, in turn across clients.

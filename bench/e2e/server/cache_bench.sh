@@ -2,11 +2,12 @@
 # The translation cache's bars (issue 56), in one run on the default config:
 #   1. a load that repeats half its sentences (nmt-loadgen --repeat-fraction 0.5: the input's
 #      first 100 lines, the rest each sent once), served with the cache on against the same
-#      load with the cache off: bar >= 1.8x the sentences a second;
+#      load with the cache off, in turns for ROUNDS rounds: bar >= 1.8x the sentences a second
+#      (the medians);
 #   2. the cache off at 64 and 256 single-sentence clients against a build from before the
 #      cache (BEFORE_SERVER; the decode path's figures): bar within 3%.
-# Each server gets a warm-up pass per load; the before/after pair runs ROUNDS times in turn
-# (before, after, before, after ...) so that the machine's drift falls on both. Every figure
+# Each server gets a warm-up pass per load; each pair (off/on, before/after) runs ROUNDS times
+# in turn (before, after, before, after ...) so that the machine's drift falls on both. Every figure
 # is a RESULT line (nmt-loadgen's JSON plus name, build, cache, round, device, commit, date)
 # appended to OUT_DIR/results.jsonl; cache_summary.py prints the ratios against the bars.
 #
@@ -142,13 +143,16 @@ print("{:>12} {:>6} cache {:>3} round {}: {:,.1f} sentences/s, p50 {:.2f} ms, er
 
 # Bar 1: the same half-repeated load, the cache off then on (one build: this one).
 if [[ $bars == *" 1 "* ]]; then
-  echo "=== bar 1: --repeat-fraction 0.5 at $repeat_clients clients, the cache off and on"
-  start after-cache-off "$server_bin" "$repo/configs/default.yaml" --translation-cache-mb 0
-  load repeat50 after off 1 "$repeat_clients" 0.5 "${many[@]}"
-  stop
-  start after-cache-on "$server_bin" "$repo/configs/default.yaml" --translation-cache-mb 64
-  load repeat50 after on 1 "$repeat_clients" 0.5 "${many[@]}"
-  stop
+  echo "=== bar 1: --repeat-fraction 0.5 at $repeat_clients clients, the cache off and on, $rounds rounds"
+  # A fresh server each pass: the cache-on one would hold the last pass's fresh sentences.
+  for round in $(seq "$rounds"); do
+    start after-cache-off-$round "$server_bin" "$repo/configs/default.yaml" --translation-cache-mb 0
+    load repeat50 after off "$round" "$repeat_clients" 0.5 "${many[@]}"
+    stop
+    start after-cache-on-$round "$server_bin" "$repo/configs/default.yaml" --translation-cache-mb 64
+    load repeat50 after on "$round" "$repeat_clients" 0.5 "${many[@]}"
+    stop
+  done
 fi
 
 # Bar 2: the cache off, this build against the one before, in turns.
