@@ -39,14 +39,19 @@ harder: the load below plus --burst-clients unary clients on --burst-connections
 --burst-deadline-clients more 5 ms deadlines (timers firing together), and a reload every
 --burst-reload-every s (a reload slows the steps and bunches the answers). It lasts at least
 --warmup s and until every bounded pool is at its ceiling (at most half the run); the window
-starts at the first sample after it. A RESULT line "soak-thread-pools" names each pool, its
+starts at the first sample --settle s (60) after it: when the burst ends, the decode loops it
+kept busy go idle and give their memory back, and the load that remains grows it again to its
+own working set within about a minute (reliability run 8: the engines' gauge 194 -> 222-233 MiB
+in the first 60 s after the burst, flat after), which a window from the burst's end would read
+as growth. A RESULT line "soak-thread-pools" names each pool, its
 ceiling, where it stood when the window began and at the end, and whether the window began
 with the bounded pools full.
 
 RESULT lines (JSON) go to stdout and OUT_DIR/results.jsonl: one per sampled series (first,
 last, mean, slope per minute, relative slope, pass), one for the requests (counts by kind
 and code, unanswered well-behaved), one verdict. OUT_DIR/samples.jsonl holds the samples,
-OUT_DIR/server.log the server's log. Exit 0 iff every bar holds.
+OUT_DIR/server.log the server's log. Exit 0 iff every bar holds. --reanalyze prints the series'
+verdicts again from OUT_DIR/samples.jsonl with another --settle or --max-slope.
 
 No generated stubs: the messages are encoded by hand (as bench/gpu_faults.py does), so that
 only python3-grpcio is needed on the machine.
@@ -54,6 +59,8 @@ only python3-grpcio is needed on the machine.
   soak_mixed.py OUT_DIR [--server nmt-server] [--loadgen nmt-loadgen] [--device cuda|cpu]
                 [--duration 510] [--warmup 120] [--clients 128] [--streams 8]
                 [--slow-http 200] [--max-slope 0.01] [--burst-clients 512] [--burst-connections 4]
+                [--settle 60]
+  soak_mixed.py OUT_DIR --reanalyze [--settle S] [--max-slope F]
 GPU (about 9 minutes: the longest command the GPU machine runs is 10):
   soak_mixed.py OUT --device cuda --duration 510   (8.5 minutes: with the start, the drain and
   the verdict it fits a 600 s device call; NMT_SHARED: where data/multi30k is, default ../shared)
@@ -88,6 +95,8 @@ from protowire import field, read_varint, varint  # noqa: E402  (bench/protowire
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 MODEL = "m30k-en-de-small"
+# The sampled series whose slopes are bars (the engines' gauge and nvidia-smi's on the GPU only).
+SERIES = ("rss_kb", "threads", "fds", "gpu_mib", "engine_gpu_mib")
 SENTENCES = [
     "A man is riding a bike.",
     "Two dogs play in the snow.",
@@ -306,6 +315,42 @@ class SlowHttp:
             key.fileobj.close()
 
 
+def series_results(after, max_slope):
+    """One RESULT record per sampled series over the window's samples: its least-squares slope
+    as a fraction of its mean per minute against max_slope."""
+    records = []
+    for series in SERIES:
+        points = [(s["t"], s[series]) for s in after if s.get(series) is not None]
+        if len(points) < 3:
+            continue
+        mean = statistics.mean(v for _, v in points)
+        slope = slope_per_minute(points)
+        relative = slope / mean if mean else 0.0
+        records.append({"name": f"soak-{series}", "samples": len(points), "first": points[0][1], "last": points[-1][1],
+                        "mean": round(mean, 1), "max": max(v for _, v in points), "slope_per_min": round(slope, 3),
+                        "relative_slope_per_min": round(relative, 5), "bar": max_slope,
+                        "pass": abs(relative) < max_slope})
+    return records
+
+
+def window_start_after(burst_end_s, settle_s):
+    """Where the measured window starts: settle_s after the warm-up burst ended."""
+    return burst_end_s + settle_s + 0.1
+
+
+def reanalyze(a):
+    """--reanalyze: the series' verdicts again from OUT_DIR/samples.jsonl, with --settle and
+    --max-slope (the burst's end: the sample at which the sampler ended it, its last)."""
+    samples = [json.loads(line) for line in open(os.path.join(a.out, "samples.jsonl")) if line.strip()]
+    start = window_start_after(max(s["t"] for s in samples if s.get("burst")), a.settle)
+    ok = True
+    for record in series_results([s for s in samples if s["t"] >= start], a.max_slope):
+        record.update(reanalyzed=True, settle_s=a.settle, window_start_s=round(start, 1))
+        ok &= record["pass"]
+        print("RESULT " + json.dumps(record))
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
@@ -314,6 +359,9 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--duration", type=int, default=510)
     ap.add_argument("--warmup", type=int, default=0, help="default: a quarter of the run, 30 to 120 s")
+    ap.add_argument("--settle", type=int, default=60,
+                    help="seconds after the burst before the window (the docstring says why)")
+    ap.add_argument("--reanalyze", action="store_true", help="the verdicts again from OUT_DIR/samples.jsonl")
     ap.add_argument("--clients", type=int, default=128)
     ap.add_argument("--deadline-clients", type=int, default=32)
     ap.add_argument("--streams", type=int, default=8)
@@ -327,11 +375,14 @@ def main():
     ap.add_argument("--burst-deadline-clients", type=int, default=64, help="the burst's extra 5 ms deadlines")
     ap.add_argument("--burst-reload-every", type=int, default=15, help="the burst's reloads")
     a = ap.parse_args()
+    if a.reanalyze:
+        return reanalyze(a)
     warmup = a.warmup or min(120, max(30, a.duration // 4))
     os.makedirs(a.out, exist_ok=True)
     results_path = os.path.join(a.out, "results.jsonl")
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or os.environ.get("NMT_COMMIT", "unknown")
+    # NMT_COMMIT first: a copy of the tree (the GPU machine's) may carry an older .git.
+    commit = os.environ.get("NMT_COMMIT") or subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
     device_name = "cpu"
     if a.device == "cuda" and shutil.which("nvidia-smi"):
         device_name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
@@ -571,7 +622,7 @@ def main():
         tight_report = json.loads(tight_out) if tight_out.strip().startswith("{") else {}
 
         # The series after the warm-up burst.
-        window_start = (burst_end[0] + 0.1) if burst_end else warmup
+        window_start = window_start_after(burst_end[0], a.settle) if burst_end else warmup
         after = [s for s in samples if s["t"] >= window_start]
         if after:
             first, last = after[0]["pools"], samples[-1]["pools"]
@@ -584,18 +635,9 @@ def main():
                               "deadline_clients": a.burst_deadline_clients, "reloads": tally.get("burst reload")},
                     "pass": full})
             ok &= full
-        for series in ("rss_kb", "threads", "fds", "gpu_mib", "engine_gpu_mib"):
-            points = [(s["t"], s[series]) for s in after if s[series] is not None]
-            if len(points) < 3:
-                continue
-            mean = statistics.mean(v for _, v in points)
-            slope = slope_per_minute(points)
-            relative = slope / mean if mean else 0.0
-            passed = abs(relative) < a.max_slope
-            ok &= passed
-            result({"name": f"soak-{series}", "samples": len(points), "first": points[0][1], "last": points[-1][1],
-                    "mean": round(mean, 1), "max": max(v for _, v in points), "slope_per_min": round(slope, 3),
-                    "relative_slope_per_min": round(relative, 5), "bar": a.max_slope, "pass": passed})
+        for record in series_results(after, a.max_slope):
+            ok &= record["pass"]
+            result(record)
 
         # The well-behaved requests: every one answered OK.
         good_errors = good_report.get("errors")
