@@ -41,9 +41,9 @@ harder: the load below plus --burst-clients unary clients on --burst-connections
 --warmup s and until every bounded pool is at its ceiling (at most half the run); the window
 starts at the first sample --settle s (60) after it: when the burst ends, the decode loops it
 kept busy go idle and give their memory back, and the load that remains grows it again to its
-own working set within about a minute (reliability run 8: the engines' gauge 194 -> 222-233 MiB
-in the first 60 s after the burst, flat after), which a window from the burst's end would read
-as growth. A RESULT line "soak-thread-pools" names each pool, its
+own working set within a minute or two (reliability run 8: the engines' gauge 194 MiB at the
+burst's end, 222 70 s later, 216-233 from then on), which a window from the burst's end would
+read as growth. A window of fewer than 3 samples fails (a run too short for its warm-up). A RESULT line "soak-thread-pools" names each pool, its
 ceiling, where it stood when the window began and at the end, and whether the window began
 with the bounded pools full.
 
@@ -317,7 +317,11 @@ class SlowHttp:
 
 def series_results(after, max_slope):
     """One RESULT record per sampled series over the window's samples: its least-squares slope
-    as a fraction of its mean per minute against max_slope."""
+    as a fraction of its mean per minute against max_slope; a failing one when the window has
+    fewer than 3 samples (no slope to judge)."""
+    if len(after) < 3:
+        return [{"name": "soak-window", "samples": len(after), "pass": False,
+                 "why": "fewer than 3 samples after the warm-up and --settle: run longer"}]
     records = []
     for series in SERIES:
         points = [(s["t"], s[series]) for s in after if s.get(series) is not None]
@@ -376,7 +380,7 @@ def main():
     ap.add_argument("--burst-reload-every", type=int, default=15, help="the burst's reloads")
     a = ap.parse_args()
     if a.reanalyze:
-        return reanalyze(a)
+        sys.exit(reanalyze(a))
     warmup = a.warmup or min(120, max(30, a.duration // 4))
     os.makedirs(a.out, exist_ok=True)
     results_path = os.path.join(a.out, "results.jsonl")
