@@ -76,10 +76,11 @@ void int8_gemv_cuda(const __half* x, int64_t ldx, const int8_t* q, const float* 
 // kDequantize (the default, "dequantize"): the weights dequantized to float16 chunk by chunk
 // (int8_dequantize_cuda), then cuBLAS's float16 GEMM; kTensorCores ("tensor-cores"): the
 // activations quantized per row on the fly with the weights' scheme (int8_quantize_rows_cuda),
-// cuBLAS's int8 x int8 -> int32 GEMM (IMMA; for e4m3, cuBLASLt's FP8 GEMM into float32,
-// e4m3_gemm_cublaslt), and int8_rescale_cuda. The tensor-core form took 2.24 ms a step on the
-// NLLB-600M shape at batch 64 (256 rows), the dequantization 1.94 in an earlier run
-// (bench/history/engine-cuda.md, runs 59 and 57): not the default until a profile says why.
+// then for int8 cuBLAS's int8 x int8 -> int32 GEMM (IMMA) and int8_rescale_cuda, for e4m3
+// cuBLASLt's FP8 GEMM with the scales in its epilogue (e4m3_gemm_cublaslt). The tensor-core
+// form took 2.24 ms a step on the NLLB-600M shape at batch 64 (256 rows), the dequantization
+// 1.94 in an earlier run (bench/history/engine-cuda.md, runs 59 and 57): not the default until
+// a profile says why.
 enum class Int8GemmMode { kTensorCores, kDequantize };
 Int8GemmMode int8_gemm_mode();
 // q[r, :], scale[r] = quantize_rows_int8(x[r, :], levels 127) (or quantize_rows_e4m3) for
@@ -87,19 +88,22 @@ Int8GemmMode int8_gemm_mode();
 // q 8-byte aligned).
 void int8_quantize_rows_cuda(const __half* x, int64_t ldx, int rows, int k, int8_t* q, float* scale,
                              cudaStream_t stream, WeightBytes bytes = WeightBytes::kInt8);
-// y[m, j] = act(acc[m, j] xscale[m] wscale[j] + bias[j]) (bias, act optional) for int32
-// products (cuBLAS's int8 GEMM) or float32 ones (the FP8 GEMM's), into __half or float32 y; the
-// float32 form may write over acc (the logits buffer holding the products). Instantiated for
-// TA int32_t or float, TY __half or float.
-template <typename TA, typename TY>
-void int8_rescale_cuda(const TA* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
-                       const Activation* act, TY* y, int64_t ldy, int rows, int n, cudaStream_t stream);
-// d[m, j] = sum_k x[m, k] w[j, k] in float32 for e4m3 w [n, k] and x [m, k] (row-major, k a
-// multiple of 16, ldd a multiple of 4, 16-byte aligned), through cuBLASLt's FP8 GEMM (one
-// cuBLASLt handle a process, no workspace); false, with nothing launched, where cuBLASLt has
-// no algorithm for the shape.
-bool e4m3_gemm_cublaslt(const int8_t* w, const int8_t* x, int n, int m, int k, float* d, int64_t ldd,
-                        cudaStream_t stream);
+// y[m, j] = act(acc[m, j] xscale[m] wscale[j] + bias[j]) (bias, act optional) for cuBLAS's
+// int32 products, into __half or float32 y (the float32 form may write over acc: the logits
+// buffer holding the products). Instantiated for TY __half and float.
+template <typename TY>
+void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale,
+                       const __half* bias, const Activation* act, TY* y, int64_t ldy, int rows, int n,
+                       cudaStream_t stream);
+// y[i, j] = relu?(xscale[i] wscale[j] sum_k x[i, k] w[j, k] + bias[j]) for e4m3 w [n, k] and
+// x [m, k] (row-major, the per-row scales of quantize_rows_e4m3), through cuBLASLt's FP8 GEMM
+// with outer-vector scaling: scales, bias and ReLU in its epilogue, y (TY __half, or float32
+// for the logits; row stride ldy) written once. bias optional (relu needs it); k a multiple
+// of 16, the pointers and ldy's bytes 16-byte aligned; one cuBLASLt handle a process, no
+// workspace. false, with nothing launched, where cuBLASLt takes no such GEMM for the shape.
+template <typename TY>
+bool e4m3_gemm_cublaslt(const int8_t* w, const float* wscale, const int8_t* x, const float* xscale, int n, int m,
+                        int k, const __half* bias, bool relu, TY* y, int64_t ldy, cudaStream_t stream);
 // w [n, k] = q * scale in float16 (rows n of the weight matrix), for a cuBLAS GEMM after it.
 void int8_dequantize_cuda(const int8_t* q, const float* scale, int64_t n, int64_t k, __half* w, cudaStream_t stream,
                           WeightBytes bytes = WeightBytes::kInt8);

@@ -4,10 +4,11 @@
 // projections as one [L * 2d, d] matrix (one GEMM an encode), the output projection padded
 // with zero rows to the logits' stride, and the family's extra LayerNorms (Architecture).
 // With int8 (T __half only) every projection of the layers and the output projection hold
-// int8 (or, precision fp8, e4m3) weights with per-row scales instead (kernels/quantize.h),
-// quantized here at upload; the LayerNorms, the biases and the cross K/V projections (computed
-// once an encode, not a step) stay float16, and so do the embeddings except a table tied to the
-// output projection in int8, which reads its int8 rows. docs/kernels.md, "Int8 weights".
+// int8 weights with per-row scales instead (kernels/quantize.h), quantized here at upload;
+// precision fp8 the same with e4m3 bytes, its output projection float16. The LayerNorms, the
+// biases and the cross K/V projections (computed once an encode, not a step) stay float16, and
+// so do the embeddings except a table tied to the output projection in int8, which reads its
+// int8 rows. docs/kernels.md, "Int8 weights".
 #include <map>
 #include <string>
 #include <vector>
@@ -54,7 +55,8 @@ class DeviceWeights {
  public:
   // Uploads what the engine reads of `w` (synchronously). logits_ld: the output projection's
   // rows once padded.
-  // int8: the projections quantized per row, as int8 or (bytes kE4m3, precision fp8) e4m3.
+  // int8: the projections quantized per row, as int8 or (bytes kE4m3, precision fp8: the
+  // layers', the output projection float16) e4m3.
   void upload(DeviceAllocator* alloc, const ModelConfig& c, const Weights& w, int logits_ld, bool int8 = false,
               kernels::WeightBytes bytes = kernels::WeightBytes::kInt8);
 

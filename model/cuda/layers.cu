@@ -45,48 +45,47 @@ template <typename T>
 template <typename TC>
 bool Layers<T>::int8_gemm_tensor_cores(const T* x, int64_t ldx, const Dense<T>& L, TC* y, int64_t ldy, int rows,
                                        const kernels::Activation* act) {
-  constexpr bool kInPlace = std::is_same_v<TC, float>;  // the logits: int32 products, then floats, in y
+  constexpr bool kLogits = std::is_same_v<TC, float>;  // float32 out, no bias or activation
+  // FP8: cuBLASLt applies the scales (and bias and ReLU) in its epilogue, writing y itself;
+  // int8: cuBLAS's int32 products (in the logits buffer itself, or scratch) and a rescale launch.
+  const bool e4m3 = L.bytes == kernels::WeightBytes::kE4m3;
   const auto round_up = [](int64_t v) { return (v + 255) / 256 * 256; };
   const int64_t bytes = q_->int8_scratch_elements * int64_t(sizeof(__half));
-  const int64_t ldacc = kInPlace ? ldy : L.out;
+  const int64_t ldacc = kLogits ? ldy : L.out;
   // IMMA's TN form wants k and the leading dimensions in multiples of 4 (k: 8 for the quantizer).
   if (!q_->int8_scratch || L.in % 8 || ldx % 8 || ldacc % 4 || reinterpret_cast<uintptr_t>(x) % 16) return false;
-  const int64_t per_row = L.in + 4 + (kInPlace ? 0 : 4 * L.out);
+  const int64_t per_row = L.in + 4 + (kLogits || e4m3 ? 0 : 4 * L.out);
   const int64_t chunk = std::min<int64_t>(rows, (bytes - 3 * 256) / per_row);
   if (chunk < 1) return false;
   char* base = static_cast<char*>(q_->int8_scratch);
   int8_t* xq = reinterpret_cast<int8_t*>(base);
   float* xs = reinterpret_cast<float*>(base + round_up(chunk * L.in));
   int32_t* scratch_acc = reinterpret_cast<int32_t*>(base + round_up(chunk * L.in) + round_up(chunk * 4));
-  const bool e4m3 = L.bytes == kernels::WeightBytes::kE4m3;  // FP8: float32 products, int8: int32
+  const T* bias = kLogits || !act ? nullptr : L.b;
+  const bool fused_act = act && *act == kernels::Activation::kRelu;  // the FP8 epilogue's; others after it
   const int32_t one = 1, zero = 0;
-  // The products (int32, or the FP8 GEMM's float32) scaled into y; the logits take no bias
-  // or activation.
-  const T* bias = kInPlace || !act ? nullptr : L.b;
-  const kernels::Activation* rescale_act = kInPlace ? nullptr : act;
-  const auto rescale = [&](const auto* products, int64_t m0, int mc) {
-    kernels::int8_rescale_cuda(products, ldacc, xs, L.scale, bias, rescale_act, y + m0 * ldy, ldy, mc, L.out,
-                               q_->stream);
-  };
   for (int64_t m0 = 0; m0 < rows; m0 += chunk) {
     const int mc = int(std::min<int64_t>(chunk, rows - m0));
-    int32_t* acc = kInPlace ? reinterpret_cast<int32_t*>(y + m0 * ldy) : scratch_acc;
     kernels::int8_quantize_rows_cuda(x + m0 * ldx, ldx, mc, L.in, xq, xs, q_->stream, L.bytes);
     if (e4m3) {
-      float* accf = reinterpret_cast<float*>(acc);
-      if (!kernels::e4m3_gemm_cublaslt(L.q, xq, L.out, mc, L.in, accf, ldacc, q_->stream)) {
+      if (!kernels::e4m3_gemm_cublaslt(L.q, L.scale, xq, xs, L.out, mc, L.in, fused_act ? bias : nullptr, fused_act,
+                                       y + m0 * ldy, ldy, q_->stream)) {
         if (m0 == 0) return false;  // the same shape throughout: cuBLASLt refuses at the first chunk
         throw Error(ErrorCode::kInternal, "CUDA engine: cuBLASLt refused an FP8 GEMM it took before");
       }
-      rescale(accf, m0, mc);
+      if constexpr (!kLogits) {
+        if (act && !fused_act) kernels::bias_activation_cuda(y + m0 * ldy, L.b, mc, L.out, *act, q_->stream);
+      }
       continue;
     }
+    int32_t* acc = kLogits ? reinterpret_cast<int32_t*>(y + m0 * ldy) : scratch_acc;
     const cublasStatus_t st = cublasGemmEx(q_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, L.out, mc, L.in, &one, L.q, CUDA_R_8I,
                                            L.in, xq, CUDA_R_8I, L.in, &zero, acc, CUDA_R_32I, int(ldacc),
                                            CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && m0 == 0) return false;  // checked before any launch of its own
     check_cublas(st, "cublasGemmEx (int8)");
-    rescale(acc, m0, mc);
+    kernels::int8_rescale_cuda(acc, ldacc, xs, L.scale, bias, kLogits ? nullptr : act, y + m0 * ldy, ldy, mc, L.out,
+                               q_->stream);
   }
   return true;
 }

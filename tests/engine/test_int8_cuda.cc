@@ -1,10 +1,11 @@
 // precision int8 on the CUDA engine (kernels/quantize.h): the int8 GEMV, the dequantization, the
 // activations' quantizer and the int32 products' rescaling against their CPU reference (every
-// row tile, the LayerNorm prologue, float16 and float32 outputs), and the demo model's test2016
+// row tile, the LayerNorm prologue, float16 and float32 outputs), cuBLASLt's FP8 GEMM with its
+// epilogue against the same sums from the e4m3 bytes, and the demo model's test2016
 // in int8 against float16: >= 90% of sentences token-identical and BLEU within 0.5, at batch 1
 // (4 rows a step: the int8 GEMV's 8-row tile), batch 8 (32 rows: its 16-row tiles) and batch 64
 // (256 rows: the dequantization, or cuBLAS's int8 GEMM under NMT_CUDA_INT8_GEMM=tensor-cores);
-// fp8 the same, BLEU within 0.5 and (below the bar, as measured) >= 80% identical.
+// fp8 the same.
 // Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
@@ -253,12 +254,70 @@ TEST(CudaEngineInt8, ActivationQuantizerAndRescaleMatchTheCpuReference) {
     ASSERT_NEAR(y16[i], ref16[i], 2e-3 * std::fabs(ref16[i]) + 1e-3) << i;
   }
 }
+
+// cuBLASLt's FP8 GEMM with the scales, bias and ReLU in its epilogue, against the same sums on
+// the CPU from the e4m3 bytes (float16 out with bias and ReLU, float16 with bias only, float32
+// with neither: the logits' form), on the machine's cuBLASLt: a build whose library took no
+// outer-vector scaling would fail here rather than fall back unseen.
+TEST(CudaEngineFp8, CublasLtGemmAppliesScalesBiasAndReluInItsEpilogue) {
+  SKIP_WITHOUT_GPU();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (!cuda_fp8_supported(prop.major, prop.minor)) GTEST_SKIP() << "compute capability below 8.9: no FP8 GEMM";
+  const int m = 37, k = 528, n = 304;
+  const auto x = uniform(size_t(m) * k, -3, 3, 21), w = uniform(size_t(n) * k, -0.2f, 0.2f, 22);
+  auto bias = uniform(n, -1, 1, 23);
+  round_half(bias);
+  std::vector<uint8_t> qx(x.size()), qw(w.size());
+  std::vector<float> sx(m), sw(n);
+  kernels::quantize_rows_e4m3(x.data(), m, k, qx.data(), sx.data());
+  kernels::quantize_rows_e4m3(w.data(), n, k, qw.data(), sw.data());
+  // Hopper's FP8 tensor cores add with fewer mantissa bits than float32 (cuBLASLt promotes
+  // the partial sums to float32 every few k): the bound is relative to the terms' magnitudes.
+  std::vector<float> sums(size_t(m) * n), magnitude(sums.size());
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0, a = 0;
+      for (int c = 0; c < k; ++c) {
+        const double t =
+            double(kernels::e4m3_to_float(qx[size_t(i) * k + c])) * kernels::e4m3_to_float(qw[size_t(j) * k + c]);
+        s += t;
+        a += std::fabs(t);
+      }
+      sums[size_t(i) * n + j] = float(s) * sx[i] * sw[j];
+      magnitude[size_t(i) * n + j] = float(a) * sx[i] * sw[j];
+    }
+  Dev<int8_t> dx(qx), dw(qw);
+  Dev<float> dsx(sx), dsw(sw), dy32(sums.size());
+  Dev<__half> dbias(bias), dy16(sums.size()), dyb(sums.size());
+  ASSERT_TRUE(kernels::e4m3_gemm_cublaslt(dw.p, dsw.p, dx.p, dsx.p, n, m, k, dbias.p, true, dy16.p, n, nullptr));
+  ASSERT_TRUE(kernels::e4m3_gemm_cublaslt(dw.p, dsw.p, dx.p, dsx.p, n, m, k, dbias.p, false, dyb.p, n, nullptr));
+  ASSERT_TRUE(kernels::e4m3_gemm_cublaslt<float>(dw.p, dsw.p, dx.p, dsx.p, n, m, k, nullptr, false, dy32.p, n,
+                                                 nullptr));
+  EXPECT_FALSE(kernels::e4m3_gemm_cublaslt(dw.p, dsw.p, dx.p, dsx.p, n, m, k, nullptr, true, dy16.p, n, nullptr))
+      << "a ReLU without its bias is not an epilogue it runs";
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto relu = dy16.get(), biased = dyb.get(), plain = dy32.get();
+  int negative = 0;
+  for (size_t i = 0; i < sums.size(); ++i) {
+    const float b = sums[i] + bias[i % size_t(n)];
+    negative += b < 0;
+    const float tol = 1e-4f * magnitude[i] + 1e-5f, tol16 = tol + 1e-3f * std::fabs(b);  // + float16's rounding
+    ASSERT_NEAR(plain[i], sums[i], tol) << i;
+    ASSERT_NEAR(biased[i], b, tol16) << i;
+    ASSERT_NEAR(relu[i], std::max(b, 0.f), tol16) << i;
+  }
+  EXPECT_GT(negative, int(sums.size()) / 4);  // the ReLU had something to clip
+}
 #else
 TEST(CudaEngineInt8, ActivationQuantizerAndRescaleMatchTheCpuReference) {
   GTEST_SKIP() << "built without CUDA: the int8 kernels are not tested here";
 }
 TEST(CudaEngineInt8, GemvAndDequantizeMatchTheCpuReference) {
   GTEST_SKIP() << "built without CUDA: the int8 kernels are not tested here";
+}
+TEST(CudaEngineFp8, CublasLtGemmAppliesScalesBiasAndReluInItsEpilogue) {
+  GTEST_SKIP() << "built without CUDA: the FP8 GEMM is not tested here";
 }
 #endif
 
@@ -329,10 +388,11 @@ TEST(CudaEngineFp8, DemoModelAgreesWithFloat16) {
   ASSERT_EQ(cudaGetDeviceProperties(&p, 0), cudaSuccess);
   if (!cuda_fp8_supported(p.major, p.minor)) GTEST_SKIP() << "compute capability below 8.9: precision fp8 is refused";
 #endif
-  // e4m3's 3 mantissa bits: BLEU within the bar, but 88.6 / 87.3 / 83.6% identical at batch
-  // 1 / 8 / 64 against the 90% (bench/history/engine-cuda.md, run 59): this guards
-  // what fp8 does, not the bar it misses.
-  expect_agrees_with_float16(Precision::kFp8, 80);
+  // The bars: with its output projection float16, fp8 left 904 / 905 / 904 of 1,000
+  // identical at batch 1 / 8 / 64 (bench/history/engine-cuda.md, run 63; e4m3 logits: 886).
+  // Under NMT_CUDA_INT8_GEMM=tensor-cores, which quantizes the activations to e4m3 too, batch
+  // 64 left 869: that mode is for measuring.
+  expect_agrees_with_float16(Precision::kFp8, 90);
 }
 
 TEST(CudaEngineFp8, RefusedOnTheCpu) {

@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 
 // y[m, j] = act(acc[m, j] * xscale[m] * wscale[j] + bias[j]); acc and y may be the same memory
 // (the float32 logits: each element read, then written, by one thread).
-template <typename TA, typename TY>
-__global__ void rescale_kernel(const TA* acc, int64_t ldacc, const float* xscale, const float* wscale,
+template <typename TY>
+__global__ void rescale_kernel(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale,
                                const __half* bias, bool has_act, Activation act, TY* y, int64_t ldy, int rows, int n) {
   cuda::pdl_prologue();
   const int64_t total = int64_t(rows) * n;
@@ -93,22 +93,18 @@ void int8_quantize_rows_cuda(const __half* x, int64_t ldx, int rows, int k, int8
   else cuda::launch(quantize_rows_kernel<false>, grid, block, 0, stream, x, ldx, rows, k, q, scale);
 }
 
-template <typename TA, typename TY>
-void int8_rescale_cuda(const TA* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
+template <typename TY>
+void int8_rescale_cuda(const int32_t* acc, int64_t ldacc, const float* xscale, const float* wscale, const __half* bias,
                        const Activation* act, TY* y, int64_t ldy, int rows, int n, cudaStream_t stream) {
   if (int64_t(rows) * n == 0) return;
   const int blocks = cuda::grid_for(int64_t(rows) * n, 256, 8);
-  cuda::launch(rescale_kernel<TA, TY>, dim3(blocks), dim3(256), 0, stream, acc, ldacc, xscale, wscale, bias, act != nullptr,
+  cuda::launch(rescale_kernel<TY>, dim3(blocks), dim3(256), 0, stream, acc, ldacc, xscale, wscale, bias, act != nullptr,
                act ? *act : Activation::kRelu, y, ldy, rows, n);
 }
 
-#define NMT_INT8_RESCALE(TA, TY)                                                                                   \
-  template void int8_rescale_cuda<TA, TY>(const TA*, int64_t, const float*, const float*, const __half*,            \
-                                          const Activation*, TY*, int64_t, int, int, cudaStream_t);
-NMT_INT8_RESCALE(int32_t, __half)
-NMT_INT8_RESCALE(int32_t, float)
-NMT_INT8_RESCALE(float, __half)
-NMT_INT8_RESCALE(float, float)
-#undef NMT_INT8_RESCALE
+template void int8_rescale_cuda<__half>(const int32_t*, int64_t, const float*, const float*, const __half*,
+                                        const Activation*, __half*, int64_t, int, int, cudaStream_t);
+template void int8_rescale_cuda<float>(const int32_t*, int64_t, const float*, const float*, const __half*,
+                                       const Activation*, float*, int64_t, int, int, cudaStream_t);
 
 }  // namespace nmt::kernels
