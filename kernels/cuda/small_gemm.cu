@@ -613,8 +613,22 @@ void launch_mma_tiles(const SmallGemmArgs<T>& a, size_t smem, cudaStream_t strea
     return int64_t(blocks(tiles)) <= int64_t(resident_blocks(kernel, threads, smem)) * num_sms();
   };
   const auto k1 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 1, kMmaEarly<1>>;
-  if (kMostTiles == 1 || one_wave(reinterpret_cast<const void*>(k1), 1))
+  if (kMostTiles == 1 || one_wave(reinterpret_cast<const void*>(k1), 1)) {
+    if constexpr (kWarps == 16 && kGroups == 1) {
+      // NLLB's 1024-column projections at up to 8 rows (bench/history/engine-cuda.md, run 63:
+      // the NLLB-600M batch-1 step 2.6% shorter with both). With a LayerNorm prologue of K 1024
+      // the 16-warp kernel spills 48 bytes at its 128-register cap, the 8-warp one none, all 4
+      // chunks a warp loaded before the wait. Without one, past K 2048 (fc2's 4096) a warp
+      // loads all 8 of its chunks before the wait instead of 4.
+      if constexpr (kNormPacks == 4)
+        return launch(&small_gemm_mma_kernel<T, 4, 8, 1, 1, 4>, blocks(1), 8 * 32, smem, stream, a);
+      if constexpr (kNormPacks == 0) {
+        if ((a.k + 31) / 32 > kWarps * kMmaEarly<1>)
+          return launch(&small_gemm_mma_kernel<T, 0, 16, 1, 1, 8>, blocks(1), threads, smem, stream, a);
+      }
+    }
     return launch(k1, blocks(1), threads, smem, stream, a);
+  }
   if constexpr (kMostTiles >= 2) {
     const auto k2 = &small_gemm_mma_kernel<T, kNormPacks, kWarps, kGroups, 2, kMmaEarly<2>>;
     if (kMostTiles == 2 || one_wave(reinterpret_cast<const void*>(k2), 2))

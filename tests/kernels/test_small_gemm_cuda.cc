@@ -40,9 +40,11 @@ TYPED_TEST(SmallGemmCuda, MatchesReference) {
   using T = TypeParam;
   constexpr int kVec = 16 / int(sizeof(T));
   // 3100 x 1024 (NLLB's shapes): more blocks of 8 columns than one wave, so 16-bit types take
-  // blocks of more column tiles, the last one cut short.
+  // blocks of more column tiles, the last one cut short. K 4096 (NLLB's fc2): past K 2048 a warp
+  // of the 16-warp kernel loads all 8 of its chunks before the wait.
   const Shape shapes[] = {{1, kVec, 0, 0},          {37, 64, kVec, 3}, {256, 256, 0, 0},
-                          {301, 1032, 2 * kVec, 1}, {64, 2048, 0, 0},  {3100, 1024, 0, 1}};
+                          {301, 1032, 2 * kVec, 1}, {64, 2048, 0, 0},  {3100, 1024, 0, 1},
+                          {40, 4096, kVec, 1}};
   const Activation swish = Activation::kSwish, gelu = Activation::kGelu, relu = Activation::kRelu;
   const Activation* acts[] = {nullptr, &swish, &gelu, &relu};
   uint32_t seed = 11;
@@ -97,7 +99,7 @@ TYPED_TEST(SmallGemmCuda, NormalizedInputMatchesReference) {
   using T = TypeParam;
   constexpr int kVec = 16 / int(sizeof(T));
   // 4100 columns of the longest K: NLLB's fc1 (4096 x 1024 in 16-bit types), over one wave of
-  // blocks of 8 columns.
+  // blocks of 8 columns; 40 of it: one wave of single tiles (in 8 warps up to 8 rows).
   const Shape shapes[] = {{37, 32 * kVec, 0, 0},  {512, 512, kVec, 0},    {1536, 256, 0, 2},
                           {64, 24 * kVec, 0, 0},  {300, 96 * kVec, 0, 0}, {40, kSmallGemmNormPacks * 32 * kVec, 0, 0},
                           {4100, kSmallGemmNormPacks * 32 * kVec, 0, 3}};
