@@ -13,7 +13,8 @@
 # Every figure is a RESULT line appended to OUT_DIR/results.jsonl (with device, commit,
 # date); the served/offline ratio goes to stdout.
 # usage: bench/e2e/server/nllb_serve.sh OUT_DIR   (env: SHAPE=600m|1.3b MODEL_DIR CLIENTS=64
-#   SRC_LEN=27 TGT_LEN=33 LANGUAGES=fra_Latn,deu_Latn,spa_Latn,zho_Hans SECONDS_PER_PASS=10)
+#   SRC_LEN=27 TGT_LEN=33 LANGUAGES=fra_Latn,deu_Latn,spa_Latn,zho_Hans SECONDS_PER_PASS=10
+#   SERVER_ARGS: more nmt-server flags, e.g. "--max-admit-delay-steps 1")
 set -euo pipefail
 out=${1:?usage: nllb_serve.sh OUT_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -72,7 +73,7 @@ sed -e "s|^  - name: .*|  - name: nllb|" -e "s|path: ../models/.*|path: $model|"
 # hold full stops, and split, 10% of the texts were two or three sentences in server run 49,
 # counted as one by the client).
 nmt-server --config "$config" --device cuda --precision float16 --host 127.0.0.1 --port $port \
-  --metrics-port $((port + 1)) --translation-cache-mb 0 --split-sentences false > "$out/server.log" 2>&1 &
+  --metrics-port $((port + 1)) --translation-cache-mb 0 --split-sentences false ${SERVER_ARGS:-} > "$out/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 240); do nmt-loadgen --health-check --target 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
 kill -0 "$pid" || { echo "nmt-server did not start: $(tail -1 "$out/server.log")" >&2; exit 1; }
