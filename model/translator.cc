@@ -13,23 +13,23 @@
 
 namespace nmt {
 
-bool parse_device(const std::string& s, Device* out) {
-  if (s == "auto") *out = Device::kAuto;
-  else if (s == "cpu") *out = Device::kCpu;
-  else if (s == "cuda") *out = Device::kCuda;
-  else return false;
-  return true;
-}
-
-bool parse_precision(const std::string& s, Precision* out) {
-  for (Precision p : {Precision::kFloat32, Precision::kFloat16, Precision::kInt8, Precision::kFp8}) {
-    if (s == precision_name(p)) {
-      *out = p;
+namespace {
+// The value of `values` whose name(value) is s.
+template <typename E, size_t N>
+bool parse_named(const std::string& s, const E (&values)[N], const char* (*name)(E), E* out) {
+  for (E v : values) {
+    if (s == name(v)) {
+      *out = v;
       return true;
     }
   }
   return false;
 }
+}  // namespace
+
+bool parse_device(const std::string& s, Device* out) { return parse_named(s, kDevices, device_name, out); }
+
+bool parse_precision(const std::string& s, Precision* out) { return parse_named(s, kPrecisions, precision_name, out); }
 
 const char* device_name(Device d) {
   switch (d) {

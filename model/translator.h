@@ -16,6 +16,10 @@ enum class Device { kAuto, kCpu, kCuda };
 // int8: weights per row (kernels/quantize.h); fp8: e4m3 weights per row, CUDA on compute
 // capability 8.9+ only.
 enum class Precision { kFloat32, kFloat16, kInt8, kFp8 };
+// Every value, in the order their names are listed to users (the config's choices).
+inline constexpr Device kDevices[] = {Device::kAuto, Device::kCpu, Device::kCuda};
+inline constexpr Precision kPrecisions[] = {Precision::kFloat16, Precision::kFloat32, Precision::kInt8,
+                                            Precision::kFp8};
 
 bool parse_device(const std::string& s, Device* out);        // "auto" | "cpu" | "cuda"
 bool parse_precision(const std::string& s, Precision* out);  // "float32" | "float16" | "int8" | "fp8"

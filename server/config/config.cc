@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "model/translator.h"
+
 namespace nmt::server {
 namespace {
 
@@ -75,8 +77,15 @@ std::string to_choice(const YAML::Node& node, const std::string& key,
 const std::vector<std::string> kLogFormats = {"text", "json"};
 const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warn",
                                              "error", "critical", "off"};
-const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
-const std::vector<std::string> kPrecisions = {"float16", "float32", "int8", "fp8"};
+// The model's devices and precisions by name (model/translator.h: one list of each).
+template <typename E, size_t N>
+std::vector<std::string> names(const E (&values)[N], const char* (*name)(E)) {
+  std::vector<std::string> out;
+  for (E v : values) out.push_back(name(v));
+  return out;
+}
+const std::vector<std::string> kDeviceNames = names(nmt::kDevices, nmt::device_name);
+const std::vector<std::string> kPrecisionNames = names(nmt::kPrecisions, nmt::precision_name);
 constexpr int kMaxInt = 1 << 30;
 
 // One scalar setting of the server, limits or batching sections, and its flag.
@@ -342,8 +351,8 @@ void parse_devices(const YAML::Node& node, const std::string& key, ModelEntry& m
 // `key` is none of them.
 bool parse_model_setting(const std::string& key, const YAML::Node& value, const std::string& full,
                          ModelEntry& m) {
-  if (key == "device") m.device = to_choice(value, full, kDevices);
-  else if (key == "precision") m.precision = to_choice(value, full, kPrecisions);
+  if (key == "device") m.device = to_choice(value, full, kDeviceNames);
+  else if (key == "precision") m.precision = to_choice(value, full, kPrecisionNames);
   else if (key == "device_memory_limit_mb") m.device_memory_limit_mb = to_int(value, full, 0, kMaxInt);
   else if (key == "workers") m.workers = to_int(value, full, 1, 16);
   else if (key == "devices") parse_devices(value, full, m);

@@ -297,6 +297,8 @@ TEST(Config, YamlErrorsNameTheKey) {
             "batching.max_active_rows: must be between 1 and 1073741824, got -1");
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    device: tpu\n"),
             "models[0].device: must be one of auto | cpu | cuda, got 'tpu'");
+  EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    precision: bf16\n"),
+            "models[0].precision: must be one of float16 | float32 | int8 | fp8, got 'bf16'");
   EXPECT_EQ(error_of("models:\n  - name: m\n    path: p\n    colour: red\n"),
             "unknown key 'models[0].colour' (known: name, path, device, precision, device_memory_limit_mb, workers, devices, threads)");
   EXPECT_EQ(error_of("models:\n  - path: p\n"), "models[0].name is missing");
